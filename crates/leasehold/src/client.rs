@@ -1,0 +1,216 @@
+//! The entry point: a cheap, cloneable handle to one Redis deployment.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::{Backend, ConnectOptions};
+use crate::error::{Error, Result};
+use crate::events::{Events, Shared};
+use crate::key::validate_prefix;
+use crate::lock::Lock;
+use crate::watchdog::Watchdog;
+
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "leasehold";
+
+/// A connection to Redis from which locks are made.
+///
+/// Cheap to clone (`Arc` inside); clones share one connection, one
+/// subscription for release events and one watchdog task. Needs a Tokio
+/// runtime; the background tasks end when the last clone and the last guard
+/// are dropped.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn run() -> Result<(), leasehold::Error> {
+/// let client = leasehold::Client::connect("redis://127.0.0.1:6379").await?;
+/// let guard = client.lock("orders:42").acquire().await?;
+/// // ... critical section, pass guard.fence() to the resource ...
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) backend: Backend,
+    pub(crate) events: Events,
+    pub(crate) watchdog: Watchdog,
+    pub(crate) prefix: String,
+    pub(crate) min_ttl: Duration,
+    pub(crate) max_ttl: Duration,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("addr", &self.inner.backend.addr())
+            .field("prefix", &self.inner.prefix)
+            .finish()
+    }
+}
+
+impl Client {
+    /// Connects to one Redis server with default options.
+    ///
+    /// `url` is `redis://[user:password@]host:port[/db]`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a malformed URL, [`Error::Unreachable`]
+    /// when the server does not answer, [`Error::Auth`] when it refuses the
+    /// credentials, [`Error::Unsupported`] for Redis older than 7.0.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), leasehold::Error> {
+    /// let client = leasehold::Client::connect("redis://127.0.0.1:6379").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(url: &str) -> Result<Client> {
+        Client::builder().url(url).build().await
+    }
+
+    /// Starts a [`ClientBuilder`] for options beyond the URL.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), leasehold::Error> {
+    /// use std::time::Duration;
+    /// let client = leasehold::Client::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .prefix("myapp")
+    ///     .command_timeout(Duration::from_millis(500))
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
+    /// A handle to the lease lock `name` (not reentrant).
+    ///
+    /// Cheap: nothing is sent until [`Lock::acquire`] or [`Lock::try_acquire`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// use std::time::Duration;
+    /// let lock = client.lock("orders:42").ttl(Duration::from_secs(30)).wait(Duration::from_secs(5));
+    /// let guard = lock.acquire().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lock(&self, name: impl Into<String>) -> Lock {
+        Lock::new(self.clone(), name.into())
+    }
+
+    /// The key prefix every key and channel of this client starts with.
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+}
+
+/// Options for a [`Client`]; made by [`Client::builder`].
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    url: String,
+    prefix: String,
+    command_timeout: Duration,
+    min_ttl: Duration,
+    max_ttl: Duration,
+}
+
+impl Default for ClientBuilder {
+    fn default() -> Self {
+        ClientBuilder {
+            url: "redis://127.0.0.1:6379".into(),
+            prefix: DEFAULT_PREFIX.into(),
+            command_timeout: Duration::from_secs(2),
+            min_ttl: Duration::from_millis(10),
+            max_ttl: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+impl ClientBuilder {
+    /// The server, `redis://[user:password@]host:port[/db]`.
+    ///
+    /// Defaults to `redis://127.0.0.1:6379`.
+    pub fn url(mut self, url: impl Into<String>) -> Self {
+        self.url = url.into();
+        self
+    }
+
+    /// The prefix of every key and channel (no braces or whitespace), so one
+    /// ACL rule pair `~<prefix>:*` `&<prefix>:*` covers the library.
+    ///
+    /// Defaults to `leasehold`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Bound on every reply and connection attempt. A command that takes
+    /// longer fails with [`Error::Unreachable`].
+    ///
+    /// Defaults to 2 s.
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// The range of lease TTLs locks accept; outside it, acquiring fails
+    /// with [`Error::InvalidArgument`].
+    ///
+    /// Defaults to 10 ms ..= 24 h.
+    pub fn ttl_bounds(mut self, min: Duration, max: Duration) -> Self {
+        self.min_ttl = min;
+        self.max_ttl = max;
+        self
+    }
+
+    /// Connects and checks the server.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::connect`], plus [`Error::InvalidArgument`] for a bad
+    /// prefix, timeout or TTL bounds.
+    pub async fn build(self) -> Result<Client> {
+        validate_prefix(&self.prefix)?;
+        if self.command_timeout.is_zero() {
+            return Err(Error::InvalidArgument(
+                "command timeout must be above zero".into(),
+            ));
+        }
+        if self.min_ttl.is_zero() || self.min_ttl > self.max_ttl {
+            return Err(Error::InvalidArgument(format!(
+                "TTL bounds {:?}..={:?} are empty or start at zero",
+                self.min_ttl, self.max_ttl
+            )));
+        }
+        let shared = Arc::new(Shared::default());
+        let on_push = Arc::clone(&shared);
+        let options = ConnectOptions {
+            command_timeout: self.command_timeout,
+        };
+        let backend =
+            Backend::connect(&self.url, &options, move |info| on_push.on_push(info)).await?;
+        Ok(Client {
+            inner: Arc::new(Inner {
+                events: Events::start(shared, backend.clone()),
+                watchdog: Watchdog::start(backend.clone()),
+                backend,
+                prefix: self.prefix,
+                min_ttl: self.min_ttl,
+                max_ttl: self.max_ttl,
+            }),
+        })
+    }
+}

@@ -1,0 +1,158 @@
+//! The one error type of the crate.
+
+use std::time::Duration;
+
+/// Everything that can go wrong with a lock.
+///
+/// Every message says what happened and what to do about it. The enum is
+/// `#[non_exhaustive]`: match the variants you handle and keep a `_` arm.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+/// use leasehold::Error;
+/// match client.lock("orders:42").acquire().await {
+///     Ok(guard) => guard.release().await?,
+///     Err(Error::Timeout { .. }) => eprintln!("busy, try later"),
+///     Err(e) => return Err(e),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The lock stayed held by someone else for the whole `wait`.
+    #[error(
+        "timed out after {waited:?} waiting for lock {name:?}: another holder kept it; \
+         wait longer (.wait()) or check who holds it (`leasehold status {name}`)"
+    )]
+    Timeout {
+        /// The lock name.
+        name: String,
+        /// How long the caller waited.
+        waited: Duration,
+    },
+
+    /// The lease is gone: it expired or another owner holds the lock now.
+    ///
+    /// Whatever the holder did since it was lost may have overlapped with
+    /// another holder; fencing tokens are how a resource rejects such writes.
+    #[error(
+        "the lease on lock {name:?} was lost (it expired or another owner took it); \
+         work done since may overlap another holder: protect the resource with the fencing token"
+    )]
+    Lost {
+        /// The lock name.
+        name: String,
+    },
+
+    /// The token does not own the lock: someone else holds it.
+    #[error(
+        "this token does not own lock {name:?} (another owner holds it); \
+         nothing was changed"
+    )]
+    NotOwner {
+        /// The lock name.
+        name: String,
+    },
+
+    /// Fewer nodes than a quorum answered in time (Redlock).
+    #[error(
+        "quorum not reached: {acquired} of the {needed} nodes needed agreed; \
+         check that a majority of the Redis nodes is reachable"
+    )]
+    QuorumNotReached {
+        /// Nodes that agreed.
+        acquired: usize,
+        /// Nodes needed for a quorum.
+        needed: usize,
+    },
+
+    /// An argument is out of range or malformed; nothing was sent to Redis.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// A key the lock needs already holds a value of another type.
+    ///
+    /// leasehold leaves such a key untouched.
+    #[error(
+        "key {key:?} already holds a value of another type (not written by this kind of lock); \
+         it was left untouched: use another lock name or key prefix"
+    )]
+    WrongType {
+        /// The Redis key.
+        key: String,
+    },
+
+    /// The Redis server could not be reached (refused, timed out or dropped).
+    #[error(
+        "cannot reach Redis at {addr}: {source}; check that the server runs \
+         and the URL (--url / LEASEHOLD_URL) is right"
+    )]
+    Unreachable {
+        /// The address that was tried.
+        addr: String,
+        /// The underlying error.
+        #[source]
+        source: redis::RedisError,
+    },
+
+    /// Redis refused the credentials or the user lacks a permission.
+    #[error(
+        "Redis refused access: {source}; check the user and password in the URL \
+         and the user's ACL rules (see the README for the least-privilege ACL)"
+    )]
+    Auth {
+        /// The underlying error.
+        #[source]
+        source: redis::RedisError,
+    },
+
+    /// The server lacks something leasehold needs (for example Redis < 7).
+    #[error("unsupported server: {0}")]
+    Unsupported(String),
+
+    /// Any other error reported by Redis or the connection.
+    #[error("Redis error: {0}")]
+    Redis(#[source] redis::RedisError),
+}
+
+/// Shorthand for `Result<T, leasehold::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Maps a driver error to the specific variant it stands for.
+    ///
+    /// `key` names the key the failed command touched, for `WrongType`.
+    pub(crate) fn from_redis(err: redis::RedisError, addr: &str, key: &str) -> Error {
+        match err.code() {
+            Some("WRONGTYPE") => {
+                return Error::WrongType {
+                    key: key.to_owned(),
+                };
+            }
+            Some("NOAUTH" | "WRONGPASS" | "NOPERM") => return Error::Auth { source: err },
+            _ => {}
+        }
+        if err.kind() == redis::ErrorKind::AuthenticationFailed {
+            return Error::Auth { source: err };
+        }
+        if err.is_io_error()
+            || err.is_timeout()
+            || err.is_connection_refusal()
+            || err.is_connection_dropped()
+        {
+            return Error::Unreachable {
+                addr: addr.to_owned(),
+                source: err,
+            };
+        }
+        Error::Redis(err)
+    }
+
+    /// True for errors that a retry may cure (connection trouble, timeouts).
+    pub(crate) fn is_transient(&self) -> bool {
+        matches!(self, Error::Unreachable { .. })
+    }
+}

@@ -1,0 +1,204 @@
+//! Release events: one shared subscription per client, however many tasks wait.
+//!
+//! Waiters register interest in a lock's channel and get a [`Subscription`]
+//! with a [`Notify`]. A release message wakes one waiter of that lock in
+//! this client (`notify_one`, FIFO); the woken waiter retries, and if it
+//! loses the race it goes back to sleep without waking anyone else. A
+//! reconnect wakes every waiter, since messages may have been missed.
+//!
+//! The server-side SUBSCRIBE/UNSUBSCRIBE calls are made by one task in
+//! order, so they never overtake each other. Channels stay subscribed for a
+//! while after their last waiter leaves, so a hot lock does not pay a
+//! SUBSCRIBE and UNSUBSCRIBE per contended acquisition.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use redis::{PushInfo, PushKind, Value};
+use tokio::sync::{Notify, mpsc, oneshot};
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+
+/// How long a channel stays subscribed after its last waiter left.
+const LINGER: Duration = Duration::from_secs(5);
+
+#[derive(Default)]
+pub(crate) struct Shared {
+    channels: Mutex<HashMap<String, Entry>>,
+}
+
+struct Entry {
+    refs: usize,
+    notify: Arc<Notify>,
+    /// The server confirmed the subscription (set by the task).
+    subscribed: bool,
+    idle_since: Instant,
+}
+
+impl Shared {
+    fn channels(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
+        // A panic while holding this lock cannot leave the map inconsistent
+        // (every update is a single insert or field write), so go on.
+        self.channels.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Routes a push frame from the connection to the waiters it concerns.
+    /// Runs on the connection's task, so it only takes a lock and notifies.
+    pub(crate) fn on_push(&self, info: PushInfo) {
+        match info.kind {
+            PushKind::Message => {
+                let Some(Value::BulkString(channel)) = info.data.first() else {
+                    return;
+                };
+                let Ok(channel) = std::str::from_utf8(channel) else {
+                    return;
+                };
+                if let Some(entry) = self.channels().get(channel) {
+                    entry.notify.notify_one();
+                }
+            }
+            PushKind::Disconnection => {
+                tracing::debug!("connection to Redis dropped; waking every waiter to retry");
+                for entry in self.channels().values() {
+                    entry.notify.notify_waiters();
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The client's registry of subscriptions.
+#[derive(Clone)]
+pub(crate) struct Events {
+    shared: Arc<Shared>,
+    tx: mpsc::UnboundedSender<Ensure>,
+}
+
+struct Ensure {
+    channel: String,
+    done: oneshot::Sender<Result<()>>,
+}
+
+impl Events {
+    /// Starts the subscription task on `backend`, whose push frames must be
+    /// routed to `shared.on_push`.
+    pub(crate) fn start(shared: Arc<Shared>, backend: Backend) -> Events {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(Arc::clone(&shared), backend, rx));
+        Events { shared, tx }
+    }
+
+    /// Registers interest in `channel` and returns once the server confirmed
+    /// the subscription, so no release published after this returns is missed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the registration; the channel is
+    /// unsubscribed later if nobody else uses it.
+    pub(crate) async fn subscribe(&self, channel: &str) -> Result<Subscription> {
+        let (notify, subscribed) = {
+            let mut channels = self.shared.channels();
+            let entry = channels.entry(channel.to_owned()).or_insert_with(|| Entry {
+                refs: 0,
+                notify: Arc::new(Notify::new()),
+                subscribed: false,
+                idle_since: Instant::now(),
+            });
+            entry.refs += 1;
+            (Arc::clone(&entry.notify), entry.subscribed)
+        };
+        let subscription = Subscription {
+            shared: Arc::clone(&self.shared),
+            channel: channel.to_owned(),
+            notify,
+        };
+        if !subscribed {
+            let (done, confirmed) = oneshot::channel();
+            let shut_down = || Error::InvalidArgument("the client was shut down".into());
+            self.tx
+                .send(Ensure {
+                    channel: channel.to_owned(),
+                    done,
+                })
+                .map_err(|_| shut_down())?;
+            confirmed.await.map_err(|_| shut_down())??;
+        }
+        Ok(subscription)
+    }
+}
+
+/// Interest in one lock's release events; dropping it ends the interest.
+pub(crate) struct Subscription {
+    shared: Arc<Shared>,
+    channel: String,
+    notify: Arc<Notify>,
+}
+
+impl Subscription {
+    /// Woken once per release event (one waiter per event).
+    pub(crate) fn notify(&self) -> Arc<Notify> {
+        Arc::clone(&self.notify)
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if let Some(entry) = self.shared.channels().get_mut(&self.channel) {
+            entry.refs -= 1;
+            if entry.refs == 0 {
+                entry.idle_since = Instant::now();
+            }
+        }
+    }
+}
+
+/// Makes the server's subscriptions follow the registry, one call at a time.
+async fn run(shared: Arc<Shared>, backend: Backend, mut rx: mpsc::UnboundedReceiver<Ensure>) {
+    let mut on_server: HashSet<String> = HashSet::new();
+    let mut sweep = tokio::time::interval(LINGER / 2);
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            request = rx.recv() => {
+                let Some(Ensure { channel, done }) = request else { return };
+                let result = if on_server.contains(&channel) {
+                    Ok(())
+                } else {
+                    backend.subscribe(&channel).await
+                };
+                if result.is_ok() {
+                    on_server.insert(channel.clone());
+                    if let Some(entry) = shared.channels().get_mut(&channel) {
+                        entry.subscribed = true;
+                    }
+                }
+                let _ = done.send(result);
+            }
+            _ = sweep.tick() => {
+                let idle: Vec<String> = {
+                    let mut channels = shared.channels();
+                    on_server
+                        .iter()
+                        .filter(|ch| match channels.get(ch.as_str()) {
+                            None => true,
+                            Some(e) => e.refs == 0 && e.idle_since.elapsed() >= LINGER,
+                        })
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .into_iter()
+                        .inspect(|ch| { channels.remove(ch); })
+                        .collect()
+                };
+                for channel in idle {
+                    match backend.unsubscribe(&channel).await {
+                        Ok(()) => { on_server.remove(&channel); }
+                        Err(e) => tracing::debug!(%channel, error = %e, "unsubscribe failed; will retry"),
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! Key and channel names. Pure: no I/O.
+//!
+//! Every key and channel of one lock is `<prefix>:{<tag>}...`, so they share
+//! one cluster hash tag and every script touches one slot. The tag is the
+//! lock name itself when the name holds no `{` or `}`; otherwise it is a
+//! hash of the name and the name follows the tag, so distinct names never
+//! share a key.
+
+use crate::error::{Error, Result};
+
+/// Longest accepted lock name, in bytes.
+pub(crate) const MAX_NAME_LEN: usize = 512;
+/// Longest accepted key prefix, in bytes.
+pub(crate) const MAX_PREFIX_LEN: usize = 128;
+
+/// Checks a lock name: non-empty and at most [`MAX_NAME_LEN`] bytes.
+pub(crate) fn validate_name(name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::InvalidArgument(
+            "lock name is empty: give every lock a name, e.g. \"orders:42\"".into(),
+        ));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(Error::InvalidArgument(format!(
+            "lock name is {} bytes long, over the limit of {MAX_NAME_LEN}: use a shorter name \
+             (for example a hash of the long one)",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a key prefix: non-empty, short, and without `{`, `}` or whitespace,
+/// which would change which part of a key Redis Cluster hashes.
+pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
+    if prefix.is_empty() || prefix.len() > MAX_PREFIX_LEN {
+        return Err(Error::InvalidArgument(format!(
+            "key prefix must be 1 to {MAX_PREFIX_LEN} bytes, got {}",
+            prefix.len()
+        )));
+    }
+    if prefix.contains(['{', '}']) || prefix.contains(char::is_whitespace) {
+        return Err(Error::InvalidArgument(format!(
+            "key prefix {prefix:?} must not contain braces or whitespace"
+        )));
+    }
+    Ok(())
+}
+
+/// The keys and channel of one lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LockKeys {
+    /// The lease itself (a string holding the owner token).
+    pub(crate) lock: String,
+    /// The last fencing token issued for this name.
+    pub(crate) fence: String,
+    /// Where releases are published.
+    pub(crate) channel: String,
+}
+
+impl LockKeys {
+    /// Builds the keys of lock `name` under `prefix`; both must be valid.
+    pub(crate) fn new(prefix: &str, name: &str) -> LockKeys {
+        let base = base(prefix, name);
+        LockKeys {
+            lock: format!("{base}:lock"),
+            fence: format!("{base}:fence"),
+            channel: format!("{base}:released"),
+        }
+    }
+}
+
+/// `<prefix>:{<name>}`, or `<prefix>:{#<hash>}<name>` for names with braces.
+fn base(prefix: &str, name: &str) -> String {
+    if name.contains(['{', '}']) {
+        format!("{prefix}:{{#{:016x}}}{name}", fnv1a64(name.as_bytes()))
+    } else {
+        format!("{prefix}:{{{name}}}")
+    }
+}
+
+/// FNV-1a, 64 bit. Only needs to be stable across clients and releases:
+/// a collision merely puts two locks in one slot, their keys still differ.
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The part of a key Redis Cluster hashes (its rule, written out).
+    fn hashed_part(key: &str) -> &str {
+        if let Some(open) = key.find('{')
+            && let Some(len) = key[open + 1..].find('}')
+            && len > 0
+        {
+            return &key[open + 1..open + 1 + len];
+        }
+        key
+    }
+
+    #[test]
+    fn plain_names_are_their_own_tag() {
+        let k = LockKeys::new("leasehold", "orders:42");
+        assert_eq!(k.lock, "leasehold:{orders:42}:lock");
+        assert_eq!(k.fence, "leasehold:{orders:42}:fence");
+        assert_eq!(k.channel, "leasehold:{orders:42}:released");
+    }
+
+    #[test]
+    fn bad_names_and_prefixes_are_refused() {
+        assert!(validate_name("").is_err());
+        assert!(validate_name(&"x".repeat(MAX_NAME_LEN)).is_ok());
+        assert!(validate_name(&"x".repeat(MAX_NAME_LEN + 1)).is_err());
+        assert!(validate_prefix("").is_err());
+        assert!(validate_prefix("a{b").is_err());
+        assert!(validate_prefix("a b").is_err());
+        assert!(validate_prefix("myapp").is_ok());
+    }
+
+    proptest! {
+        #[test]
+        fn every_key_of_a_lock_hashes_to_one_slot(name in "\\PC{1,64}|[{}a-z]{1,12}") {
+            let k = LockKeys::new("leasehold", &name);
+            let tag = hashed_part(&k.lock);
+            prop_assert!(!tag.is_empty());
+            prop_assert_ne!(tag, k.lock.as_str());
+            prop_assert_eq!(hashed_part(&k.fence), tag);
+            prop_assert_eq!(hashed_part(&k.channel), tag);
+            prop_assert!(k.lock.starts_with("leasehold:"));
+            prop_assert!(k.channel.starts_with("leasehold:"));
+        }
+
+        #[test]
+        fn distinct_names_never_share_a_key(a in "[{}a-c:]{1,8}", b in "[{}a-c:]{1,8}") {
+            prop_assume!(a != b);
+            prop_assert_ne!(LockKeys::new("p", &a).lock, LockKeys::new("p", &b).lock);
+        }
+    }
+}

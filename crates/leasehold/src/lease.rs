@@ -1,0 +1,143 @@
+//! What a guard and the watchdog share about one held lease.
+//!
+//! The client's view of validity uses only the monotonic clock, measured
+//! from the moment a command was *sent*: `valid_until = t_send + ttl - drift`.
+//! Redis keeps the real expiry; this view is always the shorter of the two.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use crate::key::LockKeys;
+use crate::token::Token;
+
+/// Allowance for clock rate differences between client and server.
+pub(crate) fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// The end of the validity of a lease of `ttl` whose command was sent at `sent`.
+pub(crate) fn valid_until(sent: Instant, ttl: Duration) -> Instant {
+    sent + ttl.saturating_sub(drift(ttl))
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// One held lease.
+pub(crate) struct Lease {
+    pub(crate) id: u64,
+    pub(crate) name: String,
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) token: Token,
+    timing: Mutex<Timing>,
+    lost: AtomicBool,
+    lost_notify: Notify,
+}
+
+#[derive(Clone, Copy)]
+struct Timing {
+    ttl: Duration,
+    valid_until: Instant,
+    /// Bumped by every explicit extend, so a renewal sent before it cannot
+    /// overwrite the validity the extend set.
+    generation: u64,
+}
+
+/// The state of a lease's timing at one moment, for a renewal.
+#[derive(Clone, Copy)]
+pub(crate) struct Snapshot {
+    pub(crate) ttl: Duration,
+    pub(crate) valid_until: Instant,
+    pub(crate) generation: u64,
+}
+
+impl Lease {
+    pub(crate) fn new(
+        name: String,
+        keys: Arc<LockKeys>,
+        token: Token,
+        ttl: Duration,
+        sent: Instant,
+    ) -> Lease {
+        Lease {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            name,
+            keys,
+            token,
+            timing: Mutex::new(Timing {
+                ttl,
+                valid_until: valid_until(sent, ttl),
+                generation: 0,
+            }),
+            lost: AtomicBool::new(false),
+            lost_notify: Notify::new(),
+        }
+    }
+
+    fn timing(&self) -> MutexGuard<'_, Timing> {
+        // Every update is a plain field write; a poisoned lock holds valid data.
+        self.timing.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        let t = *self.timing();
+        Snapshot {
+            ttl: t.ttl,
+            valid_until: t.valid_until,
+            generation: t.generation,
+        }
+    }
+
+    /// A renewal sent at `sent` with the timing of `at` succeeded.
+    pub(crate) fn renewed(&self, sent: Instant, at: Snapshot) {
+        let mut t = self.timing();
+        if t.generation == at.generation {
+            t.valid_until = t.valid_until.max(valid_until(sent, at.ttl));
+        }
+    }
+
+    /// An explicit extend to `ttl`, sent at `sent`, succeeded.
+    pub(crate) fn extended(&self, sent: Instant, ttl: Duration) {
+        let mut t = self.timing();
+        t.ttl = ttl;
+        t.valid_until = valid_until(sent, ttl);
+        t.generation += 1;
+    }
+
+    /// True once the lease may have expired or was taken.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire) || Instant::now() >= self.timing().valid_until
+    }
+
+    /// Records that the lease is gone and wakes everyone in [`Lease::lost`].
+    pub(crate) fn mark_lost(&self) {
+        if !self.lost.swap(true, Ordering::AcqRel) {
+            tracing::warn!(lock = %self.name, token = ?self.token, "lease lost");
+        }
+        self.lost_notify.notify_waiters();
+    }
+
+    /// Resolves once the lease is lost: taken by another owner, or not
+    /// renewed before its validity ran out.
+    pub(crate) async fn lost(&self) {
+        loop {
+            let notified = self.lost_notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.lost.load(Ordering::Acquire) {
+                return;
+            }
+            let until = self.timing().valid_until;
+            if Instant::now() >= until {
+                self.mark_lost();
+                return;
+            }
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep_until(until.into()) => {}
+            }
+        }
+    }
+}

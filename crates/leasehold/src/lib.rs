@@ -1,0 +1,57 @@
+//! Distributed locks on Redis: leases with fencing tokens, watchdog renewal
+//! and event-driven waiting.
+//!
+//! # Primitives
+//!
+//! - [`Lock`]: a lease lock, one owner at a time (`SET NX PX` done right:
+//!   owner-checked release and extend, fencing tokens, automatic renewal).
+//!
+//! # Which lock should you use?
+//!
+//! Use [`Lock`] to keep a critical section to one process at a time across
+//! hosts. Hold the guard for the whole section; the client's watchdog renews
+//! the lease every `ttl / 3` while the guard lives.
+//!
+//! What no lease can promise: a process that is paused (GC, SIGSTOP, a
+//! swapped-out VM) longer than its TTL can wake up still *believing* it holds
+//! the lock while another process holds it. [`LockGuard::is_lost`] and
+//! [`LockGuard::lost`] tell you as soon as the client can know, but a write
+//! already in flight cannot be recalled. That is what **fencing tokens** are
+//! for: every acquisition gets a [`LockGuard::fence`] strictly greater than
+//! every earlier one for that name; pass it to the resource and have the
+//! resource reject writes with a lower fence than it has seen.
+//!
+//! Fences keep increasing across release, expiry and a restart of Redis
+//! without persistence, because they are `max(last + 1, server time in µs)`.
+//! They can repeat or go back if the Redis server's clock goes back, or
+//! after a failover to a replica whose clock is behind.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use leasehold::Client;
+//!
+//! # async fn run() -> Result<(), leasehold::Error> {
+//! let client = Client::connect("redis://127.0.0.1:6379").await?;
+//! let lock = client.lock("orders:42").ttl(Duration::from_secs(30)).wait(Duration::from_secs(5));
+//! let guard = lock.acquire().await?;
+//! // ... write to the resource, passing guard.fence() ...
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+
+mod backend;
+mod client;
+mod error;
+mod events;
+mod key;
+mod lease;
+mod lock;
+mod scripts;
+mod token;
+mod watchdog;
+
+pub use client::{Client, ClientBuilder, DEFAULT_PREFIX};
+pub use error::{Error, Result};
+pub use lock::{DEFAULT_TTL, DEFAULT_WAIT, Lock, LockGuard};

@@ -1,0 +1,154 @@
+//! Server-side operations: one `.lua` file each, one typed caller each.
+//!
+//! Scripts are constants; every variable goes through KEYS and ARGV, and all
+//! keys of one call share one hash tag. Primitives call these functions and
+//! never build Redis commands themselves.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Script;
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::key::LockKeys;
+
+static LOCK_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lock_acquire.lua")));
+static LOCK_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lock_release.lua")));
+static LOCK_EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lock_extend.lua")));
+
+/// How long the fence key outlives its last acquisition. After it expires
+/// the server clock alone keeps fences increasing.
+const FENCE_KEY_TTL: Duration = Duration::from_secs(3600);
+
+/// Reply of [`lock_acquire`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Acquire {
+    /// The caller holds the lease, with this fencing token.
+    Acquired {
+        /// The fencing token.
+        fence: u64,
+    },
+    /// Another owner holds it.
+    Held {
+        /// The holder's remaining lease, if the key has an expiry.
+        remaining: Option<Duration>,
+    },
+}
+
+/// Outcome of an owner-checked change to one lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Owned {
+    /// The change was made: the caller owned the lease.
+    Done,
+    /// No lease exists (it expired or was released).
+    Missing,
+    /// Another owner holds the lease; nothing was changed.
+    OtherOwner,
+}
+
+impl Owned {
+    fn from_code(code: i64) -> Owned {
+        match code {
+            1 => Owned::Done,
+            0 => Owned::Missing,
+            _ => Owned::OtherOwner,
+        }
+    }
+}
+
+/// Takes the lease `keys.lock` for `token` if it is free or already
+/// `token`'s, issuing a new fencing token.
+pub(crate) async fn lock_acquire(
+    backend: &Backend,
+    keys: &LockKeys,
+    token: &str,
+    ttl: Duration,
+) -> Result<Acquire> {
+    let fence_ttl = FENCE_KEY_TTL.max(ttl * 2);
+    let reply = backend
+        .invoke(
+            LOCK_ACQUIRE
+                .key(&keys.lock)
+                .key(&keys.fence)
+                .arg(token)
+                .arg(millis(ttl))
+                .arg(millis(fence_ttl)),
+            &keys.lock,
+        )
+        .await;
+    let (acquired, value): (i64, i64) = match reply {
+        Err(Error::WrongType { .. }) => return Err(which_wrong_type(backend, keys).await),
+        other => other?,
+    };
+    Ok(if acquired == 1 {
+        Acquire::Acquired {
+            fence: u64::try_from(value).unwrap_or(0),
+        }
+    } else {
+        Acquire::Held {
+            remaining: u64::try_from(value).ok().map(Duration::from_millis),
+        }
+    })
+}
+
+/// Deletes the lease if `token` owns it and publishes a release event.
+pub(crate) async fn lock_release(backend: &Backend, keys: &LockKeys, token: &str) -> Result<Owned> {
+    let code: i64 = backend
+        .invoke(
+            LOCK_RELEASE.key(&keys.lock).key(&keys.channel).arg(token),
+            &keys.lock,
+        )
+        .await?;
+    Ok(Owned::from_code(code))
+}
+
+/// One lease for [`lock_extend`]: its key, owner token and new TTL.
+pub(crate) struct Extension<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) token: &'a str,
+    pub(crate) ttl: Duration,
+}
+
+/// Resets the expiry of each lease still owned by its token, in one call.
+/// All keys must share one hash slot when the server is a cluster.
+pub(crate) async fn lock_extend(backend: &Backend, leases: &[Extension<'_>]) -> Result<Vec<Owned>> {
+    if leases.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut invocation = LOCK_EXTEND.prepare_invoke();
+    for lease in leases {
+        invocation
+            .key(lease.key)
+            .arg(lease.token)
+            .arg(millis(lease.ttl));
+    }
+    let codes: Vec<i64> = backend.invoke(&invocation, leases[0].key).await?;
+    if codes.len() != leases.len() {
+        return Err(Error::Unsupported(format!(
+            "lock_extend returned {} results for {} leases",
+            codes.len(),
+            leases.len()
+        )));
+    }
+    Ok(codes.into_iter().map(Owned::from_code).collect())
+}
+
+/// Whole milliseconds, at least 1 (Redis refuses `PX 0`).
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// The acquire script reads two keys; find out which one has the wrong type
+/// (only on this error path, so the hot path stays one call).
+async fn which_wrong_type(backend: &Backend, keys: &LockKeys) -> Error {
+    let lock_type: Result<String> = backend.query(redis::cmd("TYPE").arg(&keys.lock), "").await;
+    let key = match lock_type.as_deref() {
+        Ok("string" | "none") => &keys.fence,
+        _ => &keys.lock,
+    };
+    Error::WrongType { key: key.clone() }
+}

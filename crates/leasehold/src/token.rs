@@ -1,0 +1,70 @@
+//! Owner tokens: the capability that proves who holds a lease.
+
+use std::fmt;
+
+/// A random owner token: 128 bits from the operating system's random source,
+/// written as 32 lowercase hex digits.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Token(String);
+
+impl Token {
+    /// Draws a fresh token from the OS random source.
+    ///
+    /// # Panics
+    ///
+    /// If the OS random source fails, which leaves no safe way to make tokens.
+    pub(crate) fn random() -> Token {
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes)
+            .expect("the OS random source failed; cannot create owner tokens");
+        Token(hex(&bytes))
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[usize::from(b >> 4)] as char);
+        out.push(DIGITS[usize::from(b & 0xf)] as char);
+    }
+    out
+}
+
+/// Shows only a prefix: a whole token in a log is a capability handed out.
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}…", redact(&self.0))
+    }
+}
+
+/// The first 8 characters of a token, safe to log.
+pub(crate) fn redact(token: &str) -> &str {
+    token.get(..8).unwrap_or(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_128_bit_hex_and_distinct() {
+        let a = Token::random();
+        let b = Token::random();
+        assert_eq!(a.as_str().len(), 32);
+        assert!(a.as_str().bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn debug_does_not_show_the_whole_token() {
+        let t = Token::random();
+        let shown = format!("{t:?}");
+        assert!(!shown.contains(t.as_str()));
+        assert!(shown.starts_with(&t.as_str()[..8]));
+    }
+}

@@ -1,0 +1,211 @@
+//! Renewal shared by every primitive: one task per client.
+//!
+//! Each held lease is renewed at a third of its TTL. Leases due at about
+//! the same time are renewed together by one script call. A renewal that
+//! finds the lease missing or held by another owner marks it lost at once;
+//! one that cannot reach Redis is retried until the lease's `valid_until`,
+//! and then the lease is marked lost.
+//!
+//! The task also performs the releases of dropped guards, so `Drop` never
+//! blocks and never needs a runtime of its own.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+
+use crate::backend::Backend;
+use crate::key::LockKeys;
+use crate::lease::{Lease, Snapshot};
+use crate::scripts::{self, Extension, Owned};
+use crate::token::Token;
+
+/// Leases due within this much of each other share one renewal call.
+const COALESCE: Duration = Duration::from_millis(20);
+/// Most leases renewed by one script call.
+const MAX_BATCH: usize = 512;
+
+enum Command {
+    /// Renew this lease (again: its TTL may have changed).
+    Track(Arc<Lease>),
+    /// Stop renewing.
+    Untrack(u64),
+    /// Release a lease in the background, owner-checked.
+    Release { keys: Arc<LockKeys>, token: Token },
+}
+
+/// Handle to the client's watchdog task. The task ends when every handle is dropped.
+#[derive(Clone)]
+pub(crate) struct Watchdog {
+    tx: mpsc::UnboundedSender<Command>,
+}
+
+impl Watchdog {
+    pub(crate) fn start(backend: Backend) -> Watchdog {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(backend, rx));
+        Watchdog { tx }
+    }
+
+    // Sends below ignore a closed channel: the task only ends with the
+    // client, and then Redis expires the leases by their TTL.
+
+    /// Starts (or reschedules) renewal of `lease`.
+    pub(crate) fn track(&self, lease: Arc<Lease>) {
+        let _ = self.tx.send(Command::Track(lease));
+    }
+
+    /// Stops renewing the lease with this id.
+    pub(crate) fn untrack(&self, id: u64) {
+        let _ = self.tx.send(Command::Untrack(id));
+    }
+
+    /// Releases in the background; never blocks.
+    pub(crate) fn release(&self, keys: Arc<LockKeys>, token: Token) {
+        let _ = self.tx.send(Command::Release { keys, token });
+    }
+}
+
+struct Tracked {
+    lease: Arc<Lease>,
+    due: Instant,
+}
+
+struct State {
+    backend: Backend,
+    leases: HashMap<u64, Tracked>,
+    queue: BTreeMap<(Instant, u64), ()>,
+}
+
+async fn run(backend: Backend, mut rx: mpsc::UnboundedReceiver<Command>) {
+    let mut state = State {
+        backend,
+        leases: HashMap::new(),
+        queue: BTreeMap::new(),
+    };
+    loop {
+        let next = state.queue.first_key_value().map(|((due, _), ())| *due);
+        tokio::select! {
+            command = rx.recv() => match command {
+                Some(command) => state.handle(command).await,
+                None => return,
+            },
+            () = sleep_until(next), if next.is_some() => state.renew_due().await,
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    if let Some(at) = at {
+        tokio::time::sleep_until(at.into()).await;
+    }
+}
+
+/// How soon to retry a renewal that failed to reach Redis.
+fn retry_delay(ttl: Duration) -> Duration {
+    (ttl / 10).clamp(Duration::from_millis(5), Duration::from_millis(500))
+}
+
+impl State {
+    async fn handle(&mut self, command: Command) {
+        match command {
+            Command::Track(lease) => {
+                let due = Instant::now() + lease.snapshot().ttl / 3;
+                self.schedule(lease, due);
+            }
+            Command::Untrack(id) => self.untrack(id),
+            Command::Release { keys, token } => {
+                if let Err(e) = scripts::lock_release(&self.backend, &keys, token.as_str()).await {
+                    tracing::warn!(key = %keys.lock, error = %e,
+                        "background release failed; the lease will expire by its TTL");
+                }
+            }
+        }
+    }
+
+    fn schedule(&mut self, lease: Arc<Lease>, due: Instant) {
+        let id = lease.id;
+        if let Some(old) = self.leases.insert(id, Tracked { lease, due }) {
+            self.queue.remove(&(old.due, id));
+        }
+        self.queue.insert((due, id), ());
+    }
+
+    fn untrack(&mut self, id: u64) {
+        if let Some(old) = self.leases.remove(&id) {
+            self.queue.remove(&(old.due, id));
+        }
+    }
+
+    /// Renews every lease that is due (or nearly due) now.
+    async fn renew_due(&mut self) {
+        let now = Instant::now();
+        let mut due: Vec<(Arc<Lease>, Snapshot)> = Vec::new();
+        let horizon = now + COALESCE;
+        let candidates: Vec<(Instant, u64)> = self
+            .queue
+            .range(..=(horizon, u64::MAX))
+            .map(|(k, ())| *k)
+            .collect();
+        for (at, id) in candidates {
+            let Some(tracked) = self.leases.get(&id) else {
+                continue;
+            };
+            let snapshot = tracked.lease.snapshot();
+            // Renew early only by a small part of the period.
+            if at > now + COALESCE.min(snapshot.ttl / 12) {
+                continue;
+            }
+            let lease = Arc::clone(&tracked.lease);
+            self.untrack(id);
+            if lease.is_lost() {
+                lease.mark_lost();
+                continue;
+            }
+            due.push((lease, snapshot));
+        }
+        for batch in due.chunks(MAX_BATCH) {
+            self.renew(batch).await;
+        }
+    }
+
+    async fn renew(&mut self, batch: &[(Arc<Lease>, Snapshot)]) {
+        let extensions: Vec<Extension<'_>> = batch
+            .iter()
+            .map(|(lease, snap)| Extension {
+                key: &lease.keys.lock,
+                token: lease.token.as_str(),
+                ttl: snap.ttl,
+            })
+            .collect();
+        let sent = Instant::now();
+        let outcome = scripts::lock_extend(&self.backend, &extensions).await;
+        let now = Instant::now();
+        match outcome {
+            Ok(results) => {
+                for ((lease, snap), result) in batch.iter().zip(results) {
+                    if result == Owned::Done {
+                        lease.renewed(sent, *snap);
+                        self.schedule(Arc::clone(lease), sent + snap.ttl / 3);
+                    } else {
+                        lease.mark_lost();
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, leases = batch.len(),
+                    "renewal failed; retrying until the leases' validity runs out");
+                for (lease, snap) in batch {
+                    let valid_until = lease.snapshot().valid_until;
+                    if now >= valid_until {
+                        lease.mark_lost();
+                    } else {
+                        let retry = (now + retry_delay(snap.ttl)).min(valid_until);
+                        self.schedule(Arc::clone(lease), retry);
+                    }
+                }
+            }
+        }
+    }
+}

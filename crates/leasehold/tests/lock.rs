@@ -1,0 +1,496 @@
+//! The lease lock against real redis-server processes.
+
+use std::time::{Duration, Instant};
+
+use leasehold::{Client, Error};
+use leasehold_testkit::RedisServer;
+use redis::Commands;
+
+async fn client(server: &RedisServer) -> Client {
+    Client::connect(&server.url())
+        .await
+        .expect("connect to the test server")
+}
+
+fn exists(server: &RedisServer, key: &str) -> bool {
+    server.connection().exists(key).expect("EXISTS")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_tasks_on_four_clients_count_exactly() {
+    let server = RedisServer::start();
+    let mut tasks = Vec::new();
+    for c in 0..4 {
+        let client = client(&server).await;
+        let redis = redis::Client::open(server.url()).unwrap();
+        for _ in 0..4 {
+            let client = client.clone();
+            let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
+            tasks.push(tokio::spawn(async move {
+                let lock = client.lock("counter").wait(Duration::from_secs(120));
+                for _ in 0..200 {
+                    let guard = lock.acquire().await.expect("acquire");
+                    // Non-atomic read-modify-write: loses updates without the lock.
+                    let value: u64 = redis::cmd("GET")
+                        .arg("resource")
+                        .query_async::<Option<u64>>(&mut conn)
+                        .await
+                        .unwrap()
+                        .unwrap_or(0);
+                    tokio::task::yield_now().await;
+                    let _: () = redis::cmd("SET")
+                        .arg("resource")
+                        .arg(value + 1)
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    guard.release().await.expect("release");
+                }
+                c
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let total: u64 = server.connection().get("resource").unwrap();
+    assert_eq!(total, 3200);
+}
+
+#[tokio::test]
+async fn release_and_extend_by_another_token_change_nothing() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.lock("orders:42");
+    let guard = lock.acquire().await.unwrap();
+    let other = "0123456789abcdef0123456789abcdef";
+    assert!(matches!(
+        lock.release_by_token(other).await,
+        Err(Error::NotOwner { .. })
+    ));
+    assert!(matches!(
+        lock.extend_by_token(other, Duration::from_secs(60)).await,
+        Err(Error::NotOwner { .. })
+    ));
+    let holder: String = server
+        .connection()
+        .get("leasehold:{orders:42}:lock")
+        .unwrap();
+    assert_eq!(holder, guard.token());
+    let ttl: i64 = server
+        .connection()
+        .pttl("leasehold:{orders:42}:lock")
+        .unwrap();
+    assert!(
+        ttl > 0 && ttl <= 30_000,
+        "the other token's extend must not change the TTL: {ttl}"
+    );
+    guard.release().await.unwrap();
+    assert!(matches!(
+        lock.release_by_token(other).await,
+        Err(Error::Lost { .. })
+    ));
+    assert!(matches!(
+        lock.extend_by_token(other, Duration::from_secs(1)).await,
+        Err(Error::Lost { .. })
+    ));
+}
+
+#[tokio::test]
+async fn release_twice_and_release_after_expiry_report_lost() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.lock("twice");
+    let guard = lock.acquire().await.unwrap();
+    let token = guard.token().to_owned();
+    lock.release_by_token(&token).await.unwrap();
+    assert!(matches!(
+        lock.release_by_token(&token).await,
+        Err(Error::Lost { .. })
+    ));
+    assert!(matches!(guard.release().await, Err(Error::Lost { .. })));
+
+    let short = lock.clone().ttl(Duration::from_millis(100)).watchdog(false);
+    let guard = short.acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert!(guard.is_lost());
+    assert!(matches!(
+        guard.extend(Duration::from_secs(1)).await,
+        Err(Error::Lost { .. })
+    ));
+    assert!(matches!(guard.release().await, Err(Error::Lost { .. })));
+}
+
+#[tokio::test]
+async fn extend_moves_the_expiry_and_fails_once_taken() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client
+        .lock("ext")
+        .ttl(Duration::from_secs(2))
+        .watchdog(false);
+    let guard = lock.acquire().await.unwrap();
+    guard.extend(Duration::from_secs(60)).await.unwrap();
+    let ttl: i64 = server.connection().pttl("leasehold:{ext}:lock").unwrap();
+    assert!(ttl > 50_000, "extend to 60 s left a TTL of {ttl} ms");
+    // Someone else takes it after the key vanished.
+    let _: () = server.connection().del("leasehold:{ext}:lock").unwrap();
+    let thief = lock
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free after the delete");
+    assert!(matches!(
+        guard.extend(Duration::from_secs(5)).await,
+        Err(Error::Lost { .. })
+    ));
+    assert!(guard.is_lost());
+    assert!(thief.fence() > guard.fence());
+    thief.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_holder_that_stops_renewing_loses_the_lock_and_fences_keep_rising() {
+    let mut server = RedisServer::start();
+    let client = client(&server).await;
+    let ttl = Duration::from_millis(300);
+    let lock = client.lock("job").ttl(ttl).wait(Duration::from_secs(5));
+    let first = lock.clone().watchdog(false).acquire().await.unwrap();
+    let started = Instant::now();
+    let second = lock.acquire().await.unwrap();
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(200),
+        "took over a live lease after {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_secs(2),
+        "expiry hand-over took {waited:?}"
+    );
+    assert!(first.is_lost());
+    assert!(second.fence() > first.fence());
+    let before_restart = second.fence();
+    drop(second);
+    drop(first);
+
+    server.restart_without_persistence();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let third = client.lock("job").acquire().await.unwrap();
+    assert!(
+        third.fence() > before_restart,
+        "fence {} after a restart without persistence is not above {before_restart}",
+        third.fence()
+    );
+    let fourth_lock = client.lock("job");
+    third.release().await.unwrap();
+    // The fence key expired or was deleted: the server clock still orders them.
+    let _: () = server.connection().del("leasehold:{job}:fence").unwrap();
+    let fourth = fourth_lock.acquire().await.unwrap();
+    assert!(fourth.fence() > before_restart);
+}
+
+#[tokio::test]
+async fn a_waiter_wakes_on_release_at_once() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client
+        .lock("handoff")
+        .ttl(Duration::from_secs(20))
+        .wait(Duration::from_secs(10));
+    let guard = lock.acquire().await.unwrap();
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move {
+            let guard = lock.acquire().await.unwrap();
+            (Instant::now(), guard)
+        })
+    };
+    // Let the waiter fail once and subscribe.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let (acquired, guard) = waiter.await.unwrap();
+    let gap = acquired.duration_since(released);
+    // The fallback timer would fire after ~20 s; an event-driven wake takes milliseconds.
+    assert!(gap < Duration::from_millis(250), "hand-off took {gap:?}");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_waiter_takes_over_about_one_ttl_after_the_holder_vanishes() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let holder = Client::connect(&server.url()).await.unwrap();
+    let ttl = Duration::from_millis(500);
+    let guard = holder
+        .lock("vanish")
+        .ttl(ttl)
+        .watchdog(false)
+        .acquire()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let taken = client
+        .lock("vanish")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(400),
+        "took a live lease after {waited:?}"
+    );
+    assert!(
+        waited < ttl + Duration::from_millis(400),
+        "no event came, so one TTL should do: {waited:?}"
+    );
+    assert!(taken.fence() > guard.fence());
+    std::mem::forget(guard);
+}
+
+#[tokio::test]
+async fn pausing_redis_past_the_ttl_marks_the_guard_lost() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let guard = client
+        .lock("paused")
+        .ttl(Duration::from_millis(400))
+        .acquire()
+        .await
+        .unwrap();
+    server.pause();
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("lost() must resolve while Redis is paused");
+    let after = started.elapsed();
+    server.resume();
+    assert!(guard.is_lost());
+    assert!(
+        after < Duration::from_millis(800),
+        "lost() came {after:?} after the pause"
+    );
+}
+
+#[tokio::test]
+async fn a_key_deleted_from_outside_is_noticed_at_the_next_renewal() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let ttl = Duration::from_millis(600);
+    let guard = client.lock("deleted").ttl(ttl).acquire().await.unwrap();
+    let _: () = server.connection().del("leasehold:{deleted}:lock").unwrap();
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(2), guard.lost())
+        .await
+        .expect("lost() resolves");
+    assert!(started.elapsed() <= ttl / 3 + Duration::from_millis(150));
+    assert!(guard.is_lost());
+}
+
+#[tokio::test]
+async fn the_watchdog_keeps_a_lease_for_many_ttls() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let ttl = Duration::from_millis(150);
+    let guard = client.lock("renewed").ttl(ttl).acquire().await.unwrap();
+    tokio::time::sleep(ttl * 8).await;
+    assert!(!guard.is_lost());
+    assert!(
+        client
+            .lock("renewed")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn dropping_a_guard_releases_in_the_background() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.lock("dropped");
+    let guard = lock.acquire().await.unwrap();
+    let started = Instant::now();
+    drop(guard);
+    assert!(started.elapsed() < Duration::from_millis(5), "drop blocked");
+    let again = lock
+        .clone()
+        .wait(Duration::from_secs(2))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_millis(500));
+    again.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_cancelled_acquire_leaves_no_key_behind() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.lock("cancel").wait(Duration::from_secs(10));
+    let guard = lock.acquire().await.unwrap();
+    // Cancelled while waiting.
+    let waiting = tokio::time::timeout(Duration::from_millis(150), lock.acquire()).await;
+    assert!(waiting.is_err());
+    guard.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!exists(&server, "leasehold:{cancel}:lock"));
+
+    // Cancelled while the attempt is in flight: Redis is paused, so the
+    // request sits in the socket and runs after the caller gave up.
+    server.pause();
+    let in_flight = tokio::time::timeout(Duration::from_millis(100), lock.acquire()).await;
+    assert!(in_flight.is_err());
+    server.resume();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !exists(&server, "leasehold:{cancel}:lock"),
+        "an acquire that ran after its caller gave up must be released"
+    );
+}
+
+#[tokio::test]
+async fn try_acquire_returns_none_while_held() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.lock("busy");
+    let guard = lock.try_acquire().await.unwrap().expect("free");
+    assert!(lock.try_acquire().await.unwrap().is_none());
+    let started = Instant::now();
+    let err = lock
+        .clone()
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_millis(800),
+        "{waited:?}"
+    );
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_inputs_get_specific_errors() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let invalid = |r: Result<Option<leasehold::LockGuard>, Error>| match r {
+        Err(Error::InvalidArgument(msg)) => msg,
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    };
+    assert!(invalid(client.lock("").try_acquire().await).contains("empty"));
+    assert!(invalid(client.lock("x".repeat(513)).try_acquire().await).contains("513 bytes"));
+    for ttl in [
+        Duration::ZERO,
+        Duration::from_millis(5),
+        Duration::from_secs(25 * 3600),
+    ] {
+        assert!(invalid(client.lock("t").ttl(ttl).try_acquire().await).contains("TTL"));
+    }
+    // Configurable bounds.
+    let strict = Client::builder()
+        .url(server.url())
+        .ttl_bounds(Duration::from_secs(1), Duration::from_secs(10))
+        .build()
+        .await
+        .unwrap();
+    invalid(
+        strict
+            .lock("t")
+            .ttl(Duration::from_millis(500))
+            .try_acquire()
+            .await,
+    );
+    assert!(matches!(
+        Client::builder()
+            .url(server.url())
+            .prefix("a{b")
+            .build()
+            .await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        Client::connect("not a url").await,
+        Err(Error::InvalidArgument(_))
+    ));
+
+    // A key of another type is reported and left untouched.
+    let mut conn = server.connection();
+    let _: () = conn
+        .hset("leasehold:{foreign}:lock", "field", "value")
+        .unwrap();
+    match client.lock("foreign").try_acquire().await {
+        Err(Error::WrongType { key }) => assert_eq!(key, "leasehold:{foreign}:lock"),
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+    let value: String = conn.hget("leasehold:{foreign}:lock", "field").unwrap();
+    assert_eq!(value, "value");
+    let _: () = conn
+        .hset("leasehold:{fencehash}:fence", "field", "value")
+        .unwrap();
+    match client.lock("fencehash").try_acquire().await {
+        Err(Error::WrongType { key }) => assert_eq!(key, "leasehold:{fencehash}:fence"),
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+    assert!(
+        !exists(&server, "leasehold:{fencehash}:lock"),
+        "nothing written on a type error"
+    );
+}
+
+#[tokio::test]
+async fn unreachable_and_refused_servers_get_specific_errors() {
+    let mut gone = RedisServer::start();
+    let url = gone.url();
+    gone.kill();
+    let started = Instant::now();
+    match Client::connect(&url).await {
+        Err(e @ Error::Unreachable { .. }) => assert!(e.to_string().contains("cannot reach Redis")),
+        other => panic!("expected Unreachable, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    let locked = RedisServer::builder().password("s3cret").start();
+    assert!(matches!(
+        Client::connect(&locked.url()).await,
+        Err(Error::Auth { .. })
+    ));
+    let wrong = locked.url_with_auth(None, "wrong");
+    match Client::connect(&wrong).await {
+        Err(e @ Error::Auth { .. }) => {
+            assert!(!e.to_string().contains("wrong"), "password leaked: {e}")
+        }
+        other => panic!("expected Auth, got {other:?}"),
+    }
+    let right = Client::connect(&locked.url_with_auth(None, "s3cret"))
+        .await
+        .unwrap();
+    right
+        .lock("ok")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn every_key_written_has_a_ttl() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let guard = client.lock("ttl-check").acquire().await.unwrap();
+    let mut conn = server.connection();
+    let keys: Vec<String> = conn.keys("leasehold:*").unwrap();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    for key in keys {
+        let ttl: i64 = conn.pttl(&key).unwrap();
+        assert!(ttl > 0, "{key} has no TTL");
+    }
+    guard.release().await.unwrap();
+}
