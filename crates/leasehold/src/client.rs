@@ -6,8 +6,9 @@ use std::time::Duration;
 use crate::backend::{Backend, ConnectOptions};
 use crate::error::{Error, Result};
 use crate::events::{Events, Shared};
-use crate::key::validate_prefix;
-use crate::lock::Lock;
+use crate::key::{glob_match, name_of_lock_key, validate_prefix};
+use crate::lock::{Lock, LockStatus};
+use crate::scripts;
 use crate::watchdog::Watchdog;
 
 /// The default key prefix.
@@ -109,6 +110,44 @@ impl Client {
     /// ```
     pub fn lock(&self, name: impl Into<String>) -> Lock {
         Lock::new(self.clone(), name.into())
+    }
+
+    /// The locks currently held under this client's prefix whose names match
+    /// the glob `pattern` (`*` and `?`), sorted by name. Uses SCAN, which
+    /// does not block the server; a lock taken or released during the scan
+    /// may or may not appear.
+    ///
+    /// # Errors
+    ///
+    /// Connection errors.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// for status in client.list("orders:*").await? {
+    ///     println!("{} {:?}", status.name, status.remaining);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn list(&self, pattern: &str) -> Result<Vec<LockStatus>> {
+        let prefix = &self.inner.prefix;
+        let keys =
+            scripts::scan_strings(&self.inner.backend, &format!("{prefix}:{{*:lock")).await?;
+        let mut out = Vec::new();
+        for key in keys {
+            let Some(name) = name_of_lock_key(prefix, &key) else {
+                continue;
+            };
+            if !glob_match(pattern, &name) {
+                continue;
+            }
+            let status = self.lock(name).status().await?;
+            if status.holder.is_some() {
+                out.push(status);
+            }
+        }
+        Ok(out)
     }
 
     /// The key prefix every key and channel of this client starts with.

@@ -39,9 +39,11 @@ pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
             prefix.len()
         )));
     }
-    if prefix.contains(['{', '}']) || prefix.contains(char::is_whitespace) {
+    if prefix.contains(['{', '}', '*', '?', '[', ']', '\\'])
+        || prefix.contains(char::is_whitespace)
+    {
         return Err(Error::InvalidArgument(format!(
-            "key prefix {prefix:?} must not contain braces or whitespace"
+            "key prefix {prefix:?} must not contain braces, glob characters (*?[]\\) or whitespace"
         )));
     }
     Ok(())
@@ -68,6 +70,41 @@ impl LockKeys {
             channel: format!("{base}:released"),
         }
     }
+}
+
+/// The lock name a lock key belongs to, if `key` is a lock key under `prefix`.
+pub(crate) fn name_of_lock_key(prefix: &str, key: &str) -> Option<String> {
+    let rest = key.strip_prefix(prefix)?.strip_prefix(":{")?;
+    let rest = rest.strip_suffix(":lock")?;
+    let name = match rest.strip_prefix('#') {
+        // `#<16 hex>}<name>`: a name with braces.
+        Some(hashed) if hashed.get(16..17) == Some("}") => &hashed[17..],
+        _ => rest.strip_suffix('}')?,
+    };
+    (LockKeys::new(prefix, name).lock == key).then(|| name.to_owned())
+}
+
+/// Glob match with `*` (any run) and `?` (any one character), as SCAN's MATCH.
+pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti) = (0, 0);
+    let mut backtrack: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            backtrack = Some((pi, ti));
+            pi += 1;
+        } else if let Some((star, matched)) = backtrack {
+            pi = star + 1;
+            ti = matched + 1;
+            backtrack = Some((star, matched + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
 }
 
 /// `<prefix>:{<name>}`, or `<prefix>:{#<hash>}<name>` for names with braces.
@@ -119,10 +156,34 @@ mod tests {
         assert!(validate_prefix("").is_err());
         assert!(validate_prefix("a{b").is_err());
         assert!(validate_prefix("a b").is_err());
+        assert!(validate_prefix("a*").is_err());
         assert!(validate_prefix("myapp").is_ok());
     }
 
+    #[test]
+    fn globs_match_like_redis() {
+        assert!(glob_match("*", "anything"));
+        assert!(glob_match("orders:*", "orders:42"));
+        assert!(!glob_match("orders:*", "order:42"));
+        assert!(glob_match("a?c", "abc"));
+        assert!(glob_match("*:4*", "orders:42"));
+        assert!(!glob_match("a", "ab"));
+    }
+
+    #[test]
+    fn only_lock_keys_have_names() {
+        assert_eq!(name_of_lock_key("p", "p:{x}:fence"), None);
+        assert_eq!(name_of_lock_key("p", "q:{x}:lock"), None);
+        assert_eq!(name_of_lock_key("p", "p:{x}:lock").as_deref(), Some("x"));
+    }
+
     proptest! {
+        #[test]
+        fn lock_keys_give_back_their_names(name in "\\PC{1,40}|[{}#a-z:]{1,12}") {
+            let key = LockKeys::new("leasehold", &name).lock;
+            prop_assert_eq!(name_of_lock_key("leasehold", &key), Some(name));
+        }
+
         #[test]
         fn every_key_of_a_lock_hashes_to_one_slot(name in "\\PC{1,64}|[{}a-z]{1,12}") {
             let k = LockKeys::new("leasehold", &name);

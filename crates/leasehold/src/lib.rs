@@ -54,4 +54,4 @@ mod watchdog;
 
 pub use client::{Client, ClientBuilder, DEFAULT_PREFIX};
 pub use error::{Error, Result};
-pub use lock::{DEFAULT_TTL, DEFAULT_WAIT, Lock, LockGuard};
+pub use lock::{DEFAULT_TTL, DEFAULT_WAIT, Lock, LockGuard, LockStatus};

@@ -216,6 +216,38 @@ impl Lock {
         }
     }
 
+    /// Reads who holds the lock, for how much longer, its last fencing token
+    /// and how many clients wait for it. Changes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`] if the
+    /// key holds another type, connection errors.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let status = client.lock("nightly-backup").status().await?;
+    /// if let Some(left) = status.remaining {
+    ///     println!("held by {}…, {left:?} left", status.holder.unwrap_or_default());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn status(&self) -> Result<LockStatus> {
+        validate_name(&self.name)?;
+        let backend = &self.client.inner.backend;
+        let stored = scripts::lock_status(backend, &self.keys).await?;
+        let waiting_clients = scripts::subscribers(backend, &self.keys.channel).await?;
+        Ok(LockStatus {
+            name: self.name.clone(),
+            holder: stored.holder.as_deref().map(|t| redact(t).to_owned()),
+            remaining: stored.remaining,
+            fence: stored.fence,
+            waiting_clients,
+        })
+    }
+
     fn validate(&self) -> Result<()> {
         validate_name(&self.name)?;
         let inner = &self.client.inner;
@@ -361,6 +393,24 @@ impl Lock {
             done: false,
         }
     }
+}
+
+/// A lock's state at one moment, from [`Lock::status`] or [`Client::list`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockStatus {
+    /// The lock name.
+    pub name: String,
+    /// The first 8 characters of the holder's owner token (never the whole
+    /// token: that is a capability), or `None` when free.
+    pub holder: Option<String>,
+    /// The holder's remaining lease, or `None` when free.
+    pub remaining: Option<Duration>,
+    /// The last fencing token issued for this name, if remembered.
+    pub fence: Option<u64>,
+    /// Client connections subscribed to this lock's releases: clients
+    /// waiting now, or that waited in the last few seconds.
+    pub waiting_clients: usize,
 }
 
 /// Up to 50% random extra, so retrying clients do not march in step.
@@ -539,6 +589,27 @@ impl LockGuard {
                 Err(e)
             }
         }
+    }
+
+    /// Stops renewal and hands back the owner token *without* releasing:
+    /// the lease then ends by its TTL unless someone extends or releases it
+    /// with the token ([`Lock::extend_by_token`], [`Lock::release_by_token`]).
+    /// For handing a lease to another process, as `leasehold acquire` does.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let guard = client.lock("deploy").acquire().await?;
+    /// let token = guard.detach();
+    /// // ... later, perhaps elsewhere:
+    /// client.lock("deploy").release_by_token(&token).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn detach(mut self) -> String {
+        self.done = true;
+        self.client.inner.watchdog.untrack(self.lease.id);
+        self.lease.token.as_str().to_owned()
     }
 
     fn lost_error(&self) -> Error {

@@ -19,6 +19,8 @@ static LOCK_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lock_release.lua")));
 static LOCK_EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lock_extend.lua")));
+static LOCK_STATUS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lock_status.lua")));
 
 /// How long the fence key outlives its last acquisition. After it expires
 /// the server clock alone keeps fences increasing.
@@ -135,6 +137,67 @@ pub(crate) async fn lock_extend(backend: &Backend, leases: &[Extension<'_>]) -> 
         )));
     }
     Ok(codes.into_iter().map(Owned::from_code).collect())
+}
+
+/// A lock's state as stored, from [`lock_status`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Status {
+    /// The holder's owner token.
+    pub(crate) holder: Option<String>,
+    /// The lease's remaining time, if held with an expiry.
+    pub(crate) remaining: Option<Duration>,
+    /// The last fencing token issued.
+    pub(crate) fence: Option<u64>,
+}
+
+/// Reads a lock's holder, remaining lease and last fence; changes nothing.
+pub(crate) async fn lock_status(backend: &Backend, keys: &LockKeys) -> Result<Status> {
+    let (holder, pttl, fence): (Option<String>, i64, Option<u64>) = backend
+        .invoke(LOCK_STATUS.key(&keys.lock).key(&keys.fence), &keys.lock)
+        .await?;
+    Ok(Status {
+        holder,
+        remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
+        fence,
+    })
+}
+
+/// How many connections are subscribed to `channel` (clients waiting for
+/// a release, or that did so in the last seconds).
+pub(crate) async fn subscribers(backend: &Backend, channel: &str) -> Result<usize> {
+    let (_, count): (String, usize) = backend
+        .query(redis::cmd("PUBSUB").arg("NUMSUB").arg(channel), "")
+        .await?;
+    Ok(count)
+}
+
+/// Every key matching the glob `pattern`, by SCAN (never KEYS, which
+/// blocks the server). Only string keys: lock keys are strings.
+pub(crate) async fn scan_strings(backend: &Backend, pattern: &str) -> Result<Vec<String>> {
+    let mut cursor: u64 = 0;
+    let mut keys = Vec::new();
+    loop {
+        let (next, batch): (u64, Vec<String>) = backend
+            .query(
+                redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .arg("TYPE")
+                    .arg("string"),
+                "",
+            )
+            .await?;
+        keys.extend(batch);
+        if next == 0 {
+            keys.sort();
+            keys.dedup();
+            return Ok(keys);
+        }
+        cursor = next;
+    }
 }
 
 /// Whole milliseconds, at least 1 (Redis refuses `PX 0`).
