@@ -147,6 +147,7 @@ impl Client {
                 out.push(status);
             }
         }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
     }
 

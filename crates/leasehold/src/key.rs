@@ -39,8 +39,7 @@ pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
             prefix.len()
         )));
     }
-    if prefix.contains(['{', '}', '*', '?', '[', ']', '\\'])
-        || prefix.contains(char::is_whitespace)
+    if prefix.contains(['{', '}', '*', '?', '[', ']', '\\']) || prefix.contains(char::is_whitespace)
     {
         return Err(Error::InvalidArgument(format!(
             "key prefix {prefix:?} must not contain braces, glob characters (*?[]\\) or whitespace"

@@ -494,3 +494,96 @@ async fn every_key_written_has_a_ttl() {
     }
     guard.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn status_and_list_show_holders_and_detach_keeps_the_lease() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let free = client.lock("orders:1").status().await.unwrap();
+    assert_eq!((free.holder, free.remaining), (None, None));
+
+    let guard = client
+        .lock("orders:1")
+        .ttl(Duration::from_secs(20))
+        .acquire()
+        .await
+        .unwrap();
+    let fence = guard.fence();
+    let token = guard.detach();
+    let odd = client.lock("odd{name}").acquire().await.unwrap();
+    let other = client.lock("jobs:7").acquire().await.unwrap();
+
+    let status = client.lock("orders:1").status().await.unwrap();
+    assert_eq!(status.holder.as_deref(), Some(&token[..8]));
+    assert!(status.remaining.unwrap() > Duration::from_secs(15));
+    assert_eq!(status.fence, Some(fence));
+
+    let names =
+        |list: Vec<leasehold::LockStatus>| list.into_iter().map(|s| s.name).collect::<Vec<_>>();
+    assert_eq!(
+        names(client.list("orders:*").await.unwrap()),
+        vec!["orders:1"]
+    );
+    assert_eq!(
+        names(client.list("*").await.unwrap()),
+        vec!["jobs:7", "odd{name}", "orders:1"]
+    );
+
+    // Detached: no renewal, no release on drop; the token still controls it.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        client
+            .lock("orders:1")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    client
+        .lock("orders:1")
+        .release_by_token(&token)
+        .await
+        .unwrap();
+    assert!(
+        client
+            .lock("orders:1")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_some()
+    );
+    odd.release().await.unwrap();
+    other.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_release_wakes_one_waiter_per_client_and_all_get_their_turn() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client
+        .lock("queue")
+        .ttl(Duration::from_secs(30))
+        .wait(Duration::from_secs(10));
+    let guard = lock.acquire().await.unwrap();
+    let mut waiters = Vec::new();
+    for _ in 0..8 {
+        let lock = lock.clone();
+        waiters.push(tokio::spawn(async move {
+            let guard = lock.acquire().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            guard.release().await.unwrap();
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    guard.release().await.unwrap();
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+    // Eight hand-offs driven by events; the fallback timers would take 30 s.
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}

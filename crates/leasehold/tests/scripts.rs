@@ -1,0 +1,179 @@
+//! The server-side contract of each script, apart from the Rust around it.
+//! Each test runs the `.lua` file as shipped against a real server.
+
+use leasehold_testkit::RedisServer;
+use redis::{Commands, Connection, Value};
+
+const ACQUIRE: &str = include_str!("../src/scripts/lock_acquire.lua");
+const RELEASE: &str = include_str!("../src/scripts/lock_release.lua");
+const EXTEND: &str = include_str!("../src/scripts/lock_extend.lua");
+const STATUS: &str = include_str!("../src/scripts/lock_status.lua");
+
+const LOCK: &str = "t:{n}:lock";
+const FENCE: &str = "t:{n}:fence";
+const CHANNEL: &str = "t:{n}:released";
+
+fn acquire(conn: &mut Connection, token: &str, ttl_ms: u64) -> (i64, i64) {
+    redis::Script::new(ACQUIRE)
+        .key(LOCK)
+        .key(FENCE)
+        .arg(token)
+        .arg(ttl_ms)
+        .arg(3_600_000)
+        .invoke(conn)
+        .unwrap()
+}
+
+fn release(conn: &mut Connection, token: &str) -> i64 {
+    redis::Script::new(RELEASE)
+        .key(LOCK)
+        .key(CHANNEL)
+        .arg(token)
+        .invoke(conn)
+        .unwrap()
+}
+
+fn extend(conn: &mut Connection, leases: &[(&str, &str, u64)]) -> Vec<i64> {
+    let script = redis::Script::new(EXTEND);
+    let mut call = script.prepare_invoke();
+    for (key, token, ttl) in leases {
+        call.key(*key).arg(*token).arg(*ttl);
+    }
+    call.invoke(conn).unwrap()
+}
+
+#[test]
+fn acquire_takes_a_free_lock_and_reports_the_holder_ttl_otherwise() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let (ok, fence) = acquire(&mut conn, "a", 10_000);
+    assert_eq!(ok, 1);
+    assert!(
+        fence > 1_600_000_000_000_000,
+        "fence {fence} is not server time in µs"
+    );
+    let (ok, pttl) = acquire(&mut conn, "b", 10_000);
+    assert_eq!(ok, 0);
+    assert!(pttl > 9_000 && pttl <= 10_000, "pttl {pttl}");
+    let holder: String = conn.get(LOCK).unwrap();
+    assert_eq!(holder, "a");
+    let fence_ttl: i64 = conn.pttl(FENCE).unwrap();
+    assert!(fence_ttl > 0, "the fence key must expire");
+}
+
+#[test]
+fn acquire_by_the_same_token_is_idempotent_with_a_higher_fence() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let (_, first) = acquire(&mut conn, "a", 1_000);
+    let (ok, second) = acquire(&mut conn, "a", 50_000);
+    assert_eq!(ok, 1);
+    assert!(second > first);
+    let pttl: i64 = conn.pttl(LOCK).unwrap();
+    assert!(pttl > 40_000, "re-acquire resets the TTL: {pttl}");
+}
+
+#[test]
+fn fences_increase_even_when_the_stored_one_is_ahead_of_the_clock() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let ahead: i64 = 9_000_000_000_000_000;
+    let _: () = conn.set(FENCE, ahead).unwrap();
+    let (_, fence) = acquire(&mut conn, "a", 1_000);
+    assert_eq!(fence, ahead + 1);
+    assert_eq!(release(&mut conn, "a"), 1);
+    let (_, next) = acquire(&mut conn, "b", 1_000);
+    assert_eq!(next, ahead + 2);
+    let stored: i64 = conn.get(FENCE).unwrap();
+    assert_eq!(stored, ahead + 2, "stored as an exact integer");
+}
+
+#[test]
+fn release_checks_the_owner_and_publishes() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let mut sub_conn = server.connection();
+    let mut pubsub = sub_conn.as_pubsub();
+    pubsub.subscribe(CHANNEL).unwrap();
+    acquire(&mut conn, "a", 10_000);
+    assert_eq!(release(&mut conn, "b"), -1, "another owner's release");
+    let holder: String = conn.get(LOCK).unwrap();
+    assert_eq!(holder, "a", "a refused release changes nothing");
+    assert_eq!(release(&mut conn, "a"), 1);
+    assert_eq!(release(&mut conn, "a"), 0, "second release finds nothing");
+    pubsub
+        .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .unwrap();
+    let msg = pubsub.get_message().unwrap();
+    assert_eq!(msg.get_channel_name(), CHANNEL);
+}
+
+#[test]
+fn extend_renews_owned_leases_and_leaves_the_rest() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    acquire(&mut conn, "a", 1_000);
+    let _: () = conn.hset("t:{odd}:lock", "f", "v").unwrap();
+    let _: () = conn.set("t:{other}:lock", "someone").unwrap();
+    let results = extend(
+        &mut conn,
+        &[
+            (LOCK, "a", 60_000),
+            ("t:{gone}:lock", "a", 60_000),
+            ("t:{other}:lock", "a", 60_000),
+            ("t:{odd}:lock", "a", 60_000),
+        ],
+    );
+    assert_eq!(results, vec![1, 0, -1, -1]);
+    let pttl: i64 = conn.pttl(LOCK).unwrap();
+    assert!(pttl > 50_000);
+    let other_ttl: i64 = conn.pttl("t:{other}:lock").unwrap();
+    assert_eq!(other_ttl, -1, "another owner's key is left alone");
+    let kind: String = redis::cmd("TYPE")
+        .arg("t:{odd}:lock")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(kind, "hash");
+}
+
+#[test]
+fn status_reads_without_writing() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let free: Vec<Value> = redis::Script::new(STATUS)
+        .key(LOCK)
+        .key(FENCE)
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(free[0], Value::Nil);
+    assert_eq!(free[1], Value::Int(-2));
+    let (_, fence) = acquire(&mut conn, "a", 10_000);
+    let (holder, pttl, stored): (String, i64, i64) = redis::Script::new(STATUS)
+        .key(LOCK)
+        .key(FENCE)
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(holder, "a");
+    assert!(pttl > 0);
+    assert_eq!(stored, fence);
+}
+
+#[test]
+fn a_foreign_key_of_another_type_is_refused_untouched() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let _: () = conn.rpush(LOCK, "x").unwrap();
+    let err = redis::Script::new(ACQUIRE)
+        .key(LOCK)
+        .key(FENCE)
+        .arg("a")
+        .arg(1000)
+        .arg(1000)
+        .invoke::<Value>(&mut conn)
+        .unwrap_err();
+    assert_eq!(err.code(), Some("WRONGTYPE"));
+    let len: i64 = conn.llen(LOCK).unwrap();
+    assert_eq!(len, 1);
+    let fence: Option<String> = conn.get(FENCE).unwrap();
+    assert_eq!(fence, None, "nothing written before the type error");
+}
