@@ -65,6 +65,10 @@ impl Client {
     /// when the server does not answer, [`Error::Auth`] when it refuses the
     /// credentials, [`Error::Unsupported`] for Redis older than 7.0.
     ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime, as [`ClientBuilder::build`].
+    ///
     /// # Example
     ///
     /// ```no_run
@@ -222,6 +226,11 @@ impl ClientBuilder {
     ///
     /// As [`Client::connect`], plus [`Error::InvalidArgument`] for a bad
     /// prefix, timeout or TTL bounds.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime (the client spawns its background tasks on
+    /// it).
     pub async fn build(self) -> Result<Client> {
         validate_prefix(&self.prefix)?;
         if self.command_timeout.is_zero() {
