@@ -1,0 +1,151 @@
+//! Dispatch, and the one-shot commands: acquire, extend, release, status, list.
+
+use leasehold::{Client, Lock};
+use serde_json::json;
+
+use crate::cli::{
+    AcquireArgs, Cli, Command, ExtendArgs, Global, LeaseArgs, ListArgs, ReleaseArgs, StatusArgs,
+};
+use crate::exit::{self, Failure};
+use crate::output::{self, emit, emit_json, millis};
+
+/// Runs the parsed command line; returns the exit code on success.
+pub(crate) async fn dispatch(cli: Cli) -> Result<u8, Failure> {
+    let global = &cli.global;
+    match cli.command {
+        Command::Run(args) => crate::run::run(global, args).await,
+        Command::Acquire(args) => acquire(global, args).await,
+        Command::Extend(args) => extend(global, args).await,
+        Command::Release(args) => release(global, args).await,
+        Command::Status(args) => status(global, args).await,
+        Command::List(args) => list(global, args).await,
+        Command::Demo(args) => crate::demo::demo(global, args).await,
+    }
+}
+
+/// Connects to the one Redis the global options name.
+pub(crate) async fn connect(global: &Global) -> Result<Client, Failure> {
+    let url = global.single_url()?;
+    connect_to(&url, &global.prefix).await
+}
+
+/// Connects to `url` with keys under `prefix`.
+pub(crate) async fn connect_to(url: &str, prefix: &str) -> Result<Client, Failure> {
+    Ok(Client::builder().url(url).prefix(prefix).build().await?)
+}
+
+/// Acquires per `lease`: waits up to `--wait`, or tries once with `--no-wait`.
+pub(crate) async fn take(
+    client: &Client,
+    name: &str,
+    lease: &LeaseArgs,
+) -> Result<leasehold::LockGuard, Failure> {
+    let lock: Lock = client.lock(name).ttl(lease.ttl).wait(lease.wait);
+    if lease.no_wait {
+        lock.try_acquire().await?.ok_or_else(|| {
+            Failure::with_code(
+                exit::TEMPFAIL,
+                format!(
+                    "lock {name:?} is held by someone else (--no-wait); try later, wait with \
+                     --wait, or see who holds it with `leasehold status {name}`"
+                ),
+            )
+        })
+    } else {
+        Ok(lock.acquire().await?)
+    }
+}
+
+/// `leasehold acquire`: take the lock, stop renewing, print token and fence.
+async fn acquire(global: &Global, args: AcquireArgs) -> Result<u8, Failure> {
+    let client = connect(global).await?;
+    let guard = take(&client, &args.name, &args.lease).await?;
+    let fence = guard.fence();
+    let token = guard.detach();
+    if global.json {
+        emit_json(&json!({
+            "name": args.name,
+            "token": token,
+            "fence": fence,
+            "ttl_ms": millis(args.lease.ttl),
+        }));
+    } else {
+        emit(&format!(
+            "token={token}\nfence={fence}\nttl_ms={}",
+            millis(args.lease.ttl)
+        ));
+    }
+    Ok(0)
+}
+
+/// `leasehold extend`: move the end of the lease held under TOKEN.
+async fn extend(global: &Global, args: ExtendArgs) -> Result<u8, Failure> {
+    let client = connect(global).await?;
+    client
+        .lock(&args.name)
+        .extend_by_token(&args.token, args.ttl)
+        .await?;
+    if global.json {
+        emit_json(&json!({
+            "name": args.name,
+            "extended": true,
+            "ttl_ms": millis(args.ttl),
+        }));
+    } else {
+        emit(&format!(
+            "extended lock {:?}: the lease ends in {}",
+            args.name,
+            output::short(args.ttl)
+        ));
+    }
+    Ok(0)
+}
+
+/// `leasehold release`: release the lease held under TOKEN.
+async fn release(global: &Global, args: ReleaseArgs) -> Result<u8, Failure> {
+    let client = connect(global).await?;
+    client
+        .lock(&args.name)
+        .release_by_token(&args.token)
+        .await?;
+    if global.json {
+        emit_json(&json!({ "name": args.name, "released": true }));
+    } else {
+        emit(&format!("released lock {:?}", args.name));
+    }
+    Ok(0)
+}
+
+/// `leasehold status`: one lock's state.
+async fn status(global: &Global, args: StatusArgs) -> Result<u8, Failure> {
+    let client = connect(global).await?;
+    let status = client.lock(&args.name).status().await?;
+    if global.json {
+        emit_json(&output::status_json(&status));
+    } else {
+        emit(&output::status_human(&status));
+    }
+    Ok(0)
+}
+
+/// `leasehold list`: the held locks whose names match the pattern.
+async fn list(global: &Global, args: ListArgs) -> Result<u8, Failure> {
+    let client = connect(global).await?;
+    let locks = client.list(&args.pattern).await?;
+    if global.json {
+        let locks: Vec<_> = locks.iter().map(output::status_json).collect();
+        emit_json(&json!({
+            "prefix": global.prefix,
+            "pattern": args.pattern,
+            "locks": locks,
+        }));
+    } else if locks.is_empty() {
+        emit(&format!(
+            "no locks held under prefix {:?} match {:?}",
+            global.prefix, args.pattern
+        ));
+    } else {
+        emit(&output::list_human(&locks));
+    }
+    Ok(0)
+}

@@ -1,0 +1,159 @@
+//! Exit codes (sysexits) and the failure that carries one.
+
+use leasehold::Error;
+
+/// EX_USAGE: the command line was wrong.
+pub(crate) const USAGE: u8 = 64;
+/// EX_DATAERR: a lock's key holds data of another type.
+pub(crate) const DATAERR: u8 = 65;
+/// EX_UNAVAILABLE: Redis unreachable, unsupported or failing; a program we
+/// need (redis-server for the demo) is missing.
+pub(crate) const UNAVAILABLE: u8 = 69;
+/// EX_SOFTWARE: the lease was lost while the command ran (it may have run
+/// without the lock), or an internal error.
+pub(crate) const SOFTWARE: u8 = 70;
+/// EX_TEMPFAIL: the lock is busy, the wait timed out, or the token does not
+/// own the lock; trying again later may work.
+pub(crate) const TEMPFAIL: u8 = 75;
+/// EX_NOPERM: Redis refused the credentials or a permission.
+pub(crate) const NOPERM: u8 = 77;
+/// What shells return for a command that could not be executed.
+pub(crate) const CANNOT_EXECUTE: u8 = 126;
+/// What shells return for a command that was not found.
+pub(crate) const NOT_FOUND: u8 = 127;
+
+/// The exit code for an error from the library. The one place the mapping
+/// lives.
+pub(crate) fn code_for(err: &Error) -> u8 {
+    match err {
+        Error::InvalidArgument(_) => USAGE,
+        Error::WrongType { .. } => DATAERR,
+        Error::Unreachable { .. }
+        | Error::QuorumNotReached { .. }
+        | Error::Unsupported(_)
+        | Error::Redis(_) => UNAVAILABLE,
+        Error::Lost { .. } => SOFTWARE,
+        Error::Timeout { .. } | Error::NotOwner { .. } => TEMPFAIL,
+        Error::Auth { .. } => NOPERM,
+        // A variant added to the library after this tool was written: an
+        // error we cannot classify is an internal one.
+        _ => SOFTWARE,
+    }
+}
+
+/// Why the program stops: the line to print (without the `leasehold: `
+/// prefix) and the exit code.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    /// The exit code.
+    pub(crate) code: u8,
+    /// One line saying what went wrong and what to do.
+    pub(crate) message: String,
+}
+
+impl Failure {
+    /// A failure with an explicit exit code.
+    pub(crate) fn with_code(code: u8, message: impl Into<String>) -> Failure {
+        Failure {
+            code,
+            message: one_line(message.into()),
+        }
+    }
+
+    /// A usage error (exit 64).
+    pub(crate) fn usage(message: impl Into<String>) -> Failure {
+        Failure::with_code(USAGE, message)
+    }
+
+    /// Prints the failure as one line on stderr and returns its exit code.
+    pub(crate) fn report(&self) -> u8 {
+        eprintln!("leasehold: {}", self.message);
+        self.code
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(err: Error) -> Failure {
+        Failure::with_code(code_for(&err), err.to_string())
+    }
+}
+
+/// Joins the lines of a message, so every error stays one line on stderr
+/// even when an underlying error's text spans several.
+pub(crate) fn one_line(message: String) -> String {
+    if !message.contains(['\n', '\r']) {
+        return message;
+    }
+    message
+        .split(['\n', '\r'])
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn redis_err(kind: redis::ErrorKind) -> redis::RedisError {
+        redis::RedisError::from((kind, "test"))
+    }
+
+    #[test]
+    fn every_library_error_maps_to_its_sysexits_code() {
+        let name = || "n".to_owned();
+        let cases = [
+            (Error::InvalidArgument("x".into()), USAGE),
+            (Error::WrongType { key: "k".into() }, DATAERR),
+            (
+                Error::Unreachable {
+                    addr: "a".into(),
+                    source: redis_err(redis::ErrorKind::Io),
+                },
+                UNAVAILABLE,
+            ),
+            (
+                Error::QuorumNotReached {
+                    acquired: 1,
+                    needed: 2,
+                },
+                UNAVAILABLE,
+            ),
+            (Error::Unsupported("old".into()), UNAVAILABLE),
+            (
+                Error::Redis(redis_err(redis::ErrorKind::Parse)),
+                UNAVAILABLE,
+            ),
+            (Error::Lost { name: name() }, SOFTWARE),
+            (
+                Error::Timeout {
+                    name: name(),
+                    waited: Duration::from_secs(1),
+                },
+                TEMPFAIL,
+            ),
+            (Error::NotOwner { name: name() }, TEMPFAIL),
+            (
+                Error::Auth {
+                    source: redis_err(redis::ErrorKind::AuthenticationFailed),
+                },
+                NOPERM,
+            ),
+        ];
+        for (err, code) in cases {
+            assert_eq!(code_for(&err), code, "{err:?}");
+            let failure = Failure::from(err);
+            assert_eq!(failure.code, code);
+            assert!(!failure.message.contains('\n'));
+        }
+    }
+
+    #[test]
+    fn messages_are_joined_to_one_line() {
+        assert_eq!(one_line("a\n  b\r\n\nc".into()), "a b c");
+        assert_eq!(one_line("plain".into()), "plain");
+    }
+}

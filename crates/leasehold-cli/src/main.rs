@@ -1,0 +1,76 @@
+//! `leasehold`: distributed locks on Redis from the shell.
+//!
+//! `leasehold run NAME -- CMD` is a distributed flock(1); `acquire`,
+//! `extend` and `release` hand a lease between processes by its token;
+//! `status` and `list` inspect locks; `demo` shows workers contending for
+//! one lock on a private Redis. A thin layer over the `leasehold` library:
+//! every lock operation is the library's.
+//!
+//! Exit codes follow sysexits; see [`exit`].
+
+mod cli;
+mod commands;
+mod demo;
+mod embedded;
+mod exit;
+mod output;
+mod run;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::cli::Parsed;
+use crate::exit::Failure;
+
+/// Parses the command line, runs the command on a Tokio runtime, and exits
+/// with its code (one line on stderr on failure).
+fn main() -> ExitCode {
+    install_panic_hook();
+    let cli = match cli::parse(std::env::args_os()) {
+        Ok(Parsed::Run(cli)) => cli,
+        Ok(Parsed::Done) => return ExitCode::SUCCESS,
+        Err(failure) => return ExitCode::from(failure.report()),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            let failure = Failure::with_code(
+                exit::SOFTWARE,
+                format!("cannot start the async runtime: {e}"),
+            );
+            return ExitCode::from(failure.report());
+        }
+    };
+    let code = match runtime.block_on(commands::dispatch(*cli)) {
+        Ok(code) => code,
+        Err(failure) => failure.report(),
+    };
+    // Background work left (a release handed to the watchdog, a reconnect)
+    // must not hold the exit up; Redis ends any lease by its TTL.
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    ExitCode::from(code)
+}
+
+/// Replaces the default multi-line panic report (and backtrace hint) with
+/// one line: a panic is a bug in leasehold, never the user's input.
+fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".to_owned());
+        let place = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!(
+            "leasehold: internal error{place}: {}; this is a bug, please report it",
+            exit::one_line(message)
+        );
+    }));
+}

@@ -1,0 +1,684 @@
+//! The real `leasehold` binary against real `redis-server`s.
+//!
+//! Every test starts its own server (free loopback port) and reaps every
+//! process it starts, by PID. Timing bounds are generous: these tests must
+//! pass on a loaded two-core machine.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use leasehold_testkit::RedisServer;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+/// Longest any single invocation may take before the test fails.
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// The binary, with a clean environment for the variables it reads, and
+/// backtraces switched on so a panic would show.
+fn leasehold() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    cmd.env_remove("LEASEHOLD_URL")
+        .env("RUST_BACKTRACE", "1")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// What one finished invocation did.
+#[derive(Debug)]
+struct Outcome {
+    /// How it exited.
+    status: ExitStatus,
+    /// All of stdout.
+    stdout: String,
+    /// All of stderr.
+    stderr: String,
+    /// From spawn to exit.
+    elapsed: Duration,
+}
+
+impl Outcome {
+    /// The exit code; panics if it died by a signal.
+    fn code(&self) -> i32 {
+        self.status
+            .code()
+            .unwrap_or_else(|| panic!("leasehold died by a signal: {self:?}"))
+    }
+
+    /// Stdout parsed as JSON.
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
+    }
+
+    /// Exactly one line on stderr, starting `leasehold: `, no panic.
+    fn assert_one_error_line(&self) {
+        let lines: Vec<&str> = self.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "want one stderr line: {self:?}");
+        assert!(lines[0].starts_with("leasehold: "), "{self:?}");
+        assert!(!self.stderr.contains("panicked"), "{self:?}");
+        assert!(
+            !self.stderr.to_lowercase().contains("backtrace"),
+            "{self:?}"
+        );
+    }
+}
+
+/// A process we started; killed (SIGKILL, by PID) and reaped on drop unless
+/// it already exited.
+struct Proc {
+    /// The process.
+    child: Child,
+    /// When it was spawned.
+    started: Instant,
+}
+
+impl Proc {
+    /// Spawns `cmd` with stdout and stderr captured.
+    fn spawn(mut cmd: Command) -> Proc {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let started = Instant::now();
+        let child = cmd.spawn().expect("spawn leasehold");
+        Proc { child, started }
+    }
+
+    /// Its PID.
+    fn pid(&self) -> Pid {
+        Pid::from_raw(i32::try_from(self.child.id()).expect("pid fits"))
+    }
+
+    /// Sends `sig` to it (it is not reaped yet, so the PID is ours).
+    fn signal(&self, sig: Signal) {
+        kill(self.pid(), sig).expect("signal our child");
+    }
+
+    /// Waits up to `limit` for the exit and collects the output.
+    fn finish_within(mut self, limit: Duration) -> Outcome {
+        let stdout = self.child.stdout.take().expect("piped stdout");
+        let stderr = self.child.stderr.take().expect("piped stderr");
+        let out = read_in_background(stdout);
+        let err = read_in_background(stderr);
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "leasehold did not exit within {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let elapsed = self.started.elapsed();
+        // A process the command left behind may still hold the pipes open.
+        let collect = |rx: mpsc::Receiver<String>| {
+            rx.recv_timeout(Duration::from_secs(5))
+                .unwrap_or_else(|_| "<pipe still held open by a leftover process>".to_owned())
+        };
+        Outcome {
+            status,
+            stdout: collect(out),
+            stderr: collect(err),
+            elapsed,
+        }
+    }
+
+    /// Waits up to [`LIMIT`] for the exit.
+    fn finish(self) -> Outcome {
+        self.finish_within(LIMIT)
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = kill(self.pid(), Signal::SIGKILL);
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Reads `pipe` to its end on a thread; the text arrives on the channel.
+fn read_in_background(mut pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = pipe.read_to_string(&mut s);
+        let _ = tx.send(s);
+    });
+    rx
+}
+
+/// A process started by a command we ran (its PID read from a file);
+/// SIGKILLed on drop if still alive.
+struct Grandchild(Pid);
+
+impl Grandchild {
+    /// Whether a process with this PID still exists.
+    fn alive(&self) -> bool {
+        kill(self.0, None).is_ok()
+    }
+}
+
+impl Drop for Grandchild {
+    fn drop(&mut self) {
+        if self.alive() {
+            let _ = kill(self.0, Signal::SIGKILL);
+        }
+    }
+}
+
+/// Runs `leasehold ARGS` to completion.
+fn run(args: &[&str]) -> Outcome {
+    let mut cmd = leasehold();
+    cmd.args(args);
+    Proc::spawn(cmd).finish()
+}
+
+/// Runs `leasehold --url URL ARGS` to completion.
+fn run_at(url: &str, args: &[&str]) -> Outcome {
+    let mut cmd = leasehold();
+    cmd.arg("--url").arg(url).args(args);
+    Proc::spawn(cmd).finish()
+}
+
+/// Waits until `path` holds a non-empty line and returns it.
+fn wait_for_file(path: &Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            if text.ends_with('\n') {
+                return text.trim().to_owned();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A fresh temporary directory, removed on drop.
+fn temp_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("leasehold-cli-test-")
+        .tempdir()
+        .expect("temp dir")
+}
+
+/// `leasehold --json status NAME`, parsed.
+fn status_json(url: &str, name: &str) -> Value {
+    let out = run_at(url, &["--json", "status", name]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    out.json()
+}
+
+#[test]
+fn twenty_concurrent_runs_increment_a_file_exactly() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = temp_dir();
+    let file: PathBuf = dir.path().join("counter");
+    std::fs::write(&file, "0\n").unwrap();
+    let procs: Vec<Proc> = (0..20)
+        .map(|_| {
+            let mut cmd = leasehold();
+            cmd.current_dir(dir.path()).args([
+                "--url",
+                &url,
+                "run",
+                "counter",
+                "--wait",
+                "100s",
+                "--",
+                "sh",
+                "-c",
+                "n=$(cat counter); sleep 0.01; echo $((n+1)) > counter",
+            ]);
+            Proc::spawn(cmd)
+        })
+        .collect();
+    for p in procs {
+        let out = p.finish();
+        assert_eq!(out.code(), 0, "{out:?}");
+    }
+    assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), "20");
+    assert_eq!(status_json(&url, "counter")["held"], false);
+}
+
+#[test]
+fn no_wait_on_a_held_lock_exits_75_at_once_and_wait_times_out_after_it() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let held = run_at(&url, &["acquire", "busy", "--ttl", "60s"]);
+    assert_eq!(held.code(), 0, "{held:?}");
+
+    let out = run_at(&url, &["run", "busy", "--no-wait", "--", "true"]);
+    assert_eq!(out.code(), 75, "{out:?}");
+    out.assert_one_error_line();
+    assert!(out.elapsed < Duration::from_secs(5), "{out:?}");
+
+    let out = run_at(&url, &["run", "busy", "--wait", "300ms", "--", "true"]);
+    assert_eq!(out.code(), 75, "{out:?}");
+    out.assert_one_error_line();
+    assert!(
+        out.elapsed >= Duration::from_millis(250) && out.elapsed < Duration::from_secs(5),
+        "{out:?}"
+    );
+
+    let out = run_at(&url, &["acquire", "busy", "--no-wait"]);
+    assert_eq!(out.code(), 75, "{out:?}");
+}
+
+#[test]
+fn an_unreachable_server_exits_69() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    server.kill();
+    for args in [
+        &["status", "x"][..],
+        &["run", "x", "--", "true"],
+        &["acquire", "x", "--no-wait"],
+    ] {
+        let out = run_at(&url, args);
+        assert_eq!(out.code(), 69, "{args:?}: {out:?}");
+        out.assert_one_error_line();
+    }
+}
+
+#[test]
+fn a_wrong_or_missing_password_exits_77() {
+    let server = RedisServer::builder().password("s3cret").start();
+    for url in [server.url(), server.url_with_auth(None, "wrong")] {
+        let out = run_at(&url, &["run", "x", "--", "true"]);
+        assert_eq!(out.code(), 77, "{url}: {out:?}");
+        out.assert_one_error_line();
+    }
+    let out = run_at(
+        &server.url_with_auth(None, "s3cret"),
+        &["run", "x", "--", "true"],
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+}
+
+#[test]
+fn bad_command_lines_exit_64_with_one_line() {
+    let cases: &[&[&str]] = &[
+        &["run", "x", "sleep", "1"],
+        &["run", "x"],
+        &["run", "x", "--"],
+        &["run", "--ttl", "0", "x", "--", "true"],
+        &["run", "--ttl", "banana", "x", "--", "true"],
+        &["run", "--wait", "0s", "x", "--", "true"],
+        &["acquire", "x", "--ttl", "0"],
+        &["acquire", "x", "--wait", "1s", "--no-wait"],
+        &["--frobnicate", "status", "x"],
+        &["status", "x", "--frobnicate"],
+        &["status"],
+        &["nonsense"],
+        &[],
+        &[
+            "--url",
+            "redis://a",
+            "--url",
+            "redis://b",
+            "--url",
+            "redis://c",
+            "status",
+            "x",
+        ],
+        &["--url", "not a url", "status", "x"],
+        &[
+            "--prefix",
+            "has space",
+            "--url",
+            "redis://127.0.0.1:1",
+            "status",
+            "x",
+        ],
+    ];
+    for args in cases {
+        let out = run(args);
+        assert_eq!(out.code(), 64, "{args:?}: {out:?}");
+        out.assert_one_error_line();
+        assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
+    }
+    let out = run(&["run", "x", "sleep", "1"]);
+    assert!(out.stderr.contains("--"), "{out:?}");
+    let out = run(&[
+        "--url",
+        "redis://a",
+        "--url",
+        "redis://b",
+        "--url",
+        "redis://c",
+        "list",
+    ]);
+    assert!(out.stderr.contains("Redlock"), "{out:?}");
+
+    for args in [&["--help"][..], &["run", "--help"], &["--version"]] {
+        let out = run(args);
+        assert_eq!(out.code(), 0, "{args:?}: {out:?}");
+        assert!(!out.stdout.is_empty());
+    }
+}
+
+#[test]
+fn the_commands_exit_code_passes_through() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let out = run_at(&url, &["run", "code", "--", "sh", "-c", "exit 7"]);
+    assert_eq!(out.code(), 7, "{out:?}");
+    let out = run_at(&url, &["run", "code", "--", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(out.code(), 143, "{out:?}");
+    let out = run_at(&url, &["run", "code", "--", "true"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let out = run_at(&url, &["run", "code", "--", "leasehold-no-such-command"]);
+    assert_eq!(out.code(), 127, "{out:?}");
+    out.assert_one_error_line();
+    assert_eq!(status_json(&url, "code")["held"], false);
+}
+
+#[test]
+fn the_command_sees_its_fence_and_token() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let out = run_at(
+        &url,
+        &[
+            "run",
+            "env",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$LEASEHOLD_FENCE $LEASEHOLD_TOKEN\"",
+        ],
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+    let (fence, token) = out.stdout.trim().split_once(' ').expect("two words");
+    let fence: u64 = fence.parse().expect("numeric fence");
+    assert!(fence > 0);
+    assert_eq!(token.len(), 32, "{token}");
+    assert_eq!(status_json(&url, "env")["fence"], fence);
+}
+
+#[test]
+fn signals_to_leasehold_reach_the_command_and_the_lock_is_released() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = temp_dir();
+    let pidfile = dir.path().join("pid");
+    let mut cmd = leasehold();
+    cmd.current_dir(dir.path()).args([
+        "--url",
+        &url,
+        "run",
+        "fwd",
+        "--",
+        "sh",
+        "-c",
+        "trap 'exit 5' TERM; echo $$ > pid; while true; do sleep 0.05; done",
+    ]);
+    let proc = Proc::spawn(cmd);
+    let child = Grandchild(Pid::from_raw(wait_for_file(&pidfile).parse().unwrap()));
+    proc.signal(Signal::SIGTERM);
+    let out = proc.finish_within(Duration::from_secs(30));
+    assert_eq!(out.code(), 5, "{out:?}");
+    assert!(!child.alive());
+    assert_eq!(status_json(&url, "fwd")["held"], false);
+}
+
+#[test]
+fn a_paused_holder_whose_lease_is_taken_stops_its_command_and_exits_70() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = temp_dir();
+    let mut cmd = leasehold();
+    cmd.current_dir(dir.path()).args([
+        "--url",
+        &url,
+        "run",
+        "paused",
+        "--ttl",
+        "1s",
+        "--kill-grace",
+        "2s",
+        "--",
+        "sh",
+        "-c",
+        "echo $LEASEHOLD_FENCE > fence; echo $$ > pid; exec sleep 30",
+    ]);
+    let first = Proc::spawn(cmd);
+    let child = Grandchild(Pid::from_raw(
+        wait_for_file(&dir.path().join("pid")).parse().unwrap(),
+    ));
+    let first_fence: u64 = wait_for_file(&dir.path().join("fence")).parse().unwrap();
+
+    first.signal(Signal::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(2500));
+    let second = run_at(&url, &["--json", "acquire", "paused", "--ttl", "30s"]);
+    first.signal(Signal::SIGCONT);
+    assert_eq!(second.code(), 0, "{second:?}");
+    let second_fence = second.json()["fence"].as_u64().expect("fence");
+    assert!(
+        second_fence > first_fence,
+        "{second_fence} <= {first_fence}"
+    );
+
+    let out = first.finish_within(Duration::from_secs(30));
+    assert_eq!(out.code(), 70, "{out:?}");
+    out.assert_one_error_line();
+    assert!(out.stderr.contains("lost"), "{out:?}");
+    assert!(!child.alive(), "the command still runs after a lost lease");
+
+    // The new holder keeps its lock: the stale one did not release it.
+    let status = status_json(&url, "paused");
+    assert_eq!(status["held"], true);
+    assert_eq!(status["fence"], second_fence);
+}
+
+#[test]
+fn a_command_that_ignores_sigterm_is_killed_after_the_grace() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = temp_dir();
+    let mut cmd = leasehold();
+    cmd.current_dir(dir.path()).args([
+        "--url",
+        &url,
+        "run",
+        "stubborn",
+        "--ttl",
+        "1s",
+        "--kill-grace",
+        "1s",
+        "--",
+        "sh",
+        "-c",
+        "trap '' TERM; echo $LEASEHOLD_TOKEN > token; echo $$ > pid; while :; do sleep 0.1; done",
+    ]);
+    let proc = Proc::spawn(cmd);
+    let child = Grandchild(Pid::from_raw(
+        wait_for_file(&dir.path().join("pid")).parse().unwrap(),
+    ));
+    let token = wait_for_file(&dir.path().join("token"));
+
+    // Someone with the token frees the lock behind the holder's back; its
+    // next renewal finds the lease gone.
+    let out = run_at(&url, &["release", "stubborn", &token]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let released_at = Instant::now();
+
+    let out = proc.finish_within(Duration::from_secs(30));
+    let took = released_at.elapsed();
+    assert_eq!(out.code(), 70, "{out:?}");
+    out.assert_one_error_line();
+    assert!(!child.alive(), "the command survived SIGKILL");
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(15),
+        "stopped {took:?} after the lease was lost (grace 1s)"
+    );
+}
+
+#[test]
+fn a_killed_leasehold_frees_the_lock_within_its_ttl() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = temp_dir();
+    let mut cmd = leasehold();
+    cmd.current_dir(dir.path()).args([
+        "--url",
+        &url,
+        "run",
+        "crash",
+        "--ttl",
+        "1s",
+        "--",
+        "sh",
+        "-c",
+        // The orphan must not keep our pipes open.
+        "echo $$ > pid; exec sleep 30 >/dev/null 2>&1",
+    ]);
+    let proc = Proc::spawn(cmd);
+    let child = Grandchild(Pid::from_raw(
+        wait_for_file(&dir.path().join("pid")).parse().unwrap(),
+    ));
+    assert_eq!(status_json(&url, "crash")["held"], true);
+
+    proc.signal(Signal::SIGKILL);
+    let killed_at = Instant::now();
+    let out = proc.finish_within(Duration::from_secs(10));
+    assert!(out.status.code().is_none(), "{out:?}");
+
+    let next = run_at(&url, &["acquire", "crash", "--wait", "20s"]);
+    assert_eq!(next.code(), 0, "{next:?}");
+    let freed_after = killed_at.elapsed();
+    assert!(
+        freed_after < Duration::from_secs(1) + Duration::from_secs(5),
+        "freed after {freed_after:?}"
+    );
+    // The orphaned command keeps running (its own process group); ours to end.
+    drop(child);
+}
+
+#[test]
+fn acquire_status_list_extend_release_round_trip() {
+    let server = RedisServer::start();
+    let url = server.url();
+
+    let out = run_at(&url, &["--json", "acquire", "jobs:7", "--ttl", "30s"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let acquired = out.json();
+    assert_eq!(acquired["name"], "jobs:7");
+    assert_eq!(acquired["ttl_ms"], 30_000);
+    let token = acquired["token"].as_str().expect("token").to_owned();
+    let fence = acquired["fence"].as_u64().expect("fence");
+
+    let human = run_at(&url, &["acquire", "other", "--ttl", "30s"]);
+    assert_eq!(human.code(), 0, "{human:?}");
+    assert!(
+        human.stdout.lines().any(|l| l.starts_with("token=")),
+        "{human:?}"
+    );
+    assert!(
+        human.stdout.lines().any(|l| l.starts_with("fence=")),
+        "{human:?}"
+    );
+
+    let status = status_json(&url, "jobs:7");
+    assert_eq!(status["held"], true);
+    assert_eq!(status["holder"], token[..8]);
+    assert_eq!(status["fence"], fence);
+    let remaining = status["remaining_ms"].as_u64().expect("remaining");
+    assert!(remaining > 0 && remaining <= 30_000, "{status}");
+
+    let out = run_at(&url, &["status", "jobs:7"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(out.stdout.contains(&token[..8]), "{out:?}");
+    assert!(!out.stdout.contains(&token), "whole token printed: {out:?}");
+    assert!(out.stdout.contains("remaining"), "{out:?}");
+
+    let out = run_at(&url, &["--json", "list"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let names: Vec<String> = out.json()["locks"]
+        .as_array()
+        .expect("locks")
+        .iter()
+        .map(|l| l["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["jobs:7", "other"]);
+    let out = run_at(&url, &["--json", "list", "jobs:*"]);
+    assert_eq!(out.json()["locks"].as_array().unwrap().len(), 1, "{out:?}");
+    let out = run_at(&url, &["list"]);
+    assert!(
+        out.stdout.contains("jobs:7") && out.stdout.contains(&token[..8]),
+        "{out:?}"
+    );
+
+    let out = run_at(&url, &["extend", "jobs:7", &token, "--ttl", "90s"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let remaining = status_json(&url, "jobs:7")["remaining_ms"]
+        .as_u64()
+        .unwrap();
+    assert!(remaining > 30_000, "extend did not take: {remaining}");
+
+    let wrong = "0".repeat(32);
+    let out = run_at(&url, &["release", "jobs:7", &wrong]);
+    assert_eq!(out.code(), 75, "{out:?}");
+    out.assert_one_error_line();
+    let out = run_at(&url, &["extend", "jobs:7", &wrong]);
+    assert_eq!(out.code(), 75, "{out:?}");
+
+    let out = run_at(&url, &["--json", "release", "jobs:7", &token]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert_eq!(out.json()["released"], true);
+    assert_eq!(status_json(&url, "jobs:7")["held"], false);
+
+    // Gone now: releasing or extending again reports the lost lease.
+    let out = run_at(&url, &["release", "jobs:7", &token]);
+    assert_eq!(out.code(), 70, "{out:?}");
+    out.assert_one_error_line();
+}
+
+#[test]
+fn demo_without_a_url_starts_its_own_redis_and_passes() {
+    let out = run(&["demo"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(
+        out.stdout.lines().any(|l| l.starts_with("VERDICT: PASS")),
+        "{out:?}"
+    );
+    assert!(out.stdout.contains("private redis-server"), "{out:?}");
+    assert!(out.elapsed < Duration::from_secs(30), "{out:?}");
+}
+
+#[test]
+fn demo_against_a_given_server_reports_json() {
+    let server = RedisServer::start();
+    let out = run_at(
+        &server.url(),
+        &["--json", "demo", "--workers", "4", "--iterations", "20"],
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+    let report = out.json();
+    assert_eq!(report["verdict"], "PASS", "{report}");
+    assert_eq!(report["with_lock"]["counter"], 80);
+    assert_eq!(report["fences_strictly_increasing"], true);
+    assert_eq!(
+        report["acquisitions_per_worker"],
+        serde_json::json!([20, 20, 20, 20])
+    );
+    // The demo cleans its counters up.
+    let mut con = server.connection();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("leasehold:demo:*")
+        .query(&mut con)
+        .unwrap();
+    assert!(keys.is_empty(), "{keys:?}");
+}
