@@ -5,6 +5,8 @@
 //!
 //! - [`Lock`]: a lease lock, one owner at a time (`SET NX PX` done right:
 //!   owner-checked release and extend, fencing tokens, automatic renewal).
+//! - [`ReentrantLock`]: a lease lock that its owner (an id you choose) may
+//!   take again while holding it; free once every hold is given back.
 //!
 //! # Which lock should you use?
 //!
@@ -41,13 +43,16 @@
 //! # Ok(()) }
 //! ```
 
+mod acquire;
 mod backend;
 mod client;
 mod error;
 mod events;
+mod guard;
 mod key;
 mod lease;
 mod lock;
+mod reentrant;
 mod scripts;
 mod token;
 mod watchdog;
@@ -55,3 +60,4 @@ mod watchdog;
 pub use client::{Client, ClientBuilder, DEFAULT_PREFIX};
 pub use error::{Error, Result};
 pub use lock::{DEFAULT_TTL, DEFAULT_WAIT, Lock, LockGuard, LockStatus};
+pub use reentrant::{ReentrantGuard, ReentrantLock};

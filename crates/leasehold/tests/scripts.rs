@@ -177,3 +177,157 @@ fn a_foreign_key_of_another_type_is_refused_untouched() {
     let fence: Option<String> = conn.get(FENCE).unwrap();
     assert_eq!(fence, None, "nothing written before the type error");
 }
+
+const RE_ACQUIRE: &str = include_str!("../src/scripts/reentrant_acquire.lua");
+const RE_RELEASE: &str = include_str!("../src/scripts/reentrant_release.lua");
+const RE_EXTEND: &str = include_str!("../src/scripts/reentrant_extend.lua");
+
+fn re_acquire(conn: &mut Connection, owner: &str, hold: &str, ttl_ms: u64) -> (i64, i64) {
+    redis::Script::new(RE_ACQUIRE)
+        .key(LOCK)
+        .key(FENCE)
+        .arg(owner)
+        .arg(hold)
+        .arg(ttl_ms)
+        .arg(3_600_000)
+        .invoke(conn)
+        .unwrap()
+}
+
+fn re_release(conn: &mut Connection, owner: &str, hold: &str) -> i64 {
+    redis::Script::new(RE_RELEASE)
+        .key(LOCK)
+        .key(CHANNEL)
+        .arg(owner)
+        .arg(hold)
+        .invoke(conn)
+        .unwrap()
+}
+
+fn hold_fields(conn: &mut Connection) -> Vec<String> {
+    let mut fields: Vec<String> = conn.hkeys(LOCK).unwrap();
+    fields.retain(|f| f.starts_with("h:"));
+    fields.sort();
+    fields
+}
+
+#[test]
+fn reentrant_acquire_counts_holds_of_one_owner_and_keeps_its_fence() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let (ok, fence) = re_acquire(&mut conn, "o", "1", 10_000);
+    assert_eq!(ok, 1);
+    assert!(fence > 1_600_000_000_000_000);
+    assert_eq!(re_acquire(&mut conn, "o", "2", 10_000), (1, fence));
+    assert_eq!(
+        re_acquire(&mut conn, "o", "2", 10_000),
+        (1, fence),
+        "a retried hold is not counted twice"
+    );
+    assert_eq!(hold_fields(&mut conn), ["h:1", "h:2"]);
+    let (ok, pttl) = re_acquire(&mut conn, "p", "3", 10_000);
+    assert_eq!(ok, 0);
+    assert!(pttl > 9_000 && pttl <= 10_000, "pttl {pttl}");
+    // A re-entry with a shorter TTL does not cut the others short.
+    re_acquire(&mut conn, "o", "4", 1_000);
+    let pttl: i64 = conn.pttl(LOCK).unwrap();
+    assert!(pttl > 9_000, "shortened to {pttl}");
+    let owner: String = conn.hget(LOCK, "owner").unwrap();
+    assert_eq!(owner, "o");
+    let fence_ttl: i64 = conn.pttl(FENCE).unwrap();
+    assert!(fence_ttl > 0);
+}
+
+#[test]
+fn reentrant_release_checks_the_owner_and_frees_at_the_last_hold() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let mut sub_conn = server.connection();
+    let mut pubsub = sub_conn.as_pubsub();
+    pubsub.subscribe(CHANNEL).unwrap();
+    pubsub
+        .set_read_timeout(Some(std::time::Duration::from_millis(300)))
+        .unwrap();
+    assert_eq!(re_release(&mut conn, "o", ""), 0, "nothing to release");
+    for hold in ["1", "2", "3"] {
+        re_acquire(&mut conn, "o", hold, 10_000);
+    }
+    assert_eq!(re_release(&mut conn, "p", "1"), -1, "another owner");
+    assert_eq!(re_release(&mut conn, "p", ""), -1, "another owner");
+    assert_eq!(
+        hold_fields(&mut conn).len(),
+        3,
+        "a refused release changes nothing"
+    );
+    assert_eq!(
+        re_release(&mut conn, "o", "9"),
+        0,
+        "a hold that does not exist"
+    );
+    assert_eq!(re_release(&mut conn, "o", "2"), 1);
+    assert_eq!(re_release(&mut conn, "o", "2"), 0, "released twice");
+    assert_eq!(hold_fields(&mut conn), ["h:1", "h:3"]);
+    assert!(pubsub.get_message().is_err(), "no event while holds remain");
+    assert_eq!(re_release(&mut conn, "", "1"), 1, "by hold id alone");
+    assert_eq!(re_release(&mut conn, "o", ""), 1, "any hold of the owner");
+    let exists: bool = conn.exists(LOCK).unwrap();
+    assert!(!exists, "deleted at the last hold");
+    let msg = pubsub.get_message().unwrap();
+    assert_eq!(msg.get_channel_name(), CHANNEL);
+}
+
+#[test]
+fn reentrant_extend_renews_existing_holds_and_leaves_the_rest() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    re_acquire(&mut conn, "o", "1", 1_000);
+    let _: () = conn.set("t:{str}:lock", "plain").unwrap();
+    let script = redis::Script::new(RE_EXTEND);
+    let mut call = script.prepare_invoke();
+    for (key, hold) in [
+        (LOCK, "1"),
+        (LOCK, "2"),
+        ("t:{gone}:lock", "1"),
+        ("t:{str}:lock", "1"),
+    ] {
+        call.key(key).arg(hold).arg(60_000);
+    }
+    let results: Vec<i64> = call.invoke(&mut conn).unwrap();
+    assert_eq!(results, vec![1, -1, 0, -1]);
+    let pttl: i64 = conn.pttl(LOCK).unwrap();
+    assert!(pttl > 50_000);
+    let plain: String = conn.get("t:{str}:lock").unwrap();
+    assert_eq!(plain, "plain");
+}
+
+#[test]
+fn reentrant_acquire_refuses_a_plain_lock_key_untouched() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    acquire(&mut conn, "a", 10_000);
+    let err = redis::Script::new(RE_ACQUIRE)
+        .key(LOCK)
+        .key(FENCE)
+        .arg("o")
+        .arg("1")
+        .arg(1000)
+        .arg(1000)
+        .invoke::<Value>(&mut conn)
+        .unwrap_err();
+    assert_eq!(err.code(), Some("WRONGTYPE"));
+    let holder: String = conn.get(LOCK).unwrap();
+    assert_eq!(holder, "a");
+    // And the plain lock's scripts refuse the reentrant hash.
+    assert_eq!(release(&mut conn, "a"), 1);
+    re_acquire(&mut conn, "o", "1", 10_000);
+    let err = redis::Script::new(ACQUIRE)
+        .key(LOCK)
+        .key(FENCE)
+        .arg("a")
+        .arg(1000)
+        .arg(1000)
+        .invoke::<Value>(&mut conn)
+        .unwrap_err();
+    assert_eq!(err.code(), Some("WRONGTYPE"));
+    assert_eq!(hold_fields(&mut conn), ["h:1"]);
+}
