@@ -296,3 +296,39 @@ macro_rules! handle_api {
 }
 
 pub(crate) use handle_api;
+
+/// The owner setters of handles whose holds belong to an owner id (an
+/// `owner: Token` field). `$make` is example code that yields a handle.
+macro_rules! owner_api {
+    ($handle:ident, $make:literal) => {
+        impl $handle {
+            /// The owner id: handles with the same id share the lock's holds
+            /// (reentrancy), from any task or process. Anyone who knows it
+            /// can act as the owner, so treat it as a secret when that
+            /// matters.
+            ///
+            /// Must be 1 to 512 bytes. Defaults to a random 128-bit id per
+            /// handle (clones of a handle share it).
+            ///
+            /// # Example
+            ///
+            /// ```no_run
+            /// # fn run(client: leasehold::Client) {
+            #[doc = concat!("let lock = ", $make, ".owner(\"job-7\");")]
+            /// assert_eq!(lock.owner_id(), "job-7");
+            /// # }
+            /// ```
+            pub fn owner(mut self, id: impl Into<String>) -> Self {
+                self.owner = crate::token::Token::from_owner(id.into());
+                self
+            }
+
+            /// The owner id of this handle.
+            pub fn owner_id(&self) -> &str {
+                self.owner.as_str()
+            }
+        }
+    };
+}
+
+pub(crate) use owner_api;

@@ -9,6 +9,7 @@ use crate::events::{Events, Shared};
 use crate::key::{glob_match, name_of_lock_key, validate_prefix};
 use crate::lock::{Lock, LockStatus};
 use crate::reentrant::ReentrantLock;
+use crate::rwlock::RwLock;
 use crate::scripts;
 use crate::watchdog::Watchdog;
 
@@ -144,6 +145,23 @@ impl Client {
     /// ```
     pub fn reentrant_lock(&self, name: impl Into<String>) -> ReentrantLock {
         ReentrantLock::new(self.clone(), name.into())
+    }
+
+    /// A handle to the read-write lock `name`: many readers or one writer.
+    ///
+    /// Cheap: nothing is sent until [`RwLock::read`], [`RwLock::write`],
+    /// [`RwLock::try_read`] or [`RwLock::try_write`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let catalog = client.rw_lock("catalog");
+    /// let guard = catalog.read().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn rw_lock(&self, name: impl Into<String>) -> RwLock {
+        RwLock::new(self.clone(), name.into())
     }
 
     /// The locks currently held under this client's prefix whose names match

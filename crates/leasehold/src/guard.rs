@@ -40,6 +40,14 @@ impl Held {
         }
     }
 
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub(crate) fn watchdog(&self) -> bool {
+        self.watchdog
+    }
+
     pub(crate) fn fence(&self) -> u64 {
         self.fence
     }

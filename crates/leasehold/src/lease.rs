@@ -33,6 +33,8 @@ pub(crate) enum Kind {
     Lock,
     /// [`ReentrantLock`](crate::ReentrantLock): one hold in the owner's hash.
     Reentrant,
+    /// [`RwLock`](crate::RwLock): one member of the sorted set of holds.
+    Rw,
 }
 
 /// One held lease.
@@ -44,7 +46,7 @@ pub(crate) struct Lease {
     /// The owner token the user sees ([`LockGuard::token`](crate::LockGuard::token)).
     pub(crate) token: Token,
     /// What the kind's scripts know this lease by: the owner token for a
-    /// lock, the hold id for a reentrant lock.
+    /// lock, the hold id for a reentrant lock, the member for an RwLock.
     pub(crate) hold: String,
     timing: Mutex<Timing>,
     lost: AtomicBool,

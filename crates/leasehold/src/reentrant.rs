@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::acquire::{Handle, acquire, handle_api};
+use crate::acquire::{Handle, acquire, handle_api, owner_api};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{Held, guard_api};
@@ -41,6 +41,7 @@ pub struct ReentrantLock {
 }
 
 handle_api!(ReentrantLock, "acquire");
+owner_api!(ReentrantLock, "client.reentrant_lock(\"orders:42\")");
 
 impl ReentrantLock {
     pub(crate) fn new(client: Client, name: String) -> ReentrantLock {
@@ -48,30 +49,6 @@ impl ReentrantLock {
             h: Handle::new(client, name),
             owner: Token::random(),
         }
-    }
-
-    /// The owner id: handles with the same id share the lock. Anyone who
-    /// knows it can release the owner's holds, so treat it as a secret when
-    /// that matters.
-    ///
-    /// Must be 1 to 512 bytes. Defaults to a random 128-bit id per handle
-    /// (clones of a handle share it).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn run(client: leasehold::Client) {
-    /// let lock = client.reentrant_lock("orders:42").owner("job-7");
-    /// # }
-    /// ```
-    pub fn owner(mut self, id: impl Into<String>) -> Self {
-        self.owner = Token::from_owner(id.into());
-        self
-    }
-
-    /// The owner id of this handle.
-    pub fn owner_id(&self) -> &str {
-        self.owner.as_str()
     }
 
     /// Takes the lock, or one more hold on it if this owner holds it

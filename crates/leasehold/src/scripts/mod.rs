@@ -28,6 +28,11 @@ static REENTRANT_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("reentrant_release.lua")));
 static REENTRANT_EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("reentrant_extend.lua")));
+static RW_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("rw_acquire.lua")));
+static RW_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("rw_release.lua")));
+static RW_EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("rw_extend.lua")));
+static RW_DOWNGRADE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("rw_downgrade.lua")));
 
 /// How long the fence key outlives its last acquisition. After it expires
 /// the server clock alone keeps fences increasing.
@@ -128,7 +133,8 @@ pub(crate) async fn lock_release(backend: &Backend, keys: &LockKeys, token: &str
 }
 
 /// One lease to renew: its key, its identity in its kind's scripts (the
-/// owner token of a lock, the hold id of a reentrant lock) and its new TTL.
+/// owner token of a lock, the hold id of a reentrant lock, the member of an
+/// RwLock) and its new TTL.
 pub(crate) struct Extension<'a> {
     pub(crate) key: &'a str,
     pub(crate) hold: &'a str,
@@ -149,6 +155,7 @@ pub(crate) async fn extend(
     let script: &Script = match kind {
         Kind::Lock => &LOCK_EXTEND,
         Kind::Reentrant => &REENTRANT_EXTEND,
+        Kind::Rw => &RW_EXTEND,
     };
     let mut invocation = script.prepare_invoke();
     for lease in leases {
@@ -179,6 +186,7 @@ pub(crate) async fn release(
     match kind {
         Kind::Lock => lock_release(backend, keys, hold).await,
         Kind::Reentrant => reentrant_release(backend, keys, "", hold).await,
+        Kind::Rw => rw_release(backend, keys, hold).await,
     }
 }
 
@@ -218,6 +226,113 @@ pub(crate) async fn reentrant_release(
                 .key(&keys.channel)
                 .arg(owner)
                 .arg(hold),
+            &keys.lock,
+        )
+        .await?;
+    Ok(Owned::from_code(code))
+}
+
+/// Reply of [`rw_acquire`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RwAcquire {
+    /// Taken, or blocked (as for a lock).
+    Lock(Acquire),
+    /// A write by an owner that holds only reads: refused.
+    Upgrade,
+}
+
+/// Read or write mode of an RwLock hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Read,
+    Write,
+}
+
+impl Mode {
+    fn code(self) -> &'static str {
+        match self {
+            Mode::Read => "r",
+            Mode::Write => "w",
+        }
+    }
+
+    /// The sorted-set member of hold `hold` of `owner` in this mode.
+    pub(crate) fn member(self, hold: &str, owner: &str) -> String {
+        format!("{}:{hold}:{owner}", self.code())
+    }
+}
+
+/// One attempt at an RwLock hold, from [`rw_acquire`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RwAttempt<'a> {
+    pub(crate) mode: Mode,
+    pub(crate) owner: &'a str,
+    pub(crate) hold: &'a str,
+    pub(crate) ttl: Duration,
+    /// A blocked writer registers as waiting (for `ttl`), which stops new
+    /// readers.
+    pub(crate) waits: bool,
+}
+
+/// Takes a read or write hold on an RwLock.
+pub(crate) async fn rw_acquire(
+    backend: &Backend,
+    keys: &LockKeys,
+    RwAttempt {
+        mode,
+        owner,
+        hold,
+        ttl,
+        waits,
+    }: RwAttempt<'_>,
+) -> Result<RwAcquire> {
+    let mut invocation = RW_ACQUIRE.prepare_invoke();
+    invocation
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .arg(mode.code())
+        .arg(owner)
+        .arg(hold)
+        .arg(millis(ttl))
+        .arg(millis(FENCE_KEY_TTL.max(ttl * 2)))
+        .arg(if waits { "1" } else { "0" });
+    let reply = backend.invoke::<(i64, i64)>(&invocation, &keys.lock).await;
+    match reply {
+        Err(Error::WrongType { .. }) => Err(which_wrong_type(backend, keys, "zset").await),
+        Ok((-1, _)) => Ok(RwAcquire::Upgrade),
+        Ok(pair) => Ok(RwAcquire::Lock(Acquire::from_pair(pair))),
+        Err(e) => Err(e),
+    }
+}
+
+/// Removes one member of an RwLock (a hold or a waiting writer) and wakes
+/// every waiter.
+pub(crate) async fn rw_release(backend: &Backend, keys: &LockKeys, member: &str) -> Result<Owned> {
+    let code: i64 = backend
+        .invoke(
+            RW_RELEASE.key(&keys.lock).key(&keys.channel).arg(member),
+            &keys.lock,
+        )
+        .await?;
+    Ok(Owned::from_code(code))
+}
+
+/// Replaces write hold `write` by read hold `read` lasting `ttl`, atomically.
+pub(crate) async fn rw_downgrade(
+    backend: &Backend,
+    keys: &LockKeys,
+    write: &str,
+    read: &str,
+    ttl: Duration,
+) -> Result<Owned> {
+    let code: i64 = backend
+        .invoke(
+            RW_DOWNGRADE
+                .key(&keys.lock)
+                .key(&keys.channel)
+                .arg(write)
+                .arg(read)
+                .arg(millis(ttl)),
             &keys.lock,
         )
         .await?;
