@@ -108,7 +108,9 @@ impl ReentrantLock {
     }
 
     /// Gives back one hold of `owner`, for holders that kept only the owner
-    /// id. The last hold frees the lock and wakes waiters.
+    /// id. The last hold frees the lock and wakes waiters. If a guard of
+    /// that owner still lives, the hold may be its own: it will find it
+    /// lost at its next renewal or release.
     ///
     /// # Errors
     ///

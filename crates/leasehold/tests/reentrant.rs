@@ -282,3 +282,31 @@ async fn every_key_written_has_a_ttl() {
     a.release().await.unwrap();
     b.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn cancelled_acquires_take_back_only_their_own_hold() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.reentrant_lock("job").owner("o");
+    let kept = lock.acquire().await.unwrap();
+    for _ in 0..3 {
+        // Paused, the server runs the acquire only after the caller gave up:
+        // the outcome is unknown when the future is dropped.
+        server.pause();
+        let cancelled = tokio::time::timeout(Duration::from_millis(100), lock.acquire()).await;
+        server.resume();
+        assert!(cancelled.is_err(), "the acquire was not cut off");
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while holds(&server) != 1 {
+            assert!(
+                Instant::now() < deadline,
+                "{} holds left after a cancelled acquire",
+                holds(&server)
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    assert!(!kept.is_lost());
+    kept.release().await.unwrap();
+    assert!(!server.connection().exists::<_, bool>(KEY).unwrap());
+}

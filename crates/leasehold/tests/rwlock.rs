@@ -70,13 +70,20 @@ async fn eight_readers_then_a_writer_that_holds_back_new_readers() {
             .unwrap()
             .is_none()
     );
-    let late = {
-        let lock = lock.clone().owner("late");
-        tokio::spawn(async move {
-            let guard = lock.read().await.unwrap();
-            (Instant::now(), guard)
+    // Late readers on two clients, all waiting behind the writer.
+    let late: Vec<_> = (0..4)
+        .map(|i| {
+            let client = if i % 2 == 0 { &client } else { &writer_client };
+            let lock = client
+                .rw_lock("catalog")
+                .owner(format!("late-{i}"))
+                .wait(Duration::from_secs(15));
+            tokio::spawn(async move {
+                let guard = lock.read().await.unwrap();
+                (Instant::now(), guard)
+            })
         })
-    };
+        .collect();
     // ...but a reader already in may read again (else it could deadlock).
     let again = handles[0].try_read().await.unwrap().expect("re-entry");
     again.release().await.unwrap();
@@ -98,18 +105,29 @@ async fn eight_readers_then_a_writer_that_holds_back_new_readers() {
         "writer entered {gap:?} late"
     );
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(!late.is_finished(), "a reader entered beside the writer");
+    assert!(
+        late.iter().all(|l| !l.is_finished()),
+        "a reader entered beside the writer"
+    );
     assert!(write.fence() > 0);
 
     let released = Instant::now();
     write.release().await.unwrap();
-    let (entered, read) = late.await.unwrap();
-    let gap = entered.duration_since(released);
-    assert!(
-        gap < Duration::from_millis(500),
-        "reader entered {gap:?} late"
-    );
-    read.release().await.unwrap();
+    let mut reads = Vec::new();
+    for waiter in late {
+        let (entered, read) = waiter.await.unwrap();
+        let gap = entered.duration_since(released);
+        // Each would otherwise wait for its fallback timer (seconds).
+        assert!(
+            gap < Duration::from_millis(500),
+            "reader entered {gap:?} late"
+        );
+        reads.push(read);
+    }
+    assert_eq!(entries(&server).len(), 4, "the late readers hold at once");
+    for read in reads {
+        read.release().await.unwrap();
+    }
     assert!(!server.connection().exists::<_, bool>(KEY).unwrap());
 }
 
