@@ -8,6 +8,8 @@ use crate::error::{Error, Result};
 use crate::events::{Events, Shared};
 use crate::key::{glob_match, name_of_lock_key, validate_prefix};
 use crate::lock::{Lock, LockStatus};
+use crate::reentrant::ReentrantLock;
+use crate::rwlock::RwLock;
 use crate::scripts;
 use crate::watchdog::Watchdog;
 
@@ -43,6 +45,20 @@ pub(crate) struct Inner {
     pub(crate) prefix: String,
     pub(crate) min_ttl: Duration,
     pub(crate) max_ttl: Duration,
+}
+
+impl Inner {
+    /// Checks a lease TTL against the client's bounds.
+    pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<()> {
+        if ttl < self.min_ttl || ttl > self.max_ttl {
+            return Err(Error::InvalidArgument(format!(
+                "lease TTL {ttl:?} is outside the allowed {:?}..={:?}: a TTL bounds how long a \
+                 crashed holder blocks others, so pick one between them",
+                self.min_ttl, self.max_ttl
+            )));
+        }
+        Ok(())
+    }
 }
 
 impl std::fmt::Debug for Client {
@@ -114,6 +130,42 @@ impl Client {
     /// ```
     pub fn lock(&self, name: impl Into<String>) -> Lock {
         Lock::new(self.clone(), name.into())
+    }
+
+    /// A handle to the reentrant lock `name`: the same owner may acquire it
+    /// again while holding it. Set the owner with
+    /// [`ReentrantLock::owner`]; by default each handle is its own owner.
+    ///
+    /// Cheap: nothing is sent until [`ReentrantLock::acquire`] or
+    /// [`ReentrantLock::try_acquire`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let lock = client.reentrant_lock("orders:42").owner("job-7");
+    /// let guard = lock.acquire().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn reentrant_lock(&self, name: impl Into<String>) -> ReentrantLock {
+        ReentrantLock::new(self.clone(), name.into())
+    }
+
+    /// A handle to the read-write lock `name`: many readers or one writer.
+    ///
+    /// Cheap: nothing is sent until [`RwLock::read`], [`RwLock::write`],
+    /// [`RwLock::try_read`] or [`RwLock::try_write`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let catalog = client.rw_lock("catalog");
+    /// let guard = catalog.read().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn rw_lock(&self, name: impl Into<String>) -> RwLock {
+        RwLock::new(self.clone(), name.into())
     }
 
     /// The locks currently held under this client's prefix whose names match

@@ -57,6 +57,19 @@ pub enum Error {
         name: String,
     },
 
+    /// A write lock was asked for by an owner that holds only read locks.
+    ///
+    /// Upgrading in place is refused: two readers upgrading at once would
+    /// wait for each other forever.
+    #[error(
+        "this owner holds read locks on {name:?} and asked to write: upgrading is refused \
+         (two upgrading readers would deadlock); release the read guards, then call write()"
+    )]
+    UpgradeRefused {
+        /// The lock name.
+        name: String,
+    },
+
     /// Fewer nodes than a quorum answered in time (Redlock).
     #[error(
         "quorum not reached: {acquired} of the {needed} nodes needed agreed; \

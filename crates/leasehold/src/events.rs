@@ -4,6 +4,8 @@
 //! with a [`Notify`]. A release message wakes one waiter of that lock in
 //! this client (`notify_one`, FIFO); the woken waiter retries, and if it
 //! loses the race it goes back to sleep without waking anyone else. A
+//! message whose payload is `all` (an RwLock release, after which many
+//! readers may enter) wakes every waiter of that lock in this client. A
 //! reconnect wakes every waiter, since messages may have been missed.
 //!
 //! The server-side SUBSCRIBE/UNSUBSCRIBE calls are made by one task in
@@ -56,7 +58,15 @@ impl Shared {
                     return;
                 };
                 if let Some(entry) = self.channels().get(channel) {
-                    entry.notify.notify_one();
+                    // 'all': the release may let every waiter in (readers of
+                    // an RwLock); else one waiter, who passes on if it loses.
+                    if let Some(Value::BulkString(payload)) = info.data.get(1)
+                        && payload.as_slice() == b"all"
+                    {
+                        entry.notify.notify_waiters();
+                    } else {
+                        entry.notify.notify_one();
+                    }
                 }
             }
             PushKind::Disconnection => {

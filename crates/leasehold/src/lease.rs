@@ -25,12 +25,29 @@ pub(crate) fn valid_until(sent: Instant, ttl: Duration) -> Instant {
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// Which primitive a lease belongs to: decides the scripts that renew and
+/// release it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Kind {
+    /// [`Lock`](crate::Lock): a string key holding the owner token.
+    Lock,
+    /// [`ReentrantLock`](crate::ReentrantLock): one hold in the owner's hash.
+    Reentrant,
+    /// [`RwLock`](crate::RwLock): one member of the sorted set of holds.
+    Rw,
+}
+
 /// One held lease.
 pub(crate) struct Lease {
     pub(crate) id: u64,
     pub(crate) name: String,
     pub(crate) keys: Arc<LockKeys>,
+    pub(crate) kind: Kind,
+    /// The owner token the user sees ([`LockGuard::token`](crate::LockGuard::token)).
     pub(crate) token: Token,
+    /// What the kind's scripts know this lease by: the owner token for a
+    /// lock, the hold id for a reentrant lock, the member for an RwLock.
+    pub(crate) hold: String,
     timing: Mutex<Timing>,
     lost: AtomicBool,
     lost_notify: Notify,
@@ -57,7 +74,9 @@ impl Lease {
     pub(crate) fn new(
         name: String,
         keys: Arc<LockKeys>,
+        kind: Kind,
         token: Token,
+        hold: String,
         ttl: Duration,
         sent: Instant,
     ) -> Lease {
@@ -65,7 +84,9 @@ impl Lease {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             name,
             keys,
+            kind,
             token,
+            hold,
             timing: Mutex::new(Timing {
                 ttl,
                 valid_until: valid_until(sent, ttl),

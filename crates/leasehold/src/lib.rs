@@ -5,12 +5,22 @@
 //!
 //! - [`Lock`]: a lease lock, one owner at a time (`SET NX PX` done right:
 //!   owner-checked release and extend, fencing tokens, automatic renewal).
+//! - [`ReentrantLock`]: a lease lock that its owner (an id you choose) may
+//!   take again while holding it; free once every hold is given back.
+//! - [`RwLock`]: many readers or one writer, each holder with its own lease;
+//!   waiting writers stop new readers; a writer may downgrade to a reader.
 //!
 //! # Which lock should you use?
 //!
 //! Use [`Lock`] to keep a critical section to one process at a time across
 //! hosts. Hold the guard for the whole section; the client's watchdog renews
 //! the lease every `ttl / 3` while the guard lives.
+//!
+//! Use [`ReentrantLock`] when code that holds the lock may call code that
+//! takes it again (the owner is an id you choose, so this works across tasks
+//! and processes, not per thread). Use [`RwLock`] when many may read at once
+//! but writes need to be alone; each reader holds its own lease, so a reader
+//! that dies blocks writers for one TTL at most.
 //!
 //! What no lease can promise: a process that is paused (GC, SIGSTOP, a
 //! swapped-out VM) longer than its TTL can wake up still *believing* it holds
@@ -41,13 +51,17 @@
 //! # Ok(()) }
 //! ```
 
+mod acquire;
 mod backend;
 mod client;
 mod error;
 mod events;
+mod guard;
 mod key;
 mod lease;
 mod lock;
+mod reentrant;
+mod rwlock;
 mod scripts;
 mod token;
 mod watchdog;
@@ -55,3 +69,5 @@ mod watchdog;
 pub use client::{Client, ClientBuilder, DEFAULT_PREFIX};
 pub use error::{Error, Result};
 pub use lock::{DEFAULT_TTL, DEFAULT_WAIT, Lock, LockGuard, LockStatus};
+pub use reentrant::{ReentrantGuard, ReentrantLock};
+pub use rwlock::{ReadGuard, RwLock, WriteGuard};

@@ -20,6 +20,11 @@ impl Token {
         Token(hex(&bytes))
     }
 
+    /// An owner id chosen by the user (reentrant locks share one per owner).
+    pub(crate) fn from_owner(owner: String) -> Token {
+        Token(owner)
+    }
+
     pub(crate) fn as_str(&self) -> &str {
         &self.0
     }

@@ -1,7 +1,8 @@
 //! Renewal shared by every primitive: one task per client.
 //!
 //! Each held lease is renewed at a third of its TTL. Leases due at about
-//! the same time are renewed together by one script call. A renewal that
+//! the same time are renewed together: one script call per kind of lease
+//! (lock, reentrant hold, RwLock hold), each kind by its own script. A renewal that
 //! finds the lease missing or held by another owner marks it lost at once;
 //! one that cannot reach Redis is retried until the lease's `valid_until`,
 //! and then the lease is marked lost.
@@ -17,9 +18,8 @@ use tokio::sync::mpsc;
 
 use crate::backend::Backend;
 use crate::key::LockKeys;
-use crate::lease::{Lease, Snapshot};
+use crate::lease::{Kind, Lease, Snapshot};
 use crate::scripts::{self, Extension, Owned};
-use crate::token::Token;
 
 /// Leases due within this much of each other share one renewal call.
 const COALESCE: Duration = Duration::from_millis(20);
@@ -32,7 +32,11 @@ enum Command {
     /// Stop renewing.
     Untrack(u64),
     /// Release a lease in the background, owner-checked.
-    Release { keys: Arc<LockKeys>, token: Token },
+    Release {
+        kind: Kind,
+        keys: Arc<LockKeys>,
+        hold: String,
+    },
 }
 
 /// Handle to the client's watchdog task. The task ends when every handle is dropped.
@@ -61,9 +65,10 @@ impl Watchdog {
         let _ = self.tx.send(Command::Untrack(id));
     }
 
-    /// Releases in the background; never blocks.
-    pub(crate) fn release(&self, keys: Arc<LockKeys>, token: Token) {
-        let _ = self.tx.send(Command::Release { keys, token });
+    /// Releases in the background; never blocks. `hold` is the lease's
+    /// identity in its kind's scripts (see [`Lease::hold`]).
+    pub(crate) fn release(&self, kind: Kind, keys: Arc<LockKeys>, hold: String) {
+        let _ = self.tx.send(Command::Release { kind, keys, hold });
     }
 }
 
@@ -115,8 +120,8 @@ impl State {
                 self.schedule(lease, due);
             }
             Command::Untrack(id) => self.untrack(id),
-            Command::Release { keys, token } => {
-                if let Err(e) = scripts::lock_release(&self.backend, &keys, token.as_str()).await {
+            Command::Release { kind, keys, hold } => {
+                if let Err(e) = scripts::release(&self.backend, kind, &keys, &hold).await {
                     tracing::warn!(key = %keys.lock, error = %e,
                         "background release failed; the lease will expire by its TTL");
                 }
@@ -165,22 +170,30 @@ impl State {
             }
             due.push((lease, snapshot));
         }
-        for batch in due.chunks(MAX_BATCH) {
-            self.renew(batch).await;
+        due.sort_by_key(|(lease, _)| lease.kind);
+        for same_kind in due.chunk_by(|(a, _), (b, _)| a.kind == b.kind) {
+            for batch in same_kind.chunks(MAX_BATCH) {
+                self.renew(batch).await;
+            }
         }
     }
 
+    /// Renews `batch`, leases all of one kind.
     async fn renew(&mut self, batch: &[(Arc<Lease>, Snapshot)]) {
+        let Some((first, _)) = batch.first() else {
+            return;
+        };
+        let kind = first.kind;
         let extensions: Vec<Extension<'_>> = batch
             .iter()
             .map(|(lease, snap)| Extension {
                 key: &lease.keys.lock,
-                token: lease.token.as_str(),
+                hold: &lease.hold,
                 ttl: snap.ttl,
             })
             .collect();
         let sent = Instant::now();
-        let outcome = scripts::lock_extend(&self.backend, &extensions).await;
+        let outcome = scripts::extend(&self.backend, kind, &extensions).await;
         let now = Instant::now();
         match outcome {
             Ok(results) => {

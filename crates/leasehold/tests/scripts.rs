@@ -177,3 +177,434 @@ fn a_foreign_key_of_another_type_is_refused_untouched() {
     let fence: Option<String> = conn.get(FENCE).unwrap();
     assert_eq!(fence, None, "nothing written before the type error");
 }
+
+const RE_ACQUIRE: &str = include_str!("../src/scripts/reentrant_acquire.lua");
+const RE_RELEASE: &str = include_str!("../src/scripts/reentrant_release.lua");
+const RE_EXTEND: &str = include_str!("../src/scripts/reentrant_extend.lua");
+
+fn re_acquire(conn: &mut Connection, owner: &str, hold: &str, ttl_ms: u64) -> (i64, i64) {
+    redis::Script::new(RE_ACQUIRE)
+        .key(LOCK)
+        .key(FENCE)
+        .arg(owner)
+        .arg(hold)
+        .arg(ttl_ms)
+        .arg(3_600_000)
+        .invoke(conn)
+        .unwrap()
+}
+
+fn re_release(conn: &mut Connection, owner: &str, hold: &str) -> i64 {
+    redis::Script::new(RE_RELEASE)
+        .key(LOCK)
+        .key(CHANNEL)
+        .arg(owner)
+        .arg(hold)
+        .invoke(conn)
+        .unwrap()
+}
+
+fn hold_fields(conn: &mut Connection) -> Vec<String> {
+    let mut fields: Vec<String> = conn.hkeys(LOCK).unwrap();
+    fields.retain(|f| f.starts_with("h:"));
+    fields.sort();
+    fields
+}
+
+#[test]
+fn reentrant_acquire_counts_holds_of_one_owner_and_keeps_its_fence() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let (ok, fence) = re_acquire(&mut conn, "o", "1", 10_000);
+    assert_eq!(ok, 1);
+    assert!(fence > 1_600_000_000_000_000);
+    assert_eq!(re_acquire(&mut conn, "o", "2", 10_000), (1, fence));
+    assert_eq!(
+        re_acquire(&mut conn, "o", "2", 10_000),
+        (1, fence),
+        "a retried hold is not counted twice"
+    );
+    assert_eq!(hold_fields(&mut conn), ["h:1", "h:2"]);
+    let (ok, pttl) = re_acquire(&mut conn, "p", "3", 10_000);
+    assert_eq!(ok, 0);
+    assert!(pttl > 9_000 && pttl <= 10_000, "pttl {pttl}");
+    // A re-entry with a shorter TTL does not cut the others short.
+    re_acquire(&mut conn, "o", "4", 1_000);
+    let pttl: i64 = conn.pttl(LOCK).unwrap();
+    assert!(pttl > 9_000, "shortened to {pttl}");
+    let owner: String = conn.hget(LOCK, "owner").unwrap();
+    assert_eq!(owner, "o");
+    let fence_ttl: i64 = conn.pttl(FENCE).unwrap();
+    assert!(fence_ttl > 0);
+}
+
+#[test]
+fn reentrant_release_checks_the_owner_and_frees_at_the_last_hold() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let mut sub_conn = server.connection();
+    let mut pubsub = sub_conn.as_pubsub();
+    pubsub.subscribe(CHANNEL).unwrap();
+    pubsub
+        .set_read_timeout(Some(std::time::Duration::from_millis(300)))
+        .unwrap();
+    assert_eq!(re_release(&mut conn, "o", ""), 0, "nothing to release");
+    for hold in ["1", "2", "3"] {
+        re_acquire(&mut conn, "o", hold, 10_000);
+    }
+    assert_eq!(re_release(&mut conn, "p", "1"), -1, "another owner");
+    assert_eq!(re_release(&mut conn, "p", ""), -1, "another owner");
+    assert_eq!(
+        hold_fields(&mut conn).len(),
+        3,
+        "a refused release changes nothing"
+    );
+    assert_eq!(
+        re_release(&mut conn, "o", "9"),
+        0,
+        "a hold that does not exist"
+    );
+    assert_eq!(re_release(&mut conn, "o", "2"), 1);
+    assert_eq!(re_release(&mut conn, "o", "2"), 0, "released twice");
+    assert_eq!(hold_fields(&mut conn), ["h:1", "h:3"]);
+    assert!(pubsub.get_message().is_err(), "no event while holds remain");
+    assert_eq!(re_release(&mut conn, "", "1"), 1, "by hold id alone");
+    assert_eq!(re_release(&mut conn, "o", ""), 1, "any hold of the owner");
+    let exists: bool = conn.exists(LOCK).unwrap();
+    assert!(!exists, "deleted at the last hold");
+    let msg = pubsub.get_message().unwrap();
+    assert_eq!(msg.get_channel_name(), CHANNEL);
+}
+
+#[test]
+fn reentrant_extend_renews_existing_holds_and_leaves_the_rest() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    re_acquire(&mut conn, "o", "1", 1_000);
+    let _: () = conn.set("t:{str}:lock", "plain").unwrap();
+    let script = redis::Script::new(RE_EXTEND);
+    let mut call = script.prepare_invoke();
+    for (key, hold) in [
+        (LOCK, "1"),
+        (LOCK, "2"),
+        ("t:{gone}:lock", "1"),
+        ("t:{str}:lock", "1"),
+    ] {
+        call.key(key).arg(hold).arg(60_000);
+    }
+    let results: Vec<i64> = call.invoke(&mut conn).unwrap();
+    assert_eq!(results, vec![1, -1, 0, -1]);
+    let pttl: i64 = conn.pttl(LOCK).unwrap();
+    assert!(pttl > 50_000);
+    let plain: String = conn.get("t:{str}:lock").unwrap();
+    assert_eq!(plain, "plain");
+}
+
+#[test]
+fn reentrant_acquire_refuses_a_plain_lock_key_untouched() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    acquire(&mut conn, "a", 10_000);
+    let err = redis::Script::new(RE_ACQUIRE)
+        .key(LOCK)
+        .key(FENCE)
+        .arg("o")
+        .arg("1")
+        .arg(1000)
+        .arg(1000)
+        .invoke::<Value>(&mut conn)
+        .unwrap_err();
+    assert_eq!(err.code(), Some("WRONGTYPE"));
+    let holder: String = conn.get(LOCK).unwrap();
+    assert_eq!(holder, "a");
+    // And the plain lock's scripts refuse the reentrant hash.
+    assert_eq!(release(&mut conn, "a"), 1);
+    re_acquire(&mut conn, "o", "1", 10_000);
+    let err = redis::Script::new(ACQUIRE)
+        .key(LOCK)
+        .key(FENCE)
+        .arg("a")
+        .arg(1000)
+        .arg(1000)
+        .invoke::<Value>(&mut conn)
+        .unwrap_err();
+    assert_eq!(err.code(), Some("WRONGTYPE"));
+    assert_eq!(hold_fields(&mut conn), ["h:1"]);
+}
+
+const RW_ACQUIRE: &str = include_str!("../src/scripts/rw_acquire.lua");
+const RW_RELEASE: &str = include_str!("../src/scripts/rw_release.lua");
+const RW_EXTEND: &str = include_str!("../src/scripts/rw_extend.lua");
+const RW_DOWNGRADE: &str = include_str!("../src/scripts/rw_downgrade.lua");
+
+/// rw_acquire with a waiting writer (ARGV[6] = 1) unless `waits` is false.
+fn rw(
+    conn: &mut Connection,
+    mode: &str,
+    owner: &str,
+    hold: &str,
+    ttl_ms: u64,
+    waits: bool,
+) -> (i64, i64) {
+    redis::Script::new(RW_ACQUIRE)
+        .key(LOCK)
+        .key(FENCE)
+        .arg(mode)
+        .arg(owner)
+        .arg(hold)
+        .arg(ttl_ms)
+        .arg(3_600_000)
+        .arg(if waits { "1" } else { "0" })
+        .invoke(conn)
+        .unwrap()
+}
+
+fn rw_release(conn: &mut Connection, member: &str) -> i64 {
+    redis::Script::new(RW_RELEASE)
+        .key(LOCK)
+        .key(CHANNEL)
+        .arg(member)
+        .invoke(conn)
+        .unwrap()
+}
+
+fn members(conn: &mut Connection) -> Vec<String> {
+    let mut all: Vec<String> = conn.zrange(LOCK, 0, -1).unwrap();
+    all.sort();
+    all
+}
+
+#[test]
+fn rw_acquire_shares_reads_and_a_blocked_writer_holds_back_new_readers() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let (ok, f1) = rw(&mut conn, "r", "a", "1", 10_000, true);
+    assert_eq!(ok, 1);
+    let (ok, f2) = rw(&mut conn, "r", "b", "2", 20_000, true);
+    assert_eq!(ok, 1);
+    assert!(f2 > f1, "every hold gets a fresh fence");
+    let pttl: i64 = conn.pttl(LOCK).unwrap();
+    assert!(
+        pttl > 19_000,
+        "the key lasts as long as its longest entry: {pttl}"
+    );
+
+    let (ok, wait) = rw(&mut conn, "w", "w", "3", 5_000, false);
+    assert_eq!(ok, 0);
+    assert!(
+        wait > 9_000 && wait <= 10_000,
+        "until the first reader ends: {wait}"
+    );
+    assert_eq!(
+        members(&mut conn),
+        ["r:1:a", "r:2:b"],
+        "try_write leaves no mark"
+    );
+    assert_eq!(rw(&mut conn, "w", "w", "3", 5_000, true).0, 0);
+    assert_eq!(members(&mut conn), ["i:3:w", "r:1:a", "r:2:b"]);
+    let intent: f64 = conn.zscore(LOCK, "i:3:w").unwrap();
+    let reader: f64 = conn.zscore(LOCK, "r:1:a").unwrap();
+    assert!(
+        (reader - intent - 5_000.0).abs() < 100.0,
+        "the intent lasts its ttl"
+    );
+
+    let (ok, wait) = rw(&mut conn, "r", "c", "4", 10_000, true);
+    assert_eq!(ok, 0, "a new reader waits behind the writer");
+    assert!(
+        wait > 4_000 && wait <= 5_000,
+        "until the intent ends: {wait}"
+    );
+    assert_eq!(
+        rw(&mut conn, "r", "a", "5", 10_000, true).0,
+        1,
+        "a reader already in re-enters"
+    );
+
+    for member in ["r:1:a", "r:2:b", "r:5:a"] {
+        assert_eq!(rw_release(&mut conn, member), 1);
+    }
+    let (ok, _) = rw(&mut conn, "w", "w", "3", 5_000, true);
+    assert_eq!(ok, 1);
+    assert_eq!(
+        members(&mut conn),
+        ["w:3:w"],
+        "the intent is gone with the write"
+    );
+    assert_eq!(rw(&mut conn, "r", "c", "6", 1_000, true).0, 0);
+    assert_eq!(rw(&mut conn, "w", "c", "7", 1_000, true).0, 0);
+    assert_eq!(
+        rw(&mut conn, "r", "w", "8", 1_000, true).0,
+        1,
+        "a writer may read"
+    );
+    assert_eq!(
+        rw(&mut conn, "w", "w", "9", 1_000, true).0,
+        1,
+        "and write again"
+    );
+}
+
+#[test]
+fn rw_acquire_refuses_upgrades_and_prunes_expired_entries() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    rw(&mut conn, "r", "a", "1", 10_000, true);
+    assert_eq!(rw(&mut conn, "w", "a", "2", 10_000, true), (-1, 0));
+    assert_eq!(
+        members(&mut conn),
+        ["r:1:a"],
+        "a refused upgrade leaves nothing"
+    );
+
+    let _: () = conn.del(LOCK).unwrap();
+    rw(&mut conn, "r", "dead", "1", 50, true);
+    rw(&mut conn, "w", "dying", "2", 50, true);
+    assert_eq!(members(&mut conn), ["i:2:dying", "r:1:dead"]);
+    std::thread::sleep(std::time::Duration::from_millis(120));
+    let (ok, _) = rw(&mut conn, "w", "w", "3", 10_000, true);
+    assert_eq!(ok, 1, "expired entries count for nothing");
+    assert_eq!(members(&mut conn), ["w:3:w"]);
+}
+
+#[test]
+fn rw_release_removes_one_entry_publishes_to_all_and_deletes_at_empty() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let mut sub_conn = server.connection();
+    let mut pubsub = sub_conn.as_pubsub();
+    pubsub.subscribe(CHANNEL).unwrap();
+    pubsub
+        .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .unwrap();
+    rw(&mut conn, "r", "a", "1", 30_000, true);
+    rw(&mut conn, "r", "b", "2", 5_000, true);
+    assert_eq!(rw_release(&mut conn, "r:9:a"), 0, "not an entry");
+    assert_eq!(rw_release(&mut conn, "r:1:a"), 1);
+    assert_eq!(rw_release(&mut conn, "r:1:a"), 0, "released twice");
+    let pttl: i64 = conn.pttl(LOCK).unwrap();
+    assert!(
+        pttl <= 5_000,
+        "the key now ends with the last entry: {pttl}"
+    );
+    let msg = pubsub.get_message().unwrap();
+    assert_eq!(msg.get_payload::<String>().unwrap(), "all");
+    assert_eq!(rw_release(&mut conn, "r:2:b"), 1);
+    let exists: bool = conn.exists(LOCK).unwrap();
+    assert!(!exists);
+}
+
+#[test]
+fn rw_extend_renews_only_its_own_entry() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    rw(&mut conn, "r", "a", "1", 1_000, true);
+    rw(&mut conn, "r", "b", "2", 1_000, true);
+    rw(&mut conn, "r", "gone", "3", 20, true);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let _: () = conn.set("t:{str}:lock", "plain").unwrap();
+    let before: f64 = conn.zscore(LOCK, "r:2:b").unwrap();
+    let script = redis::Script::new(RW_EXTEND);
+    let mut call = script.prepare_invoke();
+    for (key, member) in [
+        (LOCK, "r:1:a"),
+        (LOCK, "r:3:gone"),
+        (LOCK, "r:9:x"),
+        ("t:{str}:lock", "r:1:a"),
+    ] {
+        call.key(key).arg(member).arg(60_000);
+    }
+    let results: Vec<i64> = call.invoke(&mut conn).unwrap();
+    assert_eq!(results, vec![1, 0, 0, -1]);
+    let after: f64 = conn.zscore(LOCK, "r:2:b").unwrap();
+    assert_eq!(after, before, "another reader's lease moved");
+    let a: f64 = conn.zscore(LOCK, "r:1:a").unwrap();
+    assert!(a > before + 50_000.0);
+    let pttl: i64 = conn.pttl(LOCK).unwrap();
+    assert!(pttl > 50_000);
+}
+
+#[test]
+fn rw_downgrade_swaps_write_for_read_in_one_step() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let downgrade = |conn: &mut Connection, write: &str, read: &str| -> i64 {
+        redis::Script::new(RW_DOWNGRADE)
+            .key(LOCK)
+            .key(CHANNEL)
+            .arg(write)
+            .arg(read)
+            .arg(10_000)
+            .invoke(conn)
+            .unwrap()
+    };
+    assert_eq!(downgrade(&mut conn, "w:1:a", "r:2:a"), 0);
+    assert!(
+        members(&mut conn).is_empty(),
+        "nothing written without a write hold"
+    );
+    rw(&mut conn, "w", "a", "1", 10_000, true);
+    rw(&mut conn, "w", "b", "3", 10_000, true);
+    assert_eq!(members(&mut conn), ["i:3:b", "w:1:a"]);
+    assert_eq!(downgrade(&mut conn, "w:1:a", "r:2:a"), 1);
+    assert_eq!(members(&mut conn), ["i:3:b", "r:2:a"]);
+    assert_eq!(
+        rw(&mut conn, "w", "b", "3", 10_000, true).0,
+        0,
+        "the writer still waits"
+    );
+    assert_eq!(
+        downgrade(&mut conn, "w:1:a", "r:4:a"),
+        0,
+        "downgraded twice"
+    );
+}
+
+#[test]
+fn rw_scripts_refuse_keys_of_other_kinds_untouched() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    acquire(&mut conn, "plain", 10_000);
+    let err = redis::Script::new(RW_ACQUIRE)
+        .key(LOCK)
+        .key(FENCE)
+        .arg("r")
+        .arg("o")
+        .arg("1")
+        .arg(1000)
+        .arg(1000)
+        .arg("1")
+        .invoke::<Value>(&mut conn)
+        .unwrap_err();
+    assert_eq!(err.code(), Some("WRONGTYPE"));
+    let holder: String = conn.get(LOCK).unwrap();
+    assert_eq!(holder, "plain");
+    release(&mut conn, "plain");
+    re_acquire(&mut conn, "o", "1", 10_000);
+    let err = redis::Script::new(RW_RELEASE)
+        .key(LOCK)
+        .key(CHANNEL)
+        .arg("r:1:o")
+        .invoke::<Value>(&mut conn)
+        .unwrap_err();
+    assert_eq!(err.code(), Some("WRONGTYPE"));
+    assert_eq!(hold_fields(&mut conn), ["h:1"]);
+    let _: () = conn.del(LOCK).unwrap();
+    // A wrong-typed fence key: nothing is written to the lock.
+    let _: () = conn.del(FENCE).unwrap();
+    let _: () = conn.hset(FENCE, "f", "v").unwrap();
+    let err = redis::Script::new(RW_ACQUIRE)
+        .key(LOCK)
+        .key(FENCE)
+        .arg("w")
+        .arg("o")
+        .arg("1")
+        .arg(1000)
+        .arg(1000)
+        .arg("1")
+        .invoke::<Value>(&mut conn)
+        .unwrap_err();
+    assert_eq!(err.code(), Some("WRONGTYPE"));
+    let exists: bool = conn.exists(LOCK).unwrap();
+    assert!(!exists);
+}

@@ -12,6 +12,7 @@ use redis::Script;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::key::LockKeys;
+use crate::lease::Kind;
 
 static LOCK_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lock_acquire.lua")));
@@ -21,6 +22,17 @@ static LOCK_EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lock_extend.lua")));
 static LOCK_STATUS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lock_status.lua")));
+static REENTRANT_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("reentrant_acquire.lua")));
+static REENTRANT_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("reentrant_release.lua")));
+static REENTRANT_EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("reentrant_extend.lua")));
+static RW_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("rw_acquire.lua")));
+static RW_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("rw_release.lua")));
+static RW_EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("rw_extend.lua")));
+static RW_DOWNGRADE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("rw_downgrade.lua")));
 
 /// How long the fence key outlives its last acquisition. After it expires
 /// the server clock alone keeps fences increasing.
@@ -70,31 +82,43 @@ pub(crate) async fn lock_acquire(
     token: &str,
     ttl: Duration,
 ) -> Result<Acquire> {
-    let fence_ttl = FENCE_KEY_TTL.max(ttl * 2);
-    let reply = backend
-        .invoke(
-            LOCK_ACQUIRE
-                .key(&keys.lock)
-                .key(&keys.fence)
-                .arg(token)
-                .arg(millis(ttl))
-                .arg(millis(fence_ttl)),
-            &keys.lock,
-        )
-        .await;
-    let (acquired, value): (i64, i64) = match reply {
-        Err(Error::WrongType { .. }) => return Err(which_wrong_type(backend, keys).await),
-        other => other?,
-    };
-    Ok(if acquired == 1 {
-        Acquire::Acquired {
-            fence: u64::try_from(value).unwrap_or(0),
+    let mut invocation = LOCK_ACQUIRE.prepare_invoke();
+    invocation
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .arg(token)
+        .arg(millis(ttl))
+        .arg(millis(FENCE_KEY_TTL.max(ttl * 2)));
+    acquire_reply(backend, &invocation, keys, "string").await
+}
+
+/// Runs an acquire script replying `{1, fence}` or `{0, pttl}`, whose lock
+/// key should be of type `lock_type`.
+async fn acquire_reply(
+    backend: &Backend,
+    invocation: &redis::ScriptInvocation<'_>,
+    keys: &LockKeys,
+    lock_type: &str,
+) -> Result<Acquire> {
+    match backend.invoke(invocation, &keys.lock).await {
+        Err(Error::WrongType { .. }) => Err(which_wrong_type(backend, keys, lock_type).await),
+        Ok(pair) => Ok(Acquire::from_pair(pair)),
+        Err(e) => Err(e),
+    }
+}
+
+impl Acquire {
+    fn from_pair((acquired, value): (i64, i64)) -> Acquire {
+        if acquired == 1 {
+            Acquire::Acquired {
+                fence: u64::try_from(value).unwrap_or(0),
+            }
+        } else {
+            Acquire::Held {
+                remaining: u64::try_from(value).ok().map(Duration::from_millis),
+            }
         }
-    } else {
-        Acquire::Held {
-            remaining: u64::try_from(value).ok().map(Duration::from_millis),
-        }
-    })
+    }
 }
 
 /// Deletes the lease if `token` owns it and publishes a release event.
@@ -108,35 +132,211 @@ pub(crate) async fn lock_release(backend: &Backend, keys: &LockKeys, token: &str
     Ok(Owned::from_code(code))
 }
 
-/// One lease for [`lock_extend`]: its key, owner token and new TTL.
+/// One lease to renew: its key, its identity in its kind's scripts (the
+/// owner token of a lock, the hold id of a reentrant lock, the member of an
+/// RwLock) and its new TTL.
 pub(crate) struct Extension<'a> {
     pub(crate) key: &'a str,
-    pub(crate) token: &'a str,
+    pub(crate) hold: &'a str,
     pub(crate) ttl: Duration,
 }
 
-/// Resets the expiry of each lease still owned by its token, in one call.
-/// All keys must share one hash slot when the server is a cluster.
-pub(crate) async fn lock_extend(backend: &Backend, leases: &[Extension<'_>]) -> Result<Vec<Owned>> {
-    if leases.is_empty() {
+/// Renews leases of one kind in one call: each that is still held is set
+/// to last `ttl` from now. All keys must share one hash slot when the server
+/// is a cluster.
+pub(crate) async fn extend(
+    backend: &Backend,
+    kind: Kind,
+    leases: &[Extension<'_>],
+) -> Result<Vec<Owned>> {
+    let Some(first) = leases.first() else {
         return Ok(Vec::new());
-    }
-    let mut invocation = LOCK_EXTEND.prepare_invoke();
+    };
+    let script: &Script = match kind {
+        Kind::Lock => &LOCK_EXTEND,
+        Kind::Reentrant => &REENTRANT_EXTEND,
+        Kind::Rw => &RW_EXTEND,
+    };
+    let mut invocation = script.prepare_invoke();
     for lease in leases {
         invocation
             .key(lease.key)
-            .arg(lease.token)
+            .arg(lease.hold)
             .arg(millis(lease.ttl));
     }
-    let codes: Vec<i64> = backend.invoke(&invocation, leases[0].key).await?;
+    let codes: Vec<i64> = backend.invoke(&invocation, first.key).await?;
     if codes.len() != leases.len() {
         return Err(Error::Unsupported(format!(
-            "lock_extend returned {} results for {} leases",
+            "the {kind:?} renewal returned {} results for {} leases",
             codes.len(),
             leases.len()
         )));
     }
     Ok(codes.into_iter().map(Owned::from_code).collect())
+}
+
+/// Gives back one lease of any kind by its identity (see [`Extension`]),
+/// waking waiters if that frees the lock.
+pub(crate) async fn release(
+    backend: &Backend,
+    kind: Kind,
+    keys: &LockKeys,
+    hold: &str,
+) -> Result<Owned> {
+    match kind {
+        Kind::Lock => lock_release(backend, keys, hold).await,
+        Kind::Reentrant => reentrant_release(backend, keys, "", hold).await,
+        Kind::Rw => rw_release(backend, keys, hold).await,
+    }
+}
+
+/// Adds hold `hold` for `owner` to the reentrant lock if it is free or
+/// already `owner`'s; the fence is the one issued when `owner` took it.
+pub(crate) async fn reentrant_acquire(
+    backend: &Backend,
+    keys: &LockKeys,
+    owner: &str,
+    hold: &str,
+    ttl: Duration,
+) -> Result<Acquire> {
+    let mut invocation = REENTRANT_ACQUIRE.prepare_invoke();
+    invocation
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .arg(owner)
+        .arg(hold)
+        .arg(millis(ttl))
+        .arg(millis(FENCE_KEY_TTL.max(ttl * 2)));
+    acquire_reply(backend, &invocation, keys, "hash").await
+}
+
+/// Gives back one hold of a reentrant lock: hold `hold` (or any, if empty)
+/// of `owner` (or of whoever holds it, if empty). Frees the lock and wakes
+/// waiters when no hold is left.
+pub(crate) async fn reentrant_release(
+    backend: &Backend,
+    keys: &LockKeys,
+    owner: &str,
+    hold: &str,
+) -> Result<Owned> {
+    let code: i64 = backend
+        .invoke(
+            REENTRANT_RELEASE
+                .key(&keys.lock)
+                .key(&keys.channel)
+                .arg(owner)
+                .arg(hold),
+            &keys.lock,
+        )
+        .await?;
+    Ok(Owned::from_code(code))
+}
+
+/// Reply of [`rw_acquire`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RwAcquire {
+    /// Taken, or blocked (as for a lock).
+    Lock(Acquire),
+    /// A write by an owner that holds only reads: refused.
+    Upgrade,
+}
+
+/// Read or write mode of an RwLock hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Read,
+    Write,
+}
+
+impl Mode {
+    fn code(self) -> &'static str {
+        match self {
+            Mode::Read => "r",
+            Mode::Write => "w",
+        }
+    }
+
+    /// The sorted-set member of hold `hold` of `owner` in this mode.
+    pub(crate) fn member(self, hold: &str, owner: &str) -> String {
+        format!("{}:{hold}:{owner}", self.code())
+    }
+}
+
+/// One attempt at an RwLock hold, from [`rw_acquire`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RwAttempt<'a> {
+    pub(crate) mode: Mode,
+    pub(crate) owner: &'a str,
+    pub(crate) hold: &'a str,
+    pub(crate) ttl: Duration,
+    /// A blocked writer registers as waiting (for `ttl`), which stops new
+    /// readers.
+    pub(crate) waits: bool,
+}
+
+/// Takes a read or write hold on an RwLock.
+pub(crate) async fn rw_acquire(
+    backend: &Backend,
+    keys: &LockKeys,
+    RwAttempt {
+        mode,
+        owner,
+        hold,
+        ttl,
+        waits,
+    }: RwAttempt<'_>,
+) -> Result<RwAcquire> {
+    let mut invocation = RW_ACQUIRE.prepare_invoke();
+    invocation
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .arg(mode.code())
+        .arg(owner)
+        .arg(hold)
+        .arg(millis(ttl))
+        .arg(millis(FENCE_KEY_TTL.max(ttl * 2)))
+        .arg(if waits { "1" } else { "0" });
+    let reply = backend.invoke::<(i64, i64)>(&invocation, &keys.lock).await;
+    match reply {
+        Err(Error::WrongType { .. }) => Err(which_wrong_type(backend, keys, "zset").await),
+        Ok((-1, _)) => Ok(RwAcquire::Upgrade),
+        Ok(pair) => Ok(RwAcquire::Lock(Acquire::from_pair(pair))),
+        Err(e) => Err(e),
+    }
+}
+
+/// Removes one member of an RwLock (a hold or a waiting writer) and wakes
+/// every waiter.
+pub(crate) async fn rw_release(backend: &Backend, keys: &LockKeys, member: &str) -> Result<Owned> {
+    let code: i64 = backend
+        .invoke(
+            RW_RELEASE.key(&keys.lock).key(&keys.channel).arg(member),
+            &keys.lock,
+        )
+        .await?;
+    Ok(Owned::from_code(code))
+}
+
+/// Replaces write hold `write` by read hold `read` lasting `ttl`, atomically.
+pub(crate) async fn rw_downgrade(
+    backend: &Backend,
+    keys: &LockKeys,
+    write: &str,
+    read: &str,
+    ttl: Duration,
+) -> Result<Owned> {
+    let code: i64 = backend
+        .invoke(
+            RW_DOWNGRADE
+                .key(&keys.lock)
+                .key(&keys.channel)
+                .arg(write)
+                .arg(read)
+                .arg(millis(ttl)),
+            &keys.lock,
+        )
+        .await?;
+    Ok(Owned::from_code(code))
 }
 
 /// A lock's state as stored, from [`lock_status`].
@@ -205,12 +405,13 @@ pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
-/// The acquire script reads two keys; find out which one has the wrong type
-/// (only on this error path, so the hot path stays one call).
-async fn which_wrong_type(backend: &Backend, keys: &LockKeys) -> Error {
+/// The acquire scripts read two keys; find out which one has the wrong type
+/// (only on this error path, so the hot path stays one call). The lock key
+/// should be of type `expected`; the fence key is always a string.
+async fn which_wrong_type(backend: &Backend, keys: &LockKeys, expected: &str) -> Error {
     let lock_type: Result<String> = backend.query(redis::cmd("TYPE").arg(&keys.lock), "").await;
     let key = match lock_type.as_deref() {
-        Ok("string" | "none") => &keys.fence,
+        Ok(t) if t == expected || t == "none" => &keys.fence,
         _ => &keys.lock,
     };
     Error::WrongType { key: key.clone() }

@@ -1,0 +1,334 @@
+//! The wait loop shared by every primitive: one attempt at a time, woken by
+//! release events, with the holder's lease end as a fallback timer.
+//!
+//! A primitive supplies "one attempt" (a script call); this module decides
+//! when to try again and cleans up an attempt whose outcome is unknown when
+//! the caller's future is dropped.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::events::Subscription;
+use crate::guard::Held;
+use crate::key::{LockKeys, validate_name};
+use crate::lease::{Kind, Lease, valid_until};
+use crate::scripts::Acquire;
+use crate::token::Token;
+
+/// What the attempts try to take.
+pub(crate) struct Target<'a> {
+    pub(crate) client: &'a Client,
+    pub(crate) name: &'a str,
+    pub(crate) keys: &'a Arc<LockKeys>,
+    pub(crate) kind: Kind,
+    /// The lease's identity in its kind's scripts; every attempt uses the
+    /// same one, so a retry after a lost reply is idempotent.
+    pub(crate) hold: &'a str,
+    pub(crate) ttl: Duration,
+}
+
+/// Calls `attempt` until it acquires or, with `wait: Some`, until the wait
+/// runs out (`Ok(None)`); with `None`, tries once. On success returns the
+/// fence and when the successful attempt was sent.
+///
+/// Cancel safety: dropping the future while an attempt may have succeeded
+/// on the server releases that hold in the background.
+pub(crate) async fn acquire<F, Fut>(
+    target: &Target<'_>,
+    wait: Option<Duration>,
+    mut attempt: F,
+) -> Result<Option<(u64, Instant)>>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Acquire>>,
+{
+    let inner = &target.client.inner;
+    let deadline = wait.map(|w| Instant::now() + w);
+    let mut pending = PendingAttempt {
+        target,
+        armed: false,
+    };
+    let mut subscription: Option<Subscription> = None;
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        // Register for the wake-up before trying, so a release that lands
+        // between a failed attempt and the wait is not missed.
+        let notify = subscription.as_ref().map(Subscription::notify);
+        let notified = notify.as_deref().map(Notify::notified);
+        tokio::pin!(notified);
+        if let Some(n) = notified.as_mut().as_pin_mut() {
+            n.enable();
+        }
+
+        let sent = Instant::now();
+        pending.armed = true;
+        let retry_at = match attempt().await {
+            Ok(Acquire::Acquired { fence }) => {
+                if Instant::now() >= valid_until(sent, target.ttl) {
+                    // The reply came too late to be sure of any validity:
+                    // give it back and try again.
+                    pending.release_in_background();
+                    Instant::now()
+                } else {
+                    pending.armed = false;
+                    return Ok(Some((fence, sent)));
+                }
+            }
+            Ok(Acquire::Held { remaining }) => {
+                pending.armed = false;
+                let Some(deadline) = deadline else {
+                    return Ok(None);
+                };
+                if Instant::now() >= deadline {
+                    return Ok(None);
+                }
+                if subscription.is_none() {
+                    match inner.events.subscribe(&target.keys.channel).await {
+                        Ok(s) => {
+                            subscription = Some(s);
+                            continue;
+                        }
+                        Err(e) if e.is_transient() => {
+                            tracing::debug!(error = %e, "cannot subscribe; falling back to timers");
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                // Fallback when no release event comes: the holder's lease end.
+                let fallback = remaining.unwrap_or(target.ttl) + Duration::from_millis(1);
+                (Instant::now() + fallback).min(deadline)
+            }
+            Err(e) if e.is_transient() && deadline.is_some_and(|d| Instant::now() < d) => {
+                // The attempt's outcome is unknown; a retry with the same
+                // hold is idempotent, and `pending` stays armed.
+                tracing::debug!(lock = %target.name, error = %e, "acquire attempt failed; retrying");
+                let at = Instant::now() + jitter(backoff);
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+                at.min(deadline.unwrap_or(at))
+            }
+            Err(e) => return Err(e),
+        };
+        match notified.as_mut().as_pin_mut() {
+            Some(n) => {
+                tokio::select! {
+                    () = n => {}
+                    () = tokio::time::sleep_until(retry_at.into()) => {}
+                }
+            }
+            None => tokio::time::sleep_until(retry_at.into()).await,
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) && !pending.armed {
+            // One last try at the deadline, so a release that woke us
+            // right at the end still counts.
+            let sent = Instant::now();
+            pending.armed = true;
+            let reply = attempt().await?;
+            pending.armed = false;
+            return Ok(match reply {
+                Acquire::Acquired { fence } => Some((fence, sent)),
+                Acquire::Held { .. } => None,
+            });
+        }
+    }
+}
+
+/// Up to 50% random extra, so retrying clients do not march in step.
+fn jitter(d: Duration) -> Duration {
+    d + d.mul_f64(rand::random::<f64>() * 0.5)
+}
+
+/// An acquire attempt whose outcome may be unknown: if the future is dropped
+/// while armed, the hold is released in the background.
+struct PendingAttempt<'a, 'b> {
+    target: &'a Target<'b>,
+    armed: bool,
+}
+
+impl PendingAttempt<'_, '_> {
+    fn release_in_background(&mut self) {
+        self.armed = false;
+        let t = self.target;
+        t.client
+            .inner
+            .watchdog
+            .release(t.kind, Arc::clone(t.keys), t.hold.to_owned());
+    }
+}
+
+impl Drop for PendingAttempt<'_, '_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.release_in_background();
+        }
+    }
+}
+
+/// What every primitive's handle holds: the lock's name and keys and the
+/// options of its guards. Public handles wrap it and get their setters from
+/// [`handle_api!`].
+#[derive(Clone)]
+pub(crate) struct Handle {
+    pub(crate) client: Client,
+    pub(crate) name: String,
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) ttl: Duration,
+    pub(crate) wait: Duration,
+    pub(crate) watchdog: bool,
+}
+
+impl Handle {
+    pub(crate) fn new(client: Client, name: String) -> Handle {
+        let keys = Arc::new(LockKeys::new(&client.inner.prefix, &name));
+        Handle {
+            client,
+            name,
+            keys,
+            ttl: crate::lock::DEFAULT_TTL,
+            wait: crate::lock::DEFAULT_WAIT,
+            watchdog: true,
+        }
+    }
+
+    /// Checks the name and TTL before anything is sent.
+    pub(crate) fn validate(&self) -> Result<()> {
+        validate_name(&self.name)?;
+        self.client.inner.check_ttl(self.ttl)
+    }
+
+    /// A target for [`acquire`] of `kind`, known to the scripts as `hold`.
+    pub(crate) fn target<'a>(&'a self, kind: Kind, hold: &'a str) -> Target<'a> {
+        Target {
+            client: &self.client,
+            name: &self.name,
+            keys: &self.keys,
+            kind,
+            hold,
+            ttl: self.ttl,
+        }
+    }
+
+    /// The error for a wait that ran out.
+    pub(crate) fn timeout(&self) -> Error {
+        Error::Timeout {
+            name: self.name.clone(),
+            waited: self.wait,
+        }
+    }
+
+    /// Wraps a lease acquired by an attempt sent at `sent`, starting its
+    /// renewal if the watchdog is on.
+    pub(crate) fn held(
+        &self,
+        (kind, token, hold): (Kind, Token, String),
+        fence: u64,
+        sent: Instant,
+    ) -> Held {
+        let lease = Lease::new(
+            self.name.clone(),
+            Arc::clone(&self.keys),
+            kind,
+            token,
+            hold,
+            self.ttl,
+            sent,
+        );
+        Held::new(&self.client, lease, fence, self.watchdog)
+    }
+}
+
+/// The setters every handle has, on its `h: Handle` field. `$acquire` names
+/// the method that waits, for the docs.
+macro_rules! handle_api {
+    ($handle:ident, $acquire:literal) => {
+        impl std::fmt::Debug for $handle {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($handle))
+                    .field("name", &self.h.name)
+                    .field("ttl", &self.h.ttl)
+                    .field("wait", &self.h.wait)
+                    .field("watchdog", &self.h.watchdog)
+                    .finish()
+            }
+        }
+
+        impl $handle {
+            /// The length of the lease. While a guard is held, the watchdog
+            /// renews it every `ttl / 3`, so the TTL bounds how long a crashed
+            /// holder keeps the lock, not how long a live one may hold it.
+            ///
+            /// Must lie within the client's TTL bounds (10 ms ..= 24 h unless
+            /// set with [`ClientBuilder::ttl_bounds`](crate::ClientBuilder::ttl_bounds)).
+            /// Defaults to 30 s.
+            pub fn ttl(mut self, ttl: std::time::Duration) -> Self {
+                self.h.ttl = ttl;
+                self
+            }
+
+            #[doc = concat!("How long [`", stringify!($handle), "::", $acquire, "`] waits for holders to release.")]
+            ///
+            /// Defaults to 10 s.
+            pub fn wait(mut self, wait: std::time::Duration) -> Self {
+                self.h.wait = wait;
+                self
+            }
+
+            /// Whether the client's watchdog renews held leases. Without it a
+            /// lease simply ends after its TTL, unless extended with the
+            /// guard's `extend`.
+            ///
+            /// Defaults to `true`.
+            pub fn watchdog(mut self, renew: bool) -> Self {
+                self.h.watchdog = renew;
+                self
+            }
+
+            /// The lock's name.
+            pub fn name(&self) -> &str {
+                &self.h.name
+            }
+        }
+    };
+}
+
+pub(crate) use handle_api;
+
+/// The owner setters of handles whose holds belong to an owner id (an
+/// `owner: Token` field). `$make` is example code that yields a handle.
+macro_rules! owner_api {
+    ($handle:ident, $make:literal) => {
+        impl $handle {
+            /// The owner id: handles with the same id share the lock's holds
+            /// (reentrancy), from any task or process. Anyone who knows it
+            /// can act as the owner, so treat it as a secret when that
+            /// matters.
+            ///
+            /// Must be 1 to 512 bytes. Defaults to a random 128-bit id per
+            /// handle (clones of a handle share it).
+            ///
+            /// # Example
+            ///
+            /// ```no_run
+            /// # fn run(client: leasehold::Client) {
+            #[doc = concat!("let lock = ", $make, ".owner(\"job-7\");")]
+            /// assert_eq!(lock.owner_id(), "job-7");
+            /// # }
+            /// ```
+            pub fn owner(mut self, id: impl Into<String>) -> Self {
+                self.owner = crate::token::Token::from_owner(id.into());
+                self
+            }
+
+            /// The owner id of this handle.
+            pub fn owner_id(&self) -> &str {
+                self.owner.as_str()
+            }
+        }
+    };
+}
+
+pub(crate) use owner_api;

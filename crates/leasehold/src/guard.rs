@@ -1,0 +1,278 @@
+//! What every guard shares: the held lease, its renewal, owner-checked
+//! extend and release, and the background release when it is dropped.
+//!
+//! The public guards ([`LockGuard`](crate::LockGuard),
+//! [`ReentrantGuard`](crate::ReentrantGuard), [`ReadGuard`](crate::ReadGuard),
+//! [`WriteGuard`](crate::WriteGuard)) wrap a [`Held`] and get their common
+//! methods from [`guard_api!`].
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::lease::Lease;
+use crate::scripts::{self, Extension, Owned};
+
+/// One held lease, tracked by the watchdog while it lives.
+pub(crate) struct Held {
+    client: Client,
+    pub(crate) lease: Arc<Lease>,
+    fence: u64,
+    watchdog: bool,
+    /// Released, detached or handed on: nothing left to do on drop.
+    done: bool,
+}
+
+impl Held {
+    /// Wraps a freshly acquired lease and, with `watchdog`, starts renewing it.
+    pub(crate) fn new(client: &Client, lease: Lease, fence: u64, watchdog: bool) -> Held {
+        let lease = Arc::new(lease);
+        if watchdog {
+            client.inner.watchdog.track(Arc::clone(&lease));
+        }
+        Held {
+            client: client.clone(),
+            lease,
+            fence,
+            watchdog,
+            done: false,
+        }
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub(crate) fn watchdog(&self) -> bool {
+        self.watchdog
+    }
+
+    pub(crate) fn fence(&self) -> u64 {
+        self.fence
+    }
+
+    pub(crate) fn token(&self) -> &str {
+        self.lease.token.as_str()
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.lease.name
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lease.is_lost()
+    }
+
+    pub(crate) async fn lost(&self) {
+        self.lease.lost().await;
+    }
+
+    pub(crate) fn lost_error(&self) -> Error {
+        Error::Lost {
+            name: self.lease.name.clone(),
+        }
+    }
+
+    pub(crate) async fn extend(&self, ttl: Duration) -> Result<()> {
+        let inner = &self.client.inner;
+        inner.check_ttl(ttl)?;
+        if self.lease.is_lost() {
+            return Err(self.lost_error());
+        }
+        let sent = Instant::now();
+        let extension = Extension {
+            key: &self.lease.keys.lock,
+            hold: &self.lease.hold,
+            ttl,
+        };
+        let result = scripts::extend(&inner.backend, self.lease.kind, &[extension]).await?;
+        if result.first() == Some(&Owned::Done) {
+            self.lease.extended(sent, ttl);
+            if self.watchdog {
+                inner.watchdog.track(Arc::clone(&self.lease));
+            }
+            Ok(())
+        } else {
+            self.lease.mark_lost();
+            Err(self.lost_error())
+        }
+    }
+
+    pub(crate) async fn release(mut self) -> Result<()> {
+        self.done = true;
+        let inner = &self.client.inner;
+        inner.watchdog.untrack(self.lease.id);
+        let mut pending = ReleaseOnDrop(Some(&self));
+        let lease = &self.lease;
+        let outcome = scripts::release(&inner.backend, lease.kind, &lease.keys, &lease.hold).await;
+        pending.0 = None;
+        match outcome {
+            Ok(Owned::Done) => Ok(()),
+            Ok(Owned::Missing | Owned::OtherOwner) => {
+                self.lease.mark_lost();
+                Err(self.lost_error())
+            }
+            Err(e) => {
+                self.release_in_background();
+                Err(e)
+            }
+        }
+    }
+
+    /// Stops renewal without releasing, for when the lease is handed on
+    /// (to another process, or replaced on the server by another hold).
+    pub(crate) fn detach(mut self) -> Arc<Lease> {
+        self.done = true;
+        self.client.inner.watchdog.untrack(self.lease.id);
+        Arc::clone(&self.lease)
+    }
+
+    fn release_in_background(&self) {
+        let watchdog = &self.client.inner.watchdog;
+        let lease = &self.lease;
+        watchdog.untrack(lease.id);
+        watchdog.release(lease.kind, Arc::clone(&lease.keys), lease.hold.clone());
+    }
+}
+
+/// Hands a release to the background if `release()` is cancelled midway.
+struct ReleaseOnDrop<'a>(Option<&'a Held>);
+
+impl Drop for ReleaseOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(held) = self.0 {
+            held.release_in_background();
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if !self.done {
+            self.release_in_background();
+        }
+    }
+}
+
+/// The methods every guard has, delegating to its `held: Held` field.
+/// `$what` names what the guard holds, `$acquire` is example code that
+/// yields one (given `client: leasehold::Client`).
+macro_rules! guard_api {
+    ($guard:ident, $what:literal, $acquire:literal) => {
+        impl std::fmt::Debug for $guard {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($guard))
+                    .field("name", &self.held.name())
+                    .field("fence", &self.held.fence())
+                    .field(
+                        "token",
+                        &format_args!("{}…", crate::token::redact(self.held.token())),
+                    )
+                    .field("lost", &self.held.is_lost())
+                    .finish()
+            }
+        }
+
+        impl $guard {
+            /// The fencing token: strictly greater than that of every
+            /// earlier acquisition of this lock name on this Redis (see each
+            /// primitive for when re-entries share one). Send it with every
+            /// write to the protected resource and have the resource reject
+            /// lower ones.
+            pub fn fence(&self) -> u64 {
+                self.held.fence()
+            }
+
+            /// This holder's owner token. It is a capability (whoever has it
+            /// can release the lock), so do not log it whole.
+            pub fn token(&self) -> &str {
+                self.held.token()
+            }
+
+            /// The lock's name.
+            pub fn name(&self) -> &str {
+                self.held.name()
+            }
+
+            #[doc = concat!("True once the ", $what, " may have expired or was taken by another owner.")]
+            ///
+            /// Based on the monotonic clock and the last successful renewal,
+            /// so it turns true at the end of the validity even if the
+            /// watchdog could not run.
+            pub fn is_lost(&self) -> bool {
+                self.held.is_lost()
+            }
+
+            #[doc = concat!("Resolves when the ", $what, " is lost: another owner took it, or it could")]
+            /// not be renewed before its validity ran out. Use it to abort work:
+            ///
+            /// ```no_run
+            /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+            /// # async fn long_job() {}
+            #[doc = concat!("let guard = ", $acquire, ";")]
+            /// tokio::select! {
+            ///     () = long_job() => guard.release().await?,
+            ///     () = guard.lost() => eprintln!("lost the lock; stopping"),
+            /// }
+            /// # Ok(()) }
+            /// ```
+            ///
+            /// # Cancel safety
+            ///
+            /// Cancel-safe: dropping the future has no effect on the lease.
+            pub async fn lost(&self) {
+                self.held.lost().await;
+            }
+
+            #[doc = concat!("Sets the ", $what, " to end `ttl` from now, if this guard still holds it.")]
+            /// With the watchdog on, later renewals use the new TTL.
+            ///
+            /// ```no_run
+            /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+            #[doc = concat!("let guard = ", $acquire, ";")]
+            /// guard.extend(std::time::Duration::from_secs(60)).await?;
+            /// # Ok(()) }
+            /// ```
+            ///
+            /// # Errors
+            ///
+            /// [`Error::Lost`](crate::Error::Lost) if it expired or another
+            /// owner holds the lock (the guard is then marked lost);
+            /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for
+            /// a TTL out of bounds; connection errors.
+            ///
+            /// # Cancel safety
+            ///
+            /// If dropped, the extension may or may not have happened.
+            pub async fn extend(&self, ttl: std::time::Duration) -> crate::Result<()> {
+                self.held.extend(ttl).await
+            }
+
+            #[doc = concat!("Gives back the ", $what, ", if this guard still holds it, and wakes waiters.")]
+            ///
+            /// ```no_run
+            /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+            #[doc = concat!("let guard = ", $acquire, ";")]
+            /// guard.release().await?;
+            /// # Ok(()) }
+            /// ```
+            ///
+            /// # Errors
+            ///
+            /// [`Error::Lost`](crate::Error::Lost) if it had already expired
+            /// or another owner holds the lock (nothing is changed then);
+            /// connection errors (the release is then retried once in the
+            /// background, and the lease ends by its TTL at the latest).
+            ///
+            /// # Cancel safety
+            ///
+            /// If dropped, the release still happens in the background.
+            pub async fn release(self) -> crate::Result<()> {
+                self.held.release().await
+            }
+        }
+    };
+}
+
+pub(crate) use guard_api;

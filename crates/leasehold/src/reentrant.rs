@@ -1,0 +1,191 @@
+//! The reentrant lock: one owner at a time, who may acquire it again and again.
+
+use std::time::Duration;
+
+use crate::acquire::{Handle, acquire, handle_api, owner_api};
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::guard::{Held, guard_api};
+use crate::key::{MAX_NAME_LEN, validate_name};
+use crate::lease::Kind;
+use crate::scripts::{self, Owned};
+use crate::token::Token;
+
+/// A handle to one named reentrant lock; made by [`Client::reentrant_lock`].
+///
+/// The lock belongs to an *owner*, a string: every handle with the same
+/// owner id may acquire it while that owner holds it, from any task or
+/// process. Each acquisition is one hold with its own [`ReentrantGuard`];
+/// the lock is free again when every hold is released (or has expired).
+///
+/// Re-entries share the fence issued when the owner took the free lock, and
+/// share one expiry on the server: it only ever grows, so a hold with a
+/// short TTL never cuts short another hold of the same owner.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+/// let lock = client.reentrant_lock("orders:42").owner("job-7");
+/// let outer = lock.acquire().await?;
+/// let inner = lock.acquire().await?; // same owner: no waiting
+/// assert_eq!(inner.fence(), outer.fence());
+/// inner.release().await?;
+/// outer.release().await?; // the last hold frees the lock
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct ReentrantLock {
+    h: Handle,
+    owner: Token,
+}
+
+handle_api!(ReentrantLock, "acquire");
+owner_api!(ReentrantLock, "client.reentrant_lock(\"orders:42\")");
+
+impl ReentrantLock {
+    pub(crate) fn new(client: Client, name: String) -> ReentrantLock {
+        ReentrantLock {
+            h: Handle::new(client, name),
+            owner: Token::random(),
+        }
+    }
+
+    /// Takes the lock, or one more hold on it if this owner holds it
+    /// already, waiting up to [`ReentrantLock::wait`] for another owner to
+    /// release.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] when the wait ran out; [`Error::InvalidArgument`]
+    /// for a bad name, owner or TTL; [`Error::WrongType`] when the name is in
+    /// use by another kind of lock (a [`Lock`](crate::Lock) or
+    /// [`RwLock`](crate::RwLock)); connection errors if Redis stayed
+    /// unreachable until the wait ran out.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves nothing held: if an attempt may have
+    /// succeeded on the server, that hold is released in the background
+    /// (the owner's other holds stay).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let guard = client.reentrant_lock("orders:42").owner("job-7").acquire().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire(&self) -> Result<ReentrantGuard> {
+        self.acquire_within(Some(self.h.wait))
+            .await?
+            .ok_or_else(|| self.h.timeout())
+    }
+
+    /// As [`ReentrantLock::acquire`], without waiting: `Ok(None)` when
+    /// another owner holds the lock.
+    ///
+    /// # Errors
+    ///
+    /// As [`ReentrantLock::acquire`], except [`Error::Timeout`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`ReentrantLock::acquire`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// if let Some(guard) = client.reentrant_lock("orders:42").try_acquire().await? {
+    ///     guard.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire(&self) -> Result<Option<ReentrantGuard>> {
+        self.acquire_within(None).await
+    }
+
+    /// Gives back one hold of `owner`, for holders that kept only the owner
+    /// id. The last hold frees the lock and wakes waiters. If a guard of
+    /// that owner still lives, the hold may be its own: it will find it
+    /// lost at its next renewal or release.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotOwner`] when another owner holds the lock (nothing is
+    /// changed); [`Error::Lost`] when nobody holds it; connection errors.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// client.reentrant_lock("orders:42").release_by_token("job-7").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn release_by_token(&self, owner: &str) -> Result<()> {
+        validate_name(&self.h.name)?;
+        validate_owner(owner)?;
+        let backend = &self.h.client.inner.backend;
+        match scripts::reentrant_release(backend, &self.h.keys, owner, "").await? {
+            Owned::Done => Ok(()),
+            Owned::Missing => Err(Error::Lost {
+                name: self.h.name.clone(),
+            }),
+            Owned::OtherOwner => Err(Error::NotOwner {
+                name: self.h.name.clone(),
+            }),
+        }
+    }
+
+    async fn acquire_within(&self, wait: Option<Duration>) -> Result<Option<ReentrantGuard>> {
+        self.h.validate()?;
+        validate_owner(self.owner.as_str())?;
+        let backend = &self.h.client.inner.backend;
+        let hold = Token::random();
+        let owner = self.owner.as_str();
+        let target = self.h.target(Kind::Reentrant, hold.as_str());
+        let acquired = acquire(&target, wait, || {
+            scripts::reentrant_acquire(backend, &self.h.keys, owner, hold.as_str(), self.h.ttl)
+        })
+        .await?;
+        Ok(acquired.map(|(fence, sent)| {
+            let id = (
+                Kind::Reentrant,
+                self.owner.clone(),
+                hold.as_str().to_owned(),
+            );
+            ReentrantGuard {
+                held: self.h.held(id, fence, sent),
+            }
+        }))
+    }
+}
+
+/// Checks an owner id: non-empty and at most [`MAX_NAME_LEN`] bytes.
+pub(crate) fn validate_owner(owner: &str) -> Result<()> {
+    if owner.is_empty() || owner.len() > MAX_NAME_LEN {
+        return Err(Error::InvalidArgument(format!(
+            "owner id must be 1 to {MAX_NAME_LEN} bytes, got {}",
+            owner.len()
+        )));
+    }
+    Ok(())
+}
+
+/// One hold on a [`ReentrantLock`]; renewed while it lives.
+///
+/// [`token`](ReentrantGuard::token) is the owner id. Dropping the guard
+/// stops its renewal and gives back its hold in the background; the lock is
+/// free once every hold of the owner is given back.
+#[must_use = "dropping the guard gives back its hold at once"]
+pub struct ReentrantGuard {
+    held: Held,
+}
+
+guard_api!(
+    ReentrantGuard,
+    "hold",
+    "client.reentrant_lock(\"migration\").owner(\"job-7\").acquire().await?"
+);

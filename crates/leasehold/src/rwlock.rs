@@ -1,0 +1,358 @@
+//! The read-write lock: many readers or one writer, each hold its own lease.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::acquire::{Handle, acquire, handle_api, owner_api};
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::guard::{Held, guard_api};
+use crate::key::LockKeys;
+use crate::lease::{Kind, Lease};
+use crate::reentrant::validate_owner;
+use crate::scripts::{self, Acquire, Mode, Owned, RwAcquire, RwAttempt};
+use crate::token::Token;
+
+/// A handle to one named read-write lock; made by [`Client::rw_lock`].
+///
+/// Many readers or one writer at a time:
+///
+/// - **Each reader holds its own lease.** A reader that dies stops counting
+///   after its own TTL; the other readers' leases are not touched by it.
+/// - **Reentrant per owner.** Handles with the same [`owner`](RwLock::owner)
+///   never block each other: an owner may read many times, write many
+///   times, and a writer may also read. Each acquisition is its own guard.
+/// - **No writer starvation.** A writer that waits stops *new* readers
+///   (owners holding nothing yet) from entering; readers already in may
+///   still re-enter. If the waiting writer dies, the block ends within one
+///   TTL; if it gives up, at once.
+/// - **Downgrade, never upgrade.** [`WriteGuard::downgrade`] turns a write
+///   into a read in one step (no writer can slip in between). An owner
+///   that holds only reads and asks to write gets
+///   [`Error::UpgradeRefused`]: two readers upgrading at once would wait for
+///   each other forever.
+///
+/// Every guard gets a fresh fence, strictly greater than every earlier one
+/// of this name (a downgraded read keeps its writer's fence).
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+/// let catalog = client.rw_lock("catalog");
+/// let read = catalog.read().await?;
+/// // ... many readers at once ...
+/// read.release().await?;
+/// let write = catalog.write().await?;
+/// // ... alone ...
+/// let read = write.downgrade().await?; // readers may enter, writers may not
+/// read.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RwLock {
+    h: Handle,
+    owner: Token,
+}
+
+handle_api!(RwLock, "write");
+owner_api!(RwLock, "client.rw_lock(\"catalog\")");
+
+impl RwLock {
+    pub(crate) fn new(client: Client, name: String) -> RwLock {
+        RwLock {
+            h: Handle::new(client, name),
+            owner: Token::random(),
+        }
+    }
+
+    /// Takes a read hold, waiting up to [`RwLock::wait`] while another
+    /// owner writes or waits to write.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] when the wait ran out; [`Error::InvalidArgument`]
+    /// for a bad name, owner or TTL; [`Error::WrongType`] when the name is in
+    /// use by another kind of lock; connection errors if Redis stayed
+    /// unreachable until the wait ran out.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves nothing held: if an attempt may have
+    /// succeeded on the server, that hold is released in the background.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let guard = client.rw_lock("catalog").read().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn read(&self) -> Result<ReadGuard> {
+        let held = self.take(Mode::Read, Some(self.h.wait)).await?;
+        let held = held.ok_or_else(|| self.h.timeout())?;
+        Ok(ReadGuard { held })
+    }
+
+    /// As [`RwLock::read`], without waiting: `Ok(None)` while another owner
+    /// writes or waits to write.
+    ///
+    /// # Errors
+    ///
+    /// As [`RwLock::read`], except [`Error::Timeout`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`RwLock::read`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// if let Some(guard) = client.rw_lock("catalog").try_read().await? {
+    ///     guard.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_read(&self) -> Result<Option<ReadGuard>> {
+        let held = self.take(Mode::Read, None).await?;
+        Ok(held.map(|held| ReadGuard { held }))
+    }
+
+    /// Takes the write hold, waiting up to [`RwLock::wait`] for other
+    /// owners' readers and writer to leave. While it waits, owners that do
+    /// not hold the lock yet cannot start reading.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UpgradeRefused`] when this owner holds reads but no write;
+    /// otherwise as [`RwLock::read`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`RwLock::read`]; the block on new readers is withdrawn in the
+    /// background.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let guard = client.rw_lock("catalog").write().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn write(&self) -> Result<WriteGuard> {
+        let held = self.take(Mode::Write, Some(self.h.wait)).await?;
+        let held = held.ok_or_else(|| self.h.timeout())?;
+        Ok(WriteGuard { held })
+    }
+
+    /// As [`RwLock::write`], without waiting (and without blocking new
+    /// readers): `Ok(None)` while another owner reads or writes.
+    ///
+    /// # Errors
+    ///
+    /// As [`RwLock::write`], except [`Error::Timeout`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`RwLock::read`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// if let Some(guard) = client.rw_lock("catalog").try_write().await? {
+    ///     guard.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_write(&self) -> Result<Option<WriteGuard>> {
+        let held = self.take(Mode::Write, None).await?;
+        Ok(held.map(|held| WriteGuard { held }))
+    }
+
+    async fn take(&self, mode: Mode, wait: Option<Duration>) -> Result<Option<Held>> {
+        self.h.validate()?;
+        validate_owner(self.owner.as_str())?;
+        let backend = &self.h.client.inner.backend;
+        let hold = Token::random();
+        let member = mode.member(hold.as_str(), self.owner.as_str());
+        let attempt = RwAttempt {
+            mode,
+            owner: self.owner.as_str(),
+            hold: hold.as_str(),
+            ttl: self.h.ttl,
+            waits: wait.is_some(),
+        };
+        // A waiting writer leaves an entry that blocks new readers; take it
+        // away if we leave without the lock (the script removes it on success).
+        let mut intent = (mode == Mode::Write && wait.is_some()).then(|| WithdrawOnDrop {
+            client: &self.h.client,
+            keys: &self.h.keys,
+            member: format!("i:{}:{}", hold.as_str(), self.owner.as_str()),
+        });
+        let target = self.h.target(Kind::Rw, &member);
+        let name = &self.h.name;
+        let acquired = acquire(&target, wait, || {
+            attempt_once(backend, &self.h.keys, name, attempt)
+        })
+        .await?;
+        let Some((fence, sent)) = acquired else {
+            return Ok(None);
+        };
+        if let Some(intent) = intent.as_mut() {
+            intent.member.clear();
+        }
+        let id = (Kind::Rw, self.owner.clone(), member);
+        Ok(Some(self.h.held(id, fence, sent)))
+    }
+}
+
+/// One attempt, shaped for the shared wait loop.
+async fn attempt_once(
+    backend: &crate::backend::Backend,
+    keys: &LockKeys,
+    name: &str,
+    attempt: RwAttempt<'_>,
+) -> Result<Acquire> {
+    match scripts::rw_acquire(backend, keys, attempt).await? {
+        RwAcquire::Lock(Acquire::Held { remaining }) if attempt.mode == Mode::Write => {
+            // Retry well before our waiting entry (it lasts one TTL) expires.
+            let refresh = attempt.ttl / 3;
+            Ok(Acquire::Held {
+                remaining: Some(remaining.map_or(refresh, |r| r.min(refresh))),
+            })
+        }
+        RwAcquire::Lock(reply) => Ok(reply),
+        RwAcquire::Upgrade => Err(Error::UpgradeRefused {
+            name: name.to_owned(),
+        }),
+    }
+}
+
+/// Removes an RwLock entry in the background when dropped, unless its
+/// `member` was cleared.
+struct WithdrawOnDrop<'a> {
+    client: &'a Client,
+    keys: &'a Arc<LockKeys>,
+    member: String,
+}
+
+impl Drop for WithdrawOnDrop<'_> {
+    fn drop(&mut self) {
+        if !self.member.is_empty() {
+            let member = std::mem::take(&mut self.member);
+            self.client
+                .inner
+                .watchdog
+                .release(Kind::Rw, Arc::clone(self.keys), member);
+        }
+    }
+}
+
+/// A read hold on an [`RwLock`]; renewed while it lives.
+///
+/// Its lease is its own: renewing it, or its expiring, changes no other
+/// reader's. Dropping the guard stops renewal and releases it in the
+/// background.
+#[must_use = "dropping the guard releases the read hold at once"]
+pub struct ReadGuard {
+    held: Held,
+}
+
+guard_api!(
+    ReadGuard,
+    "read hold",
+    "client.rw_lock(\"catalog\").read().await?"
+);
+
+/// The write hold on an [`RwLock`]; renewed while it lives.
+///
+/// Dropping the guard stops renewal and releases it in the background.
+#[must_use = "dropping the guard releases the write hold at once"]
+pub struct WriteGuard {
+    held: Held,
+}
+
+guard_api!(
+    WriteGuard,
+    "write hold",
+    "client.rw_lock(\"catalog\").write().await?"
+);
+
+impl WriteGuard {
+    /// Turns the write hold into a read hold in one step on the server:
+    /// waiting readers may enter at once, and no writer can enter in
+    /// between. The read guard keeps this guard's fence, TTL and watchdog
+    /// setting.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] if the write hold had expired or was taken (nothing
+    /// is held then); connection errors (the write hold is then released in
+    /// the background).
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped, nothing stays held: the write hold, or the read hold it
+    /// may have become, is released in the background.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let write = client.rw_lock("catalog").write().await?;
+    /// // ... update ...
+    /// let read = write.downgrade().await?;
+    /// // ... keep reading what was written, alongside other readers ...
+    /// read.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn downgrade(self) -> Result<ReadGuard> {
+        let lease = Arc::clone(&self.held.lease);
+        let client = self.held.client().clone();
+        if lease.is_lost() {
+            return Err(self.held.lost_error());
+        }
+        let hold = Token::random();
+        let read = Mode::Read.member(hold.as_str(), lease.token.as_str());
+        let ttl = lease.snapshot().ttl;
+        let mut pending = WithdrawOnDrop {
+            client: &client,
+            keys: &lease.keys,
+            member: read.clone(),
+        };
+        let sent = Instant::now();
+        let backend = &client.inner.backend;
+        // On an error the outcome is unknown: returning drops `pending` and
+        // `self`, which release both holds in the background.
+        let outcome = scripts::rw_downgrade(backend, &lease.keys, &lease.hold, &read, ttl).await?;
+        pending.member.clear();
+        let (fence, watchdog) = (self.held.fence(), self.held.watchdog());
+        let error = self.held.lost_error();
+        // Either way the write hold is gone from the server: nothing to release.
+        self.held.detach();
+        match outcome {
+            Owned::Done => {
+                let next = Lease::new(
+                    lease.name.clone(),
+                    Arc::clone(&lease.keys),
+                    Kind::Rw,
+                    lease.token.clone(),
+                    read,
+                    ttl,
+                    sent,
+                );
+                Ok(ReadGuard {
+                    held: Held::new(&client, next, fence, watchdog),
+                })
+            }
+            Owned::Missing | Owned::OtherOwner => {
+                lease.mark_lost();
+                Err(error)
+            }
+        }
+    }
+}

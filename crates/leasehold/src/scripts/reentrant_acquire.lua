@@ -1,0 +1,31 @@
+-- reentrant_acquire.lua: take the reentrant lock if it is free or already the owner's, adding one hold.
+-- KEYS[1] lock key (hash: owner, fence, h:<hold id> per hold)   KEYS[2] fence key
+-- ARGV[1] owner id   ARGV[2] hold id (random per acquisition)   ARGV[3] lease ttl in ms
+-- ARGV[4] fence key ttl in ms
+-- Returns {1, fence} when the caller holds it now, {0, pttl} when another owner holds it (pttl:
+-- the holder's remaining ms, -1 if the key has no expiry).
+-- The fence is issued when the owner takes the free lock (as in lock_acquire.lua); re-entries
+-- return the same fence. Adding a hold that exists already changes nothing, so a retry after a
+-- lost reply does not count twice. A re-entry never shortens the key's expiry (PEXPIRE GT):
+-- the owner's other holds may have asked for longer.
+local holder = redis.call('HGET', KEYS[1], 'owner')
+if holder and holder ~= ARGV[1] then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+local hold = 'h:' .. ARGV[2]
+if holder then
+  redis.call('HSET', KEYS[1], hold, 1)
+  redis.call('PEXPIRE', KEYS[1], ARGV[3], 'GT')
+  return {1, tonumber(redis.call('HGET', KEYS[1], 'fence'))}
+end
+local now = redis.call('TIME')
+local fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
+-- SET .. GET fails on a key of another type before writing anything.
+local last = tonumber(redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[4], 'GET'))
+if last and last >= fence then
+  fence = last + 1
+  redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[4])
+end
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'fence', string.format('%d', fence), hold, 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return {1, fence}

@@ -1,0 +1,37 @@
+-- reentrant_release.lua: give back one hold; free the lock and wake waiters when none is left.
+-- KEYS[1] lock key (hash)   KEYS[2] release channel
+-- ARGV[1] owner id, or '' to skip the owner check (hold ids are unique)
+-- ARGV[2] hold id, or '' for any one hold of the owner
+-- Returns 1 if a hold was given back, 0 if the lock or that hold is missing (expired or
+-- released), -1 if another owner holds it (then nothing is changed).
+local holder = redis.call('HGET', KEYS[1], 'owner')
+if not holder then
+  return 0
+end
+if ARGV[1] ~= '' and holder ~= ARGV[1] then
+  return -1
+end
+local hold = nil
+if ARGV[2] ~= '' then
+  hold = 'h:' .. ARGV[2]
+  if redis.call('HEXISTS', KEYS[1], hold) == 0 then
+    return 0
+  end
+else
+  for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+    if string.sub(field, 1, 2) == 'h:' then
+      hold = field
+      break
+    end
+  end
+  if not hold then
+    return 0
+  end
+end
+redis.call('HDEL', KEYS[1], hold)
+-- The hash keeps 'owner' and 'fence' besides one field per hold.
+if redis.call('HLEN', KEYS[1]) <= 2 then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', KEYS[2], '')
+end
+return 1

@@ -1,0 +1,68 @@
+-- rw_acquire.lua: take a read or write hold on an RwLock, or register a waiting writer.
+-- KEYS[1] rw key (sorted set; member '<kind>:<hold id>:<owner>', score = its expiry in server
+-- ms; kind 'r' reader, 'w' writer, 'i' a writer waiting)   KEYS[2] fence key
+-- ARGV[1] 'r' or 'w'   ARGV[2] owner id   ARGV[3] hold id   ARGV[4] ttl in ms
+-- ARGV[5] fence key ttl in ms   ARGV[6] '1' if a blocked writer waits (leaves an 'i' entry)
+-- Returns {1, fence} when the hold is taken, {0, ms} when blocked (ms: until the first
+-- blocking entry expires), {-1, 0} for a write by an owner that holds only reads (an upgrade,
+-- refused: two upgrading readers would wait for each other forever).
+-- Holds of the same owner never block each other (reentrancy; a writer may also read). A
+-- writer that is blocked leaves an 'i' entry lasting ttl, renewed by its retries: while it
+-- lives, owners that hold nothing yet cannot start reading. Every entry expires on its own
+-- score; expired ones are pruned here, and the key expires with its last entry.
+local key, mode, owner = KEYS[1], ARGV[1], ARGV[2]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[4])
+-- Fails on a key of another type before anything is written.
+redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+local mine_r, mine_w = false, false
+local held_until, intent_until = nil, nil
+local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+for i = 1, #entries, 2 do
+  local member, expiry = entries[i], tonumber(entries[i + 1])
+  local kind = string.sub(member, 1, 1)
+  local rest = string.sub(member, 3)
+  local who = string.sub(rest, string.find(rest, ':', 1, true) + 1)
+  if who == owner then
+    if kind == 'r' then mine_r = true elseif kind == 'w' then mine_w = true end
+  elseif kind == 'w' or (kind == 'r' and mode == 'w') then
+    held_until = math.min(held_until or expiry, expiry)
+  elseif kind == 'i' then
+    intent_until = math.min(intent_until or expiry, expiry)
+  end
+end
+if mode == 'w' and mine_r and not mine_w then
+  return {-1, 0}
+end
+local blocked_until = held_until
+if mode == 'r' and not mine_r and not mine_w and intent_until then
+  blocked_until = math.min(blocked_until or intent_until, intent_until)
+end
+local function settle()
+  local top = redis.call('ZRANGE', key, 0, 0, 'REV', 'WITHSCORES')
+  if top[1] then
+    redis.call('PEXPIRE', key, math.max(1, tonumber(top[2]) - now))
+  else
+    redis.call('DEL', key)
+  end
+end
+local intent = 'i:' .. ARGV[3] .. ':' .. owner
+if blocked_until then
+  if mode == 'w' and ARGV[6] == '1' then
+    redis.call('ZADD', key, now + ttl, intent)
+    settle()
+  end
+  return {0, math.max(1, blocked_until - now)}
+end
+local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- SET .. GET fails on a key of another type before writing anything.
+local last = tonumber(redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[5], 'GET'))
+if last and last >= fence then
+  fence = last + 1
+  redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[5])
+end
+redis.call('ZREM', key, intent)
+redis.call('ZADD', key, now + ttl, mode .. ':' .. ARGV[3] .. ':' .. owner)
+settle()
+return {1, fence}

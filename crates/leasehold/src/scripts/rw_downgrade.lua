@@ -1,0 +1,17 @@
+-- rw_downgrade.lua: turn a write hold into a read hold in one step, so no writer slips in.
+-- KEYS[1] rw key (sorted set, see rw_acquire.lua)   KEYS[2] release channel
+-- ARGV[1] member of the write hold   ARGV[2] member of the new read hold   ARGV[3] ttl in ms
+-- Returns 1 if done, 0 if the write hold was missing or expired (nothing is changed).
+-- Publishes 'all' so waiting readers enter.
+local key = KEYS[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local score = redis.call('ZSCORE', key, ARGV[1])
+if not score or tonumber(score) <= now then
+  return 0
+end
+redis.call('ZREM', key, ARGV[1])
+redis.call('ZADD', key, now + tonumber(ARGV[3]), ARGV[2])
+redis.call('PEXPIRE', key, ARGV[3], 'GT')
+redis.call('PUBLISH', KEYS[2], 'all')
+return 1

@@ -1,0 +1,23 @@
+-- rw_extend.lua: renew RwLock holds, each on its own; one call renews many.
+-- KEYS[i] rw key (sorted set, see rw_acquire.lua) of hold i
+-- ARGV[2i-1] member of hold i   ARGV[2i] new ttl of hold i in ms
+-- Returns a list with, for each hold: 1 if renewed (its score is now + ttl; no other entry
+-- changes), 0 if it is missing or expired, -1 if the key holds another type (left alone).
+-- The key's expiry only grows here (PEXPIRE GT), to cover the renewed hold.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+for i, key in ipairs(KEYS) do
+  local member, ttl = ARGV[2 * i - 1], tonumber(ARGV[2 * i])
+  local score = redis.pcall('ZSCORE', key, member)
+  if type(score) == 'table' then
+    out[i] = -1
+  elseif score and tonumber(score) > now then
+    redis.call('ZADD', key, 'XX', now + ttl, member)
+    redis.call('PEXPIRE', key, ttl, 'GT')
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out

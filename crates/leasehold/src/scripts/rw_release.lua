@@ -1,0 +1,21 @@
+-- rw_release.lua: remove one entry (a read or write hold, or a waiting writer) and wake waiters.
+-- KEYS[1] rw key (sorted set, see rw_acquire.lua)   KEYS[2] release channel
+-- ARGV[1] member
+-- Returns 1 if the entry was live and is removed, 0 if it was missing or expired.
+-- Publishes 'all': every waiter may proceed (many readers can enter at once).
+local key = KEYS[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local score = redis.call('ZSCORE', key, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+local released = 0
+if score and tonumber(score) > now then
+  redis.call('ZREM', key, ARGV[1])
+  redis.call('PUBLISH', KEYS[2], 'all')
+  released = 1
+end
+local top = redis.call('ZRANGE', key, 0, 0, 'REV', 'WITHSCORES')
+if top[1] then
+  redis.call('PEXPIRE', key, math.max(1, tonumber(top[2]) - now))
+end
+return released

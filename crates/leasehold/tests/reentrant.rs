@@ -1,0 +1,312 @@
+//! The reentrant lock against real redis-server processes.
+
+use std::time::{Duration, Instant};
+
+use leasehold::{Client, Error};
+use leasehold_testkit::RedisServer;
+use redis::Commands;
+
+const KEY: &str = "leasehold:{job}:lock";
+
+async fn client(server: &RedisServer) -> Client {
+    Client::connect(&server.url())
+        .await
+        .expect("connect to the test server")
+}
+
+/// The number of holds stored for the lock `job`.
+fn holds(server: &RedisServer) -> usize {
+    let fields: Vec<String> = server.connection().hkeys(KEY).unwrap();
+    fields.iter().filter(|f| f.starts_with("h:")).count()
+}
+
+#[tokio::test]
+async fn three_holds_need_three_releases_and_the_last_wakes_a_waiter() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client
+        .reentrant_lock("job")
+        .owner("job-7")
+        .ttl(Duration::from_secs(20));
+    let first = lock.acquire().await.unwrap();
+    let second = lock.acquire().await.unwrap();
+    let third = lock.clone().acquire().await.unwrap();
+    assert_eq!(second.fence(), first.fence(), "re-entries share the fence");
+    assert_eq!(third.fence(), first.fence());
+    assert_eq!(first.token(), "job-7");
+    assert_eq!(holds(&server), 3);
+
+    let other_client = Client::connect(&server.url()).await.unwrap();
+    let waiter = {
+        let lock = other_client
+            .reentrant_lock("job")
+            .owner("job-8")
+            .wait(Duration::from_secs(15));
+        tokio::spawn(async move {
+            let guard = lock.acquire().await.unwrap();
+            (Instant::now(), guard)
+        })
+    };
+    // Let the waiter fail once and subscribe.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let intruder = other_client.reentrant_lock("job");
+    for (guard, left) in [(first, 2), (second, 1)] {
+        assert!(matches!(
+            intruder.release_by_token("job-8").await,
+            Err(Error::NotOwner { .. })
+        ));
+        assert_eq!(
+            holds(&server),
+            left + 1,
+            "a refused release changes nothing"
+        );
+        guard.release().await.unwrap();
+        assert_eq!(holds(&server), left);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiter.is_finished(), "taken while {left} holds remain");
+    }
+    assert!(matches!(
+        intruder.release_by_token("job-8").await,
+        Err(Error::NotOwner { .. })
+    ));
+    let fence = third.fence();
+    let released = Instant::now();
+    third.release().await.unwrap();
+    let (acquired, guard) = waiter.await.unwrap();
+    let gap = acquired.duration_since(released);
+    // The fallback timer would fire after ~20 s; the release event takes milliseconds.
+    assert!(gap < Duration::from_millis(500), "hand-off took {gap:?}");
+    assert!(guard.fence() > fence);
+    assert_eq!(guard.token(), "job-8");
+    // Now the first owner is the intruder.
+    assert!(matches!(
+        lock.release_by_token("job-7").await,
+        Err(Error::NotOwner { .. })
+    ));
+    guard.release().await.unwrap();
+    assert!(!server.connection().exists::<_, bool>(KEY).unwrap());
+    assert!(matches!(
+        lock.release_by_token("job-7").await,
+        Err(Error::Lost { .. })
+    ));
+}
+
+#[tokio::test]
+async fn handles_without_an_owner_are_owners_of_their_own() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let a = client.reentrant_lock("job");
+    let b = client.reentrant_lock("job");
+    assert_ne!(a.owner_id(), b.owner_id());
+    assert_eq!(a.owner_id().len(), 32);
+    let held = a.acquire().await.unwrap();
+    assert!(b.try_acquire().await.unwrap().is_none());
+    let again = a
+        .clone()
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("a clone shares the owner");
+    assert_eq!(again.token(), a.owner_id());
+    again.release().await.unwrap();
+    assert!(b.try_acquire().await.unwrap().is_none(), "one hold is left");
+    held.release().await.unwrap();
+    b.try_acquire()
+        .await
+        .unwrap()
+        .expect("free after the last hold")
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_hold_deleted_from_outside_fails_only_its_own_guard() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.reentrant_lock("job").owner("o");
+    let kept = lock.acquire().await.unwrap();
+    let gone = lock.acquire().await.unwrap();
+    let _: () = server
+        .connection()
+        .hdel(KEY, {
+            let fields: Vec<String> = server.connection().hkeys(KEY).unwrap();
+            fields.into_iter().find(|f| f.starts_with("h:")).unwrap()
+        })
+        .unwrap();
+    // One of the two holds vanished; exactly one of them now fails.
+    let results = [
+        kept.extend(Duration::from_secs(60)).await,
+        gone.extend(Duration::from_secs(60)).await,
+    ];
+    assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1);
+    assert!(results.iter().any(|r| matches!(r, Err(Error::Lost { .. }))));
+    assert_eq!(u8::from(kept.is_lost()) + u8::from(gone.is_lost()), 1);
+    let outcomes = [kept.release().await, gone.release().await];
+    assert_eq!(outcomes.iter().filter(|r| r.is_ok()).count(), 1);
+    assert!(!server.connection().exists::<_, bool>(KEY).unwrap());
+}
+
+#[tokio::test]
+async fn the_watchdog_keeps_every_hold_and_a_vanished_owner_expires_in_one_ttl() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let ttl = Duration::from_millis(300);
+    let lock = client.reentrant_lock("job").owner("alive").ttl(ttl);
+    let a = lock.acquire().await.unwrap();
+    let b = lock.acquire().await.unwrap();
+    tokio::time::sleep(ttl * 5).await;
+    assert!(!a.is_lost() && !b.is_lost());
+    assert_eq!(holds(&server), 2);
+    drop(a);
+    drop(b);
+
+    let dead = client
+        .reentrant_lock("job")
+        .owner("dead")
+        .ttl(ttl)
+        .watchdog(false)
+        .wait(Duration::from_secs(5));
+    // Wait for the background releases of the dropped holds.
+    let guard = dead.acquire().await.unwrap();
+    let guard2 = dead.acquire().await.unwrap();
+    let started = Instant::now();
+    let taken = client
+        .reentrant_lock("job")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(200),
+        "took a live lease after {waited:?}"
+    );
+    assert!(
+        waited < ttl + Duration::from_millis(500),
+        "waited {waited:?}"
+    );
+    assert!(guard.is_lost() && guard2.is_lost());
+    assert!(taken.fence() > guard.fence());
+    std::mem::forget(guard);
+    std::mem::forget(guard2);
+}
+
+#[tokio::test]
+async fn dropping_a_guard_gives_back_its_hold_in_the_background() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.reentrant_lock("job").owner("o");
+    let kept = lock.acquire().await.unwrap();
+    let dropped = lock.acquire().await.unwrap();
+    let started = Instant::now();
+    drop(dropped);
+    assert!(started.elapsed() < Duration::from_millis(5), "drop blocked");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while holds(&server) != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the dropped hold was not given back"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!kept.is_lost());
+    kept.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_inputs_and_other_kinds_of_lock_get_specific_errors() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let invalid = |r: Result<Option<leasehold::ReentrantGuard>, Error>| match r {
+        Err(Error::InvalidArgument(msg)) => msg,
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    };
+    assert!(invalid(client.reentrant_lock("").try_acquire().await).contains("empty"));
+    assert!(
+        invalid(client.reentrant_lock("x".repeat(513)).try_acquire().await).contains("513 bytes")
+    );
+    for ttl in [Duration::ZERO, Duration::from_secs(25 * 3600)] {
+        assert!(invalid(client.reentrant_lock("t").ttl(ttl).try_acquire().await).contains("TTL"));
+    }
+    assert!(invalid(client.reentrant_lock("t").owner("").try_acquire().await).contains("owner"));
+
+    // One name used as a plain lock and as a reentrant lock: refused, untouched.
+    let plain = client.lock("shared").acquire().await.unwrap();
+    match client.reentrant_lock("shared").try_acquire().await {
+        Err(Error::WrongType { key }) => assert_eq!(key, "leasehold:{shared}:lock"),
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+    let holder: String = server.connection().get("leasehold:{shared}:lock").unwrap();
+    assert_eq!(holder, plain.token());
+    plain.release().await.unwrap();
+    let reentrant = client.reentrant_lock("shared").acquire().await.unwrap();
+    match client.lock("shared").try_acquire().await {
+        Err(Error::WrongType { key }) => assert_eq!(key, "leasehold:{shared}:lock"),
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+    reentrant.extend(Duration::from_secs(60)).await.unwrap();
+    reentrant.release().await.unwrap();
+
+    // A wrong-typed fence key is named, and nothing is written.
+    let _: () = server
+        .connection()
+        .rpush("leasehold:{f}:fence", "x")
+        .unwrap();
+    match client.reentrant_lock("f").try_acquire().await {
+        Err(Error::WrongType { key }) => assert_eq!(key, "leasehold:{f}:fence"),
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+    assert!(
+        !server
+            .connection()
+            .exists::<_, bool>("leasehold:{f}:lock")
+            .unwrap()
+    );
+}
+
+#[tokio::test]
+async fn every_key_written_has_a_ttl() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.reentrant_lock("ttl-check");
+    let a = lock.acquire().await.unwrap();
+    let b = lock.acquire().await.unwrap();
+    let mut conn = server.connection();
+    let keys: Vec<String> = conn.keys("leasehold:*").unwrap();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    for key in keys {
+        let ttl: i64 = conn.pttl(&key).unwrap();
+        assert!(ttl > 0, "{key} has no TTL");
+    }
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn cancelled_acquires_take_back_only_their_own_hold() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.reentrant_lock("job").owner("o");
+    let kept = lock.acquire().await.unwrap();
+    for _ in 0..3 {
+        // Paused, the server runs the acquire only after the caller gave up:
+        // the outcome is unknown when the future is dropped.
+        server.pause();
+        let cancelled = tokio::time::timeout(Duration::from_millis(100), lock.acquire()).await;
+        server.resume();
+        assert!(cancelled.is_err(), "the acquire was not cut off");
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while holds(&server) != 1 {
+            assert!(
+                Instant::now() < deadline,
+                "{} holds left after a cancelled acquire",
+                holds(&server)
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    assert!(!kept.is_lost());
+    kept.release().await.unwrap();
+    assert!(!server.connection().exists::<_, bool>(KEY).unwrap());
+}

@@ -1,0 +1,581 @@
+//! The read-write lock against real redis-server processes.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use leasehold::{Client, Error};
+use leasehold_testkit::{Proxy, ProxyMode, RedisServer};
+use redis::Commands;
+
+const KEY: &str = "leasehold:{catalog}:lock";
+
+async fn client(server: &RedisServer) -> Client {
+    Client::connect(&server.url())
+        .await
+        .expect("connect to the test server")
+}
+
+/// The lock's entries (`<kind>:<hold>:<owner>`) with their expiry scores.
+fn entries(server: &RedisServer) -> Vec<(String, i64)> {
+    server.connection().zrange_withscores(KEY, 0, -1).unwrap()
+}
+
+async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn eight_readers_then_a_writer_that_holds_back_new_readers() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client
+        .rw_lock("catalog")
+        .ttl(Duration::from_secs(20))
+        .wait(Duration::from_secs(15));
+    let mut readers = Vec::new();
+    let mut handles = Vec::new();
+    for _ in 0..8 {
+        let handle = lock.clone().owner(format!("reader-{}", handles.len()));
+        readers.push(handle.read().await.unwrap());
+        handles.push(handle);
+    }
+    assert_eq!(entries(&server).len(), 8);
+
+    let writer_client = Client::connect(&server.url()).await.unwrap();
+    let writer = {
+        let lock = writer_client
+            .rw_lock("catalog")
+            .owner("writer")
+            .wait(Duration::from_secs(15));
+        tokio::spawn(async move {
+            let guard = lock.write().await.unwrap();
+            (Instant::now(), guard)
+        })
+    };
+    wait_until("the writer waits", || {
+        entries(&server).iter().any(|(m, _)| m.starts_with("i:"))
+    })
+    .await;
+    // A new reader may not enter while the writer waits...
+    assert!(
+        lock.clone()
+            .owner("late")
+            .try_read()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // Late readers on two clients, all waiting behind the writer.
+    let late: Vec<_> = (0..4)
+        .map(|i| {
+            let client = if i % 2 == 0 { &client } else { &writer_client };
+            let lock = client
+                .rw_lock("catalog")
+                .owner(format!("late-{i}"))
+                .wait(Duration::from_secs(15));
+            tokio::spawn(async move {
+                let guard = lock.read().await.unwrap();
+                (Instant::now(), guard)
+            })
+        })
+        .collect();
+    // ...but a reader already in may read again (else it could deadlock).
+    let again = handles[0].try_read().await.unwrap().expect("re-entry");
+    again.release().await.unwrap();
+
+    for (i, guard) in readers.into_iter().enumerate() {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert!(
+            !writer.is_finished(),
+            "writer entered with {} readers",
+            8 - i
+        );
+        guard.release().await.unwrap();
+    }
+    let last_left = Instant::now();
+    let (entered, write) = writer.await.unwrap();
+    let gap = entered.duration_since(last_left);
+    assert!(
+        gap < Duration::from_millis(500),
+        "writer entered {gap:?} late"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        late.iter().all(|l| !l.is_finished()),
+        "a reader entered beside the writer"
+    );
+    assert!(write.fence() > 0);
+
+    let released = Instant::now();
+    write.release().await.unwrap();
+    let mut reads = Vec::new();
+    for waiter in late {
+        let (entered, read) = waiter.await.unwrap();
+        let gap = entered.duration_since(released);
+        // Each would otherwise wait for its fallback timer (seconds).
+        assert!(
+            gap < Duration::from_millis(500),
+            "reader entered {gap:?} late"
+        );
+        reads.push(read);
+    }
+    assert_eq!(entries(&server).len(), 4, "the late readers hold at once");
+    for read in reads {
+        read.release().await.unwrap();
+    }
+    assert!(!server.connection().exists::<_, bool>(KEY).unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn readers_and_writers_never_overlap_under_load() {
+    let server = RedisServer::start();
+    let redis = redis::Client::open(server.url()).unwrap();
+    let mut tasks = Vec::new();
+    for c in 0..3 {
+        let client = client(&server).await;
+        for t in 0..4 {
+            let lock = client
+                .rw_lock("catalog")
+                .wait(Duration::from_secs(120))
+                .owner(format!("task-{c}-{t}"));
+            let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
+            tasks.push(tokio::spawn(async move {
+                let mut writes = 0u64;
+                for i in 0..250u64 {
+                    if (i + t) % 5 == 0 {
+                        let guard = lock.write().await.expect("write");
+                        // Two keys updated one after the other: a reader
+                        // beside this writer would see them differ, and
+                        // two writers would lose updates.
+                        let a: u64 = redis::cmd("GET")
+                            .arg("a")
+                            .query_async::<Option<u64>>(&mut conn)
+                            .await
+                            .unwrap()
+                            .unwrap_or(0);
+                        let _: () = redis::cmd("SET")
+                            .arg("a")
+                            .arg(a + 1)
+                            .query_async(&mut conn)
+                            .await
+                            .unwrap();
+                        tokio::task::yield_now().await;
+                        let _: () = redis::cmd("SET")
+                            .arg("b")
+                            .arg(a + 1)
+                            .query_async(&mut conn)
+                            .await
+                            .unwrap();
+                        guard.release().await.expect("release write");
+                        writes += 1;
+                    } else {
+                        let guard = lock.read().await.expect("read");
+                        let a: Option<u64> = redis::cmd("GET")
+                            .arg("a")
+                            .query_async(&mut conn)
+                            .await
+                            .unwrap();
+                        tokio::task::yield_now().await;
+                        let b: Option<u64> = redis::cmd("GET")
+                            .arg("b")
+                            .query_async(&mut conn)
+                            .await
+                            .unwrap();
+                        assert_eq!(a, b, "a reader saw a writer at work");
+                        guard.release().await.expect("release read");
+                    }
+                }
+                writes
+            }));
+        }
+    }
+    let mut writes = 0;
+    for task in tasks {
+        writes += task.await.unwrap();
+    }
+    let a: u64 = server.connection().get("a").unwrap();
+    assert_eq!(a, writes, "writers overlapped and lost updates");
+    assert_eq!(writes, 600);
+}
+
+#[tokio::test]
+async fn a_killed_readers_share_expires_on_its_own_ttl_and_no_other_changes() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.rw_lock("catalog").watchdog(false);
+    let killed = lock
+        .clone()
+        .owner("killed")
+        .ttl(Duration::from_millis(400))
+        .read()
+        .await
+        .unwrap();
+    let b = lock
+        .clone()
+        .owner("b")
+        .ttl(Duration::from_secs(10))
+        .read()
+        .await
+        .unwrap();
+    let c = lock
+        .clone()
+        .owner("c")
+        .ttl(Duration::from_secs(20))
+        .read()
+        .await
+        .unwrap();
+    // The killed reader neither renews nor releases.
+    std::mem::forget(killed);
+    let before = entries(&server);
+    assert_eq!(before.len(), 3);
+    let others: Vec<_> = before
+        .iter()
+        .filter(|(m, _)| !m.ends_with(":killed"))
+        .cloned()
+        .collect();
+    assert!(lock.clone().owner("w").try_write().await.unwrap().is_none());
+
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Expired entries are pruned by the next script that looks.
+    assert!(lock.clone().owner("w").try_write().await.unwrap().is_none());
+    assert_eq!(entries(&server), others, "the others' leases are untouched");
+    let pttl: i64 = server.connection().pttl(KEY).unwrap();
+    assert!(
+        pttl > 18_000 && pttl <= 20_000,
+        "key expiry {pttl} is not c's"
+    );
+
+    b.release().await.unwrap();
+    assert!(lock.clone().owner("w").try_write().await.unwrap().is_none());
+    c.release().await.unwrap();
+    let w = lock
+        .clone()
+        .owner("w")
+        .try_write()
+        .await
+        .unwrap()
+        .expect("free");
+    w.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn readers_renew_their_own_leases_only() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.rw_lock("catalog");
+    let ttl = Duration::from_millis(300);
+    let renewed = lock.clone().owner("renewed").ttl(ttl).read().await.unwrap();
+    let fixed = lock
+        .clone()
+        .owner("fixed")
+        .ttl(Duration::from_secs(30))
+        .watchdog(false)
+        .read()
+        .await
+        .unwrap();
+    let score = |owner: &str| {
+        entries(&server)
+            .into_iter()
+            .find(|(m, _)| m.ends_with(&format!(":{owner}")))
+            .map(|(_, s)| s)
+    };
+    let fixed_score = score("fixed").unwrap();
+    let first = score("renewed").unwrap();
+    tokio::time::sleep(ttl * 4).await;
+    assert!(!renewed.is_lost());
+    assert!(score("renewed").unwrap() > first + 500, "not renewed");
+    assert_eq!(
+        score("fixed"),
+        Some(fixed_score),
+        "another reader's renewal moved it"
+    );
+    renewed.release().await.unwrap();
+    fixed.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn downgrade_lets_readers_in_and_never_a_writer() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let other = Client::connect(&server.url()).await.unwrap();
+    let lock = client.rw_lock("catalog").owner("a");
+    let write = lock.write().await.unwrap();
+    let fence = write.fence();
+    let reader = {
+        let lock = other.rw_lock("catalog").owner("r");
+        tokio::spawn(async move { lock.read().await.unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(!reader.is_finished());
+    let started = Instant::now();
+    let read = write.downgrade().await.unwrap();
+    assert_eq!(read.fence(), fence);
+    let other_read = reader.await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "readers not let in"
+    );
+    assert!(
+        other
+            .rw_lock("catalog")
+            .owner("w")
+            .try_write()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let kinds: Vec<String> = entries(&server)
+        .into_iter()
+        .map(|(m, _)| m[..1].to_owned())
+        .collect();
+    assert_eq!(kinds, ["r", "r"]);
+    read.release().await.unwrap();
+    other_read.release().await.unwrap();
+
+    // Under contention: a writer hammering try_write never holds the lock
+    // while `a` holds its write or the read it downgraded to.
+    let a_holds = Arc::new(AtomicBool::new(false));
+    let w_holds = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let hammer = {
+        let (a_holds, w_holds, stop) = (a_holds.clone(), w_holds.clone(), stop.clone());
+        let lock = other.rw_lock("catalog").owner("w");
+        tokio::spawn(async move {
+            let mut wins = 0;
+            while !stop.load(Ordering::SeqCst) {
+                if let Some(guard) = lock.try_write().await.unwrap() {
+                    w_holds.store(true, Ordering::SeqCst);
+                    assert!(!a_holds.load(Ordering::SeqCst), "a writer slipped in");
+                    wins += 1;
+                    tokio::task::yield_now().await;
+                    w_holds.store(false, Ordering::SeqCst);
+                    guard.release().await.unwrap();
+                } else {
+                    tokio::task::yield_now().await;
+                }
+            }
+            wins
+        })
+    };
+    for _ in 0..150 {
+        let write = lock.write().await.unwrap();
+        a_holds.store(true, Ordering::SeqCst);
+        assert!(!w_holds.load(Ordering::SeqCst));
+        let read = write.downgrade().await.unwrap();
+        tokio::task::yield_now().await;
+        assert!(!w_holds.load(Ordering::SeqCst), "a writer slipped in");
+        a_holds.store(false, Ordering::SeqCst);
+        read.release().await.unwrap();
+    }
+    stop.store(true, Ordering::SeqCst);
+    let wins = hammer.await.unwrap();
+    assert!(
+        wins > 0,
+        "the competing writer never ran, so nothing was checked"
+    );
+}
+
+#[tokio::test]
+async fn reads_and_writes_are_reentrant_and_upgrades_are_refused() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client
+        .rw_lock("catalog")
+        .owner("o")
+        .wait(Duration::from_millis(300));
+    let stranger = client.rw_lock("catalog").owner("s");
+
+    let r1 = lock.read().await.unwrap();
+    let r2 = lock.read().await.unwrap();
+    match lock.write().await {
+        Err(e @ Error::UpgradeRefused { .. }) => {
+            assert!(e.to_string().contains("release the read"))
+        }
+        other => panic!("expected UpgradeRefused, got {other:?}"),
+    }
+    assert!(matches!(
+        lock.try_write().await,
+        Err(Error::UpgradeRefused { .. })
+    ));
+    assert!(stranger.try_read().await.unwrap().is_some_and(|_| true));
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+
+    let w1 = lock.write().await.unwrap();
+    let w2 = lock.write().await.unwrap();
+    let r = lock.read().await.unwrap();
+    assert!(w2.fence() > w1.fence());
+    assert!(stranger.try_read().await.unwrap().is_none());
+    assert!(stranger.try_write().await.unwrap().is_none());
+    w1.release().await.unwrap();
+    w2.release().await.unwrap();
+    // Only the read is left: now others may read too, but not write.
+    stranger
+        .try_read()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert!(stranger.try_write().await.unwrap().is_none());
+    r.release().await.unwrap();
+    stranger
+        .try_write()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_writer_that_gives_up_or_dies_stops_holding_back_readers() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let holder = client
+        .rw_lock("catalog")
+        .owner("holder")
+        .read()
+        .await
+        .unwrap();
+
+    // Gives up: the wait runs out and its block is withdrawn at once.
+    let writer = client
+        .rw_lock("catalog")
+        .owner("w")
+        .wait(Duration::from_millis(300));
+    assert!(matches!(writer.write().await, Err(Error::Timeout { .. })));
+    wait_until("the block is withdrawn", || {
+        entries(&server).iter().all(|(m, _)| !m.starts_with("i:"))
+    })
+    .await;
+    let newcomer = client.rw_lock("catalog").owner("new");
+    newcomer
+        .try_read()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    // Dies: its connection goes dark while it waits; the block ends with its TTL.
+    let proxy = Proxy::start(server.port());
+    let doomed = Client::connect(&proxy.url()).await.unwrap();
+    let ttl = Duration::from_millis(600);
+    let waiting = {
+        let lock = doomed
+            .rw_lock("catalog")
+            .owner("doomed")
+            .ttl(ttl)
+            .wait(Duration::from_secs(30));
+        tokio::spawn(async move { lock.write().await })
+    };
+    wait_until("the writer waits", || {
+        entries(&server).iter().any(|(m, _)| m.starts_with("i:"))
+    })
+    .await;
+    proxy.set_mode(ProxyMode::Blackhole);
+    let blocked_at = Instant::now();
+    assert!(newcomer.try_read().await.unwrap().is_none());
+    let read = newcomer
+        .clone()
+        .wait(Duration::from_secs(5))
+        .read()
+        .await
+        .unwrap();
+    let blocked = blocked_at.elapsed();
+    assert!(
+        blocked <= ttl + Duration::from_millis(500),
+        "blocked for {blocked:?}"
+    );
+    read.release().await.unwrap();
+    holder.release().await.unwrap();
+    waiting.abort();
+}
+
+#[tokio::test]
+async fn bad_inputs_and_other_kinds_of_lock_get_specific_errors() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let invalid = |r: Result<Option<leasehold::ReadGuard>, Error>| match r {
+        Err(Error::InvalidArgument(msg)) => msg,
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    };
+    assert!(invalid(client.rw_lock("").try_read().await).contains("empty"));
+    assert!(invalid(client.rw_lock("x".repeat(513)).try_read().await).contains("513 bytes"));
+    for ttl in [Duration::ZERO, Duration::from_secs(25 * 3600)] {
+        assert!(invalid(client.rw_lock("t").ttl(ttl).try_read().await).contains("TTL"));
+    }
+    assert!(invalid(client.rw_lock("t").owner("").try_read().await).contains("owner"));
+
+    // One name as a Lock, a ReentrantLock and an RwLock: refused, untouched.
+    let plain = client.lock("catalog").acquire().await.unwrap();
+    for result in [
+        client
+            .rw_lock("catalog")
+            .try_read()
+            .await
+            .map(|g| g.is_some()),
+        client
+            .rw_lock("catalog")
+            .try_write()
+            .await
+            .map(|g| g.is_some()),
+    ] {
+        match result {
+            Err(Error::WrongType { key }) => assert_eq!(key, KEY),
+            other => panic!("expected WrongType, got {other:?}"),
+        }
+    }
+    let holder: String = server.connection().get(KEY).unwrap();
+    assert_eq!(holder, plain.token());
+    plain.release().await.unwrap();
+    let reentrant = client.reentrant_lock("catalog").acquire().await.unwrap();
+    assert!(matches!(
+        client.rw_lock("catalog").try_read().await,
+        Err(Error::WrongType { .. })
+    ));
+    reentrant.release().await.unwrap();
+    let read = client.rw_lock("catalog").read().await.unwrap();
+    assert!(matches!(
+        client.lock("catalog").try_acquire().await,
+        Err(Error::WrongType { .. })
+    ));
+    assert!(matches!(
+        client.reentrant_lock("catalog").try_acquire().await,
+        Err(Error::WrongType { .. })
+    ));
+    assert_eq!(entries(&server).len(), 1, "the read hold is untouched");
+    read.extend(Duration::from_secs(60)).await.unwrap();
+    read.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn every_key_written_has_a_ttl_and_dropped_guards_release() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.rw_lock("catalog");
+    let read = lock.read().await.unwrap();
+    let other = client.rw_lock("catalog").wait(Duration::from_millis(200));
+    assert!(other.write().await.is_err());
+    let mut conn = server.connection();
+    let keys: Vec<String> = conn.keys("leasehold:*").unwrap();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    for key in keys {
+        let ttl: i64 = conn.pttl(&key).unwrap();
+        assert!(ttl > 0, "{key} has no TTL");
+    }
+    let started = Instant::now();
+    drop(read);
+    assert!(started.elapsed() < Duration::from_millis(5), "drop blocked");
+    let write = other.wait(Duration::from_secs(2)).write().await.unwrap();
+    write.release().await.unwrap();
+}
