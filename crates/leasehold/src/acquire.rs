@@ -17,7 +17,7 @@ use crate::events::Subscription;
 use crate::guard::Held;
 use crate::key::{LockKeys, validate_name};
 use crate::lease::{Kind, Lease, valid_until};
-use crate::scripts::Acquire;
+use crate::scripts::{Acquire, QUEUE_HEARTBEAT};
 use crate::token::Token;
 
 /// What the attempts try to take.
@@ -30,6 +30,11 @@ pub(crate) struct Target<'a> {
     /// same one, so a retry after a lost reply is idempotent.
     pub(crate) hold: &'a str,
     pub(crate) ttl: Duration,
+    /// A refused attempt of a waiting caller joins the lock's queue of
+    /// waiters (lease locks): the waiter then tries at least every
+    /// [`QUEUE_HEARTBEAT`] to stay queued, and leaves the queue when it
+    /// gives up.
+    pub(crate) queues: bool,
 }
 
 /// Calls `attempt` until it acquires or, with `wait: Some`, until the wait
@@ -52,16 +57,22 @@ where
     let mut pending = PendingAttempt {
         target,
         armed: false,
+        queued: false,
     };
     let mut subscription: Option<Subscription> = None;
     let mut backoff = Duration::from_millis(10);
     loop {
-        // Register for the wake-up before trying, so a release that lands
+        // Register for the wake-ups before trying, so a release that lands
         // between a failed attempt and the wait is not missed.
         let notify = subscription.as_ref().map(Subscription::notify);
+        let own = subscription.as_ref().map(Subscription::own);
         let notified = notify.as_deref().map(Notify::notified);
-        tokio::pin!(notified);
-        if let Some(n) = notified.as_mut().as_pin_mut() {
+        let handed = own.as_deref().map(Notify::notified);
+        tokio::pin!(notified, handed);
+        for n in [notified.as_mut().as_pin_mut(), handed.as_mut().as_pin_mut()]
+            .into_iter()
+            .flatten()
+        {
             n.enable();
         }
 
@@ -76,6 +87,7 @@ where
                     Instant::now()
                 } else {
                     pending.armed = false;
+                    pending.queued = false;
                     return Ok(Some((fence, sent)));
                 }
             }
@@ -84,11 +96,16 @@ where
                 let Some(deadline) = deadline else {
                     return Ok(None);
                 };
+                pending.queued = target.queues;
                 if Instant::now() >= deadline {
                     return Ok(None);
                 }
                 if subscription.is_none() {
-                    match inner.events.subscribe(&target.keys.channel).await {
+                    match inner
+                        .events
+                        .subscribe(&target.keys.channel, target.hold)
+                        .await
+                    {
                         Ok(s) => {
                             subscription = Some(s);
                             continue;
@@ -99,8 +116,12 @@ where
                         Err(e) => return Err(e),
                     }
                 }
-                // Fallback when no release event comes: the holder's lease end.
-                let fallback = remaining.unwrap_or(target.ttl) + Duration::from_millis(1);
+                // Fallback when no release event comes: the holder's lease
+                // end, or sooner to stay in the queue.
+                let mut fallback = remaining.unwrap_or(target.ttl) + Duration::from_millis(1);
+                if target.queues {
+                    fallback = fallback.min(QUEUE_HEARTBEAT);
+                }
                 (Instant::now() + fallback).min(deadline)
             }
             Err(e) if e.is_transient() && deadline.is_some_and(|d| Instant::now() < d) => {
@@ -113,14 +134,15 @@ where
             }
             Err(e) => return Err(e),
         };
-        match notified.as_mut().as_pin_mut() {
-            Some(n) => {
+        match (notified.as_mut().as_pin_mut(), handed.as_mut().as_pin_mut()) {
+            (Some(n), Some(h)) => {
                 tokio::select! {
                     () = n => {}
+                    () = h => {}
                     () = tokio::time::sleep_until(retry_at.into()) => {}
                 }
             }
-            None => tokio::time::sleep_until(retry_at.into()).await,
+            _ => tokio::time::sleep_until(retry_at.into()).await,
         }
         if deadline.is_some_and(|d| Instant::now() >= d) && !pending.armed {
             // One last try at the deadline, so a release that woke us
@@ -130,7 +152,10 @@ where
             let reply = attempt().await?;
             pending.armed = false;
             return Ok(match reply {
-                Acquire::Acquired { fence } => Some((fence, sent)),
+                Acquire::Acquired { fence } => {
+                    pending.queued = false;
+                    Some((fence, sent))
+                }
                 Acquire::Held { .. } => None,
             });
         }
@@ -143,15 +168,18 @@ fn jitter(d: Duration) -> Duration {
 }
 
 /// An acquire attempt whose outcome may be unknown: if the future is dropped
-/// while armed, the hold is released in the background.
+/// while armed, the hold is released in the background. A waiter that gave
+/// up leaves the queue the same way (the release script does both).
 struct PendingAttempt<'a, 'b> {
     target: &'a Target<'b>,
     armed: bool,
+    queued: bool,
 }
 
 impl PendingAttempt<'_, '_> {
     fn release_in_background(&mut self) {
         self.armed = false;
+        self.queued = false;
         let t = self.target;
         t.client
             .inner
@@ -162,7 +190,7 @@ impl PendingAttempt<'_, '_> {
 
 impl Drop for PendingAttempt<'_, '_> {
     fn drop(&mut self) {
-        if self.armed {
+        if self.armed || self.queued {
             self.release_in_background();
         }
     }
@@ -209,6 +237,7 @@ impl Handle {
             kind,
             hold,
             ttl: self.ttl,
+            queues: kind == Kind::Lock,
         }
     }
 

@@ -1,12 +1,17 @@
 //! Release events: one shared subscription per client, however many tasks wait.
 //!
-//! Waiters register interest in a lock's channel and get a [`Subscription`]
-//! with a [`Notify`]. A release message wakes one waiter of that lock in
-//! this client (`notify_one`, FIFO); the woken waiter retries, and if it
-//! loses the race it goes back to sleep without waking anyone else. A
-//! message whose payload is `all` (an RwLock release, after which many
-//! readers may enter) wakes every waiter of that lock in this client. A
-//! reconnect wakes every waiter, since messages may have been missed.
+//! Waiters register interest in a lock's channel under their own id and get
+//! a [`Subscription`]. The payload of a release message says whom it wakes:
+//!
+//! - a waiter's id: the lease was handed to that waiter (a lease lock's
+//!   release); only that waiter, in whichever client has it, wakes;
+//! - empty: one waiter of that lock in this client (`notify_one`, FIFO); if
+//!   it loses the race it goes back to sleep, and if it gives up before
+//!   trying, the wake-up passes to the next;
+//! - `all`: every waiter of that lock in this client (an RwLock release,
+//!   after which many readers may enter).
+//!
+//! A reconnect wakes every waiter, since messages may have been missed.
 //!
 //! The server-side SUBSCRIBE/UNSUBSCRIBE calls are made by one task in
 //! order, so they never overtake each other. Channels stay subscribed for a
@@ -33,7 +38,10 @@ pub(crate) struct Shared {
 
 struct Entry {
     refs: usize,
+    /// Wakes one or all waiters of the channel (empty or `all` payloads).
     notify: Arc<Notify>,
+    /// Each waiter's own wake-up, by waiter id (payload = that id).
+    waiters: HashMap<String, Arc<Notify>>,
     /// The server confirmed the subscription (set by the task).
     subscribed: bool,
     idle_since: Instant,
@@ -57,15 +65,20 @@ impl Shared {
                 let Ok(channel) = std::str::from_utf8(channel) else {
                     return;
                 };
+                let payload = match info.data.get(1) {
+                    Some(Value::BulkString(payload)) => payload.as_slice(),
+                    _ => b"",
+                };
                 if let Some(entry) = self.channels().get(channel) {
-                    // 'all': the release may let every waiter in (readers of
-                    // an RwLock); else one waiter, who passes on if it loses.
-                    if let Some(Value::BulkString(payload)) = info.data.get(1)
-                        && payload.as_slice() == b"all"
-                    {
-                        entry.notify.notify_waiters();
-                    } else {
-                        entry.notify.notify_one();
+                    match payload {
+                        b"" => entry.notify.notify_one(),
+                        b"all" => entry.notify.notify_waiters(),
+                        id => {
+                            let id = std::str::from_utf8(id).unwrap_or("");
+                            if let Some(waiter) = entry.waiters.get(id) {
+                                waiter.notify_one();
+                            }
+                        }
                     }
                 }
             }
@@ -73,6 +86,9 @@ impl Shared {
                 tracing::debug!("connection to Redis dropped; waking every waiter to retry");
                 for entry in self.channels().values() {
                     entry.notify.notify_waiters();
+                    for waiter in entry.waiters.values() {
+                        waiter.notify_one();
+                    }
                 }
             }
             _ => {}
@@ -101,29 +117,35 @@ impl Events {
         Events { shared, tx }
     }
 
-    /// Registers interest in `channel` and returns once the server confirmed
+    /// Registers interest in `channel` for the waiter `waiter` (its id in
+    /// hand-off messages) and returns once the server confirmed
     /// the subscription, so no release published after this returns is missed.
     ///
     /// # Cancel safety
     ///
     /// Dropping the future drops the registration; the channel is
     /// unsubscribed later if nobody else uses it.
-    pub(crate) async fn subscribe(&self, channel: &str) -> Result<Subscription> {
+    pub(crate) async fn subscribe(&self, channel: &str, waiter: &str) -> Result<Subscription> {
+        let own = Arc::new(Notify::new());
         let (notify, subscribed) = {
             let mut channels = self.shared.channels();
             let entry = channels.entry(channel.to_owned()).or_insert_with(|| Entry {
                 refs: 0,
                 notify: Arc::new(Notify::new()),
+                waiters: HashMap::new(),
                 subscribed: false,
                 idle_since: Instant::now(),
             });
             entry.refs += 1;
+            entry.waiters.insert(waiter.to_owned(), Arc::clone(&own));
             (Arc::clone(&entry.notify), entry.subscribed)
         };
         let subscription = Subscription {
             shared: Arc::clone(&self.shared),
             channel: channel.to_owned(),
+            waiter: waiter.to_owned(),
             notify,
+            own,
         };
         if !subscribed {
             let (done, confirmed) = oneshot::channel();
@@ -144,19 +166,27 @@ impl Events {
 pub(crate) struct Subscription {
     shared: Arc<Shared>,
     channel: String,
+    waiter: String,
     notify: Arc<Notify>,
+    own: Arc<Notify>,
 }
 
 impl Subscription {
-    /// Woken once per release event (one waiter per event).
+    /// The channel's wake-ups: one waiter per empty event, all on `all`.
     pub(crate) fn notify(&self) -> Arc<Notify> {
         Arc::clone(&self.notify)
+    }
+
+    /// This waiter's own wake-up: a lease was handed to it.
+    pub(crate) fn own(&self) -> Arc<Notify> {
+        Arc::clone(&self.own)
     }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
         if let Some(entry) = self.shared.channels().get_mut(&self.channel) {
+            entry.waiters.remove(&self.waiter);
             entry.refs -= 1;
             if entry.refs == 0 {
                 entry.idle_since = Instant::now();

@@ -57,6 +57,10 @@ pub(crate) struct LockKeys {
     pub(crate) fence: String,
     /// Where releases are published.
     pub(crate) channel: String,
+    /// Waiters of a lease lock in arrival order (a sorted set).
+    pub(crate) queue: String,
+    /// The deadline by which each queued waiter must try again (a sorted set).
+    pub(crate) alive: String,
 }
 
 impl LockKeys {
@@ -67,6 +71,8 @@ impl LockKeys {
             lock: format!("{base}:lock"),
             fence: format!("{base}:fence"),
             channel: format!("{base}:released"),
+            queue: format!("{base}:queue"),
+            alive: format!("{base}:alive"),
         }
     }
 }
@@ -191,6 +197,8 @@ mod tests {
             prop_assert_ne!(tag, k.lock.as_str());
             prop_assert_eq!(hashed_part(&k.fence), tag);
             prop_assert_eq!(hashed_part(&k.channel), tag);
+            prop_assert_eq!(hashed_part(&k.queue), tag);
+            prop_assert_eq!(hashed_part(&k.alive), tag);
             prop_assert!(k.lock.starts_with("leasehold:"));
             prop_assert!(k.channel.starts_with("leasehold:"));
         }

@@ -1,5 +1,6 @@
 //! The lease lock: one owner at a time, with fencing tokens.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::acquire::{Handle, acquire, handle_api};
@@ -8,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::guard::{Held, guard_api};
 use crate::key::validate_name;
 use crate::lease::Kind;
-use crate::scripts::{self, Extension, Owned};
+use crate::scripts::{self, Acquire, Extension, Owned, Queueing};
 use crate::token::{Token, redact};
 
 /// Default lease length.
@@ -186,6 +187,7 @@ impl Lock {
             holder: stored.holder.as_deref().map(|t| redact(t).to_owned()),
             remaining: stored.remaining,
             fence: stored.fence,
+            waiters: stored.waiters,
             waiting_clients,
         })
     }
@@ -197,8 +199,23 @@ impl Lock {
         let backend = &self.h.client.inner.backend;
         let token = Token::random();
         let target = self.h.target(Kind::Lock, token.as_str());
-        let acquired = acquire(&target, wait, || {
-            scripts::lock_acquire(backend, &self.h.keys, token.as_str(), self.h.ttl)
+        // Set once an attempt was refused while waiting: from then on this
+        // caller may be in the queue, and leaves it when it acquires.
+        let queued = AtomicBool::new(false);
+        let acquired = acquire(&target, wait, || async {
+            let queueing = match wait {
+                None => Queueing::No,
+                Some(_) => Queueing::Wait {
+                    already: queued.load(Ordering::Relaxed),
+                },
+            };
+            let reply =
+                scripts::lock_acquire(backend, &self.h.keys, token.as_str(), self.h.ttl, queueing)
+                    .await;
+            if queueing != Queueing::No && matches!(reply, Ok(Acquire::Held { .. })) {
+                queued.store(true, Ordering::Relaxed);
+            }
+            reply
         })
         .await?;
         Ok(acquired.map(|(fence, sent)| {
@@ -223,6 +240,9 @@ pub struct LockStatus {
     pub remaining: Option<Duration>,
     /// The last fencing token issued for this name, if remembered.
     pub fence: Option<u64>,
+    /// Waiters queued for the lock (callers of [`Lock::acquire`] that were
+    /// refused and are still waiting), in every client.
+    pub waiters: usize,
     /// Client connections subscribed to this lock's releases: clients
     /// waiting now, or that waited in the last few seconds.
     pub waiting_clients: usize,

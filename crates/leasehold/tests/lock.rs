@@ -1,5 +1,6 @@
 //! The lease lock against real redis-server processes.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold::{Client, Error};
@@ -586,4 +587,106 @@ async fn a_release_wakes_one_waiter_per_client_and_all_get_their_turn() {
         "{:?}",
         started.elapsed()
     );
+}
+
+#[tokio::test]
+async fn the_releasing_holder_cannot_barge_ahead_of_a_waiter() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let other = client(&server).await;
+    let lock = holder.lock("barge").wait(Duration::from_secs(5));
+    let guard = lock.acquire().await.unwrap();
+    let waiter = {
+        let lock = other.lock("barge").wait(Duration::from_secs(5));
+        tokio::spawn(async move { lock.acquire().await.unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(lock.status().await.unwrap().waiters, 1);
+    guard.release().await.unwrap();
+    // At once, before the waiter could even hear of the release.
+    assert!(
+        lock.try_acquire().await.unwrap().is_none(),
+        "the lease was handed to the waiter; the old holder must not take it back"
+    );
+    let handed = tokio::time::timeout(Duration::from_secs(1), waiter)
+        .await
+        .expect("the waiter gets the hand-off promptly")
+        .unwrap();
+    handed.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn waiters_are_served_in_arrival_order() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let guard = holder.lock("fifo").acquire().await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..6 {
+        // Half the waiters share a client, half have their own.
+        let c = if i % 2 == 0 {
+            holder.clone()
+        } else {
+            client(&server).await
+        };
+        let order = Arc::clone(&order);
+        waiters.push(tokio::spawn(async move {
+            let guard = c
+                .lock("fifo")
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await
+                .unwrap();
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            guard.release().await.unwrap();
+        }));
+        // Let each one be refused (and queued) before the next arrives.
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    guard.release().await.unwrap();
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4, 5]);
+}
+
+#[tokio::test]
+async fn a_dead_waiter_at_the_head_of_the_queue_delays_the_next_only_briefly() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.lock("deadwaiter").wait(Duration::from_secs(10));
+    let guard = lock.acquire().await.unwrap();
+    // A waiter that queued and then died, still within its queue window.
+    let mut conn = server.connection();
+    let now_ms: i64 = {
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query(&mut conn).unwrap();
+        secs * 1000 + micros / 1000
+    };
+    let _: () = conn
+        .zadd("leasehold:{deadwaiter}:queue", "ghost", 1)
+        .unwrap();
+    let _: () = conn
+        .zadd("leasehold:{deadwaiter}:alive", "ghost", now_ms + 3000)
+        .unwrap();
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let guard = lock.acquire().await.unwrap();
+            (started.elapsed(), guard)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let (_, guard) = waiter.await.unwrap();
+    let delay = released.elapsed();
+    // The ghost's reservation lapses (0.5 s) and the live waiter's next
+    // heartbeat attempt (at most 1 s apart) takes the lock.
+    assert!(
+        delay < Duration::from_millis(2500),
+        "the dead waiter held up the queue for {delay:?}"
+    );
+    guard.release().await.unwrap();
 }

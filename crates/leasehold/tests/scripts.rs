@@ -12,25 +12,48 @@ const STATUS: &str = include_str!("../src/scripts/lock_status.lua");
 const LOCK: &str = "t:{n}:lock";
 const FENCE: &str = "t:{n}:fence";
 const CHANNEL: &str = "t:{n}:released";
+const QUEUE: &str = "t:{n}:queue";
+const ALIVE: &str = "t:{n}:alive";
 
-fn acquire(conn: &mut Connection, token: &str, ttl_ms: u64) -> (i64, i64) {
+/// lock_acquire.lua; `window_ms` 0 means "do not queue".
+fn lock_acquire(
+    conn: &mut Connection,
+    token: &str,
+    ttl_ms: u64,
+    window_ms: u64,
+    already_queued: bool,
+) -> redis::RedisResult<(i64, i64)> {
     redis::Script::new(ACQUIRE)
         .key(LOCK)
         .key(FENCE)
+        .key(QUEUE)
+        .key(ALIVE)
         .arg(token)
         .arg(ttl_ms)
         .arg(3_600_000)
+        .arg(window_ms)
+        .arg(if already_queued { "1" } else { "0" })
         .invoke(conn)
-        .unwrap()
+}
+
+fn acquire(conn: &mut Connection, token: &str, ttl_ms: u64) -> (i64, i64) {
+    lock_acquire(conn, token, ttl_ms, 0, false).unwrap()
 }
 
 fn release(conn: &mut Connection, token: &str) -> i64 {
     redis::Script::new(RELEASE)
         .key(LOCK)
         .key(CHANNEL)
+        .key(QUEUE)
+        .key(ALIVE)
         .arg(token)
+        .arg(500)
         .invoke(conn)
         .unwrap()
+}
+
+fn queued(conn: &mut Connection) -> Vec<String> {
+    conn.zrange(QUEUE, 0, -1).unwrap()
 }
 
 fn extend(conn: &mut Connection, leases: &[(&str, &str, u64)]) -> Vec<i64> {
@@ -89,23 +112,117 @@ fn fences_increase_even_when_the_stored_one_is_ahead_of_the_clock() {
 }
 
 #[test]
-fn release_checks_the_owner_and_publishes() {
+fn release_checks_the_owner() {
     let server = RedisServer::start();
     let mut conn = server.connection();
-    let mut sub_conn = server.connection();
-    let mut pubsub = sub_conn.as_pubsub();
-    pubsub.subscribe(CHANNEL).unwrap();
     acquire(&mut conn, "a", 10_000);
     assert_eq!(release(&mut conn, "b"), -1, "another owner's release");
     let holder: String = conn.get(LOCK).unwrap();
     assert_eq!(holder, "a", "a refused release changes nothing");
     assert_eq!(release(&mut conn, "a"), 1);
     assert_eq!(release(&mut conn, "a"), 0, "second release finds nothing");
+    let exists: bool = conn.exists(LOCK).unwrap();
+    assert!(!exists, "without waiters the lease is deleted");
+}
+
+#[test]
+fn release_hands_the_lease_to_the_first_live_waiter_and_wakes_only_it() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let mut sub_conn = server.connection();
+    let mut pubsub = sub_conn.as_pubsub();
+    pubsub.subscribe(CHANNEL).unwrap();
+    let (_, first) = acquire(&mut conn, "a", 10_000);
+    // Refused waiters queue in arrival order, each once.
+    assert_eq!(
+        lock_acquire(&mut conn, "b", 10_000, 3000, false).unwrap().0,
+        0
+    );
+    assert_eq!(
+        lock_acquire(&mut conn, "c", 10_000, 3000, false).unwrap().0,
+        0
+    );
+    assert_eq!(
+        lock_acquire(&mut conn, "b", 10_000, 3000, true).unwrap().0,
+        0
+    );
+    assert_eq!(queued(&mut conn), ["b", "c"]);
+    for key in [QUEUE, ALIVE] {
+        let ttl: i64 = conn.pttl(key).unwrap();
+        assert!(ttl > 0 && ttl <= 3000, "{key} must expire: {ttl}");
+    }
+
+    assert_eq!(release(&mut conn, "a"), 1);
+    let holder: String = conn.get(LOCK).unwrap();
+    assert_eq!(holder, "b", "handed to the first waiter");
+    let pttl: i64 = conn.pttl(LOCK).unwrap();
+    assert!(pttl > 0 && pttl <= 500, "a hand-off waits briefly: {pttl}");
     pubsub
         .set_read_timeout(Some(std::time::Duration::from_secs(2)))
         .unwrap();
     let msg = pubsub.get_message().unwrap();
     assert_eq!(msg.get_channel_name(), CHANNEL);
+    assert_eq!(msg.get_payload::<String>().unwrap(), "b");
+
+    // The releasing owner cannot barge in; the chosen waiter takes it.
+    assert_eq!(
+        lock_acquire(&mut conn, "a2", 10_000, 3000, false)
+            .unwrap()
+            .0,
+        0
+    );
+    let (ok, fence) = lock_acquire(&mut conn, "b", 10_000, 3000, true).unwrap();
+    assert_eq!(ok, 1);
+    assert!(fence > first);
+    let pttl: i64 = conn.pttl(LOCK).unwrap();
+    assert!(pttl > 9_000, "the new owner's own TTL: {pttl}");
+    assert_eq!(queued(&mut conn), ["c", "a2"]);
+}
+
+#[test]
+fn waiters_past_their_deadline_are_skipped() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    acquire(&mut conn, "a", 10_000);
+    lock_acquire(&mut conn, "dead", 10_000, 50, false).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    lock_acquire(&mut conn, "live", 10_000, 3000, false).unwrap();
+    assert_eq!(release(&mut conn, "a"), 1);
+    let holder: String = conn.get(LOCK).unwrap();
+    assert_eq!(holder, "live");
+    assert!(queued(&mut conn).is_empty());
+}
+
+#[test]
+fn a_waiter_that_gives_up_leaves_the_queue_and_passes_on_a_hand_off() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    acquire(&mut conn, "a", 10_000);
+    lock_acquire(&mut conn, "b", 10_000, 3000, false).unwrap();
+    lock_acquire(&mut conn, "c", 10_000, 3000, false).unwrap();
+    // b gives up while a holds: it only leaves the queue.
+    assert_eq!(release(&mut conn, "b"), -1);
+    assert_eq!(queued(&mut conn), ["c"]);
+    let holder: String = conn.get(LOCK).unwrap();
+    assert_eq!(holder, "a");
+    // c gives up right after the lease was handed to it: it passes it on.
+    lock_acquire(&mut conn, "d", 10_000, 3000, false).unwrap();
+    assert_eq!(release(&mut conn, "a"), 1);
+    let holder: String = conn.get(LOCK).unwrap();
+    assert_eq!(holder, "c");
+    assert_eq!(release(&mut conn, "c"), 1);
+    let holder: String = conn.get(LOCK).unwrap();
+    assert_eq!(holder, "d");
+}
+
+#[test]
+fn try_acquire_does_not_queue() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    acquire(&mut conn, "a", 10_000);
+    assert_eq!(acquire(&mut conn, "b", 10_000).0, 0);
+    let exists: bool = conn.exists(QUEUE).unwrap();
+    assert!(!exists);
 }
 
 #[test]
@@ -140,22 +257,30 @@ fn extend_renews_owned_leases_and_leaves_the_rest() {
 fn status_reads_without_writing() {
     let server = RedisServer::start();
     let mut conn = server.connection();
-    let free: Vec<Value> = redis::Script::new(STATUS)
-        .key(LOCK)
-        .key(FENCE)
-        .invoke(&mut conn)
-        .unwrap();
+    let status = |conn: &mut Connection| -> Vec<Value> {
+        redis::Script::new(STATUS)
+            .key(LOCK)
+            .key(FENCE)
+            .key(ALIVE)
+            .invoke(conn)
+            .unwrap()
+    };
+    let free = status(&mut conn);
     assert_eq!(free[0], Value::Nil);
     assert_eq!(free[1], Value::Int(-2));
+    assert_eq!(free[3], Value::Int(0));
     let (_, fence) = acquire(&mut conn, "a", 10_000);
-    let (holder, pttl, stored): (String, i64, i64) = redis::Script::new(STATUS)
+    lock_acquire(&mut conn, "b", 10_000, 3000, false).unwrap();
+    let (holder, pttl, stored, waiters): (String, i64, i64, i64) = redis::Script::new(STATUS)
         .key(LOCK)
         .key(FENCE)
+        .key(ALIVE)
         .invoke(&mut conn)
         .unwrap();
     assert_eq!(holder, "a");
     assert!(pttl > 0);
     assert_eq!(stored, fence);
+    assert_eq!(waiters, 1);
 }
 
 #[test]
@@ -163,14 +288,7 @@ fn a_foreign_key_of_another_type_is_refused_untouched() {
     let server = RedisServer::start();
     let mut conn = server.connection();
     let _: () = conn.rpush(LOCK, "x").unwrap();
-    let err = redis::Script::new(ACQUIRE)
-        .key(LOCK)
-        .key(FENCE)
-        .arg("a")
-        .arg(1000)
-        .arg(1000)
-        .invoke::<Value>(&mut conn)
-        .unwrap_err();
+    let err = lock_acquire(&mut conn, "a", 1000, 3000, false).unwrap_err();
     assert_eq!(err.code(), Some("WRONGTYPE"));
     let len: i64 = conn.llen(LOCK).unwrap();
     assert_eq!(len, 1);
@@ -320,14 +438,7 @@ fn reentrant_acquire_refuses_a_plain_lock_key_untouched() {
     // And the plain lock's scripts refuse the reentrant hash.
     assert_eq!(release(&mut conn, "a"), 1);
     re_acquire(&mut conn, "o", "1", 10_000);
-    let err = redis::Script::new(ACQUIRE)
-        .key(LOCK)
-        .key(FENCE)
-        .arg("a")
-        .arg(1000)
-        .arg(1000)
-        .invoke::<Value>(&mut conn)
-        .unwrap_err();
+    let err = lock_acquire(&mut conn, "a", 1000, 3000, false).unwrap_err();
     assert_eq!(err.code(), Some("WRONGTYPE"));
     assert_eq!(hold_fields(&mut conn), ["h:1"]);
 }

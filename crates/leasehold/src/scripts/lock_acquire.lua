@@ -1,23 +1,51 @@
--- lock_acquire.lua: take the lease if it is free (or already ours) and issue a fencing token.
--- KEYS[1] lock key   KEYS[2] fence key
+-- lock_acquire.lua: take the lease if it is free or already ours (a retry after a lost
+-- reply, or a hand-off from the last holder), and issue a fencing token; otherwise, for a
+-- caller that will wait, join the queue of waiters.
+-- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] queue (zset: waiter token -> arrival, µs)
+-- KEYS[4] alive (zset: waiter token -> deadline, ms of server time)
 -- ARGV[1] owner token   ARGV[2] lease ttl in ms   ARGV[3] fence key ttl in ms
--- Returns {1, fence} when the caller holds the lease now, {0, pttl} when another owner holds
--- it (pttl: the holder's remaining ms, -1 if the key has no expiry).
--- The fence is max(last + 1, server time in microseconds), so it keeps increasing when the
--- fence key expired or the server restarted without persistence, as long as the server
--- clock does not go back. The same token acquiring again (a retry after a lost reply) gets
--- a fresh, higher fence: it never learned the old one.
-local holder = redis.call('GET', KEYS[1])
+-- ARGV[4] queue window in ms: how long a waiter stays queued without trying again
+--         (0: the caller does not wait, so it does not queue)
+-- ARGV[5] '1' if this caller may already be queued (an earlier attempt was refused)
+-- Returns {1, fence} when the caller holds the lease now, {0, pttl} when another owner
+-- holds it (pttl: the holder's remaining ms, -1 if the key has no expiry).
+--
+-- Fences come from INCR on the fence key. When that key is missing (never used, expired,
+-- or lost in a restart without persistence) it is seeded with the server time in µs. Every
+-- earlier fence is at most its seed plus the acquisitions since, and an acquisition takes
+-- far more than a µs of server time, so the new seed is above all of them as long as the
+-- server clock does not go back.
+local holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
 if holder and holder ~= ARGV[1] then
+  local window = tonumber(ARGV[4])
+  if window > 0 then
+    local now = redis.call('TIME')
+    redis.call('ZADD', KEYS[3], 'NX', now[1] .. string.format('%06d', now[2]), ARGV[1])
+    local deadline = now[1] * 1000 + math.floor(now[2] / 1000) + window
+    redis.call('ZADD', KEYS[4], string.format('%d', deadline), ARGV[1])
+    redis.call('PEXPIRE', KEYS[3], window)
+    redis.call('PEXPIRE', KEYS[4], window)
+  end
   return {0, redis.call('PTTL', KEYS[1])}
 end
-local now = redis.call('TIME')
-local fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
--- SET .. GET fails on a key of another type before writing anything.
-local last = tonumber(redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3], 'GET'))
-if last and last >= fence then
-  fence = last + 1
+if holder then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+local fence = redis.pcall('INCR', KEYS[2])
+if type(fence) == 'table' then
+  -- The fence key holds something else: leave it alone and undo our SET.
+  if not holder then
+    redis.call('DEL', KEYS[1])
+  end
+  return fence
+end
+if fence == 1 then
+  local now = redis.call('TIME')
+  fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
   redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if ARGV[5] == '1' then
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('ZREM', KEYS[4], ARGV[1])
+end
 return {1, fence}

@@ -1,14 +1,42 @@
--- lock_release.lua: delete the lease only if we still own it, and wake waiters.
--- KEYS[1] lock key   KEYS[2] release channel
--- ARGV[1] owner token
+-- lock_release.lua: give the lease back if we own it, handing it straight to the first
+-- live waiter; a caller that does not own it only leaves the queue of waiters.
+-- KEYS[1] lock key   KEYS[2] release channel   KEYS[3] queue   KEYS[4] alive
+-- (see lock_acquire.lua for the queue)
+-- ARGV[1] owner token   ARGV[2] how long a handed-off lease waits for its new owner, in ms
 -- Returns 1 if released, 0 if the lease was missing (expired or released), -1 if another
--- owner holds it (then nothing is changed).
+-- owner holds it (then the lease is not changed).
+--
+-- The hand-off sets the lock to the next waiter's token for a short time and publishes that
+-- token: only that waiter wakes, and its next attempt finds the lease already its own. No
+-- one can barge in between, the releasing owner included. A waiter whose deadline passed is
+-- skipped; if the chosen one died since, its reservation simply expires.
 local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[2], '')
-  return 1
-elseif holder then
-  return -1
+if holder ~= ARGV[1] then
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('ZREM', KEYS[4], ARGV[1])
+  if holder then
+    return -1
+  end
+  return 0
 end
-return 0
+local now_ms
+while true do
+  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if not head then
+    break
+  end
+  if not now_ms then
+    local now = redis.call('TIME')
+    now_ms = now[1] * 1000 + math.floor(now[2] / 1000)
+  end
+  local deadline = redis.call('ZSCORE', KEYS[4], head)
+  redis.call('ZREM', KEYS[3], head)
+  redis.call('ZREM', KEYS[4], head)
+  if head ~= ARGV[1] and deadline and tonumber(deadline) > now_ms then
+    redis.call('SET', KEYS[1], head, 'PX', ARGV[2])
+    redis.call('PUBLISH', KEYS[2], head)
+    return 1
+  end
+end
+redis.call('DEL', KEYS[1])
+return 1

@@ -38,6 +38,19 @@ static RW_DOWNGRADE: LazyLock<Script> =
 /// the server clock alone keeps fences increasing.
 const FENCE_KEY_TTL: Duration = Duration::from_secs(3600);
 
+/// How long a lease handed off at release waits for the waiter it was
+/// handed to. Normally that waiter takes it within a round trip; if it died
+/// since its last attempt, the lease is free again after this.
+const HANDOFF_GRACE: Duration = Duration::from_millis(500);
+
+/// How long a waiter stays in a lock's queue without trying again. Waiters
+/// try at least every third of it ([`QUEUE_HEARTBEAT`]), so only a dead
+/// waiter drops out.
+pub(crate) const QUEUE_WINDOW: Duration = Duration::from_secs(3);
+
+/// The longest a queued waiter sleeps between attempts.
+pub(crate) const QUEUE_HEARTBEAT: Duration = Duration::from_secs(1);
+
 /// Reply of [`lock_acquire`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Acquire {
@@ -74,21 +87,41 @@ impl Owned {
     }
 }
 
+/// Whether a lock attempt joins the queue of waiters when refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Queueing {
+    /// The caller does not wait (`try_acquire`).
+    No,
+    /// The caller waits; `already` if an earlier attempt was refused, so it
+    /// may be queued and must leave the queue when it acquires.
+    Wait { already: bool },
+}
+
 /// Takes the lease `keys.lock` for `token` if it is free or already
-/// `token`'s, issuing a new fencing token.
+/// `token`'s (a retry, or a hand-off), issuing a new fencing token; when
+/// refused and waiting, joins the queue.
 pub(crate) async fn lock_acquire(
     backend: &Backend,
     keys: &LockKeys,
     token: &str,
     ttl: Duration,
+    queueing: Queueing,
 ) -> Result<Acquire> {
+    let (window, already) = match queueing {
+        Queueing::No => (0, false),
+        Queueing::Wait { already } => (millis(QUEUE_WINDOW), already),
+    };
     let mut invocation = LOCK_ACQUIRE.prepare_invoke();
     invocation
         .key(&keys.lock)
         .key(&keys.fence)
+        .key(&keys.queue)
+        .key(&keys.alive)
         .arg(token)
         .arg(millis(ttl))
-        .arg(millis(FENCE_KEY_TTL.max(ttl * 2)));
+        .arg(millis(FENCE_KEY_TTL.max(ttl * 2)))
+        .arg(window)
+        .arg(if already { "1" } else { "0" });
     acquire_reply(backend, &invocation, keys, "string").await
 }
 
@@ -121,11 +154,19 @@ impl Acquire {
     }
 }
 
-/// Deletes the lease if `token` owns it and publishes a release event.
+/// Gives the lease back if `token` owns it, handing it to the first live
+/// waiter (and waking only that one); otherwise only takes `token` out of
+/// the queue of waiters.
 pub(crate) async fn lock_release(backend: &Backend, keys: &LockKeys, token: &str) -> Result<Owned> {
     let code: i64 = backend
         .invoke(
-            LOCK_RELEASE.key(&keys.lock).key(&keys.channel).arg(token),
+            LOCK_RELEASE
+                .key(&keys.lock)
+                .key(&keys.channel)
+                .key(&keys.queue)
+                .key(&keys.alive)
+                .arg(token)
+                .arg(millis(HANDOFF_GRACE)),
             &keys.lock,
         )
         .await?;
@@ -348,17 +389,26 @@ pub(crate) struct Status {
     pub(crate) remaining: Option<Duration>,
     /// The last fencing token issued.
     pub(crate) fence: Option<u64>,
+    /// Live waiters in the queue.
+    pub(crate) waiters: usize,
 }
 
 /// Reads a lock's holder, remaining lease and last fence; changes nothing.
 pub(crate) async fn lock_status(backend: &Backend, keys: &LockKeys) -> Result<Status> {
-    let (holder, pttl, fence): (Option<String>, i64, Option<u64>) = backend
-        .invoke(LOCK_STATUS.key(&keys.lock).key(&keys.fence), &keys.lock)
+    let (holder, pttl, fence, waiters): (Option<String>, i64, Option<u64>, usize) = backend
+        .invoke(
+            LOCK_STATUS
+                .key(&keys.lock)
+                .key(&keys.fence)
+                .key(&keys.alive),
+            &keys.lock,
+        )
         .await?;
     Ok(Status {
         holder,
         remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
         fence,
+        waiters,
     })
 }
 
