@@ -119,6 +119,7 @@ mod tests {
                 Error::QuorumNotReached {
                     acquired: 1,
                     needed: 2,
+                    node_errors: vec!["n1: refused".into()],
                 },
                 UNAVAILABLE,
             ),

@@ -16,7 +16,8 @@ use crate::error::{Error, Result};
 use crate::events::Subscription;
 use crate::guard::Held;
 use crate::key::{LockKeys, validate_name};
-use crate::lease::{Kind, Lease, valid_until};
+use crate::lease::{Kind, Lease};
+use crate::redlock::quorum::validity;
 use crate::scripts::{Acquire, QUEUE_HEARTBEAT};
 use crate::token::Token;
 
@@ -80,7 +81,7 @@ where
         pending.armed = true;
         let retry_at = match attempt().await {
             Ok(Acquire::Acquired { fence }) => {
-                if Instant::now() >= valid_until(sent, target.ttl) {
+                if validity(target.ttl, sent.elapsed()).is_none() {
                     // The reply came too late to be sure of any validity:
                     // give it back and try again.
                     pending.release_in_background();
@@ -91,8 +92,12 @@ where
                     return Ok(Some((fence, sent)));
                 }
             }
-            Ok(Acquire::Held { remaining }) => {
-                pending.armed = false;
+            Ok(Acquire::Held {
+                remaining,
+                unsettled,
+            }) => {
+                // Settled: nothing of this attempt is held anywhere.
+                pending.armed = unsettled;
                 let Some(deadline) = deadline else {
                     return Ok(None);
                 };
@@ -150,13 +155,18 @@ where
             let sent = Instant::now();
             pending.armed = true;
             let reply = attempt().await?;
-            pending.armed = false;
             return Ok(match reply {
-                Acquire::Acquired { fence } => {
+                Acquire::Acquired { fence } if validity(target.ttl, sent.elapsed()).is_some() => {
+                    pending.armed = false;
                     pending.queued = false;
                     Some((fence, sent))
                 }
-                Acquire::Held { .. } => None,
+                // Too late to be of use: `pending` gives it back on drop.
+                Acquire::Acquired { .. } => None,
+                Acquire::Held { unsettled, .. } => {
+                    pending.armed = unsettled;
+                    None
+                }
             });
         }
     }
@@ -237,7 +247,7 @@ impl Handle {
             kind,
             hold,
             ttl: self.ttl,
-            queues: kind == Kind::Lock,
+            queues: kind == Kind::Lock && self.client.inner.servers.queues(),
         }
     }
 

@@ -8,9 +8,12 @@ use crate::error::{Error, Result};
 use crate::events::{Events, Shared};
 use crate::key::{glob_match, name_of_lock_key, validate_prefix};
 use crate::lock::{Lock, LockStatus};
+use crate::redlock::Redlock;
+use crate::redlock::quorum::quorum;
 use crate::reentrant::ReentrantLock;
 use crate::rwlock::RwLock;
 use crate::scripts;
+use crate::servers::Servers;
 use crate::watchdog::Watchdog;
 
 /// The default key prefix.
@@ -39,7 +42,7 @@ pub struct Client {
 }
 
 pub(crate) struct Inner {
-    pub(crate) backend: Backend,
+    pub(crate) servers: Servers,
     pub(crate) events: Events,
     pub(crate) watchdog: Watchdog,
     pub(crate) prefix: String,
@@ -64,7 +67,7 @@ impl Inner {
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("addr", &self.inner.backend.addr())
+            .field("servers", &self.inner.servers.addrs())
             .field("prefix", &self.inner.prefix)
             .finish()
     }
@@ -94,6 +97,53 @@ impl Client {
     /// ```
     pub async fn connect(url: &str) -> Result<Client> {
         Client::builder().url(url).build().await
+    }
+
+    /// Connects to independent Redis masters for Redlock: each lease is
+    /// held while a majority of them (the quorum, N/2+1) agrees, so locks
+    /// keep working while a minority of nodes is down.
+    ///
+    /// Give at least 3 URLs of masters that do not replicate each other.
+    /// Only [`Lock`] works on a Redlock client; the other primitives need
+    /// one server and say so when acquired. Waiters do not queue (queues on
+    /// separate nodes could disagree): they wake on a release from any node,
+    /// or retry when the holder's lease would end.
+    ///
+    /// Fencing tokens are best-effort here: each is the largest of the
+    /// quorum's, and nodes raise theirs to their clock in µs at every
+    /// acquisition, so successive holders get increasing fences as long as
+    /// the nodes' clocks agree better than the time between acquisitions.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for fewer than 3 URLs or a malformed one;
+    /// [`Error::QuorumNotReached`] when fewer than a quorum of nodes can be
+    /// reached now; [`Error::Auth`] when a node refuses the credentials.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime, as [`ClientBuilder::build`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), leasehold::Error> {
+    /// let client = leasehold::Client::redlock([
+    ///     "redis://10.0.0.1:6379",
+    ///     "redis://10.0.0.2:6379",
+    ///     "redis://10.0.0.3:6379",
+    /// ])
+    /// .await?;
+    /// let guard = client.lock("orders:42").acquire().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn redlock<I, S>(urls: I) -> Result<Client>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Client::builder().redlock(urls).build().await
     }
 
     /// Starts a [`ClientBuilder`] for options beyond the URL.
@@ -188,8 +238,9 @@ impl Client {
     /// ```
     pub async fn list(&self, pattern: &str) -> Result<Vec<LockStatus>> {
         let prefix = &self.inner.prefix;
-        let keys =
-            scripts::scan_strings(&self.inner.backend, &format!("{prefix}:{{*:lock")).await?;
+        // On Redlock, any node lists the names; status asks the quorum.
+        let any_node = &self.inner.servers.all()[0];
+        let keys = scripts::scan_strings(any_node, &format!("{prefix}:{{*:lock")).await?;
         let mut out = Vec::new();
         for key in keys {
             let Some(name) = name_of_lock_key(prefix, &key) else {
@@ -217,6 +268,8 @@ impl Client {
 #[derive(Debug, Clone)]
 pub struct ClientBuilder {
     url: String,
+    redlock: Option<Vec<String>>,
+    node_timeout: Duration,
     prefix: String,
     command_timeout: Duration,
     min_ttl: Duration,
@@ -227,6 +280,8 @@ impl Default for ClientBuilder {
     fn default() -> Self {
         ClientBuilder {
             url: "redis://127.0.0.1:6379".into(),
+            redlock: None,
+            node_timeout: Duration::from_millis(200),
             prefix: DEFAULT_PREFIX.into(),
             command_timeout: Duration::from_secs(2),
             min_ttl: Duration::from_millis(10),
@@ -241,6 +296,29 @@ impl ClientBuilder {
     /// Defaults to `redis://127.0.0.1:6379`.
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.url = url.into();
+        self
+    }
+
+    /// Makes this a Redlock client over these independent masters (at
+    /// least 3), instead of one server; see [`Client::redlock`].
+    ///
+    /// Defaults to one server, [`ClientBuilder::url`].
+    pub fn redlock<I, S>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.redlock = Some(urls.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Redlock: how long one node may take to answer one request before it
+    /// counts as failed. Keep it far below the TTL (a slow node must not eat
+    /// the lease's validity); it is also capped at half the TTL.
+    ///
+    /// Defaults to 200 ms.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = timeout;
         self
     }
 
@@ -301,17 +379,73 @@ impl ClientBuilder {
         let options = ConnectOptions {
             command_timeout: self.command_timeout,
         };
-        let backend =
-            Backend::connect(&self.url, &options, move |info| on_push.on_push(info)).await?;
+        let servers = match &self.redlock {
+            None => Servers::One(
+                Backend::connect(&self.url, &options, move |info| on_push.on_push(info)).await?,
+            ),
+            Some(urls) => self.connect_redlock(urls, &options, &shared).await?,
+        };
         Ok(Client {
             inner: Arc::new(Inner {
-                events: Events::start(shared, backend.clone()),
-                watchdog: Watchdog::start(backend.clone()),
-                backend,
+                events: Events::start(shared, servers.clone()),
+                watchdog: Watchdog::start(servers.clone()),
+                servers,
                 prefix: self.prefix,
                 min_ttl: self.min_ttl,
                 max_ttl: self.max_ttl,
             }),
         })
+    }
+
+    /// Connects to every Redlock node at once; a minority may be down now
+    /// (they are connected when they come back).
+    async fn connect_redlock(
+        &self,
+        urls: &[String],
+        options: &ConnectOptions,
+        shared: &Arc<Shared>,
+    ) -> Result<Servers> {
+        if urls.len() < 3 {
+            return Err(Error::InvalidArgument(format!(
+                "Redlock needs at least 3 independent masters, got {}: with fewer, one node's \
+                 failure stops every lock",
+                urls.len()
+            )));
+        }
+        if self.node_timeout.is_zero() {
+            return Err(Error::InvalidArgument(
+                "node timeout must be above zero".into(),
+            ));
+        }
+        let attempts = futures_util::future::join_all(urls.iter().map(|url| {
+            let on_push = Arc::clone(shared);
+            Backend::connect_tolerant(url, options, move |info| on_push.on_push(info))
+        }))
+        .await;
+        let mut nodes = Vec::with_capacity(urls.len());
+        let mut node_errors = Vec::new();
+        for attempt in attempts {
+            let (node, error) = attempt?;
+            if let Some(e) = error {
+                node_errors.push(format!("{}: {e}", node.addr()));
+            }
+            nodes.push(node);
+        }
+        let reachable = nodes.len() - node_errors.len();
+        if reachable < quorum(nodes.len()) {
+            return Err(Error::QuorumNotReached {
+                acquired: reachable,
+                needed: quorum(nodes.len()),
+                node_errors,
+            });
+        }
+        for error in &node_errors {
+            tracing::warn!(%error, "a Redlock node is unreachable; going on with the quorum");
+        }
+        Ok(Servers::Quorum(Arc::new(Redlock::new(
+            nodes,
+            self.node_timeout,
+            self.command_timeout,
+        ))))
     }
 }

@@ -70,16 +70,21 @@ pub enum Error {
         name: String,
     },
 
-    /// Fewer nodes than a quorum answered in time (Redlock).
+    /// Fewer nodes than a quorum agreed, because too many did not answer in
+    /// time or failed (Redlock). Nothing is held: what the attempt may have
+    /// taken on some nodes was given back.
     #[error(
-        "quorum not reached: {acquired} of the {needed} nodes needed agreed; \
-         check that a majority of the Redis nodes is reachable"
+        "quorum not reached: {acquired} node(s) agreed, {needed} needed; check that a majority \
+         of the Redis nodes is reachable{}",
+        node_error_list(node_errors)
     )]
     QuorumNotReached {
         /// Nodes that agreed.
         acquired: usize,
         /// Nodes needed for a quorum.
         needed: usize,
+        /// What went wrong on each node that failed, `address: error`.
+        node_errors: Vec<String>,
     },
 
     /// An argument is out of range or malformed; nothing was sent to Redis.
@@ -166,6 +171,17 @@ impl Error {
 
     /// True for errors that a retry may cure (connection trouble, timeouts).
     pub(crate) fn is_transient(&self) -> bool {
-        matches!(self, Error::Unreachable { .. })
+        matches!(
+            self,
+            Error::Unreachable { .. } | Error::QuorumNotReached { .. }
+        )
+    }
+}
+
+fn node_error_list(errors: &[String]) -> String {
+    if errors.is_empty() {
+        String::new()
+    } else {
+        format!(" (node errors: {})", errors.join("; "))
     }
 }

@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{Notify, mpsc, oneshot};
 
-use crate::backend::Backend;
 use crate::error::{Error, Result};
+use crate::servers::Servers;
 
 /// How long a channel stays subscribed after its last waiter left.
 const LINGER: Duration = Duration::from_secs(5);
@@ -111,9 +111,9 @@ struct Ensure {
 impl Events {
     /// Starts the subscription task on `backend`, whose push frames must be
     /// routed to `shared.on_push`.
-    pub(crate) fn start(shared: Arc<Shared>, backend: Backend) -> Events {
+    pub(crate) fn start(shared: Arc<Shared>, servers: Servers) -> Events {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(Arc::clone(&shared), backend, rx));
+        tokio::spawn(run(Arc::clone(&shared), servers, rx));
         Events { shared, tx }
     }
 
@@ -196,7 +196,7 @@ impl Drop for Subscription {
 }
 
 /// Makes the server's subscriptions follow the registry, one call at a time.
-async fn run(shared: Arc<Shared>, backend: Backend, mut rx: mpsc::UnboundedReceiver<Ensure>) {
+async fn run(shared: Arc<Shared>, servers: Servers, mut rx: mpsc::UnboundedReceiver<Ensure>) {
     let mut on_server: HashSet<String> = HashSet::new();
     let mut sweep = tokio::time::interval(LINGER / 2);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -207,7 +207,7 @@ async fn run(shared: Arc<Shared>, backend: Backend, mut rx: mpsc::UnboundedRecei
                 let result = if on_server.contains(&channel) {
                     Ok(())
                 } else {
-                    backend.subscribe(&channel).await
+                    servers.subscribe(&channel).await
                 };
                 if result.is_ok() {
                     on_server.insert(channel.clone());
@@ -233,7 +233,7 @@ async fn run(shared: Arc<Shared>, backend: Backend, mut rx: mpsc::UnboundedRecei
                         .collect()
                 };
                 for channel in idle {
-                    match backend.unsubscribe(&channel).await {
+                    match servers.unsubscribe(&channel).await {
                         Ok(()) => { on_server.remove(&channel); }
                         Err(e) => tracing::debug!(%channel, error = %e, "unsubscribe failed; will retry"),
                     }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
-use crate::scripts::{self, Extension, Owned};
+use crate::scripts::{Extension, Owned};
 
 /// One held lease, tracked by the watchdog while it lives.
 pub(crate) struct Held {
@@ -86,8 +86,8 @@ impl Held {
             hold: &self.lease.hold,
             ttl,
         };
-        let result = scripts::extend(&inner.backend, self.lease.kind, &[extension]).await?;
-        if result.first() == Some(&Owned::Done) {
+        let result = inner.servers.extend_one(self.lease.kind, extension).await?;
+        if result == Owned::Done {
             self.lease.extended(sent, ttl);
             if self.watchdog {
                 inner.watchdog.track(Arc::clone(&self.lease));
@@ -105,7 +105,10 @@ impl Held {
         inner.watchdog.untrack(self.lease.id);
         let mut pending = ReleaseOnDrop(Some(&self));
         let lease = &self.lease;
-        let outcome = scripts::release(&inner.backend, lease.kind, &lease.keys, &lease.hold).await;
+        let outcome = inner
+            .servers
+            .release(lease.kind, &lease.keys, &lease.hold)
+            .await;
         pending.0 = None;
         match outcome {
             Ok(Owned::Done) => Ok(()),

@@ -60,9 +60,11 @@ mod guard;
 mod key;
 mod lease;
 mod lock;
+mod redlock;
 mod reentrant;
 mod rwlock;
 mod scripts;
+mod servers;
 mod token;
 mod watchdog;
 

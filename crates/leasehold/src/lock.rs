@@ -114,8 +114,13 @@ impl Lock {
     /// ```
     pub async fn release_by_token(&self, token: &str) -> Result<()> {
         validate_name(&self.h.name)?;
-        let outcome =
-            scripts::lock_release(&self.h.client.inner.backend, &self.h.keys, token).await?;
+        let outcome = self
+            .h
+            .client
+            .inner
+            .servers
+            .release(Kind::Lock, &self.h.keys, token)
+            .await?;
         self.by_token_outcome(outcome)
     }
 
@@ -142,9 +147,14 @@ impl Lock {
             hold: token,
             ttl,
         };
-        let outcome =
-            scripts::extend(&self.h.client.inner.backend, Kind::Lock, &[extension]).await?;
-        self.by_token_outcome(outcome.first().copied().unwrap_or(Owned::Missing))
+        let outcome = self
+            .h
+            .client
+            .inner
+            .servers
+            .extend_one(Kind::Lock, extension)
+            .await?;
+        self.by_token_outcome(outcome)
     }
 
     fn by_token_outcome(&self, outcome: Owned) -> Result<()> {
@@ -179,9 +189,12 @@ impl Lock {
     /// ```
     pub async fn status(&self) -> Result<LockStatus> {
         validate_name(&self.h.name)?;
-        let backend = &self.h.client.inner.backend;
-        let stored = scripts::lock_status(backend, &self.h.keys).await?;
-        let waiting_clients = scripts::subscribers(backend, &self.h.keys.channel).await?;
+        let servers = &self.h.client.inner.servers;
+        let stored = servers.lock_status(&self.h.keys).await?;
+        let waiting_clients = match servers.single("status") {
+            Ok(backend) => scripts::subscribers(backend, &self.h.keys.channel).await?,
+            Err(_) => 0,
+        };
         Ok(LockStatus {
             name: self.h.name.clone(),
             holder: stored.holder.as_deref().map(|t| redact(t).to_owned()),
@@ -196,7 +209,7 @@ impl Lock {
     /// (`Ok(None)`); with `None`, tries once.
     async fn acquire_within(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
         self.h.validate()?;
-        let backend = &self.h.client.inner.backend;
+        let servers = &self.h.client.inner.servers;
         let token = Token::random();
         let target = self.h.target(Kind::Lock, token.as_str());
         // Set once an attempt was refused while waiting: from then on this
@@ -209,9 +222,9 @@ impl Lock {
                     already: queued.load(Ordering::Relaxed),
                 },
             };
-            let reply =
-                scripts::lock_acquire(backend, &self.h.keys, token.as_str(), self.h.ttl, queueing)
-                    .await;
+            let reply = servers
+                .lock_acquire(&self.h.keys, token.as_str(), self.h.ttl, queueing)
+                .await;
             if queueing != Queueing::No && matches!(reply, Ok(Acquire::Held { .. })) {
                 queued.store(true, Ordering::Relaxed);
             }

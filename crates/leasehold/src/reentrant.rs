@@ -127,7 +127,7 @@ impl ReentrantLock {
     pub async fn release_by_token(&self, owner: &str) -> Result<()> {
         validate_name(&self.h.name)?;
         validate_owner(owner)?;
-        let backend = &self.h.client.inner.backend;
+        let backend = self.h.client.inner.servers.single("ReentrantLock")?;
         match scripts::reentrant_release(backend, &self.h.keys, owner, "").await? {
             Owned::Done => Ok(()),
             Owned::Missing => Err(Error::Lost {
@@ -142,7 +142,7 @@ impl ReentrantLock {
     async fn acquire_within(&self, wait: Option<Duration>) -> Result<Option<ReentrantGuard>> {
         self.h.validate()?;
         validate_owner(self.owner.as_str())?;
-        let backend = &self.h.client.inner.backend;
+        let backend = self.h.client.inner.servers.single("ReentrantLock")?;
         let hold = Token::random();
         let owner = self.owner.as_str();
         let target = self.h.target(Kind::Reentrant, hold.as_str());

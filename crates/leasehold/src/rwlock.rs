@@ -176,7 +176,7 @@ impl RwLock {
     async fn take(&self, mode: Mode, wait: Option<Duration>) -> Result<Option<Held>> {
         self.h.validate()?;
         validate_owner(self.owner.as_str())?;
-        let backend = &self.h.client.inner.backend;
+        let backend = self.h.client.inner.servers.single("RwLock")?;
         let hold = Token::random();
         let member = mode.member(hold.as_str(), self.owner.as_str());
         let attempt = RwAttempt {
@@ -218,11 +218,12 @@ async fn attempt_once(
     attempt: RwAttempt<'_>,
 ) -> Result<Acquire> {
     match scripts::rw_acquire(backend, keys, attempt).await? {
-        RwAcquire::Lock(Acquire::Held { remaining }) if attempt.mode == Mode::Write => {
+        RwAcquire::Lock(Acquire::Held { remaining, .. }) if attempt.mode == Mode::Write => {
             // Retry well before our waiting entry (it lasts one TTL) expires.
             let refresh = attempt.ttl / 3;
             Ok(Acquire::Held {
                 remaining: Some(remaining.map_or(refresh, |r| r.min(refresh))),
+                unsettled: false,
             })
         }
         RwAcquire::Lock(reply) => Ok(reply),
@@ -325,7 +326,7 @@ impl WriteGuard {
             member: read.clone(),
         };
         let sent = Instant::now();
-        let backend = &client.inner.backend;
+        let backend = client.inner.servers.single("RwLock")?;
         // On an error the outcome is unknown: returning drops `pending` and
         // `self`, which release both holds in the background.
         let outcome = scripts::rw_downgrade(backend, &lease.keys, &lease.hold, &read, ttl).await?;

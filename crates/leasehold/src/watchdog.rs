@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
-use crate::backend::Backend;
 use crate::key::LockKeys;
 use crate::lease::{Kind, Lease, Snapshot};
-use crate::scripts::{self, Extension, Owned};
+use crate::scripts::{Extension, Owned};
+use crate::servers::Servers;
 
 /// Leases due within this much of each other share one renewal call.
 const COALESCE: Duration = Duration::from_millis(20);
@@ -46,9 +46,9 @@ pub(crate) struct Watchdog {
 }
 
 impl Watchdog {
-    pub(crate) fn start(backend: Backend) -> Watchdog {
+    pub(crate) fn start(servers: Servers) -> Watchdog {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(backend, rx));
+        tokio::spawn(run(servers, rx));
         Watchdog { tx }
     }
 
@@ -78,14 +78,14 @@ struct Tracked {
 }
 
 struct State {
-    backend: Backend,
+    servers: Servers,
     leases: HashMap<u64, Tracked>,
     queue: BTreeMap<(Instant, u64), ()>,
 }
 
-async fn run(backend: Backend, mut rx: mpsc::UnboundedReceiver<Command>) {
+async fn run(servers: Servers, mut rx: mpsc::UnboundedReceiver<Command>) {
     let mut state = State {
-        backend,
+        servers,
         leases: HashMap::new(),
         queue: BTreeMap::new(),
     };
@@ -121,7 +121,7 @@ impl State {
             }
             Command::Untrack(id) => self.untrack(id),
             Command::Release { kind, keys, hold } => {
-                if let Err(e) = scripts::release(&self.backend, kind, &keys, &hold).await {
+                if let Err(e) = self.servers.release(kind, &keys, &hold).await {
                     tracing::warn!(key = %keys.lock, error = %e,
                         "background release failed; the lease will expire by its TTL");
                 }
@@ -193,23 +193,25 @@ impl State {
             })
             .collect();
         let sent = Instant::now();
-        let outcome = scripts::extend(&self.backend, kind, &extensions).await;
+        let outcome = self.servers.extend(kind, &extensions).await;
         let now = Instant::now();
-        match outcome {
-            Ok(results) => {
-                for ((lease, snap), result) in batch.iter().zip(results) {
-                    if result == Owned::Done {
-                        lease.renewed(sent, *snap);
-                        self.schedule(Arc::clone(lease), sent + snap.ttl / 3);
-                    } else {
-                        lease.mark_lost();
-                    }
-                }
-            }
+        let results = match outcome {
+            Ok(results) => results,
             Err(e) => {
                 tracing::warn!(error = %e, leases = batch.len(),
                     "renewal failed; retrying until the leases' validity runs out");
-                for (lease, snap) in batch {
+                vec![None; batch.len()]
+            }
+        };
+        for ((lease, snap), result) in batch.iter().zip(results) {
+            match result {
+                Some(Owned::Done) => {
+                    lease.renewed(sent, *snap);
+                    self.schedule(Arc::clone(lease), sent + snap.ttl / 3);
+                }
+                Some(Owned::Missing | Owned::OtherOwner) => lease.mark_lost(),
+                // Not known: keep trying while the lease may still be valid.
+                None => {
                     let valid_until = lease.snapshot().valid_until;
                     if now >= valid_until {
                         lease.mark_lost();

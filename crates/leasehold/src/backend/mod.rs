@@ -39,40 +39,39 @@ impl Backend {
         options: &ConnectOptions,
         on_push: impl Fn(PushInfo) + Send + Sync + 'static,
     ) -> Result<Backend> {
-        let info = url.into_connection_info().map_err(|e| {
-            Error::InvalidArgument(format!(
-                "invalid Redis URL {:?}: {e}; expected redis://[user:password@]host:port[/db]",
-                redact_url(url)
-            ))
-        })?;
-        let addr = info.addr().to_string();
-        let settings = info
-            .redis_settings()
-            .clone()
-            .set_protocol(ProtocolVersion::RESP3);
-        let info = info.set_redis_settings(settings);
-        let client = redis::Client::open(info).map_err(|e| Error::from_redis(e, &addr, ""))?;
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(options.command_timeout))
-            .set_connection_timeout(Some(options.command_timeout))
-            // Few, quick retries: a lock caller has its own deadline and would
-            // rather hear "unreachable" than wait out a long backoff.
-            .set_number_of_retries(2)
-            .set_min_delay(Duration::from_millis(20))
-            .set_max_delay(Duration::from_millis(500))
-            .set_push_sender(
-                move |info: PushInfo| -> Result<(), std::convert::Infallible> {
-                    on_push(info);
-                    Ok(())
-                },
-            )
-            .set_automatic_resubscription();
+        let (client, config, addr) = prepare(url, options, on_push)?;
         let manager = ConnectionManager::new_with_config(client, config)
             .await
             .map_err(|e| Error::from_redis(e, &addr, ""))?;
         let backend = Backend { manager, addr };
         backend.check_server().await?;
         Ok(backend)
+    }
+
+    /// Like [`Backend::connect`], but a server that cannot be reached now
+    /// still gives a backend, which connects when first used; the error is
+    /// returned beside it. For Redlock, where a minority of nodes may be down.
+    pub(crate) async fn connect_tolerant(
+        url: &str,
+        options: &ConnectOptions,
+        on_push: impl Fn(PushInfo) + Send + Sync + 'static,
+    ) -> Result<(Backend, Option<Error>)> {
+        let (client, config, addr) = prepare(url, options, on_push)?;
+        match ConnectionManager::new_with_config(client.clone(), config.clone()).await {
+            Ok(manager) => {
+                let backend = Backend { manager, addr };
+                backend.check_server().await?;
+                Ok((backend, None))
+            }
+            Err(e) => match Error::from_redis(e, &addr, "") {
+                e @ Error::Unreachable { .. } => {
+                    let manager = ConnectionManager::new_lazy_with_config(client, config)
+                        .map_err(|e| Error::from_redis(e, &addr, ""))?;
+                    Ok((Backend { manager, addr }, Some(e)))
+                }
+                e => Err(e),
+            },
+        }
     }
 
     /// The server's address, for messages (never includes credentials).
@@ -144,6 +143,44 @@ impl Backend {
             .await
             .map_err(|e| Error::from_redis(e, &self.addr, channel))
     }
+}
+
+/// The client and connection settings for `url`: RESP3 (so pub/sub rides
+/// on the command connection), bounded replies, quick reconnects.
+fn prepare(
+    url: &str,
+    options: &ConnectOptions,
+    on_push: impl Fn(PushInfo) + Send + Sync + 'static,
+) -> Result<(redis::Client, ConnectionManagerConfig, String)> {
+    let info = url.into_connection_info().map_err(|e| {
+        Error::InvalidArgument(format!(
+            "invalid Redis URL {:?}: {e}; expected redis://[user:password@]host:port[/db]",
+            redact_url(url)
+        ))
+    })?;
+    let addr = info.addr().to_string();
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    let info = info.set_redis_settings(settings);
+    let client = redis::Client::open(info).map_err(|e| Error::from_redis(e, &addr, ""))?;
+    let config = ConnectionManagerConfig::new()
+        .set_response_timeout(Some(options.command_timeout))
+        .set_connection_timeout(Some(options.command_timeout))
+        // Few, quick retries: a lock caller has its own deadline and would
+        // rather hear "unreachable" than wait out a long backoff.
+        .set_number_of_retries(2)
+        .set_min_delay(Duration::from_millis(20))
+        .set_max_delay(Duration::from_millis(500))
+        .set_push_sender(
+            move |info: PushInfo| -> Result<(), std::convert::Infallible> {
+                on_push(info);
+                Ok(())
+            },
+        )
+        .set_automatic_resubscription();
+    Ok((client, config, addr))
 }
 
 /// A URL with any password replaced, fit for error messages.

@@ -7,6 +7,8 @@
 -- ARGV[4] queue window in ms: how long a waiter stays queued without trying again
 --         (0: the caller does not wait, so it does not queue)
 -- ARGV[5] '1' if this caller may already be queued (an earlier attempt was refused)
+-- ARGV[6] '1' to raise the fence to at least the server time in µs on every acquisition,
+--         so fences from different servers are comparable (Redlock); costs two calls
 -- Returns {1, fence} when the caller holds the lease now, {0, pttl} when another owner
 -- holds it (pttl: the holder's remaining ms, -1 if the key has no expiry).
 --
@@ -39,10 +41,13 @@ if type(fence) == 'table' then
   end
   return fence
 end
-if fence == 1 then
+if fence == 1 or ARGV[6] == '1' then
   local now = redis.call('TIME')
-  fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])
+  local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  if clock > fence then
+    fence = clock
+    redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])
+  end
 end
 if ARGV[5] == '1' then
   redis.call('ZREM', KEYS[3], ARGV[1])

@@ -3,6 +3,8 @@
 -- KEYS[1] lock key   KEYS[2] release channel   KEYS[3] queue   KEYS[4] alive
 -- (see lock_acquire.lua for the queue)
 -- ARGV[1] owner token   ARGV[2] how long a handed-off lease waits for its new owner, in ms
+-- ARGV[3] '1' to publish an empty message when the lease is freed with nobody queued (for
+--         waiters that do not queue: Redlock's, which retry on any node's release)
 -- Returns 1 if released, 0 if the lease was missing (expired or released), -1 if another
 -- owner holds it (then the lease is not changed).
 --
@@ -39,4 +41,7 @@ while true do
   end
 end
 redis.call('DEL', KEYS[1])
+if ARGV[3] == '1' then
+  redis.call('PUBLISH', KEYS[2], '')
+end
 return 1

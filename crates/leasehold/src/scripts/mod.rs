@@ -63,6 +63,10 @@ pub(crate) enum Acquire {
     Held {
         /// The holder's remaining lease, if the key has an expiry.
         remaining: Option<Duration>,
+        /// Redlock: some node did not answer, so the attempt may have taken
+        /// the lease there; it must be given back if the caller gives up
+        /// (the caller's own retries find it already theirs).
+        unsettled: bool,
     },
 }
 
@@ -90,11 +94,22 @@ impl Owned {
 /// Whether a lock attempt joins the queue of waiters when refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Queueing {
-    /// The caller does not wait (`try_acquire`).
+    /// The caller does not wait (`try_acquire`), or waits without queueing
+    /// (Redlock, where queues on separate nodes could disagree).
     No,
     /// The caller waits; `already` if an earlier attempt was refused, so it
     /// may be queued and must leave the queue when it acquires.
     Wait { already: bool },
+}
+
+/// How a lock is spread over servers, as its scripts need to know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Spread {
+    /// One server: queue-based hand-off, fences from the server's counter.
+    One,
+    /// One of several Redlock nodes: fences at least the server clock (so the
+    /// nodes' fences are comparable), and releases wake non-queued waiters.
+    Quorum,
 }
 
 /// Takes the lease `keys.lock` for `token` if it is free or already
@@ -106,6 +121,7 @@ pub(crate) async fn lock_acquire(
     token: &str,
     ttl: Duration,
     queueing: Queueing,
+    spread: Spread,
 ) -> Result<Acquire> {
     let (window, already) = match queueing {
         Queueing::No => (0, false),
@@ -121,7 +137,8 @@ pub(crate) async fn lock_acquire(
         .arg(millis(ttl))
         .arg(millis(FENCE_KEY_TTL.max(ttl * 2)))
         .arg(window)
-        .arg(if already { "1" } else { "0" });
+        .arg(if already { "1" } else { "0" })
+        .arg(if spread == Spread::Quorum { "1" } else { "0" });
     acquire_reply(backend, &invocation, keys, "string").await
 }
 
@@ -149,6 +166,7 @@ impl Acquire {
         } else {
             Acquire::Held {
                 remaining: u64::try_from(value).ok().map(Duration::from_millis),
+                unsettled: false,
             }
         }
     }
@@ -157,7 +175,12 @@ impl Acquire {
 /// Gives the lease back if `token` owns it, handing it to the first live
 /// waiter (and waking only that one); otherwise only takes `token` out of
 /// the queue of waiters.
-pub(crate) async fn lock_release(backend: &Backend, keys: &LockKeys, token: &str) -> Result<Owned> {
+pub(crate) async fn lock_release(
+    backend: &Backend,
+    keys: &LockKeys,
+    token: &str,
+    spread: Spread,
+) -> Result<Owned> {
     let code: i64 = backend
         .invoke(
             LOCK_RELEASE
@@ -166,7 +189,8 @@ pub(crate) async fn lock_release(backend: &Backend, keys: &LockKeys, token: &str
                 .key(&keys.queue)
                 .key(&keys.alive)
                 .arg(token)
-                .arg(millis(HANDOFF_GRACE)),
+                .arg(millis(HANDOFF_GRACE))
+                .arg(if spread == Spread::Quorum { "1" } else { "0" }),
             &keys.lock,
         )
         .await?;
@@ -223,9 +247,10 @@ pub(crate) async fn release(
     kind: Kind,
     keys: &LockKeys,
     hold: &str,
+    spread: Spread,
 ) -> Result<Owned> {
     match kind {
-        Kind::Lock => lock_release(backend, keys, hold).await,
+        Kind::Lock => lock_release(backend, keys, hold, spread).await,
         Kind::Reentrant => reentrant_release(backend, keys, "", hold).await,
         Kind::Rw => rw_release(backend, keys, hold).await,
     }

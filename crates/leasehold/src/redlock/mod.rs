@@ -1,0 +1,422 @@
+//! Redlock: one lease over N independent Redis masters, held while a quorum
+//! of them agrees.
+//!
+//! Every request goes to all nodes at once, each bounded by a per-node
+//! timeout far below the TTL; the answers are tallied by the pure maths in
+//! [`quorum`]. An acquisition counts only if a quorum agreed within the
+//! lease's validity (the generic wait loop checks `ttl - elapsed - drift`,
+//! measured from before the first request). A failed attempt gives back
+//! whatever it may have taken, on every node, including those that did not
+//! answer. This module knows nothing of how the nodes are connected: it
+//! calls the typed script functions on each [`Backend`].
+
+pub(crate) mod quorum;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::key::LockKeys;
+use crate::lease::Kind;
+use crate::scripts::{self, Acquire, Extension, Owned, Queueing, Spread, Status};
+use quorum::{Verdict, verdict};
+
+/// The nodes of a Redlock client.
+pub(crate) struct Redlock {
+    nodes: Vec<Backend>,
+    node_timeout: Duration,
+    /// Bound on releases, which are not racing a lease's validity.
+    release_timeout: Duration,
+}
+
+impl Redlock {
+    pub(crate) fn new(
+        nodes: Vec<Backend>,
+        node_timeout: Duration,
+        release_timeout: Duration,
+    ) -> Redlock {
+        Redlock {
+            nodes,
+            node_timeout,
+            release_timeout,
+        }
+    }
+
+    pub(crate) fn nodes(&self) -> &[Backend] {
+        &self.nodes
+    }
+
+    fn needed(&self) -> usize {
+        quorum::quorum(self.nodes.len())
+    }
+
+    /// The per-node bound for requests about a lease of `ttl`: the
+    /// configured one, but never more than half the lease.
+    fn timeout_for(&self, ttl: Duration) -> Duration {
+        self.node_timeout.min(ttl / 2).max(Duration::from_millis(1))
+    }
+
+    /// Runs `op` on every node at once, each bounded by `timeout`, and
+    /// waits for all of them.
+    async fn on_all<'a, T, F, Fut>(&'a self, timeout: Duration, op: F) -> Vec<Result<T>>
+    where
+        F: Fn(&'a Backend) -> Fut,
+        Fut: Future<Output = Result<T>> + 'a,
+    {
+        self.until_decided(timeout, op, |_| false, false).await
+    }
+
+    /// Runs `op` on every node at once, each bounded by `timeout`, until
+    /// `decided` says the answers so far settle the question: a quorum is
+    /// decided by its fastest nodes, so a dead or slow minority costs
+    /// nothing. Nodes not waited for count as not answered (their request
+    /// may still run; every change is owner-checked and has a TTL).
+    ///
+    /// With `split_is_final` (acquire), once a quorum of nodes has answered
+    /// without settling it, the rest get only as long again as those
+    /// answers took, not the whole node timeout: a split vote with a slow
+    /// minority is better retried than waited out.
+    async fn until_decided<'a, T, F, Fut>(
+        &'a self,
+        timeout: Duration,
+        op: F,
+        decided: impl Fn(&[&Result<T>]) -> bool,
+        split_is_final: bool,
+    ) -> Vec<Result<T>>
+    where
+        F: Fn(&'a Backend) -> Fut,
+        Fut: Future<Output = Result<T>> + 'a,
+    {
+        let mut pending: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| {
+                let request = tokio::time::timeout(timeout, op(node));
+                async move { (i, request.await) }
+            })
+            .collect();
+        let mut results: Vec<Option<Result<T>>> = self.nodes.iter().map(|_| None).collect();
+        let started = Instant::now();
+        let mut soft_deadline: Option<Instant> = None;
+        loop {
+            let next = match soft_deadline {
+                Some(at) => match tokio::time::timeout_at(at.into(), pending.next()).await {
+                    Ok(next) => next,
+                    Err(_) => break,
+                },
+                None => pending.next().await,
+            };
+            let Some((i, outcome)) = next else { break };
+            results[i] = Some(outcome.unwrap_or_else(|_| {
+                Err(no_answer(&self.nodes[i], "within the Redlock node timeout"))
+            }));
+            let so_far: Vec<&Result<T>> = results.iter().flatten().collect();
+            if decided(&so_far) {
+                break;
+            }
+            let answers = so_far.iter().filter(|r| r.is_ok()).count();
+            if split_is_final && soft_deadline.is_none() && answers >= self.needed() {
+                let took = started.elapsed().max(Duration::from_millis(1));
+                soft_deadline = Some(Instant::now() + took);
+            }
+        }
+        self.nodes
+            .iter()
+            .zip(results)
+            .map(|(node, r)| {
+                r.unwrap_or_else(|| Err(no_answer(node, "before the quorum was decided")))
+            })
+            .collect()
+    }
+
+    /// `address: error` for each node that failed, for error messages and logs.
+    fn node_errors<T>(&self, results: &[Result<T>]) -> Vec<String> {
+        self.nodes
+            .iter()
+            .zip(results)
+            .filter_map(|(node, r)| r.as_ref().err().map(|e| format!("{}: {e}", node.addr())))
+            .collect()
+    }
+
+    /// One Redlock attempt: the lease on a quorum, or nothing held at all.
+    pub(crate) async fn lock_acquire(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Acquire> {
+        let n = self.nodes.len();
+        let results = self
+            .until_decided(
+                self.timeout_for(ttl),
+                |node| scripts::lock_acquire(node, keys, token, ttl, Queueing::No, Spread::Quorum),
+                |so_far| {
+                    let acquired = so_far
+                        .iter()
+                        .filter(|r| matches!(r, Ok(Acquire::Acquired { .. })))
+                        .count();
+                    let refused = so_far
+                        .iter()
+                        .filter(|r| matches!(r, Ok(Acquire::Held { .. })))
+                        .count();
+                    verdict(n, acquired, refused) != Verdict::Undecided
+                },
+                true,
+            )
+            .await;
+        let mut acquired = 0;
+        let mut refused = 0;
+        let mut fence = 0;
+        let mut remaining: Option<Duration> = None;
+        let mut node_errors = Vec::new();
+        let mut fatal = None;
+        let mut taken = vec![false; self.nodes.len()];
+        for ((node, result), taken) in self.nodes.iter().zip(results).zip(&mut taken) {
+            match result {
+                Ok(Acquire::Acquired { fence: f }) => {
+                    acquired += 1;
+                    fence = fence.max(f);
+                    *taken = true;
+                }
+                Ok(Acquire::Held { remaining: r, .. }) => {
+                    refused += 1;
+                    remaining = match (remaining, r) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
+                // A key of the wrong type, or refused credentials, is not
+                // something a retry on other nodes mends.
+                Err(e) if !e.is_transient() => fatal = fatal.or(Some(e)),
+                Err(e) => node_errors.push(format!("{}: {e}", node.addr())),
+            }
+        }
+        if let Some(e) = fatal {
+            self.give_back(&taken, keys, token, ttl).await;
+            return Err(e);
+        }
+        // A node without an answer may have taken the lease.
+        let unsettled = !node_errors.is_empty();
+        match verdict(self.nodes.len(), acquired, refused) {
+            Verdict::Agreed => Ok(Acquire::Acquired { fence }),
+            Verdict::Refused => {
+                if acquired > 0 {
+                    self.give_back(&taken, keys, token, ttl).await;
+                }
+                Ok(Acquire::Held {
+                    remaining,
+                    unsettled,
+                })
+            }
+            // A split vote: others hold some nodes. Back off a random
+            // moment so two contenders do not split again in step.
+            Verdict::Undecided if refused > 0 => {
+                self.give_back(&taken, keys, token, ttl).await;
+                let spread = Duration::from_micros(rand::random_range(0..2000));
+                tokio::time::sleep(spread).await;
+                Ok(Acquire::Held {
+                    remaining,
+                    unsettled,
+                })
+            }
+            Verdict::Undecided => {
+                self.give_back(&taken, keys, token, ttl).await;
+                Err(Error::QuorumNotReached {
+                    acquired,
+                    needed: self.needed(),
+                    node_errors,
+                })
+            }
+        }
+    }
+
+    /// Releases `token`'s lease on the nodes that said they took it, after
+    /// a failed attempt. Nodes that did not answer may have taken it too:
+    /// the caller's retries find it already theirs there (a retry with the
+    /// same token is idempotent), and when the caller gives up it releases
+    /// on every node in the background, so waiting for slow nodes here
+    /// would only slow every contended attempt down.
+    async fn give_back(&self, taken: &[bool], keys: &LockKeys, token: &str, ttl: Duration) {
+        let timeout = self.timeout_for(ttl);
+        let releases = self.nodes.iter().zip(taken).filter(|(_, t)| **t).map(|(node, _)| async move {
+            match tokio::time::timeout(timeout, scripts::lock_release(node, keys, token, Spread::Quorum)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::debug!(node = node.addr(), error = %e, "giving back a failed Redlock attempt"),
+                Err(_) => tracing::debug!(node = node.addr(), "giving back a failed Redlock attempt timed out"),
+            }
+        });
+        futures_util::future::join_all(releases).await;
+    }
+
+    /// Releases one lease on every node.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::QuorumNotReached`] (with each node's error) when too few
+    /// nodes answered to tell whether the lease was still held.
+    pub(crate) async fn release(&self, kind: Kind, keys: &LockKeys, hold: &str) -> Result<Owned> {
+        let results = self
+            .until_decided(
+                self.release_timeout,
+                |node| scripts::release(node, kind, keys, hold, Spread::Quorum),
+                |so_far| {
+                    self.tally(so_far.iter().map(|r| r.as_ref().ok().copied()))
+                        .is_some()
+                },
+                false,
+            )
+            .await;
+        let decided = self.tally(results.iter().map(|r| r.as_ref().ok().copied()));
+        self.decided_or_error(decided, &results)
+    }
+
+    /// Renews leases of one kind on every node. Each lease's outcome is
+    /// decided by quorum; `None` where too few nodes answered to tell.
+    pub(crate) async fn extend(
+        &self,
+        kind: Kind,
+        leases: &[Extension<'_>],
+    ) -> Result<Vec<Option<Owned>>> {
+        let results = self.extend_on_all(kind, leases).await;
+        if results.iter().all(Result::is_err) {
+            return Err(Error::QuorumNotReached {
+                acquired: 0,
+                needed: self.needed(),
+                node_errors: self.node_errors(&results),
+            });
+        }
+        for error in self.node_errors(&results) {
+            tracing::warn!(%error, "Redlock renewal failed on a node");
+        }
+        Ok((0..leases.len())
+            .map(|i| {
+                self.tally(
+                    results
+                        .iter()
+                        .map(|r| r.as_ref().ok().and_then(|v| v.get(i).copied())),
+                )
+            })
+            .collect())
+    }
+
+    /// Renews one lease on every node.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::QuorumNotReached`] (with each node's error) when too few
+    /// nodes answered to tell.
+    pub(crate) async fn extend_one(&self, kind: Kind, lease: Extension<'_>) -> Result<Owned> {
+        let shortest = lease.ttl;
+        let results = self
+            .until_decided(
+                self.timeout_for(shortest),
+                |node| scripts::extend(node, kind, std::slice::from_ref(&lease)),
+                |so_far| {
+                    self.tally(
+                        so_far
+                            .iter()
+                            .map(|r| r.as_ref().ok().and_then(|v| v.first().copied())),
+                    )
+                    .is_some()
+                },
+                false,
+            )
+            .await;
+        let decided = self.tally(
+            results
+                .iter()
+                .map(|r| r.as_ref().ok().and_then(|v| v.first().copied())),
+        );
+        self.decided_or_error(decided, &results)
+    }
+
+    async fn extend_on_all(&self, kind: Kind, leases: &[Extension<'_>]) -> Vec<Result<Vec<Owned>>> {
+        let shortest = leases
+            .iter()
+            .map(|l| l.ttl)
+            .min()
+            .unwrap_or(self.node_timeout);
+        self.on_all(self.timeout_for(shortest), |node| {
+            scripts::extend(node, kind, leases)
+        })
+        .await
+    }
+
+    fn decided_or_error<T>(&self, decided: Option<Owned>, results: &[Result<T>]) -> Result<Owned> {
+        decided.ok_or_else(|| Error::QuorumNotReached {
+            acquired: results.iter().filter(|r| r.is_ok()).count(),
+            needed: self.needed(),
+            node_errors: self.node_errors(results),
+        })
+    }
+
+    /// The quorum's view of one owner-checked change, from each node's
+    /// outcome (`None`: no answer); `None` if undecided.
+    fn tally(&self, outcomes: impl Iterator<Item = Option<Owned>>) -> Option<Owned> {
+        let (mut done, mut missing, mut other) = (0, 0, 0);
+        for outcome in outcomes {
+            match outcome {
+                Some(Owned::Done) => done += 1,
+                Some(Owned::Missing) => missing += 1,
+                Some(Owned::OtherOwner) => other += 1,
+                None => {}
+            }
+        }
+        match verdict(self.nodes.len(), done, missing + other) {
+            Verdict::Agreed => Some(Owned::Done),
+            Verdict::Refused if other > 0 => Some(Owned::OtherOwner),
+            Verdict::Refused => Some(Owned::Missing),
+            Verdict::Undecided => None,
+        }
+    }
+
+    /// The lock's state as a quorum sees it: a holder only if a quorum of
+    /// nodes has the same one.
+    pub(crate) async fn lock_status(&self, keys: &LockKeys) -> Result<Status> {
+        let results = self
+            .on_all(self.node_timeout, |node| scripts::lock_status(node, keys))
+            .await;
+        let answers: Vec<&Status> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+        if answers.len() < self.needed() {
+            return Err(Error::QuorumNotReached {
+                acquired: answers.len(),
+                needed: self.needed(),
+                node_errors: self.node_errors(&results),
+            });
+        }
+        let holder = answers.iter().find_map(|s| {
+            let h = s.holder.as_ref()?;
+            let agree = answers
+                .iter()
+                .filter(|t| t.holder.as_ref() == Some(h))
+                .count();
+            (agree >= self.needed()).then(|| h.clone())
+        });
+        let remaining = holder.as_ref().and_then(|h| {
+            answers
+                .iter()
+                .filter(|s| s.holder.as_ref() == Some(h))
+                .filter_map(|s| s.remaining)
+                .min()
+        });
+        Ok(Status {
+            holder,
+            remaining,
+            fence: answers.iter().filter_map(|s| s.fence).max(),
+            waiters: 0,
+        })
+    }
+}
+
+/// The error of a node that gave no answer.
+fn no_answer(node: &Backend, when: &str) -> Error {
+    Error::Unreachable {
+        addr: node.addr().to_owned(),
+        source: redis::RedisError::from((redis::ErrorKind::Io, "no answer", when.to_owned())),
+    }
+}

@@ -1,0 +1,161 @@
+//! Where a client's locks live: one Redis server, or Redlock's N masters.
+//! Primitives and the watchdog call these, and never care which.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::key::LockKeys;
+use crate::lease::Kind;
+use crate::redlock::Redlock;
+use crate::scripts::{self, Acquire, Extension, Owned, Queueing, Spread, Status};
+
+/// The servers of one client.
+#[derive(Clone)]
+pub(crate) enum Servers {
+    /// One Redis server.
+    One(Backend),
+    /// Independent masters, each lease held by a quorum.
+    Quorum(Arc<Redlock>),
+}
+
+impl Servers {
+    /// Every server.
+    pub(crate) fn all(&self) -> &[Backend] {
+        match self {
+            Servers::One(backend) => std::slice::from_ref(backend),
+            Servers::Quorum(redlock) => redlock.nodes(),
+        }
+    }
+
+    /// The one server, for primitives that need a single one; Redlock
+    /// clients refuse them with a clear error.
+    pub(crate) fn single(&self, primitive: &str) -> Result<&Backend> {
+        match self {
+            Servers::One(backend) => Ok(backend),
+            Servers::Quorum(_) => Err(Error::Unsupported(format!(
+                "{primitive} is not available on a Redlock client (its state cannot be split \
+                 over independent masters); use Lock, or a client on one Redis"
+            ))),
+        }
+    }
+
+    /// Whether waiters of a lease lock may queue for a hand-off: only on
+    /// one server, since queues on separate nodes could disagree.
+    pub(crate) fn queues(&self) -> bool {
+        matches!(self, Servers::One(_))
+    }
+
+    /// Addresses, for messages.
+    pub(crate) fn addrs(&self) -> Vec<&str> {
+        self.all().iter().map(Backend::addr).collect()
+    }
+
+    pub(crate) async fn lock_acquire(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        ttl: Duration,
+        queueing: Queueing,
+    ) -> Result<Acquire> {
+        match self {
+            Servers::One(backend) => {
+                scripts::lock_acquire(backend, keys, token, ttl, queueing, Spread::One).await
+            }
+            Servers::Quorum(redlock) => redlock.lock_acquire(keys, token, ttl).await,
+        }
+    }
+
+    pub(crate) async fn release(&self, kind: Kind, keys: &LockKeys, hold: &str) -> Result<Owned> {
+        match self {
+            Servers::One(backend) => scripts::release(backend, kind, keys, hold, Spread::One).await,
+            Servers::Quorum(redlock) => redlock.release(kind, keys, hold).await,
+        }
+    }
+
+    /// Renews many leases of one kind; `None` where Redlock's nodes did
+    /// not answer enough to tell.
+    pub(crate) async fn extend(
+        &self,
+        kind: Kind,
+        leases: &[Extension<'_>],
+    ) -> Result<Vec<Option<Owned>>> {
+        match self {
+            Servers::One(backend) => Ok(scripts::extend(backend, kind, leases)
+                .await?
+                .into_iter()
+                .map(Some)
+                .collect()),
+            Servers::Quorum(redlock) => redlock.extend(kind, leases).await,
+        }
+    }
+
+    /// Renews one lease.
+    pub(crate) async fn extend_one(&self, kind: Kind, lease: Extension<'_>) -> Result<Owned> {
+        match self {
+            Servers::One(backend) => Ok(scripts::extend(backend, kind, &[lease])
+                .await?
+                .first()
+                .copied()
+                .unwrap_or(Owned::Missing)),
+            Servers::Quorum(redlock) => redlock.extend_one(kind, lease).await,
+        }
+    }
+
+    pub(crate) async fn lock_status(&self, keys: &LockKeys) -> Result<Status> {
+        match self {
+            Servers::One(backend) => scripts::lock_status(backend, keys).await,
+            Servers::Quorum(redlock) => redlock.lock_status(keys).await,
+        }
+    }
+
+    /// Subscribes every server's connection to `channel`. A release on
+    /// any node wakes waiters, so on Redlock the first confirmation is
+    /// enough: the other nodes go on in the background, and a dead or
+    /// paused node never holds up a waiter (its subscription is made when it
+    /// answers, or the waiter falls back to its timer).
+    pub(crate) async fn subscribe(&self, channel: &str) -> Result<()> {
+        match self {
+            Servers::One(backend) => backend.subscribe(channel).await,
+            Servers::Quorum(_) => first_success(self.all(), channel, true).await,
+        }
+    }
+
+    pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<()> {
+        match self {
+            Servers::One(backend) => backend.unsubscribe(channel).await,
+            Servers::Quorum(_) => first_success(self.all(), channel, false).await,
+        }
+    }
+}
+
+/// (Un)subscribes every node in its own task; `Ok` at the first success,
+/// else the first error once all failed.
+async fn first_success(nodes: &[Backend], channel: &str, subscribe: bool) -> Result<()> {
+    let mut tasks: FuturesUnordered<_> = nodes
+        .iter()
+        .map(|node| {
+            let (node, channel) = (node.clone(), channel.to_owned());
+            tokio::spawn(async move {
+                if subscribe {
+                    node.subscribe(&channel).await
+                } else {
+                    node.unsubscribe(&channel).await
+                }
+            })
+        })
+        .collect();
+    let mut first_error = None;
+    while let Some(joined) = tasks.next().await {
+        match joined {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(e)) => first_error = first_error.or(Some(e)),
+            Err(_) => {}
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}

@@ -1,0 +1,291 @@
+//! Redlock over five real, independent redis-server processes.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use leasehold::{Client, Error};
+use leasehold_testkit::{Proxy, ProxyMode, RedisServer, start_servers};
+use redis::Commands;
+
+fn urls(servers: &[RedisServer]) -> Vec<String> {
+    servers.iter().map(RedisServer::url).collect()
+}
+
+async fn redlock(servers: &[RedisServer]) -> Client {
+    Client::redlock(urls(servers))
+        .await
+        .expect("connect to the Redlock nodes")
+}
+
+fn lock_key_exists(server: &RedisServer, name: &str) -> bool {
+    server
+        .connection()
+        .exists(format!("leasehold:{{{name}}}:lock"))
+        .unwrap()
+}
+
+/// 8 tasks on 2 clients increment a counter with a read-yield-write under
+/// the lock; the counter must come out exact.
+async fn count_under_contention(a: &Client, b: &Client) -> u64 {
+    let counter = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let client = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let counter = Arc::clone(&counter);
+        tasks.push(tokio::spawn(async move {
+            let lock = client
+                .lock("counter")
+                .ttl(Duration::from_secs(5))
+                .wait(Duration::from_secs(60));
+            for _ in 0..25 {
+                let guard = lock.acquire().await.expect("acquire with a quorum up");
+                let seen = counter.load(Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_micros(200)).await;
+                counter.store(seen + 1, Ordering::SeqCst);
+                guard.release().await.expect("release with a quorum up");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    counter.load(Ordering::SeqCst)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn locks_stay_exclusive_with_two_of_five_nodes_killed() {
+    let mut servers = start_servers(5);
+    let (a, b) = (redlock(&servers).await, redlock(&servers).await);
+    servers[0].kill();
+    servers[3].kill();
+    assert_eq!(count_under_contention(&a, &b).await, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn locks_stay_exclusive_with_two_of_five_nodes_paused() {
+    let servers = start_servers(5);
+    let (a, b) = (redlock(&servers).await, redlock(&servers).await);
+    servers[1].pause();
+    servers[4].pause();
+    let total = count_under_contention(&a, &b).await;
+    servers[1].resume();
+    servers[4].resume();
+    assert_eq!(total, 200);
+}
+
+#[tokio::test]
+async fn a_client_starts_with_a_minority_of_nodes_down_but_not_a_majority() {
+    let mut servers = start_servers(5);
+    let all = urls(&servers);
+    servers[2].kill();
+    servers[3].kill();
+    let client = Client::redlock(all.clone())
+        .await
+        .expect("3 of 5 are enough");
+    client
+        .lock("x")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    servers[4].kill();
+    match Client::redlock(all).await {
+        Err(Error::QuorumNotReached {
+            acquired: 2,
+            needed: 3,
+            node_errors,
+        }) => {
+            assert_eq!(node_errors.len(), 3, "{node_errors:?}");
+        }
+        other => panic!("expected QuorumNotReached, got {other:?}"),
+    }
+    assert!(matches!(
+        Client::redlock(["redis://127.0.0.1:1", "redis://127.0.0.1:2"]).await,
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[tokio::test]
+async fn three_of_five_down_fail_within_the_wait_and_leave_no_key() {
+    let mut servers = start_servers(5);
+    let client = redlock(&servers).await;
+    for i in [0, 2, 4] {
+        servers[i].kill();
+    }
+    let wait = Duration::from_millis(800);
+    let started = Instant::now();
+    let err = client
+        .lock("minority")
+        .wait(wait)
+        .acquire()
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    match &err {
+        Error::QuorumNotReached {
+            acquired,
+            needed: 3,
+            node_errors,
+        } => {
+            assert!(*acquired <= 2);
+            assert!(!node_errors.is_empty());
+        }
+        other => panic!("expected QuorumNotReached, got {other:?}"),
+    }
+    assert!(took < wait + Duration::from_secs(1), "took {took:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for i in [1, 3] {
+        assert!(
+            !lock_key_exists(&servers[i], "minority"),
+            "node {i} kept a key"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_slow_node_costs_at_most_the_node_timeout() {
+    let servers = start_servers(5);
+    let client = Client::builder()
+        .redlock(urls(&servers))
+        .node_timeout(Duration::from_millis(100))
+        .build()
+        .await
+        .unwrap();
+    servers[2].pause();
+    let lock = client.lock("slow").ttl(Duration::from_secs(10));
+    let started = Instant::now();
+    let guard = lock.acquire().await.unwrap();
+    let took = started.elapsed();
+    servers[2].resume();
+    assert!(
+        took < Duration::from_millis(100) + Duration::from_millis(250),
+        "took {took:?}"
+    );
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_lease_whose_acquisition_outlived_its_ttl_is_never_handed_out() {
+    // Every reply is delayed past the lease's whole TTL: the lock is taken on
+    // the server, but the client cannot know it held it for any time at all.
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = Client::connect(&proxy.url()).await.unwrap();
+    proxy.set_mode(ProxyMode::Delay(Duration::from_millis(120)));
+    let lock = client
+        .lock("late")
+        .ttl(Duration::from_millis(100))
+        .wait(Duration::from_millis(700));
+    match lock.acquire().await {
+        Err(Error::Timeout { .. }) => {}
+        other => panic!("a late acquisition was handed out: {other:?}"),
+    }
+    proxy.set_mode(ProxyMode::Pass);
+}
+
+#[tokio::test]
+async fn extend_fails_once_another_owner_holds_a_majority() {
+    let servers = start_servers(5);
+    let client = redlock(&servers).await;
+    let guard = client
+        .lock("stolen")
+        .watchdog(false)
+        .acquire()
+        .await
+        .unwrap();
+    for server in &servers[..3] {
+        let _: () = server
+            .connection()
+            .set("leasehold:{stolen}:lock", "another-owner")
+            .unwrap();
+    }
+    assert!(matches!(
+        guard.extend(Duration::from_secs(30)).await,
+        Err(Error::Lost { .. })
+    ));
+    assert!(guard.is_lost());
+    // The nodes the other owner holds were not touched.
+    let holder: String = servers[0]
+        .connection()
+        .get("leasehold:{stolen}:lock")
+        .unwrap();
+    assert_eq!(holder, "another-owner");
+}
+
+#[tokio::test]
+async fn the_watchdog_needs_a_quorum_to_renew() {
+    let servers = start_servers(5);
+    let client = redlock(&servers).await;
+    let ttl = Duration::from_millis(600);
+    let guard = client.lock("renew").ttl(ttl).acquire().await.unwrap();
+    tokio::time::sleep(ttl * 3).await;
+    assert!(!guard.is_lost(), "renewed on all five");
+    for server in &servers[..3] {
+        server.pause();
+    }
+    tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("lost() once a quorum cannot renew");
+    for server in &servers[..3] {
+        server.resume();
+    }
+}
+
+#[tokio::test]
+async fn release_wakes_a_redlock_waiter_and_fences_rise() {
+    let servers = start_servers(3);
+    let a = redlock(&servers).await;
+    let b = redlock(&servers).await;
+    let lock = a.lock("wake").ttl(Duration::from_secs(20));
+    let first = lock.acquire().await.unwrap();
+    let waiter = {
+        let lock = b
+            .lock("wake")
+            .ttl(Duration::from_secs(20))
+            .wait(Duration::from_secs(10));
+        tokio::spawn(async move { lock.acquire().await.unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released = Instant::now();
+    let first_fence = first.fence();
+    first.release().await.unwrap();
+    let second = waiter.await.unwrap();
+    assert!(
+        released.elapsed() < Duration::from_secs(1),
+        "no wake-up: {:?}",
+        released.elapsed()
+    );
+    assert!(second.fence() > first_fence);
+    second.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn release_without_a_quorum_reports_the_node_errors() {
+    let mut servers = start_servers(5);
+    let client = redlock(&servers).await;
+    let guard = client.lock("partial").acquire().await.unwrap();
+    for i in [0, 1, 2] {
+        servers[i].kill();
+    }
+    match guard.release().await {
+        Err(Error::QuorumNotReached { node_errors, .. }) => assert_eq!(node_errors.len(), 3),
+        other => panic!("expected QuorumNotReached, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn primitives_that_need_one_server_are_refused() {
+    let servers = start_servers(3);
+    let client = redlock(&servers).await;
+    assert!(matches!(
+        client.reentrant_lock("r").acquire().await,
+        Err(Error::Unsupported(msg)) if msg.contains("Redlock")
+    ));
+    assert!(matches!(
+        client.rw_lock("rw").read().await,
+        Err(Error::Unsupported(_))
+    ));
+}
