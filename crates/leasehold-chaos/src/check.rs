@@ -1,0 +1,587 @@
+//! The checkers: pure functions over a recorded [`History`].
+//!
+//! Each returns the violations it found, so a scenario can tell which
+//! property broke and on which register.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::time::Duration;
+
+use crate::history::{
+    Acquisition, Fault, FaultKind, History, LostEvent, Micros, Op, OpKind, Outcome, Probe,
+    Register, Release,
+};
+
+/// Which property a violation breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Property {
+    /// Two holders' operations interleaved at the resource.
+    Overlap,
+    /// A write overwrote a value other than the one its writer read.
+    LostUpdate,
+    /// Two acquisitions got the same fence.
+    DuplicateFence,
+    /// An acquisition that started after another finished got a fence no
+    /// greater than it.
+    FenceRegression,
+    /// A release or extend with a released token succeeded.
+    NonOwnerSuccess,
+    /// A dead or frozen holder's lock was not free again in time.
+    Liveness,
+    /// A holder that lost its lease was not told, or was told too late.
+    LostNotice,
+    /// A holder whose lease should have survived a fault lost it.
+    LeaseKept,
+}
+
+impl fmt::Display for Property {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Property::Overlap => "overlap",
+            Property::LostUpdate => "lost update",
+            Property::DuplicateFence => "duplicate fence",
+            Property::FenceRegression => "fence regression",
+            Property::NonOwnerSuccess => "non-owner success",
+            Property::Liveness => "liveness",
+            Property::LostNotice => "lost notice",
+            Property::LeaseKept => "lease kept",
+        })
+    }
+}
+
+/// One broken property, with what shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// The property.
+    pub property: Property,
+    /// The register, for properties checked at the resource.
+    pub register: Option<Register>,
+    /// The evidence, for a human.
+    pub detail: String,
+}
+
+impl Violation {
+    fn new(property: Property, register: Option<Register>, detail: String) -> Violation {
+        Violation {
+            property,
+            register,
+            detail,
+        }
+    }
+
+    /// True for violations that fencing is meant to stop: overlaps and lost
+    /// updates on the unfenced register.
+    pub fn is_unfenced(&self) -> bool {
+        self.register == Some(Register::Unfenced)
+    }
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.register {
+            Some(r) => write!(f, "{} ({r} register): {}", self.property, self.detail),
+            None => write!(f, "{}: {}", self.property, self.detail),
+        }
+    }
+}
+
+/// Timing bounds for the time-based checkers.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// The lease TTL the workers used.
+    pub ttl: Duration,
+    /// Extra time a dead holder's lock may take to be free again.
+    pub liveness_slack: Duration,
+    /// Scheduling allowance for a lost notice.
+    pub notice_slack: Duration,
+}
+
+fn us(d: Duration) -> Micros {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Runs every checker.
+pub fn check_all(history: &History, bounds: Bounds) -> Vec<Violation> {
+    let mut out = Vec::new();
+    for register in [Register::Unfenced, Register::Fenced] {
+        out.extend(overlaps(&history.ops, register));
+        out.extend(lost_updates(&history.ops, register));
+    }
+    out.extend(duplicate_fences(&history.acquisitions));
+    out.extend(fence_regressions(&history.acquisitions));
+    out.extend(non_owner_successes(&history.probes));
+    out.extend(liveness(&history.acquisitions, &history.faults, bounds));
+    out.extend(lost_notices(&history.lost, &history.faults, bounds));
+    out.extend(kept_leases(
+        &history.lost,
+        &history.releases,
+        &history.faults,
+    ));
+    out
+}
+
+/// Holders (fence and owner token) whose accepted operations on `register`
+/// interleave with another holder's.
+///
+/// A holder's span runs from its first to its last accepted operation in
+/// the resource's order; with mutual exclusion the spans are disjoint.
+pub fn overlaps(ops: &[Op], register: Register) -> Vec<Violation> {
+    let mut spans: HashMap<(u64, &str), (u64, u64)> = HashMap::new();
+    for op in ops
+        .iter()
+        .filter(|op| op.register == register && op.accepted)
+    {
+        let span = spans
+            .entry((op.fence, op.token.as_str()))
+            .or_insert((op.seq, op.seq));
+        span.0 = span.0.min(op.seq);
+        span.1 = span.1.max(op.seq);
+    }
+    let mut sorted: Vec<_> = spans.into_iter().collect();
+    sorted.sort_by_key(|(_, (first, _))| *first);
+    let mut out = Vec::new();
+    let mut open: Option<((u64, &str), u64)> = None;
+    for (holder, (first, last)) in sorted {
+        if let Some((other, other_last)) = open {
+            if first < other_last {
+                out.push(Violation::new(
+                    Property::Overlap,
+                    Some(register),
+                    format!(
+                        "holder with fence {} operated (seq {first}) inside the span of fence {} \
+                         (until seq {other_last})",
+                        holder.0, other.0
+                    ),
+                ));
+            }
+            if last > other_last {
+                open = Some((holder, last));
+            }
+        } else {
+            open = Some((holder, last));
+        }
+    }
+    out
+}
+
+/// Accepted writes on `register` that did not find the value their writer
+/// read: an increment in between was overwritten.
+pub fn lost_updates(ops: &[Op], register: Register) -> Vec<Violation> {
+    ops.iter()
+        .filter(|op| op.register == register && op.accepted && op.kind == OpKind::Write)
+        .filter(|op| op.before + 1 != op.value)
+        .map(|op| {
+            Violation::new(
+                Property::LostUpdate,
+                Some(register),
+                format!(
+                    "fence {} wrote {} over {} (seq {}): {} increment(s) lost",
+                    op.fence,
+                    op.value,
+                    op.before,
+                    op.seq,
+                    op.before + 1 - op.value
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Fences handed out to more than one acquisition.
+pub fn duplicate_fences(acquisitions: &[Acquisition]) -> Vec<Violation> {
+    let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
+    for a in acquisitions {
+        *seen.entry(a.fence).or_default() += 1;
+    }
+    seen.into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(fence, n)| {
+            Violation::new(
+                Property::DuplicateFence,
+                None,
+                format!("fence {fence} issued {n} times"),
+            )
+        })
+        .collect()
+}
+
+/// Acquisitions that started after another acquisition had returned, yet
+/// got a fence no greater than it: fences must increase over time, also
+/// across Redis restarts.
+pub fn fence_regressions(acquisitions: &[Acquisition]) -> Vec<Violation> {
+    let mut by_end: Vec<&Acquisition> = acquisitions.iter().collect();
+    by_end.sort_by_key(|a| a.t);
+    let mut by_start: Vec<&Acquisition> = acquisitions.iter().collect();
+    by_start.sort_by_key(|a| a.started);
+    let mut out = Vec::new();
+    let mut done = 0;
+    let mut highest: Option<&Acquisition> = None;
+    for b in by_start {
+        while done < by_end.len() && by_end[done].t < b.started {
+            if highest.is_none_or(|h| by_end[done].fence > h.fence) {
+                highest = Some(by_end[done]);
+            }
+            done += 1;
+        }
+        if let Some(h) = highest {
+            if b.fence <= h.fence {
+                out.push(Violation::new(
+                    Property::FenceRegression,
+                    None,
+                    format!(
+                        "worker {} got fence {} after worker {} had already got fence {}",
+                        b.worker, b.fence, h.worker, h.fence
+                    ),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Probes (release or extend with an already released token) that succeeded.
+pub fn non_owner_successes(probes: &[Probe]) -> Vec<Violation> {
+    probes
+        .iter()
+        .filter(|p| p.outcome == Outcome::Ok)
+        .map(|p| {
+            Violation::new(
+                Property::NonOwnerSuccess,
+                None,
+                format!(
+                    "worker {}: {} with the released token of fence {} succeeded",
+                    p.worker, p.kind, p.fence
+                ),
+            )
+        })
+        .collect()
+}
+
+/// After a holder was killed or frozen, another worker must get the lock
+/// within the TTL plus slack (its lease was renewed at the latest at the fault).
+///
+/// Faults too close to the end of the history to be judged are skipped.
+pub fn liveness(acquisitions: &[Acquisition], faults: &[Fault], bounds: Bounds) -> Vec<Violation> {
+    let limit = us(bounds.ttl + bounds.liveness_slack);
+    let end = acquisitions.iter().map(|a| a.t).max().unwrap_or(0);
+    let mut out = Vec::new();
+    for fault in faults {
+        if !matches!(fault.kind, FaultKind::Kill | FaultKind::PauseLong) {
+            continue;
+        }
+        let Some((victim, fence)) = fault.target else {
+            continue;
+        };
+        let next = acquisitions
+            .iter()
+            .filter(|a| a.worker != victim && a.t > fault.t)
+            .map(|a| a.t)
+            .min();
+        match next {
+            Some(t) if t - fault.t <= limit => {}
+            Some(t) => out.push(Violation::new(
+                Property::Liveness,
+                None,
+                format!(
+                    "lock of fence {fence} free again only {} ms after its holder stopped \
+                     (bound {} ms)",
+                    (t - fault.t) / 1000,
+                    limit / 1000
+                ),
+            )),
+            None if end > fault.t + limit => out.push(Violation::new(
+                Property::Liveness,
+                None,
+                format!("nobody got the lock after the holder of fence {fence} stopped"),
+            )),
+            None => {}
+        }
+    }
+    out
+}
+
+/// A frozen holder must learn it lost the lease once it runs again; a
+/// blackholed one must learn it no later than its lease's validity ends
+/// (at most one TTL after the blackhole began, plus scheduling slack).
+pub fn lost_notices(lost: &[LostEvent], faults: &[Fault], bounds: Bounds) -> Vec<Violation> {
+    let mut out = Vec::new();
+    for fault in faults {
+        let deadline = match fault.kind {
+            FaultKind::PauseLong => None,
+            FaultKind::Blackhole => Some(fault.t + us(bounds.ttl + bounds.notice_slack)),
+            _ => continue,
+        };
+        let Some((worker, fence)) = fault.target else {
+            continue;
+        };
+        let notice = lost.iter().find(|l| l.worker == worker && l.fence == fence);
+        match (notice, deadline) {
+            (None, _) => out.push(Violation::new(
+                Property::LostNotice,
+                None,
+                format!("worker {worker} never reported losing the lease of fence {fence}"),
+            )),
+            (Some(l), Some(deadline)) if l.t > deadline => out.push(Violation::new(
+                Property::LostNotice,
+                None,
+                format!(
+                    "worker {worker} learned it lost fence {fence} {} ms after the blackhole \
+                     began (bound: TTL + {} ms)",
+                    (l.t - fault.t) / 1000,
+                    bounds.notice_slack.as_millis()
+                ),
+            )),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// A holder paused for less than its renewal margin, or holding across a
+/// restart of Redis from an fsynced AOF, keeps its lease: no lost notice,
+/// and its release succeeds.
+pub fn kept_leases(lost: &[LostEvent], releases: &[Release], faults: &[Fault]) -> Vec<Violation> {
+    let mut out = Vec::new();
+    for fault in faults {
+        if !matches!(fault.kind, FaultKind::PauseShort | FaultKind::RestartAof) {
+            continue;
+        }
+        let Some((worker, fence)) = fault.target else {
+            continue;
+        };
+        if lost.iter().any(|l| l.worker == worker && l.fence == fence) {
+            out.push(Violation::new(
+                Property::LeaseKept,
+                None,
+                format!(
+                    "worker {worker} lost the lease of fence {fence} during {:?}",
+                    fault.kind
+                ),
+            ));
+        }
+        let release = releases
+            .iter()
+            .find(|r| r.worker == worker && r.fence == fence);
+        if let Some(r) = release.filter(|r| r.outcome != Outcome::Ok) {
+            out.push(Violation::new(
+                Property::LeaseKept,
+                None,
+                format!(
+                    "worker {worker}'s release of fence {fence} after {:?} returned {}",
+                    fault.kind,
+                    r.outcome.as_str()
+                ),
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1000;
+
+    fn bounds() -> Bounds {
+        Bounds {
+            ttl: Duration::from_secs(1),
+            liveness_slack: Duration::from_secs(1),
+            notice_slack: Duration::from_millis(100),
+        }
+    }
+
+    /// One holder's read and write on both registers, `n` = value read.
+    fn cycle(seq: &mut u64, worker: u32, fence: u64, read: i64, before_write: i64) -> Vec<Op> {
+        let mut ops = Vec::new();
+        for (kind, value, before) in [
+            (OpKind::Read, read, read),
+            (OpKind::Write, read + 1, before_write),
+        ] {
+            *seq += 1;
+            ops.push(Op {
+                seq: *seq,
+                t: *seq * MS,
+                worker,
+                fence,
+                token: format!("tok{fence}"),
+                register: Register::Unfenced,
+                kind,
+                value,
+                before,
+                accepted: true,
+            });
+        }
+        ops
+    }
+
+    fn acq(worker: u32, started: u64, t: u64, fence: u64) -> Acquisition {
+        Acquisition {
+            worker,
+            started,
+            t,
+            fence,
+            token: format!("tok{fence}"),
+        }
+    }
+
+    #[test]
+    fn clean_history_has_no_violations() {
+        let mut seq = 0;
+        let mut ops = cycle(&mut seq, 1, 10, 0, 0);
+        ops.extend(cycle(&mut seq, 2, 11, 1, 1));
+        let history = History {
+            acquisitions: vec![acq(1, 0, MS, 10), acq(2, 0, 5 * MS, 11)],
+            ops,
+            ..History::default()
+        };
+        assert_eq!(check_all(&history, bounds()), vec![]);
+    }
+
+    #[test]
+    fn overlap_is_reported() {
+        // Holder 10 reads, holder 11 reads and writes, holder 10 writes.
+        let mut seq = 0;
+        let mut a = cycle(&mut seq, 1, 10, 0, 0);
+        let b = cycle(&mut seq, 2, 11, 0, 0);
+        a[1].seq = seq + 1;
+        a[1].before = 1;
+        let mut ops = vec![a[0].clone()];
+        ops.extend(b);
+        ops.push(a[1].clone());
+        let found = overlaps(&ops, Register::Unfenced);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].property, Property::Overlap);
+        assert!(found[0].is_unfenced());
+        assert!(overlaps(&ops, Register::Fenced).is_empty());
+    }
+
+    #[test]
+    fn lost_update_is_reported() {
+        let mut seq = 0;
+        // Read 0, but the register held 1 at the write: one increment lost.
+        let ops = cycle(&mut seq, 1, 10, 0, 1);
+        let found = lost_updates(&ops, Register::Unfenced);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].property, Property::LostUpdate);
+        assert!(
+            found[0].detail.contains("1 increment(s) lost"),
+            "{}",
+            found[0]
+        );
+    }
+
+    #[test]
+    fn rejected_operations_are_not_violations() {
+        let mut seq = 0;
+        let mut ops = cycle(&mut seq, 1, 10, 0, 5);
+        for op in &mut ops {
+            op.register = Register::Fenced;
+            op.accepted = false;
+        }
+        assert!(lost_updates(&ops, Register::Fenced).is_empty());
+        assert!(overlaps(&ops, Register::Fenced).is_empty());
+    }
+
+    #[test]
+    fn duplicate_fence_is_reported() {
+        let found = duplicate_fences(&[acq(1, 0, 1, 7), acq(2, 2, 3, 7), acq(1, 4, 5, 8)]);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].property, Property::DuplicateFence);
+        assert!(found[0].detail.contains("fence 7 issued 2 times"));
+    }
+
+    #[test]
+    fn fence_going_back_is_reported_but_concurrent_attempts_are_not() {
+        // Worker 2 started after worker 1 returned fence 100, got 50.
+        let found = fence_regressions(&[acq(1, 0, 10, 100), acq(2, 20, 30, 50)]);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].property, Property::FenceRegression);
+        // Overlapping attempts may come back in any order.
+        assert!(fence_regressions(&[acq(1, 0, 10, 100), acq(2, 5, 30, 50)]).is_empty());
+    }
+
+    #[test]
+    fn non_owner_success_is_reported() {
+        let probe = |outcome| Probe {
+            worker: 3,
+            t: 1,
+            kind: "release".into(),
+            fence: 9,
+            outcome,
+        };
+        let found = non_owner_successes(&[probe(Outcome::NotOwner), probe(Outcome::Ok)]);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].property, Property::NonOwnerSuccess);
+    }
+
+    #[test]
+    fn slow_recovery_after_a_kill_is_reported() {
+        let kill = |t| Fault {
+            t,
+            kind: FaultKind::Kill,
+            target: Some((1, 10)),
+        };
+        // Free again 1.5 s after the kill: within TTL (1 s) + slack (1 s).
+        let ok = [acq(1, 0, 1, 10), acq(2, 0, 1_500 * MS, 11)];
+        assert!(liveness(&ok, &[kill(0)], bounds()).is_empty());
+        let late = [acq(1, 0, 1, 10), acq(2, 0, 2_500 * MS, 11)];
+        let found = liveness(&late, &[kill(0)], bounds());
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].property, Property::Liveness);
+        // The holder's own later acquisitions do not count.
+        let same = [acq(1, 0, 1_200 * MS, 11), acq(2, 0, 3_000 * MS, 12)];
+        assert_eq!(liveness(&same, &[kill(0)], bounds()).len(), 1);
+    }
+
+    #[test]
+    fn late_or_missing_lost_notice_is_reported() {
+        let blackhole = Fault {
+            t: 0,
+            kind: FaultKind::Blackhole,
+            target: Some((1, 10)),
+        };
+        let lost = |t| LostEvent {
+            worker: 1,
+            t,
+            fence: 10,
+        };
+        assert!(
+            lost_notices(
+                &[lost(990 * MS)],
+                std::slice::from_ref(&blackhole),
+                bounds()
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            lost_notices(
+                &[lost(1_200 * MS)],
+                std::slice::from_ref(&blackhole),
+                bounds()
+            )
+            .len(),
+            1
+        );
+        assert_eq!(lost_notices(&[], &[blackhole], bounds()).len(), 1);
+    }
+
+    #[test]
+    fn lease_lost_despite_a_short_pause_is_reported() {
+        let pause = Fault {
+            t: 0,
+            kind: FaultKind::PauseShort,
+            target: Some((1, 10)),
+        };
+        let release = |outcome| Release {
+            worker: 1,
+            t: 5,
+            fence: 10,
+            outcome,
+        };
+        assert!(kept_leases(&[], &[release(Outcome::Ok)], std::slice::from_ref(&pause)).is_empty());
+        let found = kept_leases(&[], &[release(Outcome::Lost)], &[pause]);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].property, Property::LeaseKept);
+    }
+}

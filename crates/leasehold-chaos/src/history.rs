@@ -1,0 +1,213 @@
+//! What a run recorded: the raw material of the checkers.
+//!
+//! Worker-side events carry the worker's own `CLOCK_MONOTONIC` timestamps
+//! ([`crate::now_us`]); operations on the resource carry the resource's
+//! timestamp and a global sequence number, which orders them exactly.
+
+use std::fmt;
+
+/// Identifies one worker process of a run.
+pub type WorkerId = u32;
+
+/// Microseconds on `CLOCK_MONOTONIC`.
+pub type Micros = u64;
+
+/// One of the two registers of the resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Register {
+    /// Accepts everything: shows what happens without fencing.
+    Unfenced,
+    /// Rejects operations whose fence is lower than the highest seen, or
+    /// equal to it from another owner.
+    Fenced,
+}
+
+impl fmt::Display for Register {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Register::Unfenced => "unfenced",
+            Register::Fenced => "fenced",
+        })
+    }
+}
+
+/// Read or write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    /// Read the register.
+    Read,
+    /// Overwrite the register with the value read plus one.
+    Write,
+}
+
+/// One operation that reached the resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Op {
+    /// Position in the resource's total order of operations.
+    pub seq: u64,
+    /// When the resource applied (or rejected) it.
+    pub t: Micros,
+    /// The worker that sent it.
+    pub worker: WorkerId,
+    /// The sender's fencing token.
+    pub fence: u64,
+    /// The sender's owner token.
+    pub token: String,
+    /// Which register.
+    pub register: Register,
+    /// Read or write.
+    pub kind: OpKind,
+    /// For a read, the value returned; for a write, the value written.
+    pub value: i64,
+    /// The register's value before the operation.
+    pub before: i64,
+    /// False when the fenced register rejected it (nothing changed).
+    pub accepted: bool,
+}
+
+/// A successful acquisition, as the worker saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acquisition {
+    /// The worker.
+    pub worker: WorkerId,
+    /// When `acquire()` was called.
+    pub started: Micros,
+    /// When it returned the guard.
+    pub t: Micros,
+    /// The guard's fencing token.
+    pub fence: u64,
+    /// The guard's owner token.
+    pub token: String,
+}
+
+/// The guard's `lost()` resolved (or `is_lost()` turned true).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostEvent {
+    /// The worker.
+    pub worker: WorkerId,
+    /// When the worker noticed.
+    pub t: Micros,
+    /// The fence of the lost guard.
+    pub fence: u64,
+}
+
+/// How an owner-checked release or extend came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// It succeeded.
+    Ok,
+    /// `Error::Lost`: nobody held the lock.
+    Lost,
+    /// `Error::NotOwner`: someone else held it.
+    NotOwner,
+    /// Any other error (connection trouble).
+    Error,
+}
+
+impl Outcome {
+    /// The protocol word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Lost => "lost",
+            Outcome::NotOwner => "notowner",
+            Outcome::Error => "error",
+        }
+    }
+
+    /// Parses [`Outcome::as_str`].
+    pub fn parse(s: &str) -> Option<Outcome> {
+        Some(match s {
+            "ok" => Outcome::Ok,
+            "lost" => Outcome::Lost,
+            "notowner" => Outcome::NotOwner,
+            "error" => Outcome::Error,
+            _ => return None,
+        })
+    }
+}
+
+/// A guard's `release()`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Release {
+    /// The worker.
+    pub worker: WorkerId,
+    /// When it returned.
+    pub t: Micros,
+    /// The guard's fence.
+    pub fence: u64,
+    /// What it returned.
+    pub outcome: Outcome,
+}
+
+/// A release or extend sent with the owner token of an acquisition that was
+/// already released: it must never succeed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probe {
+    /// The worker.
+    pub worker: WorkerId,
+    /// When it returned.
+    pub t: Micros,
+    /// `"release"` or `"extend"`.
+    pub kind: String,
+    /// The fence of the released acquisition whose token was used.
+    pub fence: u64,
+    /// What it returned.
+    pub outcome: Outcome,
+}
+
+/// What the checker did to the system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultKind {
+    /// A holder was SIGSTOPped until another holder had written.
+    PauseLong,
+    /// A holder was SIGSTOPped for less than the renewal margin.
+    PauseShort,
+    /// A holder was killed with SIGKILL.
+    Kill,
+    /// Redis was killed and restarted with an empty dataset.
+    RestartEmpty,
+    /// Redis was killed and restarted from its fsynced AOF.
+    RestartAof,
+    /// A holder's Redis connection was blackholed.
+    Blackhole,
+    /// `SCRIPT FLUSH` on the server.
+    ScriptFlush,
+}
+
+/// One injected fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fault {
+    /// When it started.
+    pub t: Micros,
+    /// What it was.
+    pub kind: FaultKind,
+    /// The holder it targeted, with its fence, if any.
+    pub target: Option<(WorkerId, u64)>,
+}
+
+/// Everything one run recorded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct History {
+    /// Successful acquisitions.
+    pub acquisitions: Vec<Acquisition>,
+    /// `acquire()` calls that returned an error.
+    pub acquire_errors: Vec<(WorkerId, Micros, String)>,
+    /// Operations at the resource, in `seq` order.
+    pub ops: Vec<Op>,
+    /// Lost notifications.
+    pub lost: Vec<LostEvent>,
+    /// Guard releases.
+    pub releases: Vec<Release>,
+    /// Non-owner probes.
+    pub probes: Vec<Probe>,
+    /// Injected faults.
+    pub faults: Vec<Fault>,
+}
+
+impl History {
+    /// Operations the fenced register rejected.
+    pub fn stale_rejected(&self) -> usize {
+        self.ops.iter().filter(|op| !op.accepted).count()
+    }
+}

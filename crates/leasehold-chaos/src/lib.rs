@@ -1,0 +1,38 @@
+//! `leasehold-chaos`: a safety checker for leasehold under real faults.
+//!
+//! Worker *processes* loop acquire → read the resource → sleep → write
+//! read + 1 → release against one lock, sending every operation with their
+//! fencing and owner tokens to a resource server run by the checker, which
+//! keeps two registers: an unfenced one (shows lost updates) and a fenced
+//! one (rejects operations whose fence is lower than the highest seen, or
+//! equal to it from another owner). Faults are real: SIGSTOP and SIGKILL of
+//! a holder, kill -9 of Redis with or without persistence, a blackholed
+//! connection, `SCRIPT FLUSH`.
+//!
+//! The [`check`] module's pure checkers then look at the [`History`] for
+//! overlapping holders, lost increments, fences issued twice or going back,
+//! releases and extends by non-owners that succeeded, a dead holder's lock
+//! not coming free within TTL plus slack, and lost notices that came late
+//! or never. Each [`Scenario`] declares its [`Class`]; [`verdict`] fails a
+//! SAFE scenario with any violation, and a deterministic scenario that was
+//! expected to show a violation but showed none.
+
+pub mod check;
+mod clock;
+mod history;
+mod procs;
+mod proto;
+mod resource;
+mod rng;
+mod runner;
+mod scenario;
+mod worker;
+
+pub use clock::now_us;
+pub use history::{
+    Acquisition, Fault as FaultEvent, FaultKind, History, LostEvent, Micros, Op, OpKind, Outcome,
+    Probe, Register, Release, WorkerId,
+};
+pub use runner::{Report, RunOptions, run, table};
+pub use scenario::{Class, Fault, SCENARIOS, Scenario, Topology, find, verdict};
+pub use worker::{WorkerConfig, run as run_worker};

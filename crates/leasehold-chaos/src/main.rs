@@ -1,0 +1,150 @@
+//! `leasehold-chaos`: run the safety scenarios (see the library docs).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use leasehold_chaos::{RunOptions, SCENARIOS, WorkerConfig, find, run, run_worker, table};
+
+/// Runs leasehold's safety scenarios: worker processes, a fenced resource
+/// and real faults.
+#[derive(Parser)]
+#[command(name = "leasehold-chaos")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// Scenario to run, or `ci` for the deterministic CI set.
+    #[arg(long, default_value = "ci")]
+    scenario: String,
+    /// Run length per scenario (default: each scenario's CI length).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    duration: Option<Duration>,
+    /// Worker processes.
+    #[arg(long, default_value_t = 4)]
+    workers: u32,
+    /// Seed of the workers' sleeps and probes.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// List the scenarios and exit.
+    #[arg(long)]
+    list: bool,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// One worker process (started by the checker itself).
+    #[command(hide = true)]
+    Worker(WorkerArgs),
+}
+
+#[derive(clap::Args)]
+struct WorkerArgs {
+    #[arg(long)]
+    id: u32,
+    #[arg(long)]
+    url: String,
+    #[arg(long)]
+    resource_port: u16,
+    #[arg(long)]
+    lock: String,
+    #[arg(long)]
+    ttl_ms: u64,
+    #[arg(long)]
+    command_timeout_ms: u64,
+    #[arg(long)]
+    until_us: u64,
+    #[arg(long)]
+    seed: u64,
+    #[arg(long)]
+    max_sleep_us: u64,
+    #[arg(long)]
+    announce: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Some(Command::Worker(args)) = cli.command {
+        return worker(args);
+    }
+    if cli.list {
+        for s in SCENARIOS {
+            println!("{:24} {:24} {}", s.name, s.class.to_string(), s.checks);
+        }
+        return ExitCode::SUCCESS;
+    }
+    let scenarios: Vec<_> = if cli.scenario == "ci" {
+        SCENARIOS.iter().collect()
+    } else {
+        match find(&cli.scenario) {
+            Some(s) => vec![s],
+            None => {
+                eprintln!(
+                    "unknown scenario {:?}; `leasehold-chaos --list` shows them",
+                    cli.scenario
+                );
+                return ExitCode::from(64);
+            }
+        }
+    };
+    let worker_exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            eprintln!("cannot find this binary to start workers: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut reports = Vec::new();
+    for scenario in scenarios {
+        let options = RunOptions {
+            duration: cli.duration.unwrap_or(scenario.ci_duration),
+            workers: cli.workers,
+            seed: cli.seed,
+            worker_exe: worker_exe.clone(),
+        };
+        let report = run(scenario, &options);
+        print!("{}", report.summary());
+        reports.push(report);
+    }
+    println!("\n{}", table(&reports));
+    if reports.iter().all(|r| r.passed()) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn worker(args: WorkerArgs) -> ExitCode {
+    let config = WorkerConfig {
+        id: args.id,
+        url: args.url,
+        resource_port: args.resource_port,
+        lock: args.lock,
+        ttl: Duration::from_millis(args.ttl_ms),
+        command_timeout: Duration::from_millis(args.command_timeout_ms),
+        until: args.until_us,
+        seed: args.seed,
+        max_sleep: Duration::from_micros(args.max_sleep_us),
+        announce: args.announce,
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("worker {}: cannot start the runtime: {e}", config.id);
+            return ExitCode::FAILURE;
+        }
+    };
+    let id = config.id;
+    let result = runtime.block_on(run_worker(config));
+    // A release handed to the background must not hold the exit up.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("worker {id}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,352 @@
+//! The fenced resource: a TCP server on loopback with two counters.
+//!
+//! Every operation is applied to both registers under one mutex, so the
+//! sequence numbers give the exact order in which operations reached the
+//! resource. Worker events arrive on the same connections and go into the
+//! same [`History`].
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::clock::now_us;
+use crate::history::{
+    Acquisition, Fault, History, LostEvent, Op, OpKind, Probe, Register, Release, WorkerId,
+};
+use crate::proto::{Reply, Request};
+
+/// Decides what a worker that announced "holding" is told; the fault
+/// injector runs the fault from here, in the connection's own thread, while
+/// the worker waits for the answer.
+pub(crate) type HoldingHook = dyn Fn(WorkerId, u64) -> Reply + Send + Sync;
+
+/// A handle on the resource's state for the fault injector.
+#[derive(Clone)]
+pub(crate) struct ResourceView {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    changed: Condvar,
+    stop: AtomicBool,
+    hook: Mutex<Option<Arc<HoldingHook>>>,
+}
+
+#[derive(Default)]
+struct State {
+    unfenced: i64,
+    fenced: i64,
+    /// Highest fence accepted by the fenced register, with its owner token.
+    highest: Option<(u64, String)>,
+    seq: u64,
+    history: History,
+}
+
+impl State {
+    fn fenced_accepts(&self, fence: u64, token: &str) -> bool {
+        match &self.highest {
+            None => true,
+            Some((f, t)) => fence > *f || (fence == *f && token == t),
+        }
+    }
+
+    fn push_op(&mut self, op: Op) {
+        self.seq = self.seq.max(op.seq);
+        self.history.ops.push(op);
+    }
+
+    fn apply(&mut self, worker: WorkerId, request: Request) -> Reply {
+        let t = now_us();
+        match request {
+            Request::Hello { .. } => Reply::Ok,
+            Request::Acquired {
+                started,
+                t,
+                fence,
+                token,
+            } => {
+                self.history.acquisitions.push(Acquisition {
+                    worker,
+                    started,
+                    t,
+                    fence,
+                    token,
+                });
+                Reply::Ok
+            }
+            Request::AcquireFailed { t, error } => {
+                self.history.acquire_errors.push((worker, t, error));
+                Reply::Ok
+            }
+            Request::Read { fence, token } => {
+                let seq = self.seq + 1;
+                let accepted = self.fenced_accepts(fence, &token);
+                let (unfenced, fenced) = (self.unfenced, self.fenced);
+                let op = |register, value| Op {
+                    seq,
+                    t,
+                    worker,
+                    fence,
+                    token: token.clone(),
+                    register,
+                    kind: OpKind::Read,
+                    value,
+                    before: value,
+                    accepted: register == Register::Unfenced || accepted,
+                };
+                self.push_op(op(Register::Unfenced, unfenced));
+                self.push_op(op(Register::Fenced, fenced));
+                if accepted {
+                    self.highest = Some((fence, token));
+                }
+                Reply::Values {
+                    unfenced,
+                    fenced: accepted.then_some(fenced),
+                }
+            }
+            Request::Write {
+                fence,
+                token,
+                unfenced,
+                fenced,
+            } => {
+                let seq = self.seq + 1;
+                self.push_op(Op {
+                    seq,
+                    t,
+                    worker,
+                    fence,
+                    token: token.clone(),
+                    register: Register::Unfenced,
+                    kind: OpKind::Write,
+                    value: unfenced,
+                    before: self.unfenced,
+                    accepted: true,
+                });
+                self.unfenced = unfenced;
+                if let Some(value) = fenced {
+                    let accepted = self.fenced_accepts(fence, &token);
+                    self.push_op(Op {
+                        seq,
+                        t,
+                        worker,
+                        fence,
+                        token: token.clone(),
+                        register: Register::Fenced,
+                        kind: OpKind::Write,
+                        value,
+                        before: self.fenced,
+                        accepted,
+                    });
+                    if accepted {
+                        self.fenced = value;
+                        self.highest = Some((fence, token));
+                    }
+                }
+                Reply::Ok
+            }
+            Request::Lost { t, fence } => {
+                self.history.lost.push(LostEvent { worker, t, fence });
+                Reply::Ok
+            }
+            Request::Released { t, fence, outcome } => {
+                self.history.releases.push(Release {
+                    worker,
+                    t,
+                    fence,
+                    outcome,
+                });
+                Reply::Ok
+            }
+            Request::Probe {
+                t,
+                kind,
+                fence,
+                outcome,
+            } => {
+                self.history.probes.push(Probe {
+                    worker,
+                    t,
+                    kind,
+                    fence,
+                    outcome,
+                });
+                Reply::Ok
+            }
+            Request::Holding { .. } => Reply::Go,
+        }
+    }
+}
+
+/// The resource server. Stops accepting when dropped; connection threads
+/// end when their worker closes the connection.
+pub(crate) struct Resource {
+    view: ResourceView,
+    port: u16,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+impl Resource {
+    /// Listens on a free loopback port.
+    ///
+    /// # Panics
+    ///
+    /// If no loopback port can be bound.
+    pub(crate) fn start() -> Resource {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).expect("bind 127.0.0.1:0");
+        listener
+            .set_nonblocking(true)
+            .expect("nonblocking listener");
+        let port = listener.local_addr().expect("local_addr").port();
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+            stop: AtomicBool::new(false),
+            hook: Mutex::new(None),
+        });
+        let view = ResourceView { shared };
+        let acceptor = {
+            let view = view.clone();
+            std::thread::spawn(move || accept_loop(&listener, &view))
+        };
+        Resource {
+            view,
+            port,
+            acceptor: Some(acceptor),
+        }
+    }
+
+    /// The port workers connect to.
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A handle for the fault injector.
+    pub(crate) fn view(&self) -> ResourceView {
+        self.view.clone()
+    }
+}
+
+impl Drop for Resource {
+    fn drop(&mut self) {
+        self.view.shared.stop.store(true, Ordering::SeqCst);
+        if let Some(a) = self.acceptor.take() {
+            let _ = a.join();
+        }
+    }
+}
+
+impl ResourceView {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Every update is complete before the lock is released.
+        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets what workers that announce "holding" are told.
+    pub(crate) fn set_hook(&self, hook: Arc<HoldingHook>) {
+        *self.shared.hook.lock().unwrap_or_else(|e| e.into_inner()) = Some(hook);
+    }
+
+    /// Records an injected fault.
+    pub(crate) fn record_fault(&self, fault: Fault) {
+        self.state().history.faults.push(fault);
+    }
+
+    /// Waits until a write with a fence above `fence` reached the resource,
+    /// or `timeout` passed; true if it did.
+    pub(crate) fn wait_for_write_above(&self, fence: u64, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut state = self.state();
+        loop {
+            let seen = state
+                .history
+                .ops
+                .iter()
+                .rev()
+                .any(|op| op.kind == OpKind::Write && op.fence > fence);
+            if seen {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            state = self
+                .shared
+                .changed
+                .wait_timeout(state, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Whether `worker` reported losing the lease of `fence`.
+    pub(crate) fn has_lost(&self, worker: WorkerId, fence: u64) -> bool {
+        self.state()
+            .history
+            .lost
+            .iter()
+            .any(|l| l.worker == worker && l.fence == fence)
+    }
+
+    /// A copy of everything recorded so far.
+    pub(crate) fn history(&self) -> History {
+        self.state().history.clone()
+    }
+
+    fn handle(&self, worker: WorkerId, request: Request) -> Reply {
+        if let Request::Holding { fence } = request {
+            let hook = self
+                .shared
+                .hook
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            return hook.map_or(Reply::Go, |h| h(worker, fence));
+        }
+        let reply = self.state().apply(worker, request);
+        self.shared.changed.notify_all();
+        reply
+    }
+}
+
+fn accept_loop(listener: &TcpListener, view: &ResourceView) {
+    while !view.shared.stop.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let view = view.clone();
+                std::thread::spawn(move || serve(stream, &view));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
+/// Serves one worker's connection until it closes.
+fn serve(stream: TcpStream, view: &ResourceView) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_nodelay(true);
+    let Ok(mut writer) = stream.try_clone() else {
+        return;
+    };
+    let mut worker = None;
+    for line in BufReader::new(stream).lines() {
+        let Ok(line) = line else { return };
+        let reply = match (Request::parse(&line), worker) {
+            (Some(Request::Hello { worker: w }), _) => {
+                worker = Some(w);
+                Reply::Ok
+            }
+            (Some(request), Some(w)) => view.handle(w, request),
+            (Some(_), None) => Reply::Error("HELLO first".into()),
+            (None, _) => Reply::Error(format!("cannot parse {line:?}")),
+        };
+        if writeln!(writer, "{}", reply.encode()).is_err() {
+            return;
+        }
+    }
+}

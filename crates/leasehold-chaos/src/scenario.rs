@@ -1,0 +1,250 @@
+//! The scenarios: a fault, the class of outcome it is expected to have, and
+//! the verdict that compares the two.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::check::Violation;
+
+/// What a scenario is expected to show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// No violation of any kind.
+    Safe,
+    /// The unfenced register may lose updates and see overlapping holders;
+    /// the fenced register must reject every stale operation, and every
+    /// other property must hold.
+    UnsafeWithoutFencing,
+    /// A documented limit: violations of any kind may occur.
+    Unsafe,
+}
+
+impl fmt::Display for Class {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Class::Safe => "SAFE",
+            Class::UnsafeWithoutFencing => "UNSAFE-WITHOUT-FENCING",
+            Class::Unsafe => "UNSAFE",
+        })
+    }
+}
+
+/// The fault a scenario injects.
+///
+/// Holder faults fire when the targeted worker announces that it holds the
+/// lock and has read the resource, right before its write, so they are
+/// deterministic; they repeat every two TTLs while the run lasts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Nothing.
+    None,
+    /// SIGSTOP the holder until another holder has written (so longer than
+    /// the TTL), then SIGCONT: its stale write arrives.
+    PauseLong,
+    /// SIGSTOP the holder for a quarter of the TTL (less than the renewal
+    /// margin), then SIGCONT.
+    PauseShort,
+    /// SIGKILL the holder.
+    KillHolder,
+    /// kill -9 Redis and restart it at once with an empty dataset; the
+    /// holder writes after another holder has.
+    RestartEmpty,
+    /// kill -9 Redis (AOF, `appendfsync always`) and restart it from its
+    /// AOF; the holder keeps holding across a renewal.
+    RestartAof,
+    /// Blackhole the holder's Redis connection (a TCP proxy) and have it
+    /// hold for three TTLs, abandoning the work when `lost()` fires.
+    Blackhole,
+    /// `SCRIPT FLUSH` every 250 ms.
+    ScriptFlush,
+}
+
+/// The Redis deployment the workers use.
+///
+/// Extension point for Redlock: once `Client::redlock` exists, add a
+/// `Redlock { nodes: 5 }` variant (the runner starts the nodes with
+/// `leasehold_testkit::start_servers` and passes every URL to the workers),
+/// a `Fault::StopNodes(k)` that SIGSTOPs `k` of them, and the scenarios
+/// "1, 2 and 3 of 5 nodes stopped" (safe with 1 and 2 stopped; with 3 no
+/// quorum, so acquisitions must fail rather than overlap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topology {
+    /// One Redis server.
+    Single,
+}
+
+/// One scenario of the fault matrix.
+#[derive(Debug, Clone, Copy)]
+pub struct Scenario {
+    /// Its name on the command line.
+    pub name: &'static str,
+    /// What it is expected to show.
+    pub class: Class,
+    /// The fault.
+    pub fault: Fault,
+    /// The Redis deployment.
+    pub topology: Topology,
+    /// True when the fault is placed so that an expected violation must show.
+    pub deterministic: bool,
+    /// Lease TTL the workers use.
+    pub ttl: Duration,
+    /// Run length in the CI set.
+    pub ci_duration: Duration,
+    /// What it checks, for humans.
+    pub checks: &'static str,
+}
+
+const TTL: Duration = Duration::from_secs(1);
+
+/// Every scenario, in the order of the results table.
+pub const SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "no-faults",
+        class: Class::Safe,
+        fault: Fault::None,
+        topology: Topology::Single,
+        deterministic: true,
+        ttl: TTL,
+        ci_duration: Duration::from_secs(12),
+        checks: "mutual exclusion at the resource, no lost increment, unique and increasing \
+                 fences, released tokens cannot release or extend",
+    },
+    Scenario {
+        name: "client-pause-past-ttl",
+        class: Class::UnsafeWithoutFencing,
+        fault: Fault::PauseLong,
+        topology: Topology::Single,
+        deterministic: true,
+        ttl: TTL,
+        ci_duration: Duration::from_secs(6),
+        checks: "the paused holder's write loses an update on the unfenced register, the fenced \
+                 register rejects it, its lost() fires, the lock is free within TTL + 1 s",
+    },
+    Scenario {
+        name: "client-pause-short",
+        class: Class::Safe,
+        fault: Fault::PauseShort,
+        topology: Topology::Single,
+        deterministic: true,
+        ttl: TTL,
+        ci_duration: Duration::from_secs(5),
+        checks: "a pause shorter than the renewal margin keeps the lease (no lost(), release ok)",
+    },
+    Scenario {
+        name: "client-kill",
+        class: Class::Safe,
+        fault: Fault::KillHolder,
+        topology: Topology::Single,
+        deterministic: true,
+        ttl: TTL,
+        ci_duration: Duration::from_secs(6),
+        checks: "a killed holder's lock is free again within TTL + 1 s",
+    },
+    Scenario {
+        name: "redis-restart-empty",
+        class: Class::UnsafeWithoutFencing,
+        fault: Fault::RestartEmpty,
+        topology: Topology::Single,
+        deterministic: true,
+        ttl: TTL,
+        ci_duration: Duration::from_secs(6),
+        checks: "the lease vanishes with the dataset, so a second holder overlaps the first; \
+                 fences still increase across the restart and the fenced register rejects \
+                 the stale write",
+    },
+    Scenario {
+        name: "redis-restart-aof",
+        class: Class::Safe,
+        fault: Fault::RestartAof,
+        topology: Topology::Single,
+        deterministic: true,
+        ttl: TTL,
+        ci_duration: Duration::from_secs(6),
+        checks: "with appendfsync always the lease (absolute expiry) and fence survive kill -9; \
+                 the holder renews across the outage and keeps its lease",
+    },
+    Scenario {
+        name: "client-blackhole",
+        class: Class::Safe,
+        fault: Fault::Blackhole,
+        topology: Topology::Single,
+        deterministic: true,
+        ttl: TTL,
+        ci_duration: Duration::from_secs(7),
+        checks: "a holder cut off from Redis learns it lost the lease no later than its validity \
+                 ends, and stops before another holder writes",
+    },
+    Scenario {
+        name: "script-flush",
+        class: Class::Safe,
+        fault: Fault::ScriptFlush,
+        topology: Topology::Single,
+        deterministic: true,
+        ttl: TTL,
+        ci_duration: Duration::from_secs(5),
+        checks: "scripts reloaded after SCRIPT FLUSH (NOSCRIPT) without a failed acquisition \
+                 turning into a violation",
+    },
+];
+
+/// The scenario called `name`.
+pub fn find(name: &str) -> Option<&'static Scenario> {
+    SCENARIOS.iter().find(|s| s.name == name)
+}
+
+/// Compares what a run showed with what its class allows; the reasons it
+/// fails, if any.
+///
+/// `stale_rejected` is how many operations the fenced register rejected;
+/// `injected` how many times the fault fired.
+pub fn verdict(
+    scenario: &Scenario,
+    violations: &[Violation],
+    stale_rejected: usize,
+    injected: usize,
+) -> Vec<String> {
+    let mut failures = Vec::new();
+    let (unfenced, hard): (Vec<&Violation>, Vec<&Violation>) =
+        violations.iter().partition(|v| v.is_unfenced());
+    if scenario.fault != Fault::None && injected == 0 {
+        failures.push("the fault was never injected".to_owned());
+    }
+    match scenario.class {
+        Class::Safe => {
+            if let Some(v) = violations.first() {
+                failures.push(format!(
+                    "SAFE scenario showed {} violation(s), first: {v}",
+                    violations.len()
+                ));
+            }
+        }
+        Class::UnsafeWithoutFencing => {
+            if let Some(v) = hard.first() {
+                failures.push(format!(
+                    "{} violation(s) fencing should have prevented or that break other \
+                     properties, first: {v}",
+                    hard.len()
+                ));
+            }
+            if scenario.deterministic && unfenced.is_empty() {
+                failures.push(
+                    "expected a violation on the unfenced register and saw none: the fault or \
+                     the checker did not work"
+                        .to_owned(),
+                );
+            }
+            if scenario.deterministic && stale_rejected == 0 {
+                failures.push("the fenced register rejected no stale operation".to_owned());
+            }
+        }
+        Class::Unsafe => {
+            if scenario.deterministic && violations.is_empty() {
+                failures.push(
+                    "expected a violation and saw none: the fault or the checker did not work"
+                        .to_owned(),
+                );
+            }
+        }
+    }
+    failures
+}

@@ -1,0 +1,247 @@
+//! A worker process: acquire, read, sleep, write read + 1, release; again.
+//!
+//! Runs in its own OS process (the checker re-executes its own binary with
+//! the hidden `worker` subcommand), so SIGSTOP freezes the client together
+//! with its watchdog, and SIGKILL kills both.
+//!
+//! Workers deliberately do not check `is_lost()` before writing: no check
+//! can close the window between the check and the write (a pause can fall
+//! right after it), and the checker exists to show what happens in that
+//! window. They do watch `lost()` throughout and report when it fires.
+
+use std::time::Duration;
+
+use leasehold::{Client, Error, LockGuard};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+use crate::clock::now_us;
+use crate::history::{Micros, Outcome, WorkerId};
+use crate::proto::{Reply, Request};
+use crate::rng::Rng;
+
+/// How a worker runs; passed on its command line.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// This worker's id.
+    pub id: WorkerId,
+    /// The Redis URL (possibly a fault proxy).
+    pub url: String,
+    /// The resource server's loopback port.
+    pub resource_port: u16,
+    /// The lock every worker contends for.
+    pub lock: String,
+    /// Lease TTL.
+    pub ttl: Duration,
+    /// The client's command timeout.
+    pub command_timeout: Duration,
+    /// Stop starting new acquisitions at this `CLOCK_MONOTONIC` time.
+    pub until: Micros,
+    /// Seed of the worker's sleeps and probes.
+    pub seed: u64,
+    /// Longest sleep between read and write.
+    pub max_sleep: Duration,
+    /// Whether to announce "holding" (and obey the answer) each time.
+    pub announce: bool,
+}
+
+/// How long a worker waits for the lock per attempt.
+const WAIT: Duration = Duration::from_secs(5);
+/// One in this many iterations probes with the last released token.
+const PROBE_EVERY: u64 = 8;
+
+struct Resource {
+    reader: BufReader<tokio::net::tcp::OwnedReadHalf>,
+    writer: tokio::net::tcp::OwnedWriteHalf,
+}
+
+impl Resource {
+    async fn connect(port: u16, id: WorkerId) -> std::io::Result<Resource> {
+        let stream = TcpStream::connect(("127.0.0.1", port)).await?;
+        stream.set_nodelay(true)?;
+        let (r, w) = stream.into_split();
+        let mut resource = Resource {
+            reader: BufReader::new(r),
+            writer: w,
+        };
+        resource.call(&Request::Hello { worker: id }).await?;
+        Ok(resource)
+    }
+
+    async fn call(&mut self, request: &Request) -> std::io::Result<Reply> {
+        let mut line = request.encode();
+        line.push('\n');
+        self.writer.write_all(line.as_bytes()).await?;
+        let mut reply = String::new();
+        if self.reader.read_line(&mut reply).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        match Reply::parse(&reply) {
+            Some(Reply::Error(e)) => Err(std::io::Error::other(e)),
+            Some(r) => Ok(r),
+            None => Err(std::io::Error::other(format!("bad reply {reply:?}"))),
+        }
+    }
+}
+
+fn outcome<T>(result: &Result<T, Error>) -> Outcome {
+    match result {
+        Ok(_) => Outcome::Ok,
+        Err(Error::Lost { .. }) => Outcome::Lost,
+        Err(Error::NotOwner { .. }) => Outcome::NotOwner,
+        Err(_) => Outcome::Error,
+    }
+}
+
+/// Runs the worker loop until `config.until`.
+///
+/// # Errors
+///
+/// When the resource server cannot be reached (the checker is gone) or
+/// the client cannot be built.
+pub async fn run(config: WorkerConfig) -> Result<(), String> {
+    let mut resource = Resource::connect(config.resource_port, config.id)
+        .await
+        .map_err(|e| format!("cannot reach the resource: {e}"))?;
+    let client = Client::builder()
+        .url(&config.url)
+        .command_timeout(config.command_timeout)
+        .build()
+        .await
+        .map_err(|e| format!("cannot build the client: {e}"))?;
+    let lock = client.lock(&config.lock).ttl(config.ttl).wait(WAIT);
+    let mut rng = Rng::new(config.seed ^ u64::from(config.id).wrapping_mul(0x9E37_79B9));
+    let mut released: Option<(u64, String)> = None;
+    let io = |e: std::io::Error| format!("resource connection: {e}");
+    let mut iteration = 0u64;
+    while now_us() < config.until {
+        iteration += 1;
+        let started = now_us();
+        let guard = match lock.acquire().await {
+            Ok(guard) => guard,
+            Err(e) => {
+                let t = now_us();
+                let error = e.to_string().replace('\n', " ");
+                resource
+                    .call(&Request::AcquireFailed { t, error })
+                    .await
+                    .map_err(io)?;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let fence = guard.fence();
+        let token = guard.token().to_owned();
+        resource
+            .call(&Request::Acquired {
+                started,
+                t: now_us(),
+                fence,
+                token: token.clone(),
+            })
+            .await
+            .map_err(io)?;
+        let sleep = rng.below(config.max_sleep.as_micros() as u64 + 1);
+        let lost_at = critical_section(&mut resource, &guard, &config, sleep)
+            .await
+            .map_err(io)?;
+        if let Some(t) = lost_at {
+            resource
+                .call(&Request::Lost { t, fence })
+                .await
+                .map_err(io)?;
+        }
+        let result = guard.release().await;
+        let released_ok = result.is_ok();
+        resource
+            .call(&Request::Released {
+                t: now_us(),
+                fence,
+                outcome: outcome(&result),
+            })
+            .await
+            .map_err(io)?;
+        // Probe with a token whose release was confirmed: it can never own
+        // the lock again, so success would be a non-owner release or extend.
+        if let Some((old_fence, old_token)) = released.take() {
+            if iteration % PROBE_EVERY == 0 {
+                let extend = rng.below(2) == 0;
+                let result = if extend {
+                    lock.extend_by_token(&old_token, config.ttl).await
+                } else {
+                    lock.release_by_token(&old_token).await
+                };
+                resource
+                    .call(&Request::Probe {
+                        t: now_us(),
+                        kind: if extend { "extend" } else { "release" }.into(),
+                        fence: old_fence,
+                        outcome: outcome(&result),
+                    })
+                    .await
+                    .map_err(io)?;
+            }
+        }
+        if released_ok {
+            released = Some((fence, token));
+        }
+    }
+    Ok(())
+}
+
+/// Read, (announce,) sleep, write; returns when the guard was seen lost.
+async fn critical_section(
+    resource: &mut Resource,
+    guard: &LockGuard,
+    config: &WorkerConfig,
+    sleep_us: u64,
+) -> std::io::Result<Option<Micros>> {
+    let fence = guard.fence();
+    let token = guard.token().to_owned();
+    let mut lost_at = None;
+    let work = async {
+        let Reply::Values { unfenced, fenced } = resource
+            .call(&Request::Read {
+                fence,
+                token: token.clone(),
+            })
+            .await?
+        else {
+            return Err(std::io::Error::other("READ: unexpected reply"));
+        };
+        if config.announce {
+            if let Reply::Hold(ms) = resource.call(&Request::Holding { fence }).await? {
+                // Long work done right: abandon it as soon as the lease is lost.
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(ms)) => {}
+                    () = guard.lost() => return Ok(Some(now_us())),
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_micros(sleep_us)).await;
+        resource
+            .call(&Request::Write {
+                fence,
+                token: token.clone(),
+                unfenced: unfenced + 1,
+                fenced: fenced.map(|v| v + 1),
+            })
+            .await?;
+        Ok(None)
+    };
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            result = &mut work => {
+                let aborted_at = result?;
+                lost_at = lost_at.or(aborted_at);
+                break;
+            }
+            () = guard.lost(), if lost_at.is_none() => lost_at = Some(now_us()),
+        }
+    }
+    if lost_at.is_none() && guard.is_lost() {
+        lost_at = Some(now_us());
+    }
+    Ok(lost_at)
+}

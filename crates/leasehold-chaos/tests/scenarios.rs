@@ -1,0 +1,186 @@
+//! The deterministic CI set: every scenario against real processes and a
+//! real `redis-server`, one at a time (they measure time, and the machine
+//! has few cores).
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use leasehold_chaos::check::Property;
+use leasehold_chaos::{FaultKind, Register, Report, RunOptions, find, run};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const MS: u64 = 1000;
+
+fn run_ci(name: &str) -> Report {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let scenario = find(name).expect("scenario exists");
+    let report = run(
+        scenario,
+        &RunOptions {
+            duration: scenario.ci_duration,
+            workers: 4,
+            seed: 42,
+            worker_exe: env!("CARGO_BIN_EXE_leasehold-chaos").into(),
+        },
+    );
+    eprint!("{}", report.summary());
+    assert!(report.passed(), "{}", report.summary());
+    report
+}
+
+/// The faults of `kind`, with their target (worker, fence).
+fn targets(report: &Report, kind: FaultKind) -> Vec<(u64, u32, u64)> {
+    let found: Vec<_> = report
+        .history
+        .faults
+        .iter()
+        .filter(|f| f.kind == kind)
+        .map(|f| {
+            let (w, fence) = f.target.expect("holder fault has a target");
+            (f.t, w, fence)
+        })
+        .collect();
+    assert!(!found.is_empty(), "no {kind:?} fault was injected");
+    found
+}
+
+/// When `worker` reported losing the lease of `fence`.
+fn lost_at(report: &Report, worker: u32, fence: u64) -> Option<u64> {
+    let mut lost = report.history.lost.iter();
+    lost.find(|l| l.worker == worker && l.fence == fence)
+        .map(|l| l.t)
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).expect("fits")
+}
+
+#[test]
+fn no_faults_is_safe_over_a_thousand_acquisitions() {
+    let report = run_ci("no-faults");
+    assert!(report.acquisitions >= 1000, "{}", report.summary());
+    assert!(report.violations.is_empty());
+    assert!(!report.history.probes.is_empty(), "no non-owner probe ran");
+    let writes = report
+        .history
+        .ops
+        .iter()
+        .filter(|op| op.register == Register::Unfenced);
+    assert!(writes.count() >= 2 * report.acquisitions - 8);
+}
+
+#[test]
+fn client_paused_past_ttl_loses_an_unfenced_update_and_fencing_rejects_it() {
+    let report = run_ci("client-pause-past-ttl");
+    let lost_update = report
+        .violations
+        .iter()
+        .any(|v| v.property == Property::LostUpdate && v.register == Some(Register::Unfenced));
+    assert!(lost_update, "{}", report.summary());
+    for (_, worker, fence) in targets(&report, FaultKind::PauseLong) {
+        let rejected = report.history.ops.iter().any(|op| {
+            op.worker == worker
+                && op.fence == fence
+                && op.register == Register::Fenced
+                && !op.accepted
+        });
+        assert!(
+            rejected,
+            "the fenced register accepted paused fence {fence}"
+        );
+        assert!(
+            lost_at(&report, worker, fence).is_some(),
+            "the paused worker's lost() did not fire for fence {fence}"
+        );
+    }
+}
+
+#[test]
+fn client_paused_shorter_than_ttl_keeps_its_lease() {
+    let report = run_ci("client-pause-short");
+    for (_, worker, fence) in targets(&report, FaultKind::PauseShort) {
+        assert_eq!(
+            lost_at(&report, worker, fence),
+            None,
+            "fence {fence} was lost"
+        );
+    }
+}
+
+#[test]
+fn killed_client_frees_the_lock_within_ttl_plus_one_second() {
+    let report = run_ci("client-kill");
+    let ttl = find("client-kill").expect("exists").ttl;
+    for (t, worker, _) in targets(&report, FaultKind::Kill) {
+        let next = report
+            .history
+            .acquisitions
+            .iter()
+            .filter(|a| a.worker != worker && a.t > t)
+            .map(|a| a.t)
+            .min()
+            .expect("someone acquired after the kill");
+        let bound = micros(ttl + Duration::from_secs(1));
+        assert!(next - t <= bound, "free again after {} ms", (next - t) / MS);
+    }
+}
+
+#[test]
+fn redis_restart_without_persistence_keeps_fences_increasing() {
+    let report = run_ci("redis-restart-empty");
+    assert!(report.stale_rejected >= 1);
+    let acquisitions = &report.history.acquisitions;
+    for (t, _, _) in targets(&report, FaultKind::RestartEmpty) {
+        let before = acquisitions
+            .iter()
+            .filter(|a| a.t <= t)
+            .map(|a| a.fence)
+            .max();
+        let after = acquisitions
+            .iter()
+            .filter(|a| a.started > t)
+            .map(|a| a.fence)
+            .min();
+        let (Some(before), Some(after)) = (before, after) else {
+            panic!("acquisitions on both sides of the restart expected");
+        };
+        assert!(
+            after > before,
+            "fence {after} after the restart is not above {before}"
+        );
+    }
+}
+
+#[test]
+fn redis_restart_with_fsync_always_keeps_the_lease() {
+    let report = run_ci("redis-restart-aof");
+    for (_, worker, fence) in targets(&report, FaultKind::RestartAof) {
+        let released = report
+            .history
+            .releases
+            .iter()
+            .find(|r| r.worker == worker && r.fence == fence)
+            .expect("the holder released");
+        assert_eq!(released.outcome, leasehold_chaos::Outcome::Ok);
+    }
+}
+
+#[test]
+fn blackholed_client_learns_it_lost_the_lease_within_its_validity() {
+    let report = run_ci("client-blackhole");
+    let ttl = find("client-blackhole").expect("exists").ttl;
+    for (t, worker, fence) in targets(&report, FaultKind::Blackhole) {
+        let lost = lost_at(&report, worker, fence).expect("lost() fired");
+        // valid_until <= blackhole start + ttl; 150 ms of scheduling slack.
+        let bound = micros(ttl + Duration::from_millis(150));
+        assert!(lost - t <= bound, "lost() after {} ms", (lost - t) / MS);
+    }
+}
+
+#[test]
+fn script_flush_mid_run_is_safe() {
+    let report = run_ci("script-flush");
+    assert!(report.faults >= 5, "{}", report.summary());
+    assert!(report.acquisitions >= 200, "{}", report.summary());
+}
