@@ -4,7 +4,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::error::ErrorKind;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::exit::{self, Failure};
 
@@ -90,6 +90,20 @@ pub(crate) enum Command {
     /// With no --url (and no LEASEHOLD_URL) it starts a private, throwaway
     /// redis-server from PATH on a free loopback port and stops it at the end.
     Demo(DemoArgs),
+
+    /// Measure leasehold against a raw redis-rs loop and rslock (see docs/BENCHMARKS.md).
+    ///
+    /// Scenarios: uncontended (1), contended (2: one key, 4/16/64 waiter
+    /// processes), many-keys (3: 10,000 keys, 256 tasks on one client),
+    /// held-leases (4: 100,000 leases renewed by the watchdog). Each figure
+    /// is printed with its target and PASS or SHORT. With no --url (and no
+    /// LEASEHOLD_URL) it starts a private redis-server and stops it at the end.
+    /// Build with --release for figures worth comparing.
+    Bench(BenchArgs),
+
+    /// One waiter process of `bench contended` (started by `bench` itself).
+    #[command(hide = true, name = "bench-worker")]
+    BenchWorker(BenchWorkerArgs),
 }
 
 /// How long to hold and how long to wait.
@@ -194,6 +208,85 @@ pub(crate) struct DemoArgs {
     /// Increments per worker.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub(crate) iterations: u32,
+}
+
+/// Arguments of `bench`.
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    /// The scenario to run; all of them when omitted.
+    #[arg(value_enum)]
+    pub(crate) scenario: Option<Scenario>,
+
+    /// Shorter runs and smaller counts (well under 20 s in all), for a smoke test.
+    #[arg(long)]
+    pub(crate) quick: bool,
+
+    /// How long each contended run lasts (one per waiter count and library).
+    /// Defaults to 3s, or 600ms with --quick.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) duration: Option<Duration>,
+
+    /// Leases held at once in held-leases. Defaults to 100000, or 10000 with --quick.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub(crate) leases: Option<u32>,
+
+    /// Also write an SVG plot of the wait-time distributions to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) svg: Option<std::path::PathBuf>,
+}
+
+/// The scenarios of `bench`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Scenario {
+    /// 1: one task, acquire+release on a free lock, against a raw loop and rslock.
+    #[value(alias = "1")]
+    Uncontended,
+    /// 2: one key, 4/16/64 waiter processes, hold 200us; leasehold and rslock.
+    #[value(alias = "2")]
+    Contended,
+    /// 3: 10,000 keys, 256 tasks on one client, against a raw loop.
+    #[value(alias = "3")]
+    ManyKeys,
+    /// 4: many leases held on one client, renewed by the watchdog.
+    #[value(alias = "4")]
+    HeldLeases,
+}
+
+/// The lock libraries a bench worker can use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Library {
+    /// This library.
+    Leasehold,
+    /// The rslock crate at its defaults.
+    Rslock,
+}
+
+/// Arguments of the hidden `bench-worker`.
+#[derive(Debug, Args)]
+pub(crate) struct BenchWorkerArgs {
+    /// Which library to use.
+    #[arg(long, value_enum)]
+    pub(crate) library: Library,
+
+    /// The lock (resource) name.
+    #[arg(long)]
+    pub(crate) name: String,
+
+    /// Time spent holding the lock each time, in microseconds.
+    #[arg(long)]
+    pub(crate) hold_us: u64,
+
+    /// Lease TTL, in milliseconds.
+    #[arg(long)]
+    pub(crate) ttl_ms: u64,
+
+    /// How long to keep acquiring after the go signal, in milliseconds.
+    #[arg(long)]
+    pub(crate) run_ms: u64,
+
+    /// Most acquisitions to make.
+    #[arg(long)]
+    pub(crate) max_count: u64,
 }
 
 /// Parses a human duration ("500ms", "30s", "2m"); zero is refused because

@@ -20,6 +20,8 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Status(args) => status(global, args).await,
         Command::List(args) => list(global, args).await,
         Command::Demo(args) => crate::demo::demo(global, args).await,
+        Command::Bench(args) => crate::bench::bench(global, args).await,
+        Command::BenchWorker(args) => crate::bench::worker::worker(global, args).await,
     }
 }
 

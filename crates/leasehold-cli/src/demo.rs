@@ -9,15 +9,15 @@ use std::time::{Duration, Instant};
 use leasehold::Client;
 use redis::aio::MultiplexedConnection;
 use serde_json::{Value, json};
-use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
-use crate::cli::{DemoArgs, Global, check_single};
+use crate::cli::{DemoArgs, Global};
 use crate::commands::connect_to;
-use crate::embedded::EmbeddedRedis;
 use crate::exit::{self, Failure};
+use crate::measure::{Held, handoff_gaps, hold, pct, percentile};
 use crate::output::{emit, emit_json, short};
+use crate::session::{Stop, Target, plain_connection};
 
 /// The lock the workers contend for.
 const LOCK_NAME: &str = "demo:counter";
@@ -36,21 +36,8 @@ pub(crate) async fn demo(global: &Global, args: DemoArgs) -> Result<u8, Failure>
     // Caught from here on, so that Ctrl-C or SIGTERM, even during the
     // server's start, ends the demo through the path that stops the server.
     let mut stop = Stop::install()?;
-    let (url, server) = match global.given_urls() {
-        Some(urls) => (check_single(urls)?, None),
-        None => {
-            let server = tokio::task::spawn_blocking(EmbeddedRedis::start)
-                .await
-                .map_err(|e| {
-                    Failure::with_code(exit::SOFTWARE, format!("starting redis-server: {e}"))
-                })??;
-            (server.url(), Some(server))
-        }
-    };
-    let place = match &server {
-        Some(s) => format!("a private redis-server on 127.0.0.1:{}", s.port()),
-        None => "the Redis given by --url / LEASEHOLD_URL".to_owned(),
-    };
+    let target = Target::open(global).await?;
+    let place = target.place();
     if !global.json {
         emit(&format!(
             "leasehold demo: {} workers, each with its own connection, increment one counter \
@@ -61,10 +48,10 @@ pub(crate) async fn demo(global: &Global, args: DemoArgs) -> Result<u8, Failure>
 
     // Stop on Ctrl-C or SIGTERM too, so the private server never outlives us.
     let result = tokio::select! {
-        r = scenario(&url, &global.prefix, &args) => r,
+        r = scenario(&target.url, &global.prefix, &args) => r,
         code = stop.next() => Err(Failure::with_code(code, "demo interrupted")),
     };
-    drop(server);
+    drop(target);
     let report = result?;
     if global.json {
         emit_json(&report.to_json(&args));
@@ -72,40 +59,6 @@ pub(crate) async fn demo(global: &Global, args: DemoArgs) -> Result<u8, Failure>
         emit(&report.to_human(&args));
     }
     Ok(if report.pass() { 0 } else { 1 })
-}
-
-/// SIGINT and SIGTERM, caught while the demo runs.
-struct Stop {
-    /// SIGINT (Ctrl-C).
-    interrupt: tokio::signal::unix::Signal,
-    /// SIGTERM.
-    terminate: tokio::signal::unix::Signal,
-}
-
-impl Stop {
-    /// Catches SIGINT and SIGTERM from now on.
-    fn install() -> Result<Stop, Failure> {
-        let catch = |kind| {
-            signal(kind).map_err(|e| {
-                Failure::with_code(
-                    exit::SOFTWARE,
-                    format!("cannot install signal handlers: {e}"),
-                )
-            })
-        };
-        Ok(Stop {
-            interrupt: catch(SignalKind::interrupt())?,
-            terminate: catch(SignalKind::terminate())?,
-        })
-    }
-
-    /// Resolves with 128 + the signal's number when one arrives.
-    async fn next(&mut self) -> u8 {
-        tokio::select! {
-            _ = self.interrupt.recv() => 128 + 2,
-            _ = self.terminate.recv() => 128 + 15,
-        }
-    }
 }
 
 /// One acquisition of the lock by one worker.
@@ -270,21 +223,17 @@ fn analyse(
     // In fence order, each holder must have got the lock after the previous
     // one let go, and fences must never repeat.
     records.sort_by_key(|r| r.fence);
-    let mut fences_increasing = true;
-    let mut overlaps = 0;
-    let mut handoffs = Vec::with_capacity(records.len());
-    for pair in records.windows(2) {
-        let (prev, next) = (&pair[0], &pair[1]);
-        if next.fence <= prev.fence || next.acquired <= prev.acquired {
-            fences_increasing = false;
-        }
-        if next.acquired <= prev.released {
-            overlaps += 1;
-        } else {
-            handoffs.push(next.acquired - prev.released);
-        }
-    }
-    handoffs.sort();
+    let fences_increasing = records
+        .windows(2)
+        .all(|p| p[1].fence > p[0].fence && p[1].acquired > p[0].acquired);
+    let held: Vec<Held<Instant>> = records
+        .iter()
+        .map(|r| Held {
+            acquired: r.acquired,
+            released: r.released,
+        })
+        .collect();
+    let (handoffs, overlaps) = handoff_gaps(&held);
     Report {
         expected,
         unlocked_final,
@@ -441,20 +390,6 @@ impl Report {
     }
 }
 
-/// Nearest-rank percentile of sorted `values`.
-fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
-    Some(sorted[rank.clamp(1, sorted.len()) - 1])
-}
-
-/// A percentile for people, `-` when there were no samples.
-fn pct(sorted: &[Duration], p: f64) -> String {
-    percentile(sorted, p).map_or_else(|| "-".to_owned(), short)
-}
-
 /// Read, hold, write: the increment that loses updates when not exclusive.
 async fn increment(con: &mut MultiplexedConnection, key: &str) -> Result<(), Failure> {
     let value = read(con, key).await?;
@@ -466,15 +401,6 @@ async fn increment(con: &mut MultiplexedConnection, key: &str) -> Result<(), Fai
         .query_async::<()>(con)
         .await
         .map_err(redis_failure)
-}
-
-/// Stays busy for `d` while letting other tasks run (tokio's timers are too
-/// coarse for a few hundred microseconds).
-async fn hold(d: Duration) {
-    let until = Instant::now() + d;
-    while Instant::now() < until {
-        tokio::task::yield_now().await;
-    }
 }
 
 /// The counter's value (0 when missing).
@@ -499,25 +425,9 @@ async fn reset(con: &mut MultiplexedConnection, key: &str) -> Result<(), Failure
         .map_err(redis_failure)
 }
 
-/// A plain Redis connection for the counter (the protected resource).
-async fn plain_connection(url: &str) -> Result<MultiplexedConnection, Failure> {
-    redis::Client::open(url)
-        .map_err(|e| Failure::usage(format!("invalid Redis URL: {e}")))?
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(redis_failure)
-}
-
 /// Maps an error on the counter connection to an exit code.
 fn redis_failure(e: redis::RedisError) -> Failure {
-    let auth = e.kind() == redis::ErrorKind::AuthenticationFailed
-        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"));
-    let code = if auth {
-        exit::NOPERM
-    } else {
-        exit::UNAVAILABLE
-    };
-    Failure::with_code(code, format!("Redis error on the demo counter: {e}"))
+    crate::session::redis_failure(e, "on the demo counter")
 }
 
 /// A worker task that panicked or was cancelled.
@@ -528,19 +438,6 @@ fn task_failure(e: tokio::task::JoinError) -> Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn nearest_rank_percentiles() {
-        let v: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
-        assert_eq!(percentile(&v, 50.0), Some(Duration::from_millis(50)));
-        assert_eq!(percentile(&v, 99.0), Some(Duration::from_millis(99)));
-        assert_eq!(percentile(&v, 100.0), Some(Duration::from_millis(100)));
-        assert_eq!(percentile(&[], 50.0), None);
-        assert_eq!(
-            percentile(&[Duration::from_millis(3)], 99.0),
-            Some(Duration::from_millis(3))
-        );
-    }
 
     fn record(worker: usize, fence: u64, base: Instant, at_ms: u64, hold_ms: u64) -> Record {
         let acquired = base + Duration::from_millis(at_ms);

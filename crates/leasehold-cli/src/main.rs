@@ -3,18 +3,22 @@
 //! `leasehold run NAME -- CMD` is a distributed flock(1); `acquire`,
 //! `extend` and `release` hand a lease between processes by its token;
 //! `status` and `list` inspect locks; `demo` shows workers contending for
-//! one lock on a private Redis. A thin layer over the `leasehold` library:
+//! one lock on a private Redis; `bench` measures the library against a raw
+//! redis-rs loop and rslock. A thin layer over the `leasehold` library:
 //! every lock operation is the library's.
 //!
 //! Exit codes follow sysexits; see [`exit`].
 
+mod bench;
 mod cli;
 mod commands;
 mod demo;
 mod embedded;
 mod exit;
+mod measure;
 mod output;
 mod run;
+mod session;
 
 use std::process::ExitCode;
 use std::time::Duration;

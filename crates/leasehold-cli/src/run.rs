@@ -16,12 +16,13 @@ use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::SignalKind;
 use tokio::time::Instant;
 
 use crate::cli::{Global, RunArgs};
 use crate::commands::{connect, take};
 use crate::exit::{self, Failure};
+use crate::session::catch;
 
 /// `leasehold run NAME -- CMD...`: returns CMD's exit code, or 70 when the
 /// lease was lost while it ran.
@@ -236,14 +237,6 @@ struct Forwarded {
 impl Forwarded {
     /// Catches SIGINT, SIGTERM and SIGHUP from now on.
     fn install() -> Result<Forwarded, Failure> {
-        let catch = |kind| {
-            signal(kind).map_err(|e| {
-                Failure::with_code(
-                    exit::SOFTWARE,
-                    format!("cannot install signal handlers: {e}"),
-                )
-            })
-        };
         Ok(Forwarded {
             interrupt: catch(SignalKind::interrupt())?,
             terminate: catch(SignalKind::terminate())?,

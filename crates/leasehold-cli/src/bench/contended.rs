@@ -1,0 +1,402 @@
+//! Scenario 2: one key, N waiter processes holding it 200us each time,
+//! leasehold and rslock in turn: throughput, waits, hand-off gaps, Redis
+//! commands per acquisition and fairness.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::report::{Figure, Goal, Row, Section, Unit};
+use super::server::{self, Commands};
+use super::worker::{Assignment, GRACE, WorkerResult, Workers};
+use super::{Context, Series};
+use crate::cli::Library;
+use crate::exit::Failure;
+use crate::measure::{Held, handoff_gaps, percentile};
+
+/// Lease length (never reached: holds are 200us).
+const TTL: Duration = Duration::from_secs(10);
+/// Most acquisitions one worker makes in one run.
+const MAX_PER_WORKER: u64 = 200_000;
+/// Targets.
+const MAX_GAP_RTT: f64 = 3.0;
+/// Most client commands per acquisition.
+const MAX_COMMANDS: f64 = 4.0;
+/// "Flat": commands per acquisition at the most waiters within this factor of the fewest.
+const FLAT_FACTOR: f64 = 1.25;
+/// Wait p99 at 16 waiters, in us.
+const P99_AT_16_US: f64 = 10_000.0;
+/// Wait p99 at 64 waiters, in us.
+const P99_AT_64_US: f64 = 40_000.0;
+/// Fairness at 16 waiters.
+const MIN_FAIRNESS: f64 = 0.7;
+
+/// One run: one library, one number of waiters.
+#[derive(Debug, Clone)]
+pub(crate) struct Run {
+    /// The library.
+    library: Library,
+    /// Waiter processes.
+    waiters: usize,
+    /// Acquisitions in all.
+    acquisitions: usize,
+    /// Acquisitions per second, from the first ask to the last release.
+    per_second: f64,
+    /// Wait (ask -> acquired) of each acquisition, ns, sorted.
+    waits: Vec<u64>,
+    /// Release -> next acquisition, ns, sorted.
+    gaps: Vec<u64>,
+    /// Consecutive holders that overlapped (must be 0).
+    overlaps: usize,
+    /// Acquisitions per waiter.
+    per_waiter: Vec<usize>,
+    /// Commands counted by the server during the run.
+    commands: Commands,
+    /// Those commands by name.
+    by_name: server::CommandStats,
+    /// Acquisitions that timed out.
+    timeouts: u64,
+}
+
+impl Run {
+    /// min/max acquisitions per waiter.
+    fn fairness(&self) -> f64 {
+        let min = self.per_waiter.iter().min().copied().unwrap_or(0) as f64;
+        let max = self.per_waiter.iter().max().copied().unwrap_or(0) as f64;
+        if max > 0.0 { min / max } else { f64::NAN }
+    }
+
+    /// Commands per acquisition: (client calls, all calls).
+    fn per_acquisition(&self) -> (f64, f64) {
+        let n = self.acquisitions as f64;
+        if n == 0.0 {
+            return (f64::NAN, f64::NAN);
+        }
+        (
+            self.commands.top_level as f64 / n,
+            self.commands.total as f64 / n,
+        )
+    }
+
+    /// A wait percentile in microseconds.
+    fn wait_us(&self, p: f64) -> f64 {
+        percentile(&self.waits, p).map_or(f64::NAN, |ns| ns as f64 / 1e3)
+    }
+
+    /// A gap percentile in microseconds.
+    fn gap_us(&self, p: f64) -> f64 {
+        percentile(&self.gaps, p).map_or(f64::NAN, |ns| ns as f64 / 1e3)
+    }
+
+    /// The run as JSON.
+    fn to_json(&self, rtt_us: f64) -> Value {
+        let (top, total) = self.per_acquisition();
+        json!({
+            "library": library_name(self.library),
+            "waiters": self.waiters,
+            "acquisitions": self.acquisitions,
+            "acquisitions_per_s": self.per_second,
+            "wait_us": {"p50": self.wait_us(50.0), "p99": self.wait_us(99.0), "max": self.wait_us(100.0)},
+            "handoff_gap_us": {"p50": self.gap_us(50.0), "p99": self.gap_us(99.0)},
+            "handoff_gap_rtt": {"p50": self.gap_us(50.0) / rtt_us, "p99": self.gap_us(99.0) / rtt_us},
+            "commands_per_acquisition": {"client_calls": top, "including_lua_internal": total},
+            "commands": self.by_name,
+            "acquisitions_per_waiter": self.per_waiter,
+            "fairness": self.fairness(),
+            "overlapping_holders": self.overlaps,
+            "timeouts": self.timeouts,
+        })
+    }
+}
+
+/// The library's name in output.
+fn library_name(library: Library) -> &'static str {
+    match library {
+        Library::Leasehold => "leasehold",
+        Library::Rslock => "rslock",
+    }
+}
+
+/// Runs scenario 2: for each waiter count, leasehold then rslock.
+pub(crate) async fn run(ctx: &Context<'_>) -> Result<(Section, Vec<Series>), Failure> {
+    let mut admin = crate::session::plain_connection(ctx.url).await?;
+    let mut runs = Vec::new();
+    for &waiters in &ctx.settings.waiters {
+        for library in [Library::Leasehold, Library::Rslock] {
+            runs.push(one(ctx, &mut admin, library, waiters).await?);
+        }
+    }
+    Ok(report(ctx, &runs))
+}
+
+/// One run with `waiters` worker processes of `library`.
+async fn one(
+    ctx: &Context<'_>,
+    admin: &mut redis::aio::MultiplexedConnection,
+    library: Library,
+    waiters: usize,
+) -> Result<Run, Failure> {
+    let s = ctx.settings;
+    let name = match library {
+        Library::Leasehold => format!("bench:contended:{waiters}"),
+        Library::Rslock => format!("{}:bench:contended-rslock:{waiters}", ctx.prefix),
+    };
+    let job = Assignment {
+        library,
+        url: ctx.url.to_owned(),
+        prefix: ctx.prefix.to_owned(),
+        name,
+        hold: s.hold,
+        ttl: TTL,
+        run: s.contended_run,
+        max_count: MAX_PER_WORKER,
+    };
+    let mut workers = Workers::start(waiters, &job).await?;
+    server::reset_stats(admin, ctx.private).await?;
+    let before = server::command_stats(admin).await?;
+    workers.go().await?;
+    let results = workers
+        .results(Instant::now() + s.contended_run + GRACE + Duration::from_secs(10))
+        .await?;
+    let after = server::command_stats(admin).await?;
+    let by_name = server::difference(&before, &after);
+    Ok(analyse(
+        library,
+        waiters,
+        &results,
+        server::classify(library, &by_name),
+        by_name,
+    ))
+}
+
+/// Turns the workers' records into a run's figures.
+fn analyse(
+    library: Library,
+    waiters: usize,
+    results: &[WorkerResult],
+    commands: Commands,
+    by_name: server::CommandStats,
+) -> Run {
+    let mut all: Vec<[u64; 3]> = results.iter().flat_map(|r| r.records.clone()).collect();
+    let per_waiter: Vec<usize> = results.iter().map(|r| r.records.len()).collect();
+    let timeouts = results.iter().map(|r| r.timeouts).sum();
+    let mut waits: Vec<u64> = all.iter().map(|[a, b, _]| b.saturating_sub(*a)).collect();
+    waits.sort_unstable();
+    all.sort_unstable_by_key(|r| r[1]);
+    let held: Vec<Held<u64>> = all
+        .iter()
+        .map(|[_, acquired, released]| Held {
+            acquired: *acquired,
+            released: *released,
+        })
+        .collect();
+    let (gaps, overlaps) = handoff_gaps(&held);
+    let first = all.iter().map(|r| r[0]).min().unwrap_or(0);
+    let last = all.iter().map(|r| r[2]).max().unwrap_or(0);
+    let span = last.saturating_sub(first) as f64 / 1e9;
+    Run {
+        library,
+        waiters,
+        acquisitions: all.len(),
+        per_second: if span > 0.0 {
+            all.len() as f64 / span
+        } else {
+            f64::NAN
+        },
+        waits,
+        gaps,
+        overlaps,
+        per_waiter,
+        commands,
+        by_name,
+        timeouts,
+    }
+}
+
+/// The section and the wait distributions.
+fn report(ctx: &Context<'_>, runs: &[Run]) -> (Section, Vec<Series>) {
+    let rtt_us = ctx.rtt.as_secs_f64() * 1e6;
+    let find = |library, waiters| {
+        runs.iter()
+            .find(|r| r.library == library && r.waiters == waiters)
+    };
+    let mut rows = Vec::new();
+    for &n in &ctx.settings.waiters {
+        let (Some(l), Some(r)) = (find(Library::Leasehold, n), find(Library::Rslock, n)) else {
+            continue;
+        };
+        let us = |v| Figure::new(v, Unit::Micros);
+        let (l_top, l_total) = l.per_acquisition();
+        let (r_top, r_total) = r.per_acquisition();
+        let per_s = Figure::new(l.per_second, Unit::PerSec);
+        rows.push(
+            if n == 16 {
+                Row::goal(
+                    format!("{n} waiters: acquisitions/s"),
+                    per_s,
+                    Goal::AtLeast(r.per_second, format!(">= rslock ({:.0}/s)", r.per_second)),
+                )
+            } else {
+                Row::plain(format!("{n} waiters: acquisitions/s"), per_s)
+            }
+            .beside(Figure::new(r.per_second, Unit::PerSec)),
+        );
+        rows.push(
+            Row::plain(format!("{n} waiters: wait p50"), us(l.wait_us(50.0)))
+                .beside(us(r.wait_us(50.0))),
+        );
+        let p99 = us(l.wait_us(99.0));
+        rows.push(
+            match n {
+                16 => Row::goal(
+                    format!("{n} waiters: wait p99"),
+                    p99,
+                    Goal::at_most(P99_AT_16_US, Unit::Micros),
+                ),
+                64 => Row::goal(
+                    format!("{n} waiters: wait p99"),
+                    p99,
+                    Goal::at_most(P99_AT_64_US, Unit::Micros),
+                ),
+                _ => Row::plain(format!("{n} waiters: wait p99"), p99),
+            }
+            .beside(us(r.wait_us(99.0))),
+        );
+        rows.push(
+            Row::plain(format!("{n} waiters: wait max"), us(l.wait_us(100.0)))
+                .beside(us(r.wait_us(100.0))),
+        );
+        rows.push(
+            Row::goal(
+                format!("{n} waiters: hand-off gap p50 ({:.0}us)", l.gap_us(50.0)),
+                Figure::new(l.gap_us(50.0) / rtt_us, Unit::Rtt),
+                Goal::at_most(MAX_GAP_RTT, Unit::Rtt),
+            )
+            .beside(Figure::new(r.gap_us(50.0) / rtt_us, Unit::Rtt)),
+        );
+        rows.push(
+            Row::plain(
+                format!("{n} waiters: hand-off gap p99 ({:.0}us)", l.gap_us(99.0)),
+                Figure::new(l.gap_us(99.0) / rtt_us, Unit::Rtt),
+            )
+            .beside(Figure::new(r.gap_us(99.0) / rtt_us, Unit::Rtt)),
+        );
+        rows.push(
+            Row::goal(
+                format!("{n} waiters: commands/acquisition, client calls"),
+                Figure::new(l_top, Unit::Count),
+                Goal::at_most(MAX_COMMANDS, Unit::Count),
+            )
+            .beside(Figure::new(r_top, Unit::Count)),
+        );
+        rows.push(
+            Row::plain(
+                format!("{n} waiters: commands/acquisition, incl. Lua-internal"),
+                Figure::new(l_total, Unit::Count),
+            )
+            .beside(Figure::new(r_total, Unit::Count)),
+        );
+        let fairness = Figure::new(l.fairness(), Unit::Count);
+        rows.push(
+            if n == 16 {
+                Row::goal(
+                    format!("{n} waiters: fairness (min/max per waiter)"),
+                    fairness,
+                    Goal::at_least(MIN_FAIRNESS, Unit::Count),
+                )
+            } else {
+                Row::plain(
+                    format!("{n} waiters: fairness (min/max per waiter)"),
+                    fairness,
+                )
+            }
+            .beside(Figure::new(r.fairness(), Unit::Count)),
+        );
+        rows.push(
+            Row::goal(
+                format!("{n} waiters: overlapping holders"),
+                Figure::new(l.overlaps as f64, Unit::Count),
+                Goal::at_most(0.0, Unit::Count),
+            )
+            .beside(Figure::new(r.overlaps as f64, Unit::Count)),
+        );
+    }
+    let fewest = ctx.settings.waiters.iter().min().copied();
+    let most = ctx.settings.waiters.iter().max().copied();
+    let ends = fewest.zip(most).filter(|(lo, hi)| lo != hi);
+    if let Some((lo, hi)) = ends {
+        if let (Some(a), Some(b)) = (find(Library::Leasehold, lo), find(Library::Leasehold, hi)) {
+            let flat = b.per_acquisition().0 / a.per_acquisition().0;
+            rows.push(Row::goal(
+                format!("commands/acquisition (client calls), {hi} vs {lo} waiters"),
+                Figure::new(flat, Unit::Times),
+                Goal::at_most(FLAT_FACTOR, Unit::Times),
+            ));
+        }
+    }
+    let section = Section {
+        key: "contended",
+        title: format!(
+            "2. one key, waiters as separate processes, hold {}us, {} per run",
+            ctx.settings.hold.as_micros(),
+            crate::output::short(ctx.settings.contended_run)
+        ),
+        peer: Some("rslock"),
+        rows,
+        notes: vec![
+            format!("RTT (PING p50 in this run) = {rtt_us:.1}us; hand-off gap = one holder's release call -> the next holder's acquisition (CLOCK_MONOTONIC across processes)"),
+            "client calls = commands the clients sent (EVALSHA, SUBSCRIBE, ...; rslock: SET NX PX, EVALSHA); incl. Lua-internal = also the GET/SET/TIME/PUBLISH/... scripts ran, as INFO commandstats counts them".into(),
+            "rslock = LockManager::lock at its defaults (3 tries, 0-200ms apart), called again until acquired; the wait counts from the first try".into(),
+        ],
+        data: json!({
+            "rtt_us": rtt_us,
+            "hold_us": ctx.settings.hold.as_micros(),
+            "run_ms": ctx.settings.contended_run.as_millis(),
+            "runs": runs.iter().map(|r| r.to_json(rtt_us)).collect::<Vec<_>>(),
+        }),
+    };
+    let series = runs
+        .iter()
+        .map(|r| Series {
+            panel: format!("2. one key, {} waiters: wait time", r.waiters),
+            label: library_name(r.library).into(),
+            sorted_us: r.waits.iter().map(|ns| *ns as f64 / 1e3).collect(),
+        })
+        .collect();
+    (section, series)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_from_several_processes_become_gaps_waits_and_fairness() {
+        let results = vec![
+            WorkerResult {
+                records: vec![[0, 10, 20], [40, 50, 60]],
+                timeouts: 0,
+            },
+            WorkerResult {
+                records: vec![[0, 25, 35]],
+                timeouts: 0,
+            },
+        ];
+        let run = analyse(
+            Library::Leasehold,
+            2,
+            &results,
+            Commands {
+                top_level: 6,
+                total: 27,
+            },
+            Default::default(),
+        );
+        assert_eq!(run.acquisitions, 3);
+        assert_eq!(run.waits, vec![10, 10, 25]);
+        assert_eq!(run.gaps, vec![5, 15]);
+        assert_eq!(run.overlaps, 0);
+        assert_eq!(run.fairness(), 0.5);
+        assert_eq!(run.per_acquisition(), (2.0, 9.0));
+    }
+}

@@ -1,0 +1,136 @@
+//! `leasehold bench --quick --json` end to end: a private redis-server,
+//! worker processes, every scenario. Checks the shape and sanity of the
+//! output only; performance lives in the benchmark's own output.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+/// Longest the quick bench may take here (a loaded machine, a debug build).
+const LIMIT: Duration = Duration::from_secs(180);
+
+#[test]
+fn quick_bench_reports_every_scenario_with_targets_and_sane_values() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["bench", "--quick", "--json"])
+        .env_remove("LEASEHOLD_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("leasehold starts");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if started.elapsed() > LIMIT {
+            let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+            let _ = kill(pid, Signal::SIGKILL);
+            let _ = child.wait();
+            panic!("leasehold bench --quick ran past {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut stdout)
+        .expect("read");
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .expect("read");
+    assert!(
+        status.success(),
+        "{status}: stdout {stdout} stderr {stderr}"
+    );
+    let report: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}): {stdout}"));
+
+    assert!(report["machine"]["nproc"].as_u64().is_some_and(|n| n > 0));
+    assert!(
+        report["machine"]["rtt_us"]
+            .as_f64()
+            .is_some_and(|v| v > 0.0)
+    );
+    assert!(report["machine"]["redis_version"].is_string());
+    for key in ["uncontended", "contended", "many_keys", "held_leases"] {
+        let section = &report["scenarios"][key];
+        let rows = section["rows"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{key}: no rows"));
+        assert!(!rows.is_empty(), "{key}");
+        assert!(
+            rows.iter().any(|r| r["target"].is_object()),
+            "{key}: no figure with a target"
+        );
+        for row in rows {
+            if let Some(v) = row["value"].as_f64() {
+                assert!(v.is_finite() && v >= 0.0, "{key}: {row}");
+            }
+            if row["target"].is_object() {
+                let verdict = row["verdict"].as_str().unwrap_or("");
+                assert!(["PASS", "SHORT", "n/a"].contains(&verdict), "{key}: {row}");
+            }
+        }
+    }
+
+    let uncontended = &report["scenarios"]["uncontended"]["data"];
+    for library in ["leasehold", "raw", "rslock"] {
+        assert!(
+            uncontended[library]["ops"].as_u64().is_some_and(|n| n > 0),
+            "{library}"
+        );
+        assert!(
+            uncontended[library]["p50_us"]
+                .as_f64()
+                .is_some_and(|v| v > 0.0),
+            "{library}"
+        );
+    }
+
+    let runs = report["scenarios"]["contended"]["data"]["runs"]
+        .as_array()
+        .expect("contended runs");
+    for waiters in [4, 16, 64] {
+        for library in ["leasehold", "rslock"] {
+            let run = runs
+                .iter()
+                .find(|r| r["waiters"] == waiters && r["library"] == library)
+                .unwrap_or_else(|| panic!("no {library} run with {waiters} waiters"));
+            let per_waiter = run["acquisitions_per_waiter"]
+                .as_array()
+                .expect("per waiter");
+            assert_eq!(per_waiter.len(), waiters, "{run}");
+            assert!(run["acquisitions"].as_u64().is_some_and(|n| n > 0), "{run}");
+            // One holder at a time, on every run of either library.
+            assert_eq!(run["overlapping_holders"], 0, "{run}");
+            let fairness = run["fairness"].as_f64().expect("fairness");
+            assert!((0.0..=1.0).contains(&fairness), "{run}");
+            let calls = &run["commands_per_acquisition"];
+            let (top, total) = (
+                calls["client_calls"].as_f64(),
+                calls["including_lua_internal"].as_f64(),
+            );
+            assert!(top.is_some_and(|t| t > 0.0) && total >= top, "{run}");
+        }
+    }
+
+    let keys = &report["scenarios"]["many_keys"]["data"];
+    assert!(keys["leasehold_acquired"].as_u64().is_some_and(|n| n > 0));
+    assert!(keys["raw_acquired"].as_u64().is_some_and(|n| n > 0));
+
+    let held = &report["scenarios"]["held_leases"]["data"];
+    assert_eq!(held["leases"], report["settings"]["leases"]);
+    assert!(held["renewal_commands"].as_u64().is_some_and(|n| n > 0));
+    assert!(held["leases_renewed"].as_u64().is_some_and(|n| n > 0));
+}
