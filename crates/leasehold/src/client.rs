@@ -11,6 +11,7 @@ use crate::lock::{Lock, LockStatus};
 use crate::reentrant::ReentrantLock;
 use crate::rwlock::RwLock;
 use crate::scripts;
+use crate::semaphore::Semaphore;
 use crate::watchdog::Watchdog;
 
 /// The default key prefix.
@@ -166,6 +167,24 @@ impl Client {
     /// ```
     pub fn rw_lock(&self, name: impl Into<String>) -> RwLock {
         RwLock::new(self.clone(), name.into())
+    }
+
+    /// A handle to the semaphore `name` with `permits` permits: up to that
+    /// many holders at once, each permit its own lease. Every client of one
+    /// semaphore must pass the same `permits` (see [`Semaphore`]).
+    ///
+    /// Cheap: nothing is sent until [`Semaphore::acquire`] or
+    /// [`Semaphore::try_acquire`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let permit = client.semaphore("exports", 4).acquire().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> Semaphore {
+        Semaphore::new(self.clone(), name.into(), permits)
     }
 
     /// The locks currently held under this client's prefix whose names match

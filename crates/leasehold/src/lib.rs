@@ -9,6 +9,7 @@
 //!   take again while holding it; free once every hold is given back.
 //! - [`RwLock`]: many readers or one writer, each holder with its own lease;
 //!   waiting writers stop new readers; a writer may downgrade to a reader.
+//! - [`Semaphore`]: up to N holders at once, each [`Permit`] its own lease.
 //!
 //! # Which lock should you use?
 //!
@@ -21,6 +22,10 @@
 //! and processes, not per thread). Use [`RwLock`] when many may read at once
 //! but writes need to be alone; each reader holds its own lease, so a reader
 //! that dies blocks writers for one TTL at most.
+//!
+//! Use [`Semaphore`] to bound how many processes do something at once
+//! (exports, connections to a fragile service) rather than to exclude them
+//! all: a holder that dies takes its permit with it for one TTL at most.
 //!
 //! What no lease can promise: a process that is paused (GC, SIGSTOP, a
 //! swapped-out VM) longer than its TTL can wake up still *believing* it holds
@@ -63,6 +68,7 @@ mod lock;
 mod reentrant;
 mod rwlock;
 mod scripts;
+mod semaphore;
 mod token;
 mod watchdog;
 
@@ -71,3 +77,4 @@ pub use error::{Error, Result};
 pub use lock::{DEFAULT_TTL, DEFAULT_WAIT, Lock, LockGuard, LockStatus};
 pub use reentrant::{ReentrantGuard, ReentrantLock};
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
+pub use semaphore::{Permit, Semaphore};
