@@ -10,6 +10,8 @@
 //! - [`RwLock`]: many readers or one writer, each holder with its own lease;
 //!   waiting writers stop new readers; a writer may downgrade to a reader.
 //! - [`Semaphore`]: up to N holders at once, each [`Permit`] its own lease.
+//! - [`blocking`]: the same types and names without async, for threads
+//!   outside an async runtime (renewal runs on a thread of the client's own).
 //!
 //! # Which lock should you use?
 //!
@@ -58,6 +60,7 @@
 
 mod acquire;
 mod backend;
+pub mod blocking;
 mod client;
 mod error;
 mod events;
