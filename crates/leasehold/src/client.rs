@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::backend::{Backend, ConnectOptions};
 use crate::error::{Error, Result};
 use crate::events::{Events, Shared};
+use crate::fair::FairLock;
 use crate::key::{glob_match, name_of_lock_key, validate_prefix};
 use crate::lock::{Lock, LockStatus};
 use crate::reentrant::ReentrantLock;
@@ -185,6 +186,23 @@ impl Client {
     /// ```
     pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> Semaphore {
         Semaphore::new(self.clone(), name.into(), permits)
+    }
+
+    /// A handle to the fair lock `name`: the lease lock, with waiters served
+    /// in arrival order (see [`FairLock`]).
+    ///
+    /// Cheap: nothing is sent until [`FairLock::acquire`] or
+    /// [`FairLock::try_acquire`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let guard = client.fair_lock("payouts").acquire().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
+        FairLock::new(self.clone(), name.into())
     }
 
     /// The locks currently held under this client's prefix whose names match

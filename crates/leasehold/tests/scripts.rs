@@ -23,6 +23,18 @@ fn lock_acquire(
     window_ms: u64,
     already_queued: bool,
 ) -> redis::RedisResult<(i64, i64)> {
+    lock_attempt(conn, token, ttl_ms, window_ms, already_queued, false)
+}
+
+/// lock_acquire.lua with every argument, `fair` the last (ARGV[6]).
+fn lock_attempt(
+    conn: &mut Connection,
+    token: &str,
+    ttl_ms: u64,
+    window_ms: u64,
+    already_queued: bool,
+    fair: bool,
+) -> redis::RedisResult<(i64, i64)> {
     redis::Script::new(ACQUIRE)
         .key(LOCK)
         .key(FENCE)
@@ -33,6 +45,7 @@ fn lock_acquire(
         .arg(3_600_000)
         .arg(window_ms)
         .arg(if already_queued { "1" } else { "0" })
+        .arg(if fair { "1" } else { "0" })
         .invoke(conn)
 }
 
@@ -819,4 +832,71 @@ fn sem_acquire_refuses_another_count_of_permits_untouched() {
         .invoke::<(i64, i64)>(&mut conn)
         .unwrap_err();
     assert_eq!(err.code(), Some("WRONGTYPE"));
+}
+
+/// lock_acquire.lua for a fair lock.
+fn fair_acquire(conn: &mut Connection, token: &str, window_ms: u64, already: bool) -> (i64, i64) {
+    lock_attempt(conn, token, 10_000, window_ms, already, true).unwrap()
+}
+
+#[test]
+fn a_fair_acquire_leaves_a_free_lock_to_the_first_live_waiter() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    acquire(&mut conn, "holder", 10_000);
+    assert_eq!(fair_acquire(&mut conn, "w1", 3000, false).0, 0);
+    assert_eq!(fair_acquire(&mut conn, "w2", 3000, false).0, 0);
+    assert_eq!(queued(&mut conn), ["w1", "w2"]);
+    // The holder vanishes without a hand-off: the lock is free.
+    let _: () = conn.del(LOCK).unwrap();
+    assert_eq!(
+        fair_acquire(&mut conn, "newcomer", 0, false).0,
+        0,
+        "a newcomer may not take it, not even without waiting"
+    );
+    assert_eq!(
+        fair_acquire(&mut conn, "w2", 3000, true).0,
+        0,
+        "w1 came first"
+    );
+    assert_eq!(queued(&mut conn), ["w1", "w2"], "a try does not queue");
+    assert_eq!(fair_acquire(&mut conn, "w1", 3000, true).0, 1);
+    assert_eq!(queued(&mut conn), ["w2"]);
+    // Release hands it to the next in line, as for a plain lock.
+    release(&mut conn, "w1");
+    let holder: String = conn.get(LOCK).unwrap();
+    assert_eq!(holder, "w2", "released into w2's hands");
+}
+
+#[test]
+fn a_fair_acquire_prunes_waiters_past_their_deadline() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    acquire(&mut conn, "holder", 10_000);
+    assert_eq!(fair_acquire(&mut conn, "dead", 100, false).0, 0);
+    assert_eq!(fair_acquire(&mut conn, "live", 3000, false).0, 0);
+    let _: () = conn.del(LOCK).unwrap();
+    assert_eq!(
+        fair_acquire(&mut conn, "live", 3000, true).0,
+        0,
+        "dead is still in time"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    assert_eq!(
+        fair_acquire(&mut conn, "live", 3000, true).0,
+        1,
+        "dead was skipped"
+    );
+    assert!(queued(&mut conn).is_empty());
+    // The same state without the fair flag: anyone may take a free lock.
+    release(&mut conn, "live");
+    assert_eq!(fair_acquire(&mut conn, "w", 3000, false).0, 1);
+    release(&mut conn, "w");
+    lock_acquire(&mut conn, "x", 10_000, 3000, false).unwrap();
+    assert_eq!(fair_acquire(&mut conn, "w", 3000, false).0, 0);
+    let _: () = conn.del(LOCK).unwrap();
+    assert_eq!(
+        lock_acquire(&mut conn, "y", 10_000, 3000, false).unwrap().0,
+        1
+    );
 }

@@ -101,13 +101,15 @@ pub(crate) enum Queueing {
 
 /// Takes the lease `keys.lock` for `token` if it is free or already
 /// `token`'s (a retry, or a hand-off), issuing a new fencing token; when
-/// refused and waiting, joins the queue.
+/// refused and waiting, joins the queue. With `fair`, a free lease goes to
+/// the caller only if no live waiter is ahead of it in the queue.
 pub(crate) async fn lock_acquire(
     backend: &Backend,
     keys: &LockKeys,
     token: &str,
     ttl: Duration,
     queueing: Queueing,
+    fair: bool,
 ) -> Result<Acquire> {
     let (window, already) = match queueing {
         Queueing::No => (0, false),
@@ -123,7 +125,8 @@ pub(crate) async fn lock_acquire(
         .arg(millis(ttl))
         .arg(millis(FENCE_KEY_TTL.max(ttl * 2)))
         .arg(window)
-        .arg(if already { "1" } else { "0" });
+        .arg(if already { "1" } else { "0" })
+        .arg(if fair { "1" } else { "0" });
     acquire_reply(backend, &invocation, keys, "string").await
 }
 
