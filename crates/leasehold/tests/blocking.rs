@@ -101,7 +101,7 @@ fn a_lost_lease_is_reported_and_a_dropped_guard_is_released() {
 }
 
 #[test]
-fn semaphore_rwlock_and_reentrant_lock_work_from_threads() {
+fn semaphore_rwlock_fair_and_reentrant_locks_work_from_threads() {
     let server = RedisServer::start();
     let client = client(&server);
     let holders = Arc::new(AtomicUsize::new(0));
@@ -139,6 +139,16 @@ fn semaphore_rwlock_and_reentrant_lock_work_from_threads() {
         .expect("readers share");
     other.release().unwrap();
     read.release().unwrap();
+
+    let fair = client.fair_lock("fair");
+    let held = fair.acquire().unwrap();
+    assert!(fair.try_acquire().unwrap().is_none());
+    held.release().unwrap();
+    fair.try_acquire()
+        .unwrap()
+        .expect("free")
+        .release()
+        .unwrap();
 
     let re = client.reentrant_lock("orders").owner("job-7");
     let first = re.acquire().unwrap();

@@ -249,6 +249,22 @@ impl Client {
         }
     }
 
+    /// A handle to the fair lock `name`; see [`crate::Client::fair_lock`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn run(client: leasehold::blocking::Client) -> Result<(), leasehold::Error> {
+    /// let guard = client.fair_lock("payouts").acquire()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
+        FairLock {
+            inner: self.inner.fair_lock(name),
+            rt: self.rt.clone(),
+        }
+    }
+
     /// The key prefix every key and channel of this client starts with.
     pub fn prefix(&self) -> &str {
         self.inner.prefix()
@@ -704,4 +720,21 @@ impl Semaphore {
     pub fn permits(&self) -> u32 {
         self.inner.permits()
     }
+}
+
+blocking_handle!(FairLock, FairLock, "blocking::Client::fair_lock");
+
+impl FairLock {
+    blocking_acquire!(
+        acquire,
+        LockGuard,
+        "Takes the lock after every live waiter that came before, blocking up to [`FairLock::wait`].",
+        "let guard = client.fair_lock(\"payouts\").acquire()?;"
+    );
+    blocking_acquire!(
+        try try_acquire,
+        LockGuard,
+        "Takes the lock if it is free and nobody waits for it: `Ok(None)` otherwise.",
+        "let maybe = client.fair_lock(\"payouts\").try_acquire()?;"
+    );
 }
