@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::backend::{Backend, ConnectOptions};
 use crate::error::{Error, Result};
 use crate::events::{Events, Shared};
+use crate::fair::FairLock;
 use crate::key::{glob_match, name_of_lock_key, validate_prefix};
 use crate::lock::{Lock, LockStatus};
 use crate::redlock::Redlock;
@@ -13,6 +14,7 @@ use crate::redlock::quorum::quorum;
 use crate::reentrant::ReentrantLock;
 use crate::rwlock::RwLock;
 use crate::scripts;
+use crate::semaphore::Semaphore;
 use crate::servers::Servers;
 use crate::watchdog::Watchdog;
 
@@ -216,6 +218,41 @@ impl Client {
     /// ```
     pub fn rw_lock(&self, name: impl Into<String>) -> RwLock {
         RwLock::new(self.clone(), name.into())
+    }
+
+    /// A handle to the semaphore `name` with `permits` permits: up to that
+    /// many holders at once, each permit its own lease. Every client of one
+    /// semaphore must pass the same `permits` (see [`Semaphore`]).
+    ///
+    /// Cheap: nothing is sent until [`Semaphore::acquire`] or
+    /// [`Semaphore::try_acquire`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let permit = client.semaphore("exports", 4).acquire().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> Semaphore {
+        Semaphore::new(self.clone(), name.into(), permits)
+    }
+
+    /// A handle to the fair lock `name`: the lease lock, with waiters served
+    /// in arrival order (see [`FairLock`]).
+    ///
+    /// Cheap: nothing is sent until [`FairLock::acquire`] or
+    /// [`FairLock::try_acquire`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let guard = client.fair_lock("payouts").acquire().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
+        FairLock::new(self.clone(), name.into())
     }
 
     /// The locks currently held under this client's prefix whose names match

@@ -70,6 +70,21 @@ pub enum Error {
         name: String,
     },
 
+    /// This client counts a different number of permits for a semaphore
+    /// than the clients that hold its permits now.
+    #[error(
+        "semaphore {name:?} is in use with {held_with} permits, but this client asked for \
+         {permits}: every client of one semaphore must pass the same number of permits"
+    )]
+    PermitsMismatch {
+        /// The semaphore name.
+        name: String,
+        /// The number of permits this client passed.
+        permits: u32,
+        /// The number of permits the current holders were taken with.
+        held_with: u64,
+    },
+
     /// Fewer nodes than a quorum agreed, because too many did not answer in
     /// time or failed (Redlock). Nothing is held: what the attempt may have
     /// taken on some nodes was given back.

@@ -35,6 +35,8 @@ pub(crate) enum Kind {
     Reentrant,
     /// [`RwLock`](crate::RwLock): one member of the sorted set of holds.
     Rw,
+    /// [`Semaphore`](crate::Semaphore): one member of the sorted set of permits.
+    Semaphore,
 }
 
 /// One held lease.

@@ -9,6 +9,11 @@
 //!   take again while holding it; free once every hold is given back.
 //! - [`RwLock`]: many readers or one writer, each holder with its own lease;
 //!   waiting writers stop new readers; a writer may downgrade to a reader.
+//! - [`FairLock`]: the lease lock with waiters served strictly in arrival
+//!   order; a dead waiter leaves the queue within seconds.
+//! - [`Semaphore`]: up to N holders at once, each [`Permit`] its own lease.
+//! - [`blocking`]: the same types and names without async, for threads
+//!   outside an async runtime (renewal runs on a thread of the client's own).
 //!
 //! # Which lock should you use?
 //!
@@ -21,6 +26,14 @@
 //! and processes, not per thread). Use [`RwLock`] when many may read at once
 //! but writes need to be alone; each reader holds its own lease, so a reader
 //! that dies blocks writers for one TTL at most.
+//!
+//! [`Lock`] already hands a release to its longest waiter, but a newcomer
+//! may still take a lock that is free for a moment; use [`FairLock`] when
+//! no caller may ever be overtaken (at the cost of a hand-off per holder).
+//!
+//! Use [`Semaphore`] to bound how many processes do something at once
+//! (exports, connections to a fragile service) rather than to exclude them
+//! all: a holder that dies takes its permit with it for one TTL at most.
 //!
 //! What no lease can promise: a process that is paused (GC, SIGSTOP, a
 //! swapped-out VM) longer than its TTL can wake up still *believing* it holds
@@ -53,9 +66,11 @@
 
 mod acquire;
 mod backend;
+pub mod blocking;
 mod client;
 mod error;
 mod events;
+mod fair;
 mod guard;
 mod key;
 mod lease;
@@ -64,12 +79,15 @@ mod redlock;
 mod reentrant;
 mod rwlock;
 mod scripts;
+mod semaphore;
 mod servers;
 mod token;
 mod watchdog;
 
 pub use client::{Client, ClientBuilder, DEFAULT_PREFIX};
 pub use error::{Error, Result};
+pub use fair::FairLock;
 pub use lock::{DEFAULT_TTL, DEFAULT_WAIT, Lock, LockGuard, LockStatus};
 pub use reentrant::{ReentrantGuard, ReentrantLock};
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
+pub use semaphore::{Permit, Semaphore};

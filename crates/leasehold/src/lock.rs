@@ -27,6 +27,8 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub struct Lock {
     h: Handle,
+    /// Strict arrival order (a [`FairLock`](crate::FairLock)'s attempts).
+    fair: bool,
 }
 
 handle_api!(Lock, "acquire");
@@ -35,7 +37,13 @@ impl Lock {
     pub(crate) fn new(client: Client, name: String) -> Lock {
         Lock {
             h: Handle::new(client, name),
+            fair: false,
         }
+    }
+
+    /// The lease lock of `h`, taken in strict arrival order if `fair`.
+    pub(crate) fn with_order(h: Handle, fair: bool) -> Lock {
+        Lock { h, fair }
     }
 
     /// Takes the lock, waiting up to [`Lock::wait`] for the holder to release.
@@ -223,7 +231,13 @@ impl Lock {
                 },
             };
             let reply = servers
-                .lock_acquire(&self.h.keys, token.as_str(), self.h.ttl, queueing)
+                .lock_acquire(
+                    &self.h.keys,
+                    token.as_str(),
+                    self.h.ttl,
+                    queueing,
+                    self.fair,
+                )
                 .await;
             if queueing != Queueing::No && matches!(reply, Ok(Acquire::Held { .. })) {
                 queued.store(true, Ordering::Relaxed);

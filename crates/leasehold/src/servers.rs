@@ -37,10 +37,7 @@ impl Servers {
     pub(crate) fn single(&self, primitive: &str) -> Result<&Backend> {
         match self {
             Servers::One(backend) => Ok(backend),
-            Servers::Quorum(_) => Err(Error::Unsupported(format!(
-                "{primitive} is not available on a Redlock client (its state cannot be split \
-                 over independent masters); use Lock, or a client on one Redis"
-            ))),
+            Servers::Quorum(_) => Err(needs_one_server(primitive)),
         }
     }
 
@@ -61,11 +58,13 @@ impl Servers {
         token: &str,
         ttl: Duration,
         queueing: Queueing,
+        fair: bool,
     ) -> Result<Acquire> {
         match self {
             Servers::One(backend) => {
-                scripts::lock_acquire(backend, keys, token, ttl, queueing, Spread::One).await
+                scripts::lock_acquire(backend, keys, token, ttl, queueing, Spread::One, fair).await
             }
+            Servers::Quorum(_) if fair => Err(needs_one_server("FairLock")),
             Servers::Quorum(redlock) => redlock.lock_acquire(keys, token, ttl).await,
         }
     }
@@ -158,4 +157,12 @@ async fn first_success(nodes: &[Backend], channel: &str, subscribe: bool) -> Res
         }
     }
     first_error.map_or(Ok(()), Err)
+}
+
+/// The error for a primitive that a Redlock client cannot offer.
+fn needs_one_server(primitive: &str) -> Error {
+    Error::Unsupported(format!(
+        "{primitive} is not available on a Redlock client (its state cannot be split over \
+         independent masters); use Lock, or a client on one Redis"
+    ))
 }

@@ -23,6 +23,18 @@ fn lock_acquire(
     window_ms: u64,
     already_queued: bool,
 ) -> redis::RedisResult<(i64, i64)> {
+    lock_attempt(conn, token, ttl_ms, window_ms, already_queued, false)
+}
+
+/// lock_acquire.lua with every argument, `fair` the last (ARGV[6]).
+fn lock_attempt(
+    conn: &mut Connection,
+    token: &str,
+    ttl_ms: u64,
+    window_ms: u64,
+    already_queued: bool,
+    fair: bool,
+) -> redis::RedisResult<(i64, i64)> {
     redis::Script::new(ACQUIRE)
         .key(LOCK)
         .key(FENCE)
@@ -33,6 +45,8 @@ fn lock_acquire(
         .arg(3_600_000)
         .arg(window_ms)
         .arg(if already_queued { "1" } else { "0" })
+        .arg("0")
+        .arg(if fair { "1" } else { "0" })
         .invoke(conn)
 }
 
@@ -718,4 +732,172 @@ fn rw_scripts_refuse_keys_of_other_kinds_untouched() {
     assert_eq!(err.code(), Some("WRONGTYPE"));
     let exists: bool = conn.exists(LOCK).unwrap();
     assert!(!exists);
+}
+
+const SEM_ACQUIRE: &str = include_str!("../src/scripts/sem_acquire.lua");
+
+/// sem_acquire.lua for hold `hold` of a semaphore of `permits`.
+fn sem(conn: &mut Connection, permits: u32, hold: &str, ttl_ms: u64) -> (i64, i64) {
+    redis::Script::new(SEM_ACQUIRE)
+        .key(LOCK)
+        .key(FENCE)
+        .arg(permits)
+        .arg(hold)
+        .arg(ttl_ms)
+        .arg(3_600_000)
+        .invoke(conn)
+        .unwrap()
+}
+
+#[test]
+fn sem_acquire_grants_up_to_n_permits_with_rising_fences_and_refuses_when_full() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let (ok, f1) = sem(&mut conn, 2, "a", 10_000);
+    assert_eq!(ok, 1);
+    let (ok, f2) = sem(&mut conn, 2, "b", 20_000);
+    assert_eq!(ok, 1);
+    assert!(f2 > f1, "every permit gets a fresh fence");
+    let (ok, wait) = sem(&mut conn, 2, "c", 10_000);
+    assert_eq!(ok, 0, "a full semaphore refuses");
+    assert!(
+        wait > 9_000 && wait <= 10_000,
+        "waits until the first permit ends: {wait}"
+    );
+    // A retry by a hold that has a permit (a lost reply) is granted again.
+    let (ok, f3) = sem(&mut conn, 2, "a", 10_000);
+    assert_eq!(ok, 1);
+    assert!(f3 > f2);
+    assert_eq!(members(&mut conn), ["2:a", "2:b"]);
+    let pttl: i64 = conn.pttl(LOCK).unwrap();
+    assert!(
+        pttl > 19_000,
+        "the key lasts as long as its longest permit: {pttl}"
+    );
+    // A permit given back (rw_release.lua with payload '') makes room.
+    assert_eq!(
+        redis::Script::new(RW_RELEASE)
+            .key(LOCK)
+            .key(CHANNEL)
+            .arg("2:b")
+            .arg("")
+            .invoke::<i64>(&mut conn)
+            .unwrap(),
+        1
+    );
+    assert_eq!(sem(&mut conn, 2, "c", 10_000).0, 1);
+}
+
+#[test]
+fn sem_acquire_prunes_expired_permits_alone() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    sem(&mut conn, 2, "dies", 100);
+    sem(&mut conn, 2, "lives", 30_000);
+    let before: f64 = conn.zscore(LOCK, "2:lives").unwrap();
+    assert_eq!(sem(&mut conn, 2, "c", 10_000).0, 0);
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    assert_eq!(
+        sem(&mut conn, 2, "c", 10_000).0,
+        1,
+        "the dead permit came back"
+    );
+    assert_eq!(members(&mut conn), ["2:c", "2:lives"]);
+    let after: f64 = conn.zscore(LOCK, "2:lives").unwrap();
+    assert_eq!(before, after, "the other permit is untouched");
+}
+
+#[test]
+fn sem_acquire_refuses_another_count_of_permits_untouched() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    sem(&mut conn, 3, "a", 10_000);
+    let fence: String = conn.get(FENCE).unwrap();
+    assert_eq!(sem(&mut conn, 5, "b", 10_000), (-1, 3));
+    assert_eq!(members(&mut conn), ["3:a"]);
+    let after: String = conn.get(FENCE).unwrap();
+    assert_eq!(fence, after, "nothing was written");
+    // Once every permit is gone, the next caller's count holds.
+    let _: () = conn.del(LOCK).unwrap();
+    assert_eq!(sem(&mut conn, 5, "b", 10_000).0, 1);
+    assert_eq!(sem(&mut conn, 3, "a", 10_000), (-1, 5));
+
+    let _: () = conn.set("t:{n}:lock", "a string").unwrap();
+    let err = redis::Script::new(SEM_ACQUIRE)
+        .key(LOCK)
+        .key(FENCE)
+        .arg(1)
+        .arg("x")
+        .arg(1000)
+        .arg(3_600_000)
+        .invoke::<(i64, i64)>(&mut conn)
+        .unwrap_err();
+    assert_eq!(err.code(), Some("WRONGTYPE"));
+}
+
+/// lock_acquire.lua for a fair lock.
+fn fair_acquire(conn: &mut Connection, token: &str, window_ms: u64, already: bool) -> (i64, i64) {
+    lock_attempt(conn, token, 10_000, window_ms, already, true).unwrap()
+}
+
+#[test]
+fn a_fair_acquire_leaves_a_free_lock_to_the_first_live_waiter() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    acquire(&mut conn, "holder", 10_000);
+    assert_eq!(fair_acquire(&mut conn, "w1", 3000, false).0, 0);
+    assert_eq!(fair_acquire(&mut conn, "w2", 3000, false).0, 0);
+    assert_eq!(queued(&mut conn), ["w1", "w2"]);
+    // The holder vanishes without a hand-off: the lock is free.
+    let _: () = conn.del(LOCK).unwrap();
+    assert_eq!(
+        fair_acquire(&mut conn, "newcomer", 0, false).0,
+        0,
+        "a newcomer may not take it, not even without waiting"
+    );
+    assert_eq!(
+        fair_acquire(&mut conn, "w2", 3000, true).0,
+        0,
+        "w1 came first"
+    );
+    assert_eq!(queued(&mut conn), ["w1", "w2"], "a try does not queue");
+    assert_eq!(fair_acquire(&mut conn, "w1", 3000, true).0, 1);
+    assert_eq!(queued(&mut conn), ["w2"]);
+    // Release hands it to the next in line, as for a plain lock.
+    release(&mut conn, "w1");
+    let holder: String = conn.get(LOCK).unwrap();
+    assert_eq!(holder, "w2", "released into w2's hands");
+}
+
+#[test]
+fn a_fair_acquire_prunes_waiters_past_their_deadline() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    acquire(&mut conn, "holder", 10_000);
+    assert_eq!(fair_acquire(&mut conn, "dead", 100, false).0, 0);
+    assert_eq!(fair_acquire(&mut conn, "live", 3000, false).0, 0);
+    let _: () = conn.del(LOCK).unwrap();
+    assert_eq!(
+        fair_acquire(&mut conn, "live", 3000, true).0,
+        0,
+        "dead is still in time"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    assert_eq!(
+        fair_acquire(&mut conn, "live", 3000, true).0,
+        1,
+        "dead was skipped"
+    );
+    assert!(queued(&mut conn).is_empty());
+    // The same state without the fair flag: anyone may take a free lock.
+    release(&mut conn, "live");
+    assert_eq!(fair_acquire(&mut conn, "w", 3000, false).0, 1);
+    release(&mut conn, "w");
+    lock_acquire(&mut conn, "x", 10_000, 3000, false).unwrap();
+    assert_eq!(fair_acquire(&mut conn, "w", 3000, false).0, 0);
+    let _: () = conn.del(LOCK).unwrap();
+    assert_eq!(
+        lock_acquire(&mut conn, "y", 10_000, 3000, false).unwrap().0,
+        1
+    );
 }

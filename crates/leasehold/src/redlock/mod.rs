@@ -154,7 +154,17 @@ impl Redlock {
         let results = self
             .until_decided(
                 self.timeout_for(ttl),
-                |node| scripts::lock_acquire(node, keys, token, ttl, Queueing::No, Spread::Quorum),
+                |node| {
+                    scripts::lock_acquire(
+                        node,
+                        keys,
+                        token,
+                        ttl,
+                        Queueing::No,
+                        Spread::Quorum,
+                        false,
+                    )
+                },
                 |so_far| {
                     let acquired = so_far
                         .iter()

@@ -9,6 +9,8 @@
 -- ARGV[5] '1' if this caller may already be queued (an earlier attempt was refused)
 -- ARGV[6] '1' to raise the fence to at least the server time in µs on every acquisition,
 --         so fences from different servers are comparable (Redlock); costs two calls
+-- ARGV[7] '1' for a fair lock: a free lease goes to the caller only if no live waiter is
+--         ahead of it in the queue; waiters past their deadline are pruned first
 -- Returns {1, fence} when the caller holds the lease now, {0, pttl} when another owner
 -- holds it (pttl: the holder's remaining ms, -1 if the key has no expiry).
 --
@@ -17,8 +19,7 @@
 -- earlier fence is at most its seed plus the acquisitions since, and an acquisition takes
 -- far more than a µs of server time, so the new seed is above all of them as long as the
 -- server clock does not go back.
-local holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
-if holder and holder ~= ARGV[1] then
+local function refuse()
   local window = tonumber(ARGV[4])
   if window > 0 then
     local now = redis.call('TIME')
@@ -29,6 +30,22 @@ if holder and holder ~= ARGV[1] then
     redis.call('PEXPIRE', KEYS[4], window)
   end
   return {0, redis.call('PTTL', KEYS[1])}
+end
+if ARGV[7] == '1' and not redis.call('GET', KEYS[1]) then
+  local now = redis.call('TIME')
+  local now_ms = now[1] * 1000 + math.floor(now[2] / 1000)
+  for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now_ms)) do
+    redis.call('ZREM', KEYS[3], dead)
+    redis.call('ZREM', KEYS[4], dead)
+  end
+  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if head and head ~= ARGV[1] then
+    return refuse()
+  end
+end
+local holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
+if holder and holder ~= ARGV[1] then
+  return refuse()
 end
 if holder then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])

@@ -33,6 +33,8 @@ static RW_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!(
 static RW_EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("rw_extend.lua")));
 static RW_DOWNGRADE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("rw_downgrade.lua")));
+static SEM_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("sem_acquire.lua")));
 
 /// How long the fence key outlives its last acquisition. After it expires
 /// the server clock alone keeps fences increasing.
@@ -114,7 +116,8 @@ pub(crate) enum Spread {
 
 /// Takes the lease `keys.lock` for `token` if it is free or already
 /// `token`'s (a retry, or a hand-off), issuing a new fencing token; when
-/// refused and waiting, joins the queue.
+/// refused and waiting, joins the queue. With `fair`, a free lease goes to
+/// the caller only if no live waiter is ahead of it in the queue.
 pub(crate) async fn lock_acquire(
     backend: &Backend,
     keys: &LockKeys,
@@ -122,6 +125,7 @@ pub(crate) async fn lock_acquire(
     ttl: Duration,
     queueing: Queueing,
     spread: Spread,
+    fair: bool,
 ) -> Result<Acquire> {
     let (window, already) = match queueing {
         Queueing::No => (0, false),
@@ -138,7 +142,8 @@ pub(crate) async fn lock_acquire(
         .arg(millis(FENCE_KEY_TTL.max(ttl * 2)))
         .arg(window)
         .arg(if already { "1" } else { "0" })
-        .arg(if spread == Spread::Quorum { "1" } else { "0" });
+        .arg(if spread == Spread::Quorum { "1" } else { "0" })
+        .arg(if fair { "1" } else { "0" });
     acquire_reply(backend, &invocation, keys, "string").await
 }
 
@@ -220,7 +225,8 @@ pub(crate) async fn extend(
     let script: &Script = match kind {
         Kind::Lock => &LOCK_EXTEND,
         Kind::Reentrant => &REENTRANT_EXTEND,
-        Kind::Rw => &RW_EXTEND,
+        // A permit is an entry of a sorted set, as an RwLock hold.
+        Kind::Rw | Kind::Semaphore => &RW_EXTEND,
     };
     let mut invocation = script.prepare_invoke();
     for lease in leases {
@@ -253,6 +259,7 @@ pub(crate) async fn release(
         Kind::Lock => lock_release(backend, keys, hold, spread).await,
         Kind::Reentrant => reentrant_release(backend, keys, "", hold).await,
         Kind::Rw => rw_release(backend, keys, hold).await,
+        Kind::Semaphore => sem_release(backend, keys, hold).await,
     }
 }
 
@@ -374,13 +381,74 @@ pub(crate) async fn rw_acquire(
 /// Removes one member of an RwLock (a hold or a waiting writer) and wakes
 /// every waiter.
 pub(crate) async fn rw_release(backend: &Backend, keys: &LockKeys, member: &str) -> Result<Owned> {
+    zset_release(backend, keys, member, "all").await
+}
+
+/// Removes one entry of a sorted set of leases and publishes `payload`.
+async fn zset_release(
+    backend: &Backend,
+    keys: &LockKeys,
+    member: &str,
+    payload: &str,
+) -> Result<Owned> {
     let code: i64 = backend
         .invoke(
-            RW_RELEASE.key(&keys.lock).key(&keys.channel).arg(member),
+            RW_RELEASE
+                .key(&keys.lock)
+                .key(&keys.channel)
+                .arg(member)
+                .arg(payload),
             &keys.lock,
         )
         .await?;
     Ok(Owned::from_code(code))
+}
+
+/// Reply of [`sem_acquire`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SemAcquire {
+    /// Taken, or every permit held (as for a lock).
+    Lock(Acquire),
+    /// Live permits were taken by clients that count this many permits.
+    Mismatch(u64),
+}
+
+/// Takes one of `permits` permits of a semaphore as hold `hold`; the
+/// permit's member in the set (its identity for release and extend) is
+/// [`sem_member`].
+pub(crate) async fn sem_acquire(
+    backend: &Backend,
+    keys: &LockKeys,
+    permits: u32,
+    hold: &str,
+    ttl: Duration,
+) -> Result<SemAcquire> {
+    let mut invocation = SEM_ACQUIRE.prepare_invoke();
+    invocation
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .arg(permits)
+        .arg(hold)
+        .arg(millis(ttl))
+        .arg(millis(FENCE_KEY_TTL.max(ttl * 2)));
+    let reply = backend.invoke::<(i64, i64)>(&invocation, &keys.lock).await;
+    match reply {
+        Err(Error::WrongType { .. }) => Err(which_wrong_type(backend, keys, "zset").await),
+        Ok((-1, theirs)) => Ok(SemAcquire::Mismatch(u64::try_from(theirs).unwrap_or(0))),
+        Ok(pair) => Ok(SemAcquire::Lock(Acquire::from_pair(pair))),
+        Err(e) => Err(e),
+    }
+}
+
+/// The member of hold `hold` in a semaphore of `permits` permits.
+pub(crate) fn sem_member(permits: u32, hold: &str) -> String {
+    format!("{permits}:{hold}")
+}
+
+/// Gives back one permit (by its member) and wakes one waiter per client:
+/// one permit frees, so one waiter can take it.
+pub(crate) async fn sem_release(backend: &Backend, keys: &LockKeys, member: &str) -> Result<Owned> {
+    zset_release(backend, keys, member, "").await
 }
 
 /// Replaces write hold `write` by read hold `read` lasting `ttl`, atomically.

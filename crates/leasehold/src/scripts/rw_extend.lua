@@ -1,4 +1,5 @@
 -- rw_extend.lua: renew RwLock holds, each on its own; one call renews many.
+-- Also renews semaphore permits (sem_acquire.lua), whose set has the same shape.
 -- KEYS[i] rw key (sorted set, see rw_acquire.lua) of hold i
 -- ARGV[2i-1] member of hold i   ARGV[2i] new ttl of hold i in ms
 -- Returns a list with, for each hold: 1 if renewed (its score is now + ttl; no other entry

@@ -1,8 +1,10 @@
 -- rw_release.lua: remove one entry (a read or write hold, or a waiting writer) and wake waiters.
+-- Also gives back a semaphore's permit (sem_acquire.lua), whose set has the same shape.
 -- KEYS[1] rw key (sorted set, see rw_acquire.lua)   KEYS[2] release channel
--- ARGV[1] member
+-- ARGV[1] member   ARGV[2] the payload to publish (optional; default 'all')
 -- Returns 1 if the entry was live and is removed, 0 if it was missing or expired.
--- Publishes 'all': every waiter may proceed (many readers can enter at once).
+-- Publishes 'all' for an RwLock: every waiter may proceed (many readers can enter at once);
+-- a semaphore passes '' (one permit frees, so one waiter per client wakes).
 local key = KEYS[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -11,7 +13,7 @@ redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
 local released = 0
 if score and tonumber(score) > now then
   redis.call('ZREM', key, ARGV[1])
-  redis.call('PUBLISH', KEYS[2], 'all')
+  redis.call('PUBLISH', KEYS[2], ARGV[2] or 'all')
   released = 1
 end
 local top = redis.call('ZRANGE', key, 0, 0, 'REV', 'WITHSCORES')

@@ -1,0 +1,740 @@
+//! The same locks for code without an async runtime.
+//!
+//! Every type here wraps its async namesake and blocks the calling thread
+//! until the call is done. A [`Client`] owns a small Tokio runtime with one
+//! worker thread of its own, where the watchdog renews held leases and
+//! releases of dropped guards happen, so renewal keeps running while the
+//! caller's thread blocks or computes.
+//!
+//! Only for threads outside an async runtime: inside one, every call panics
+//! with a message pointing to the async API (blocking there would stall the
+//! runtime's thread). Guards are `Send`: they may move between threads.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::time::{Duration, Instant};
+//!
+//! fn main() -> Result<(), leasehold::Error> {
+//!     let client = leasehold::blocking::Client::connect("redis://127.0.0.1:6379")?;
+//!     let lock = client.lock("orders:42").ttl(Duration::from_secs(30));
+//!     let guard = lock.acquire()?;
+//!     // ... write to the resource, passing guard.fence() ...
+//!     guard.release()?;
+//!     Ok(())
+//! }
+//! ```
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::lock::LockStatus;
+
+/// The runtime a blocking client and its guards share.
+#[derive(Clone)]
+struct Rt(Arc<RtInner>);
+
+struct RtInner(Option<tokio::runtime::Runtime>);
+
+/// How long a dropped client's runtime may keep running to finish the
+/// releases of guards dropped just before it.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+impl Drop for RtInner {
+    fn drop(&mut self) {
+        let Some(rt) = self.0.take() else { return };
+        // The client's tasks end once the client and its guards are gone,
+        // after the background releases queued before. Let them finish, on a
+        // thread of its own: Drop never blocks.
+        let wind_down = move || {
+            let deadline = Instant::now() + SHUTDOWN_GRACE;
+            while rt.metrics().num_alive_tasks() > 0 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            rt.shutdown_background();
+        };
+        if let Err(e) = std::thread::Builder::new()
+            .name("leasehold-blocking-shutdown".into())
+            .spawn(wind_down)
+        {
+            tracing::warn!(error = %e, "cannot start the shutdown thread; leases still held end by their TTL");
+        }
+    }
+}
+
+impl Rt {
+    fn start() -> Result<Rt> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("leasehold-blocking")
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                Error::Unsupported(format!(
+                    "cannot start the runtime thread of the blocking client: {e}"
+                ))
+            })?;
+        Ok(Rt(Arc::new(RtInner(Some(rt)))))
+    }
+
+    /// Runs `f` to completion on the client's runtime, blocking this thread.
+    #[track_caller]
+    fn block_on<F: Future>(&self, f: F) -> F::Output {
+        refuse_inside_async();
+        match &self.0.0 {
+            Some(rt) => rt.block_on(f),
+            None => unreachable!("the runtime lives as long as its handles"),
+        }
+    }
+}
+
+#[track_caller]
+fn refuse_inside_async() {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        panic!(
+            "leasehold::blocking was called from inside an async runtime, where blocking \
+             would stall the runtime's thread: use the async API (leasehold::Client) there"
+        );
+    }
+}
+
+/// A connection to Redis from which blocking locks are made; the blocking
+/// twin of [`crate::Client`].
+///
+/// Cheap to clone; clones share one connection, one watchdog and one
+/// runtime thread, which ends when the last clone and the last guard are
+/// dropped.
+///
+/// # Example
+///
+/// ```no_run
+/// # fn run() -> Result<(), leasehold::Error> {
+/// let client = leasehold::blocking::Client::connect("redis://127.0.0.1:6379")?;
+/// let guard = client.lock("orders:42").acquire()?;
+/// guard.release()?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: crate::Client,
+    rt: Rt,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("blocking::Client")
+            .field(&self.inner)
+            .finish()
+    }
+}
+
+impl Client {
+    /// Connects to one Redis server with default options; see
+    /// [`crate::Client::connect`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Client::connect`]; [`Error::Unsupported`] if the runtime
+    /// thread cannot be started.
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime: use [`crate::Client::connect`] there.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn run() -> Result<(), leasehold::Error> {
+    /// let client = leasehold::blocking::Client::connect("redis://127.0.0.1:6379")?;
+    /// # Ok(()) }
+    /// ```
+    #[track_caller]
+    pub fn connect(url: &str) -> Result<Client> {
+        Client::build(crate::Client::builder().url(url))
+    }
+
+    /// Connects with the options of an async [`crate::ClientBuilder`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::ClientBuilder::build`]; [`Error::Unsupported`] if the
+    /// runtime thread cannot be started.
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime: use [`crate::ClientBuilder::build`] there.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn run() -> Result<(), leasehold::Error> {
+    /// let builder = leasehold::Client::builder().url("redis://127.0.0.1:6379").prefix("myapp");
+    /// let client = leasehold::blocking::Client::build(builder)?;
+    /// # Ok(()) }
+    /// ```
+    #[track_caller]
+    pub fn build(builder: crate::ClientBuilder) -> Result<Client> {
+        refuse_inside_async();
+        let rt = Rt::start()?;
+        let inner = rt.block_on(builder.build())?;
+        Ok(Client { inner, rt })
+    }
+
+    /// A handle to the lease lock `name`; see [`crate::Client::lock`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn run(client: leasehold::blocking::Client) -> Result<(), leasehold::Error> {
+    /// let guard = client.lock("orders:42").acquire()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lock(&self, name: impl Into<String>) -> Lock {
+        Lock {
+            inner: self.inner.lock(name),
+            rt: self.rt.clone(),
+        }
+    }
+
+    /// A handle to the reentrant lock `name`; see
+    /// [`crate::Client::reentrant_lock`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn run(client: leasehold::blocking::Client) -> Result<(), leasehold::Error> {
+    /// let guard = client.reentrant_lock("orders:42").owner("job-7").acquire()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn reentrant_lock(&self, name: impl Into<String>) -> ReentrantLock {
+        ReentrantLock {
+            inner: self.inner.reentrant_lock(name),
+            rt: self.rt.clone(),
+        }
+    }
+
+    /// A handle to the read-write lock `name`; see
+    /// [`crate::Client::rw_lock`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn run(client: leasehold::blocking::Client) -> Result<(), leasehold::Error> {
+    /// let guard = client.rw_lock("catalog").read()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn rw_lock(&self, name: impl Into<String>) -> RwLock {
+        RwLock {
+            inner: self.inner.rw_lock(name),
+            rt: self.rt.clone(),
+        }
+    }
+
+    /// A handle to the semaphore `name` with `permits` permits; see
+    /// [`crate::Client::semaphore`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn run(client: leasehold::blocking::Client) -> Result<(), leasehold::Error> {
+    /// let permit = client.semaphore("exports", 4).acquire()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> Semaphore {
+        Semaphore {
+            inner: self.inner.semaphore(name, permits),
+            rt: self.rt.clone(),
+        }
+    }
+
+    /// A handle to the fair lock `name`; see [`crate::Client::fair_lock`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn run(client: leasehold::blocking::Client) -> Result<(), leasehold::Error> {
+    /// let guard = client.fair_lock("payouts").acquire()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
+        FairLock {
+            inner: self.inner.fair_lock(name),
+            rt: self.rt.clone(),
+        }
+    }
+
+    /// The key prefix every key and channel of this client starts with.
+    pub fn prefix(&self) -> &str {
+        self.inner.prefix()
+    }
+}
+
+/// A blocking handle: wraps the async `$async`, with its setters.
+macro_rules! blocking_handle {
+    ($handle:ident, $async:ident, $make:literal) => {
+        #[doc = concat!("The blocking twin of [`crate::", stringify!($async), "`]; made by `", $make, "`.")]
+        ///
+        /// Cheap to clone; holds no lease itself.
+        #[derive(Clone)]
+        pub struct $handle {
+            inner: crate::$async,
+            rt: Rt,
+        }
+
+        impl std::fmt::Debug for $handle {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_tuple(concat!("blocking::", stringify!($handle)))
+                    .field(&self.inner)
+                    .finish()
+            }
+        }
+
+        impl $handle {
+            #[doc = concat!("The length of each lease; see [`crate::", stringify!($async), "::ttl`].")]
+            ///
+            /// Defaults to 30 s.
+            pub fn ttl(self, ttl: Duration) -> Self {
+                Self {
+                    inner: self.inner.ttl(ttl),
+                    rt: self.rt,
+                }
+            }
+
+            /// How long a waiting acquire blocks at most.
+            ///
+            /// Defaults to 10 s.
+            pub fn wait(self, wait: Duration) -> Self {
+                Self {
+                    inner: self.inner.wait(wait),
+                    rt: self.rt,
+                }
+            }
+
+            /// Whether the client's watchdog renews held leases.
+            ///
+            /// Defaults to `true`.
+            pub fn watchdog(self, renew: bool) -> Self {
+                Self {
+                    inner: self.inner.watchdog(renew),
+                    rt: self.rt,
+                }
+            }
+
+            /// The lock's name.
+            pub fn name(&self) -> &str {
+                self.inner.name()
+            }
+
+            fn guard<G>(&self, g: G) -> Guard<G> {
+                Guard {
+                    inner: g,
+                    rt: self.rt.clone(),
+                }
+            }
+        }
+    };
+}
+
+/// A blocking handle whose holds belong to an owner id.
+macro_rules! blocking_owner {
+    ($handle:ident, $make:literal) => {
+        impl $handle {
+            /// The owner id: handles with the same id share the lock's holds.
+            ///
+            /// Defaults to a random id per handle.
+            ///
+            /// # Example
+            ///
+            /// ```no_run
+            /// # fn run(client: leasehold::blocking::Client) {
+            #[doc = concat!("let lock = ", $make, ".owner(\"job-7\");")]
+            /// assert_eq!(lock.owner_id(), "job-7");
+            /// # }
+            /// ```
+            pub fn owner(self, id: impl Into<String>) -> Self {
+                Self {
+                    inner: self.inner.owner(id),
+                    rt: self.rt,
+                }
+            }
+
+            /// The owner id of this handle.
+            pub fn owner_id(&self) -> &str {
+                self.inner.owner_id()
+            }
+        }
+    };
+}
+
+/// A held guard of any primitive and the runtime that renews it.
+struct Guard<G> {
+    inner: G,
+    rt: Rt,
+}
+
+/// A blocking guard: wraps the async guard `$async` in a [`Guard`].
+macro_rules! blocking_guard {
+    ($guard:ident, $async:ident, $what:literal, $acquire:literal) => {
+        #[doc = concat!("The blocking twin of [`crate::", stringify!($async), "`]: the ", $what, " is renewed on the client's runtime thread while it lives.")]
+        ///
+        /// Dropping it stops renewal and releases in the background (never
+        /// blocking, never panicking).
+        #[must_use = "dropping the guard releases at once"]
+        pub struct $guard(Guard<crate::$async>);
+
+        impl std::fmt::Debug for $guard {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.0.inner.fmt(f)
+            }
+        }
+
+        impl $guard {
+            /// The fencing token; see the async guard.
+            pub fn fence(&self) -> u64 {
+                self.0.inner.fence()
+            }
+
+            /// This holder's owner token (a capability: do not log it whole).
+            pub fn token(&self) -> &str {
+                self.0.inner.token()
+            }
+
+            /// The lock's name.
+            pub fn name(&self) -> &str {
+                self.0.inner.name()
+            }
+
+            #[doc = concat!("True once the ", $what, " may have expired or was taken by another owner.")]
+            pub fn is_lost(&self) -> bool {
+                self.0.inner.is_lost()
+            }
+
+            #[doc = concat!("Blocks until the ", $what, " is lost: another owner took it, or it could")]
+            /// not be renewed before its validity ran out (see the async
+            /// guard's `lost`). Call it on a thread that watches the lease.
+            ///
+            /// # Panics
+            ///
+            /// Inside an async runtime: use the async API there.
+            #[track_caller]
+            pub fn lost(&self) {
+                self.0.rt.block_on(self.0.inner.lost());
+            }
+
+            #[doc = concat!("Sets the ", $what, " to end `ttl` from now, if this guard still holds it.")]
+            ///
+            /// ```no_run
+            /// # fn run(client: leasehold::blocking::Client) -> Result<(), leasehold::Error> {
+            #[doc = concat!("let guard = ", $acquire, ";")]
+            /// guard.extend(std::time::Duration::from_secs(60))?;
+            /// # Ok(()) }
+            /// ```
+            ///
+            /// # Errors
+            ///
+            /// As the async guard's `extend`.
+            ///
+            /// # Panics
+            ///
+            /// Inside an async runtime: use the async API there.
+            #[track_caller]
+            pub fn extend(&self, ttl: Duration) -> Result<()> {
+                self.0.rt.block_on(self.0.inner.extend(ttl))
+            }
+
+            #[doc = concat!("Gives back the ", $what, ", if this guard still holds it, and wakes waiters.")]
+            ///
+            /// ```no_run
+            /// # fn run(client: leasehold::blocking::Client) -> Result<(), leasehold::Error> {
+            #[doc = concat!("let guard = ", $acquire, ";")]
+            /// guard.release()?;
+            /// # Ok(()) }
+            /// ```
+            ///
+            /// # Errors
+            ///
+            /// As the async guard's `release`.
+            ///
+            /// # Panics
+            ///
+            /// Inside an async runtime: use the async API there.
+            #[track_caller]
+            pub fn release(self) -> Result<()> {
+                let Guard { inner, rt } = self.0;
+                rt.block_on(inner.release())
+            }
+        }
+    };
+}
+
+/// A blocking acquire method `$name` calling the async `$name`, with its docs.
+macro_rules! blocking_acquire {
+    ($name:ident, $guard:ident, $doc:literal, $example:literal) => {
+        #[doc = $doc]
+        ///
+        /// # Errors
+        ///
+        /// As the async method of the same name.
+        ///
+        /// # Panics
+        ///
+        /// Inside an async runtime: use the async API there.
+        ///
+        /// # Example
+        ///
+        /// ```no_run
+        /// # fn run(client: leasehold::blocking::Client) -> Result<(), leasehold::Error> {
+        #[doc = $example]
+        /// # Ok(()) }
+        /// ```
+        #[track_caller]
+        pub fn $name(&self) -> Result<$guard> {
+            let g = self.rt.block_on(self.inner.$name())?;
+            Ok($guard(self.guard(g)))
+        }
+    };
+    (try $name:ident, $guard:ident, $doc:literal, $example:literal) => {
+        #[doc = $doc]
+        ///
+        /// # Errors
+        ///
+        /// As the async method of the same name.
+        ///
+        /// # Panics
+        ///
+        /// Inside an async runtime: use the async API there.
+        ///
+        /// # Example
+        ///
+        /// ```no_run
+        /// # fn run(client: leasehold::blocking::Client) -> Result<(), leasehold::Error> {
+        #[doc = $example]
+        /// # Ok(()) }
+        /// ```
+        #[track_caller]
+        pub fn $name(&self) -> Result<Option<$guard>> {
+            let g = self.rt.block_on(self.inner.$name())?;
+            Ok(g.map(|g| $guard(self.guard(g))))
+        }
+    };
+}
+
+blocking_handle!(Lock, Lock, "blocking::Client::lock");
+blocking_guard!(
+    LockGuard,
+    LockGuard,
+    "lease",
+    "client.lock(\"migration\").acquire()?"
+);
+
+impl Lock {
+    blocking_acquire!(
+        acquire,
+        LockGuard,
+        "Takes the lock, blocking up to [`Lock::wait`] for the holder to release.",
+        "let guard = client.lock(\"orders:42\").acquire()?;"
+    );
+    blocking_acquire!(
+        try try_acquire,
+        LockGuard,
+        "Takes the lock if it is free, without waiting: `Ok(None)` when held.",
+        "let maybe = client.lock(\"orders:42\").try_acquire()?;"
+    );
+
+    /// Releases the lease held under `token`; see
+    /// [`crate::Lock::release_by_token`].
+    ///
+    /// # Errors
+    ///
+    /// As the async method.
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn run(client: leasehold::blocking::Client, token: String) -> Result<(), leasehold::Error> {
+    /// client.lock("deploy").release_by_token(&token)?;
+    /// # Ok(()) }
+    /// ```
+    #[track_caller]
+    pub fn release_by_token(&self, token: &str) -> Result<()> {
+        self.rt.block_on(self.inner.release_by_token(token))
+    }
+
+    /// Reads who holds the lock; see [`crate::Lock::status`].
+    ///
+    /// # Errors
+    ///
+    /// As the async method.
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn run(client: leasehold::blocking::Client) -> Result<(), leasehold::Error> {
+    /// println!("{:?}", client.lock("deploy").status()?.remaining);
+    /// # Ok(()) }
+    /// ```
+    #[track_caller]
+    pub fn status(&self) -> Result<LockStatus> {
+        self.rt.block_on(self.inner.status())
+    }
+}
+
+impl LockGuard {
+    /// Stops renewal and hands back the owner token without releasing; see
+    /// [`crate::LockGuard::detach`].
+    pub fn detach(self) -> String {
+        self.0.inner.detach()
+    }
+}
+
+blocking_handle!(
+    ReentrantLock,
+    ReentrantLock,
+    "blocking::Client::reentrant_lock"
+);
+blocking_owner!(ReentrantLock, "client.reentrant_lock(\"orders:42\")");
+blocking_guard!(
+    ReentrantGuard,
+    ReentrantGuard,
+    "hold",
+    "client.reentrant_lock(\"orders:42\").acquire()?"
+);
+
+impl ReentrantLock {
+    blocking_acquire!(
+        acquire,
+        ReentrantGuard,
+        "Takes a hold, blocking up to [`ReentrantLock::wait`] while another owner holds it.",
+        "let guard = client.reentrant_lock(\"orders:42\").acquire()?;"
+    );
+    blocking_acquire!(
+        try try_acquire,
+        ReentrantGuard,
+        "Takes a hold if the lock is free or this owner's, without waiting.",
+        "let maybe = client.reentrant_lock(\"orders:42\").try_acquire()?;"
+    );
+}
+
+blocking_handle!(RwLock, RwLock, "blocking::Client::rw_lock");
+blocking_owner!(RwLock, "client.rw_lock(\"catalog\")");
+blocking_guard!(
+    ReadGuard,
+    ReadGuard,
+    "read hold",
+    "client.rw_lock(\"catalog\").read()?"
+);
+blocking_guard!(
+    WriteGuard,
+    WriteGuard,
+    "write hold",
+    "client.rw_lock(\"catalog\").write()?"
+);
+
+impl RwLock {
+    blocking_acquire!(
+        read,
+        ReadGuard,
+        "Takes a read hold, blocking up to [`RwLock::wait`] while another owner writes.",
+        "let guard = client.rw_lock(\"catalog\").read()?;"
+    );
+    blocking_acquire!(
+        try try_read,
+        ReadGuard,
+        "Takes a read hold without waiting: `Ok(None)` while another owner writes.",
+        "let maybe = client.rw_lock(\"catalog\").try_read()?;"
+    );
+    blocking_acquire!(
+        write,
+        WriteGuard,
+        "Takes the write hold, blocking up to [`RwLock::wait`] for other owners to leave.",
+        "let guard = client.rw_lock(\"catalog\").write()?;"
+    );
+    blocking_acquire!(
+        try try_write,
+        WriteGuard,
+        "Takes the write hold without waiting: `Ok(None)` while another owner holds it.",
+        "let maybe = client.rw_lock(\"catalog\").try_write()?;"
+    );
+}
+
+impl WriteGuard {
+    /// Turns the write hold into a read hold in one step; see
+    /// [`crate::WriteGuard::downgrade`].
+    ///
+    /// # Errors
+    ///
+    /// As the async method.
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn run(client: leasehold::blocking::Client) -> Result<(), leasehold::Error> {
+    /// let read = client.rw_lock("catalog").write()?.downgrade()?;
+    /// # Ok(()) }
+    /// ```
+    #[track_caller]
+    pub fn downgrade(self) -> Result<ReadGuard> {
+        let Guard { inner, rt } = self.0;
+        let read = rt.block_on(inner.downgrade())?;
+        Ok(ReadGuard(Guard { inner: read, rt }))
+    }
+}
+
+blocking_handle!(Semaphore, Semaphore, "blocking::Client::semaphore");
+blocking_guard!(
+    Permit,
+    Permit,
+    "permit",
+    "client.semaphore(\"exports\", 4).acquire()?"
+);
+
+impl Semaphore {
+    blocking_acquire!(
+        acquire,
+        Permit,
+        "Takes a permit, blocking up to [`Semaphore::wait`] for one to free.",
+        "let permit = client.semaphore(\"exports\", 4).acquire()?;"
+    );
+    blocking_acquire!(
+        try try_acquire,
+        Permit,
+        "Takes a permit if one is free, without waiting: `Ok(None)` when all are held.",
+        "let maybe = client.semaphore(\"exports\", 4).try_acquire()?;"
+    );
+
+    /// The number of permits this handle counts.
+    pub fn permits(&self) -> u32 {
+        self.inner.permits()
+    }
+}
+
+blocking_handle!(FairLock, FairLock, "blocking::Client::fair_lock");
+
+impl FairLock {
+    blocking_acquire!(
+        acquire,
+        LockGuard,
+        "Takes the lock after every live waiter that came before, blocking up to [`FairLock::wait`].",
+        "let guard = client.fair_lock(\"payouts\").acquire()?;"
+    );
+    blocking_acquire!(
+        try try_acquire,
+        LockGuard,
+        "Takes the lock if it is free and nobody waits for it: `Ok(None)` otherwise.",
+        "let maybe = client.fair_lock(\"payouts\").try_acquire()?;"
+    );
+}

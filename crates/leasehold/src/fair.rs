@@ -1,0 +1,130 @@
+//! The fair lock: the lease lock, taken in strict arrival order.
+
+use crate::acquire::{Handle, handle_api};
+use crate::client::Client;
+use crate::error::Result;
+use crate::lock::{Lock, LockGuard, LockStatus};
+
+/// A handle to one named lease lock whose waiters are served in arrival
+/// order; made by [`Client::fair_lock`].
+///
+/// The same lease as [`Lock`] (same keys, guard, fence, renewal and
+/// release), with one more rule: a free lock goes to a caller only if no
+/// live waiter queued before it. So:
+///
+/// - **First come, first served.** A caller that is refused joins the queue;
+///   at release the lock is handed straight to the first live waiter, and
+///   only that waiter is woken. Newcomers (and the releasing holder) cannot
+///   barge in, not even with [`FairLock::try_acquire`].
+/// - **A dead waiter leaves the queue within a bounded time.** A waiter
+///   tries again at least every second while it waits (its heartbeat) and
+///   counts as dead 3 s after its last try; a waiter that gives up leaves at
+///   once. A lock handed to a waiter that died since waits 0.5 s for it,
+///   then goes to the next. So a dead waiter delays the queue by about 4 s
+///   at most, once.
+/// - Fairness holds among fair callers: a [`Lock`] of the same name shares
+///   the lease and the queue but may take a free lock ahead of the queue.
+///
+/// Use it when starvation matters more than throughput: strict order costs
+/// a hand-off round trip per holder, and a newcomer waits even while the
+/// lock is briefly free.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+/// let queue = client.fair_lock("payouts");
+/// let guard = queue.acquire().await?; // after everyone who came before
+/// // ... pass guard.fence() to the resource ...
+/// guard.release().await?; // handed to the next in line
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct FairLock {
+    h: Handle,
+}
+
+handle_api!(FairLock, "acquire");
+
+impl FairLock {
+    pub(crate) fn new(client: Client, name: String) -> FairLock {
+        FairLock {
+            h: Handle::new(client, name),
+        }
+    }
+
+    fn lock(&self) -> Lock {
+        Lock::with_order(self.h.clone(), true)
+    }
+
+    /// Takes the lock after every live waiter that came before, waiting up
+    /// to [`FairLock::wait`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::acquire`]: [`Error::Timeout`](crate::Error::Timeout) when
+    /// the wait ran out (the caller then leaves the queue),
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad
+    /// name or TTL, [`Error::WrongType`](crate::Error::WrongType), connection
+    /// errors if Redis stayed unreachable until the wait ran out.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves nothing held and leaves the queue: if an
+    /// attempt may have succeeded on the server, the lease is released (or
+    /// handed to the next waiter) in the background.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let guard = client.fair_lock("payouts").acquire().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire(&self) -> Result<LockGuard> {
+        self.lock().acquire().await
+    }
+
+    /// Takes the lock if it is free and nobody waits for it, without
+    /// waiting (and without joining the queue): `Ok(None)` otherwise.
+    ///
+    /// # Errors
+    ///
+    /// As [`FairLock::acquire`], except `Timeout`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`FairLock::acquire`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// if let Some(guard) = client.fair_lock("payouts").try_acquire().await? {
+    ///     guard.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire(&self) -> Result<Option<LockGuard>> {
+        self.lock().try_acquire().await
+    }
+
+    /// Reads who holds the lock and how many wait for it; see
+    /// [`Lock::status`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::status`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// println!("{} waiting", client.fair_lock("payouts").status().await?.waiters);
+    /// # Ok(()) }
+    /// ```
+    pub async fn status(&self) -> Result<LockStatus> {
+        self.lock().status().await
+    }
+}

@@ -1,0 +1,170 @@
+//! The semaphore: up to N holders at once, each permit its own lease.
+
+use std::time::Duration;
+
+use crate::acquire::{Handle, acquire, handle_api};
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::guard::{Held, guard_api};
+use crate::lease::Kind;
+use crate::scripts::{self, SemAcquire};
+use crate::token::Token;
+
+/// A handle to one named semaphore of N permits; made by
+/// [`Client::semaphore`].
+///
+/// - **Each permit is its own lease**, renewed by the watchdog while its
+///   [`Permit`] lives. A holder that dies gives its permit back after its
+///   TTL; the other permits are not touched by it.
+/// - **Every client must count the same N.** A client that asks for a
+///   permit with another N while permits are held gets
+///   [`Error::PermitsMismatch`] with both numbers. (Once every permit is
+///   gone, the next caller's N counts.)
+/// - **Waiting is event-driven**: a release wakes one waiter in each client
+///   at once; permits that expire are noticed when the first of them would
+///   end.
+/// - Not fair: when a permit frees, any waiter (or a newcomer) may get it.
+///
+/// Every permit gets a fence strictly greater than every earlier one of
+/// this name.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+/// let exports = client.semaphore("exports", 4); // at most 4 exports at once
+/// let permit = exports.acquire().await?;
+/// // ... run one export, passing permit.fence() to the resource ...
+/// permit.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Semaphore {
+    h: Handle,
+    permits: u32,
+}
+
+handle_api!(Semaphore, "acquire");
+
+impl Semaphore {
+    pub(crate) fn new(client: Client, name: String, permits: u32) -> Semaphore {
+        Semaphore {
+            h: Handle::new(client, name),
+            permits,
+        }
+    }
+
+    /// The number of permits this handle counts.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// Takes a permit, waiting up to [`Semaphore::wait`] for a holder to
+    /// release one (or for one to expire).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] when the wait ran out; [`Error::PermitsMismatch`]
+    /// when the permits held now were taken with another number of permits;
+    /// [`Error::InvalidArgument`] for a bad name or TTL or zero permits;
+    /// [`Error::WrongType`] when the name is in use by another kind of lock;
+    /// connection errors if Redis stayed unreachable until the wait ran out.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves nothing held: if an attempt may have
+    /// succeeded on the server, the permit is released in the background.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let permit = client.semaphore("exports", 4).acquire().await?;
+    /// permit.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire(&self) -> Result<Permit> {
+        self.take(Some(self.h.wait))
+            .await?
+            .ok_or_else(|| self.h.timeout())
+    }
+
+    /// Takes a permit if one is free, without waiting: `Ok(None)` when all
+    /// are held.
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::acquire`], except [`Error::Timeout`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Semaphore::acquire`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// match client.semaphore("exports", 4).try_acquire().await? {
+    ///     Some(permit) => permit.release().await?,
+    ///     None => println!("four exports run already"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire(&self) -> Result<Option<Permit>> {
+        self.take(None).await
+    }
+
+    async fn take(&self, wait: Option<Duration>) -> Result<Option<Permit>> {
+        self.h.validate()?;
+        if self.permits == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "semaphore {:?} has 0 permits: nobody could ever acquire it; pass at least 1",
+                self.h.name
+            )));
+        }
+        let backend = self.h.client.inner.servers.single("Semaphore")?;
+        let hold = Token::random();
+        let member = scripts::sem_member(self.permits, hold.as_str());
+        let target = self.h.target(Kind::Semaphore, &member);
+        let acquired = acquire(&target, wait, || async {
+            match scripts::sem_acquire(
+                backend,
+                &self.h.keys,
+                self.permits,
+                hold.as_str(),
+                self.h.ttl,
+            )
+            .await?
+            {
+                SemAcquire::Lock(reply) => Ok(reply),
+                SemAcquire::Mismatch(held_with) => Err(Error::PermitsMismatch {
+                    name: self.h.name.clone(),
+                    permits: self.permits,
+                    held_with,
+                }),
+            }
+        })
+        .await?;
+        Ok(acquired.map(|(fence, sent)| Permit {
+            held: self
+                .h
+                .held((Kind::Semaphore, hold, member.clone()), fence, sent),
+        }))
+    }
+}
+
+/// One permit of a [`Semaphore`]; its lease is renewed while it lives.
+///
+/// Its lease is its own: renewing it, or its expiring, changes no other
+/// permit. Dropping the permit stops renewal and gives it back in the
+/// background (never blocking, never panicking).
+#[must_use = "dropping the permit gives it back at once"]
+pub struct Permit {
+    held: Held,
+}
+
+guard_api!(
+    Permit,
+    "permit",
+    "client.semaphore(\"exports\", 4).acquire().await?"
+);

@@ -1,0 +1,165 @@
+//! The blocking API from plain threads, against real redis-server processes.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use leasehold::Error;
+use leasehold::blocking::Client;
+use leasehold_testkit::RedisServer;
+use redis::Commands;
+
+fn client(server: &RedisServer) -> Client {
+    Client::connect(&server.url()).expect("connect to the test server")
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn sixteen_threads_on_four_clients_count_exactly() {
+    let server = RedisServer::start();
+    let mut threads = Vec::new();
+    for _ in 0..4 {
+        let client = client(&server);
+        for _ in 0..4 {
+            let lock = client.lock("counter").wait(Duration::from_secs(120));
+            let mut conn = server.connection();
+            threads.push(std::thread::spawn(move || {
+                for _ in 0..200 {
+                    let guard = lock.acquire().expect("acquire");
+                    // Non-atomic read-modify-write: loses updates without the lock.
+                    let value: Option<u64> = conn.get("resource").unwrap();
+                    std::thread::yield_now();
+                    let _: () = conn.set("resource", value.unwrap_or(0) + 1).unwrap();
+                    guard.release().expect("release");
+                }
+            }));
+        }
+    }
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    let total: u64 = server.connection().get("resource").unwrap();
+    assert_eq!(total, 3200);
+}
+
+#[test]
+fn a_guard_held_for_four_ttls_in_a_busy_thread_is_still_owned() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let ttl = Duration::from_millis(400);
+    let lock = client.lock("long").ttl(ttl);
+    let guard = lock.acquire().unwrap();
+    // The caller's thread does not come back to the library meanwhile.
+    std::thread::sleep(ttl * 4);
+    assert!(!guard.is_lost(), "renewal ran on the client's own thread");
+    let holder: String = server.connection().get("leasehold:{long}:lock").unwrap();
+    assert_eq!(holder, guard.token());
+    assert!(lock.try_acquire().unwrap().is_none());
+    guard.extend(Duration::from_secs(5)).unwrap();
+    guard.release().unwrap();
+    let again = lock.try_acquire().unwrap().expect("free after release");
+    again.release().unwrap();
+}
+
+#[test]
+fn a_lost_lease_is_reported_and_a_dropped_guard_is_released() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let lock = client
+        .lock("gone")
+        .ttl(Duration::from_millis(200))
+        .watchdog(false);
+    let guard = lock.acquire().unwrap();
+    let started = Instant::now();
+    guard.lost();
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(guard.is_lost());
+    // The client's view ends a little before Redis's (drift); let Redis's end too.
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(matches!(guard.release(), Err(Error::Lost { .. })));
+
+    let key = "leasehold:{dropped}:lock";
+    let dropped = client.lock("dropped").acquire().unwrap();
+    drop(dropped);
+    wait_until("the dropped guard is released", || {
+        !server.connection().exists::<_, bool>(key).unwrap()
+    });
+    // Dropping the client right after a guard still releases it.
+    let guard = client.lock("dropped").acquire().unwrap();
+    drop(guard);
+    drop(client);
+    wait_until("the guard dropped with its client is released", || {
+        !server.connection().exists::<_, bool>(key).unwrap()
+    });
+}
+
+#[test]
+fn semaphore_rwlock_fair_and_reentrant_locks_work_from_threads() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let holders = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..6)
+        .map(|_| {
+            let sem = client.semaphore("exports", 2).wait(Duration::from_secs(60));
+            let (holders, most) = (Arc::clone(&holders), Arc::clone(&most));
+            std::thread::spawn(move || {
+                for _ in 0..3 {
+                    let permit = sem.acquire().unwrap();
+                    let now = holders.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(10));
+                    holders.fetch_sub(1, Ordering::SeqCst);
+                    permit.release().unwrap();
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    assert!(most.load(Ordering::SeqCst) <= 2);
+
+    let rw = client.rw_lock("catalog");
+    let write = rw.clone().owner("w").write().unwrap();
+    assert!(rw.clone().owner("r").try_read().unwrap().is_none());
+    let read = write.downgrade().unwrap();
+    let other = rw
+        .clone()
+        .owner("r")
+        .try_read()
+        .unwrap()
+        .expect("readers share");
+    other.release().unwrap();
+    read.release().unwrap();
+
+    let fair = client.fair_lock("fair");
+    let held = fair.acquire().unwrap();
+    assert!(fair.try_acquire().unwrap().is_none());
+    held.release().unwrap();
+    fair.try_acquire()
+        .unwrap()
+        .expect("free")
+        .release()
+        .unwrap();
+
+    let re = client.reentrant_lock("orders").owner("job-7");
+    let first = re.acquire().unwrap();
+    let second = re.try_acquire().unwrap().expect("reentrant");
+    assert_eq!(first.fence(), second.fence());
+    second.release().unwrap();
+    first.release().unwrap();
+}
+
+#[tokio::test]
+#[should_panic(expected = "use the async API")]
+async fn calling_it_inside_an_async_runtime_panics_with_a_pointer_to_the_async_api() {
+    let _ = Client::connect("redis://127.0.0.1:1");
+}

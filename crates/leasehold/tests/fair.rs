@@ -1,0 +1,155 @@
+//! The fair lock against real redis-server processes.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use leasehold::{Client, FairLock};
+use leasehold_testkit::{Proxy, ProxyMode, RedisServer};
+
+async fn client(server: &RedisServer) -> Client {
+    Client::connect(&server.url())
+        .await
+        .expect("connect to the test server")
+}
+
+/// Waits until `n` waiters are queued for `lock`.
+async fn queued(lock: &FairLock, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while lock.status().await.unwrap().waiters != n {
+        assert!(Instant::now() < deadline, "waiter {n} never queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+type Log = Arc<Mutex<Vec<(usize, Instant)>>>;
+
+/// A waiter that records when it got the lock, holds it briefly and releases.
+fn waiter(lock: FairLock, i: usize, log: &Log) -> tokio::task::JoinHandle<()> {
+    let log = Arc::clone(log);
+    tokio::spawn(async move {
+        let guard = lock.acquire().await.unwrap();
+        log.lock().unwrap().push((i, Instant::now()));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        guard.release().await.unwrap();
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_waiters_acquire_in_exactly_their_arrival_order() {
+    let server = RedisServer::start();
+    let first = client(&server).await;
+    let second = client(&server).await;
+    let lock = first.fair_lock("queue").wait(Duration::from_secs(60));
+    let guard = lock.acquire().await.unwrap();
+    let log: Log = Arc::default();
+    let mut tasks = Vec::new();
+    for i in 0..10 {
+        // Waiters alternate between two clients.
+        let c = if i % 2 == 0 { &first } else { &second };
+        tasks.push(waiter(
+            c.fair_lock("queue").wait(Duration::from_secs(60)),
+            i,
+            &log,
+        ));
+        queued(&lock, i + 1).await;
+    }
+    // Nobody barges in while they wait, not even the holder's own client.
+    guard.release().await.unwrap();
+    assert!(lock.try_acquire().await.unwrap().is_none());
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(60), task)
+            .await
+            .expect("every waiter gets its turn")
+            .unwrap();
+    }
+    let order: Vec<usize> = log.lock().unwrap().iter().map(|(i, _)| *i).collect();
+    assert_eq!(order, (0..10).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_killed_in_the_middle_of_the_queue_is_skipped_within_the_bound() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let proxy = Proxy::start(server.port());
+    let doomed = Client::connect(&proxy.url()).await.unwrap();
+    let lock = client.fair_lock("queue").wait(Duration::from_secs(60));
+    let guard = lock.acquire().await.unwrap();
+    let log: Log = Arc::default();
+    let mut tasks = Vec::new();
+    let mut killed = None;
+    for i in 0..10 {
+        let c = if i == 5 { &doomed } else { &client };
+        let task = waiter(c.fair_lock("queue").wait(Duration::from_secs(60)), i, &log);
+        if i == 5 {
+            killed = Some(task);
+        } else {
+            tasks.push(task);
+        }
+        queued(&lock, i + 1).await;
+    }
+    // Waiter 5's connection goes dark: no more heartbeats, no hand-off reaches it.
+    proxy.set_mode(ProxyMode::Blackhole);
+    // A newcomer keeps trying to slip in, e.g. while waiter 5's turn lapses.
+    let barger = {
+        let (lock, log) = (lock.clone(), Arc::clone(&log));
+        tokio::spawn(async move {
+            loop {
+                if let Some(guard) = lock.try_acquire().await.unwrap() {
+                    log.lock().unwrap().push((99, Instant::now()));
+                    guard.release().await.unwrap();
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    guard.release().await.unwrap();
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(60), task)
+            .await
+            .expect("every live waiter gets its turn")
+            .unwrap();
+    }
+    barger.abort();
+    let log = log.lock().unwrap().clone();
+    let order: Vec<usize> = log.iter().map(|(i, _)| *i).collect();
+    assert_eq!(
+        order[..9],
+        [0, 1, 2, 3, 4, 6, 7, 8, 9],
+        "queued waiters in arrival order, the dead one skipped, nobody barging in"
+    );
+    // The gap the dead waiter left: at most its queue window (3 s) or the
+    // hand-off grace (0.5 s) plus the next waiter's heartbeat (1 s), plus slack.
+    let gap = log[5].1 - log[4].1;
+    assert!(
+        gap < Duration::from_millis(5500),
+        "the dead waiter held up the queue for {gap:?}"
+    );
+    assert!(
+        gap > Duration::from_millis(300),
+        "waiter 6 got the lock {gap:?} after 4: the dead waiter's turn was not even tried"
+    );
+    if let Some(task) = killed {
+        task.abort();
+    }
+}
+
+#[tokio::test]
+async fn a_waiter_that_gives_up_leaves_the_queue_at_once() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.fair_lock("queue");
+    let guard = lock.acquire().await.unwrap();
+    let impatient = lock.clone().wait(Duration::from_millis(300));
+    assert!(matches!(
+        impatient.acquire().await,
+        Err(leasehold::Error::Timeout { .. })
+    ));
+    queued(&lock, 0).await;
+    guard.release().await.unwrap();
+    let next = lock
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free, nobody waits");
+    next.release().await.unwrap();
+}
