@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
+use crate::error::Result;
+
 use crate::key::LockKeys;
 use crate::lease::{Kind, Lease, Snapshot};
 use crate::scripts::{Extension, Owned};
@@ -25,6 +27,8 @@ use crate::servers::Servers;
 const COALESCE: Duration = Duration::from_millis(20);
 /// Most leases renewed by one script call.
 const MAX_BATCH: usize = 512;
+/// Most renewal calls in flight at once.
+const MAX_BATCHES_IN_FLIGHT: usize = 16;
 
 enum Command {
     /// Renew this lease (again: its TTL may have changed).
@@ -171,29 +175,29 @@ impl State {
             due.push((lease, snapshot));
         }
         due.sort_by_key(|(lease, _)| lease.kind);
-        for same_kind in due.chunk_by(|(a, _), (b, _)| a.kind == b.kind) {
-            for batch in same_kind.chunks(MAX_BATCH) {
-                self.renew(batch).await;
-            }
+        let batches: Vec<&[(Arc<Lease>, Snapshot)]> = due
+            .chunk_by(|(a, _), (b, _)| a.kind == b.kind)
+            .flat_map(|same_kind| same_kind.chunks(MAX_BATCH))
+            .collect();
+        // Batches go out together, pipelined on the connection, so the
+        // renewal rate is bounded by the server, not by round trips.
+        let mut outcomes = Vec::with_capacity(batches.len());
+        for wave in batches.chunks(MAX_BATCHES_IN_FLIGHT) {
+            let calls = wave.iter().map(|batch| renew_batch(&self.servers, batch));
+            outcomes.extend(wave.iter().zip(futures_util::future::join_all(calls).await));
+        }
+        for (batch, (sent, outcome)) in outcomes {
+            self.renewed(batch, sent, outcome);
         }
     }
 
-    /// Renews `batch`, leases all of one kind.
-    async fn renew(&mut self, batch: &[(Arc<Lease>, Snapshot)]) {
-        let Some((first, _)) = batch.first() else {
-            return;
-        };
-        let kind = first.kind;
-        let extensions: Vec<Extension<'_>> = batch
-            .iter()
-            .map(|(lease, snap)| Extension {
-                key: &lease.keys.lock,
-                hold: &lease.hold,
-                ttl: snap.ttl,
-            })
-            .collect();
-        let sent = Instant::now();
-        let outcome = self.servers.extend(kind, &extensions).await;
+    /// Records the outcome of renewing `batch` (sent at `sent`).
+    fn renewed(
+        &mut self,
+        batch: &[(Arc<Lease>, Snapshot)],
+        sent: Instant,
+        outcome: Result<Vec<Option<Owned>>>,
+    ) {
         let now = Instant::now();
         let results = match outcome {
             Ok(results) => results,
@@ -223,4 +227,22 @@ impl State {
             }
         }
     }
+}
+
+/// Renews one batch of leases of one kind; returns when it was sent.
+async fn renew_batch(
+    servers: &Servers,
+    batch: &[(Arc<Lease>, Snapshot)],
+) -> (Instant, Result<Vec<Option<Owned>>>) {
+    let kind = batch[0].0.kind;
+    let extensions: Vec<Extension<'_>> = batch
+        .iter()
+        .map(|(lease, snap)| Extension {
+            key: &lease.keys.lock,
+            hold: &lease.hold,
+            ttl: snap.ttl,
+        })
+        .collect();
+    let sent = Instant::now();
+    (sent, servers.extend(kind, &extensions).await)
 }
