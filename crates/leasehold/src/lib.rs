@@ -15,6 +15,10 @@
 //! - [`blocking`]: the same types and names without async, for threads
 //!   outside an async runtime (renewal runs on a thread of the client's own).
 //!
+//! Clients: [`Client::connect`] (one Redis) and [`Client::redlock`] (one
+//! lease over N independent masters, held while a majority agrees; [`Lock`]
+//! only).
+//!
 //! # Which lock should you use?
 //!
 //! Use [`Lock`] to keep a critical section to one process at a time across
@@ -35,6 +39,12 @@
 //! (exports, connections to a fragile service) rather than to exclude them
 //! all: a holder that dies takes its permit with it for one TTL at most.
 //!
+//! One Redis server is one point of failure: if it restarts without
+//! persistence, or fails over to a replica that missed the write, two
+//! holders can overlap. Use [`Client::redlock`] over independent masters
+//! when the lock must survive a minority of them failing; its fences are
+//! best-effort (see there).
+//!
 //! What no lease can promise: a process that is paused (GC, SIGSTOP, a
 //! swapped-out VM) longer than its TTL can wake up still *believing* it holds
 //! the lock while another process holds it. [`LockGuard::is_lost`] and
@@ -45,9 +55,11 @@
 //! resource reject writes with a lower fence than it has seen.
 //!
 //! Fences keep increasing across release, expiry and a restart of Redis
-//! without persistence, because they are `max(last + 1, server time in µs)`.
-//! They can repeat or go back if the Redis server's clock goes back, or
-//! after a failover to a replica whose clock is behind.
+//! without persistence: they count up from a seed taken from the server's
+//! clock in µs whenever the counter is missing, and no lock is acquired a
+//! million times a second. They can repeat or go back if the Redis server's
+//! clock goes back, or after a failover to a replica that missed the
+//! counter and whose clock is behind.
 //!
 //! # Example
 //!
