@@ -26,7 +26,8 @@ fn lock_acquire(
     lock_attempt(conn, token, ttl_ms, window_ms, already_queued, false)
 }
 
-/// lock_acquire.lua with every argument, `fair` the last (ARGV[6]).
+/// lock_acquire.lua with every argument but Redlock's clock fence (ARGV[6]
+/// off); `fair` is ARGV[7].
 fn lock_attempt(
     conn: &mut Connection,
     token: &str,
@@ -64,6 +65,67 @@ fn release(conn: &mut Connection, token: &str) -> i64 {
         .arg(500)
         .invoke(conn)
         .unwrap()
+}
+
+/// lock_acquire.lua as one Redlock node runs it: no queue, clock fences.
+fn redlock_node_acquire(conn: &mut Connection, token: &str) -> (i64, i64) {
+    redis::Script::new(ACQUIRE)
+        .key(LOCK)
+        .key(FENCE)
+        .key(QUEUE)
+        .key(ALIVE)
+        .arg(token)
+        .arg(10_000)
+        .arg(3_600_000)
+        .arg(0)
+        .arg("0")
+        .arg("1")
+        .arg("0")
+        .invoke(conn)
+        .unwrap()
+}
+
+/// lock_release.lua as one Redlock node runs it: publishes when freed.
+fn redlock_node_release(conn: &mut Connection, token: &str) -> i64 {
+    redis::Script::new(RELEASE)
+        .key(LOCK)
+        .key(CHANNEL)
+        .key(QUEUE)
+        .key(ALIVE)
+        .arg(token)
+        .arg(500)
+        .arg("1")
+        .invoke(conn)
+        .unwrap()
+}
+
+#[test]
+fn redlock_nodes_raise_fences_to_their_clock_and_publish_every_release() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    // A counter far behind the clock, as a node that saw few acquisitions.
+    let _: () = conn.set(FENCE, 5).unwrap();
+    let (_, fence) = redlock_node_acquire(&mut conn, "a");
+    let (secs, _): (i64, i64) = redis::cmd("TIME").query(&mut conn).unwrap();
+    assert!(
+        fence > (secs - 5) * 1_000_000,
+        "fence {fence} not raised to the clock"
+    );
+    let mut sub_conn = server.connection();
+    let mut pubsub = sub_conn.as_pubsub();
+    pubsub.subscribe(CHANNEL).unwrap();
+    assert_eq!(redlock_node_release(&mut conn, "a"), 1);
+    pubsub
+        .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .unwrap();
+    let msg = pubsub.get_message().unwrap();
+    assert_eq!(
+        msg.get_payload::<String>().unwrap(),
+        "",
+        "an empty payload wakes one waiter per client"
+    );
+    let (_, next) = redlock_node_acquire(&mut conn, "b");
+    assert!(next > fence);
 }
 
 fn queued(conn: &mut Connection) -> Vec<String> {
