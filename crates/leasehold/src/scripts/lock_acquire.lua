@@ -66,7 +66,9 @@ if fence == 1 or ARGV[6] == '1' then
     redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])
   end
 end
-if ARGV[5] == '1' then
+-- A queued caller that found the lease free leaves the queue; one it was handed to was
+-- taken out of the queue by the release already.
+if ARGV[5] == '1' and not holder then
   redis.call('ZREM', KEYS[3], ARGV[1])
   redis.call('ZREM', KEYS[4], ARGV[1])
 end
