@@ -464,7 +464,7 @@ impl ClientBuilder {
         for attempt in attempts {
             let (node, error) = attempt?;
             if let Some(e) = error {
-                node_errors.push(format!("{}: {e}", node.addr()));
+                node_errors.push(format!("{}: {}", node.addr(), e.reason()));
             }
             nodes.push(node);
         }

@@ -143,7 +143,7 @@ pub enum Error {
     },
 
     /// The server lacks something leasehold needs (for example Redis < 7).
-    #[error("unsupported server: {0}")]
+    #[error("not supported: {0}")]
     Unsupported(String),
 
     /// Any other error reported by Redis or the connection.
@@ -182,6 +182,14 @@ impl Error {
             };
         }
         Error::Redis(err)
+    }
+
+    /// What went wrong, without the advice: for lists of per-node errors.
+    pub(crate) fn reason(&self) -> String {
+        match self {
+            Error::Unreachable { source, .. } | Error::Auth { source } => source.to_string(),
+            other => other.to_string(),
+        }
     }
 
     /// True for errors that a retry may cure (connection trouble, timeouts).

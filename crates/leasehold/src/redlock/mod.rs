@@ -67,37 +67,48 @@ impl Redlock {
         F: Fn(&'a Backend) -> Fut,
         Fut: Future<Output = Result<T>> + 'a,
     {
-        self.until_decided(timeout, op, |_| false, false).await
+        let requests = self.nodes.iter().map(|node| {
+            let request = tokio::time::timeout(timeout, op(node));
+            async move {
+                request
+                    .await
+                    .unwrap_or_else(|_| Err(no_answer(node, "within the Redlock node timeout")))
+            }
+        });
+        futures_util::future::join_all(requests).await
     }
 
-    /// Runs `op` on every node at once, each bounded by `timeout`, until
-    /// `decided` says the answers so far settle the question: a quorum is
-    /// decided by its fastest nodes, so a dead or slow minority costs
-    /// nothing. Nodes not waited for count as not answered (their request
-    /// may still run; every change is owner-checked and has a TTL).
+    /// Runs `op` on every node at once, each in a task of its own bounded by
+    /// `timeout`, until `decided` says the answers so far settle the
+    /// question: a quorum is decided by its fastest nodes, so a dead or slow
+    /// minority costs the caller nothing, while the requests to it still
+    /// run to their end in the background (a release or extend still
+    /// reaches every node that answers in time). Nodes not waited for count
+    /// as not answered.
     ///
     /// With `split_is_final` (acquire), once a quorum of nodes has answered
     /// without settling it, the rest get only as long again as those
     /// answers took, not the whole node timeout: a split vote with a slow
     /// minority is better retried than waited out.
-    async fn until_decided<'a, T, F, Fut>(
-        &'a self,
+    async fn until_decided<T, F, Fut>(
+        &self,
         timeout: Duration,
         op: F,
         decided: impl Fn(&[&Result<T>]) -> bool,
         split_is_final: bool,
     ) -> Vec<Result<T>>
     where
-        F: Fn(&'a Backend) -> Fut,
-        Fut: Future<Output = Result<T>> + 'a,
+        T: Send + 'static,
+        F: Fn(Backend) -> Fut,
+        Fut: Future<Output = Result<T>> + Send + 'static,
     {
         let mut pending: FuturesUnordered<_> = self
             .nodes
             .iter()
             .enumerate()
             .map(|(i, node)| {
-                let request = tokio::time::timeout(timeout, op(node));
-                async move { (i, request.await) }
+                let task = tokio::spawn(tokio::time::timeout(timeout, op(node.clone())));
+                async move { (i, task.await) }
             })
             .collect();
         let mut results: Vec<Option<Result<T>>> = self.nodes.iter().map(|_| None).collect();
@@ -111,10 +122,12 @@ impl Redlock {
                 },
                 None => pending.next().await,
             };
-            let Some((i, outcome)) = next else { break };
-            results[i] = Some(outcome.unwrap_or_else(|_| {
-                Err(no_answer(&self.nodes[i], "within the Redlock node timeout"))
-            }));
+            let Some((i, joined)) = next else { break };
+            results[i] = Some(match joined {
+                Ok(Ok(result)) => result,
+                Ok(Err(_)) => Err(no_answer(&self.nodes[i], "within the Redlock node timeout")),
+                Err(_) => Err(no_answer(&self.nodes[i], "(the request task failed)")),
+            });
             let so_far: Vec<&Result<T>> = results.iter().flatten().collect();
             if decided(&so_far) {
                 break;
@@ -139,7 +152,11 @@ impl Redlock {
         self.nodes
             .iter()
             .zip(results)
-            .filter_map(|(node, r)| r.as_ref().err().map(|e| format!("{}: {e}", node.addr())))
+            .filter_map(|(node, r)| {
+                r.as_ref()
+                    .err()
+                    .map(|e| format!("{}: {}", node.addr(), e.reason()))
+            })
             .collect()
     }
 
@@ -155,15 +172,11 @@ impl Redlock {
             .until_decided(
                 self.timeout_for(ttl),
                 |node| {
-                    scripts::lock_acquire(
-                        node,
-                        keys,
-                        token,
-                        ttl,
-                        Queueing::No,
-                        Spread::Quorum,
-                        false,
-                    )
+                    let (keys, token) = (keys.clone(), token.to_owned());
+                    async move {
+                        let (q, spread) = (Queueing::No, Spread::Quorum);
+                        scripts::lock_acquire(&node, &keys, &token, ttl, q, spread, false).await
+                    }
                 },
                 |so_far| {
                     let acquired = so_far
@@ -203,7 +216,7 @@ impl Redlock {
                 // A key of the wrong type, or refused credentials, is not
                 // something a retry on other nodes mends.
                 Err(e) if !e.is_transient() => fatal = fatal.or(Some(e)),
-                Err(e) => node_errors.push(format!("{}: {e}", node.addr())),
+                Err(e) => node_errors.push(format!("{}: {}", node.addr(), e.reason())),
             }
         }
         if let Some(e) = fatal {
@@ -273,7 +286,10 @@ impl Redlock {
         let results = self
             .until_decided(
                 self.release_timeout,
-                |node| scripts::release(node, kind, keys, hold, Spread::Quorum),
+                |node| {
+                    let (keys, hold) = (keys.clone(), hold.to_owned());
+                    async move { scripts::release(&node, kind, &keys, &hold, Spread::Quorum).await }
+                },
                 |so_far| {
                     self.tally(so_far.iter().map(|r| r.as_ref().ok().copied()))
                         .is_some()
@@ -325,7 +341,17 @@ impl Redlock {
         let results = self
             .until_decided(
                 self.timeout_for(shortest),
-                |node| scripts::extend(node, kind, std::slice::from_ref(&lease)),
+                |node| {
+                    let (key, hold, ttl) = (lease.key.to_owned(), lease.hold.to_owned(), lease.ttl);
+                    async move {
+                        let lease = Extension {
+                            key: &key,
+                            hold: &hold,
+                            ttl,
+                        };
+                        scripts::extend(&node, kind, &[lease]).await
+                    }
+                },
                 |so_far| {
                     self.tally(
                         so_far
