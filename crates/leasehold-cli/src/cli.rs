@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::exit::{self, Failure};
+use crate::exit::Failure;
 
 /// Environment variable read when no `--url` is given.
 pub(crate) const URL_ENV: &str = "LEASEHOLD_URL";
@@ -20,9 +20,10 @@ pub(crate) const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
     name = "leasehold",
     version,
     after_help = "Exit codes: the command's own for `run` (128+N if it died by signal N); \
-                  64 usage error; 65 a lock key holds another data type; 69 Redis unreachable \
-                  or unsupported; 70 lease lost; 75 lock busy, wait timed out or not the owner; \
-                  77 authentication or permission refused."
+                  64 usage error (also: semaphore users that disagree on --permits); 65 a lock \
+                  key holds another data type; 69 Redis or the Redlock quorum unreachable, or \
+                  unsupported (--read/--write/--permits on Redlock); 70 lease lost; 75 lock busy, \
+                  wait timed out or not the owner; 77 authentication or permission refused."
 )]
 pub(crate) struct Cli {
     /// Options that apply to every command.
@@ -38,8 +39,9 @@ pub(crate) struct Cli {
 #[derive(Debug, Args)]
 pub(crate) struct Global {
     /// Redis server, redis://[user:password@]host:port[/db]. Defaults to
-    /// $LEASEHOLD_URL, else redis://127.0.0.1:6379. Three or more mean
-    /// Redlock (not available in this version).
+    /// $LEASEHOLD_URL, else redis://127.0.0.1:6379. Three or more (independent
+    /// masters) mean Redlock, for the plain lock only: run (without
+    /// --read/--write/--permits), acquire, extend, release, status, list.
     #[arg(long = "url", value_name = "URL", global = true)]
     pub(crate) urls: Vec<String>,
 
@@ -57,6 +59,8 @@ pub(crate) struct Global {
 pub(crate) enum Command {
     /// Run CMD while holding the lock NAME; release it when CMD exits.
     ///
+    /// With --read or --write NAME is a read-write lock (many readers or one
+    /// writer); with --permits N a semaphore (up to N holders at once).
     /// CMD gets LEASEHOLD_FENCE and LEASEHOLD_TOKEN in its environment and
     /// runs in its own process group. The lease is renewed while CMD runs.
     /// SIGINT, SIGTERM and SIGHUP sent to leasehold are forwarded to CMD's
@@ -95,9 +99,10 @@ pub(crate) enum Command {
     ///
     /// Scenarios: uncontended (1), contended (2: one key, 4/16/64 waiter
     /// processes), many-keys (3: 10,000 keys, 256 tasks on one client),
-    /// held-leases (4: 100,000 leases renewed by the watchdog). Each figure
-    /// is printed with its target and PASS or SHORT. With no --url (and no
-    /// LEASEHOLD_URL) it starts a private redis-server and stops it at the end.
+    /// held-leases (4: 100,000 leases renewed by the watchdog), redlock (5:
+    /// 5 nodes against 1). Each figure is printed with its target and PASS
+    /// or SHORT. With no --url (and no LEASEHOLD_URL) it starts a private
+    /// redis-server and stops it at the end; redlock always starts its own 5.
     /// Build with --release for figures worth comparing.
     Bench(BenchArgs),
 
@@ -139,6 +144,10 @@ pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) lease: LeaseArgs,
 
+    /// What to hold: the plain lock, a read or the write hold, or a permit.
+    #[command(flatten)]
+    pub(crate) hold: HoldArgs,
+
     /// After a lost lease, how long CMD gets between SIGTERM and SIGKILL.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub(crate) kill_grace: Duration,
@@ -146,6 +155,50 @@ pub(crate) struct RunArgs {
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub(crate) command: Vec<OsString>,
+}
+
+/// What `run` holds: the plain lock unless one of these is given.
+#[derive(Debug, Args)]
+pub(crate) struct HoldArgs {
+    /// Hold a read lock of the read-write lock NAME: many readers at once,
+    /// none while a writer holds it or waits for it.
+    #[arg(long, conflicts_with_all = ["write", "permits"])]
+    pub(crate) read: bool,
+
+    /// Hold the write lock of the read-write lock NAME: alone, once the
+    /// readers left; new readers wait while it waits.
+    #[arg(long, conflicts_with = "permits")]
+    pub(crate) write: bool,
+
+    /// Hold one of N permits of the semaphore NAME: up to N commands at once.
+    /// Everyone using NAME must pass the same N.
+    #[arg(long, value_name = "N", value_parser = parse_permits)]
+    pub(crate) permits: Option<u32>,
+}
+
+/// Which primitive `run` holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// The plain lease lock.
+    Lock,
+    /// A read hold of a read-write lock.
+    Read,
+    /// The write hold of a read-write lock.
+    Write,
+    /// A permit of a semaphore with this many permits.
+    Permits(u32),
+}
+
+impl HoldArgs {
+    /// The primitive the flags ask for (clap keeps them exclusive).
+    pub(crate) fn mode(&self) -> Mode {
+        match (self.read, self.write, self.permits) {
+            (true, _, _) => Mode::Read,
+            (_, true, _) => Mode::Write,
+            (_, _, Some(n)) => Mode::Permits(n),
+            _ => Mode::Lock,
+        }
+    }
 }
 
 /// Arguments of `acquire`.
@@ -250,6 +303,9 @@ pub(crate) enum Scenario {
     /// 4: many leases held on one client, renewed by the watchdog.
     #[value(alias = "4")]
     HeldLeases,
+    /// 5: Redlock over 5 private nodes against one node, uncontended.
+    #[value(alias = "5")]
+    Redlock,
 }
 
 /// The lock libraries a bench worker can use.
@@ -296,6 +352,15 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         Ok(d) if d.is_zero() => Err("must be above zero".to_owned()),
         Ok(d) => Ok(d),
         Err(_) => Err("expected a duration like 500ms, 30s or 2m".to_owned()),
+    }
+}
+
+/// Parses a permit count; zero is refused, since nobody could ever hold one.
+fn parse_permits(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(0) => Err("must be at least 1: with 0 permits no command could ever run".to_owned()),
+        Ok(n) => Ok(n),
+        Err(_) => Err("expected a whole number of permits, like 4".to_owned()),
     }
 }
 
@@ -378,41 +443,70 @@ impl Global {
         }
     }
 
+    /// The servers to use: one, or the masters of a Redlock.
+    ///
+    /// # Errors
+    ///
+    /// A usage failure for two URLs.
+    pub(crate) fn servers(&self) -> Result<Servers, Failure> {
+        servers_of(
+            self.given_urls()
+                .unwrap_or_else(|| vec![DEFAULT_URL.to_owned()]),
+        )
+    }
+
     /// The one server URL to connect to.
     ///
     /// # Errors
     ///
-    /// A usage failure for two URLs, or for three or more (Redlock, not
-    /// available in this version).
+    /// A usage failure for two URLs, or for three or more (Redlock).
     pub(crate) fn single_url(&self) -> Result<String, Failure> {
-        let urls = self
-            .given_urls()
-            .unwrap_or_else(|| vec![DEFAULT_URL.to_owned()]);
-        check_single(urls)
+        single(self.servers()?)
     }
 }
 
-/// The only URL of `urls`, or why several cannot be used.
-pub(crate) fn check_single(mut urls: Vec<String>) -> Result<String, Failure> {
+/// What the `--url`s name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Servers {
+    /// One Redis.
+    One(String),
+    /// Independent masters of a Redlock (three or more).
+    Redlock(Vec<String>),
+}
+
+/// One URL is one Redis, three or more a Redlock; zero or two are refused.
+pub(crate) fn servers_of(mut urls: Vec<String>) -> Result<Servers, Failure> {
     match urls.len() {
-        1 => Ok(urls.remove(0)),
         0 => Err(Failure::usage("no Redis URL given; pass --url URL")),
+        1 => Ok(Servers::One(urls.remove(0))),
         2 => Err(Failure::usage(
-            "two --url given: pass one URL for one Redis (three or more would mean Redlock)",
+            "two --url given: Redlock needs at least 3 independent masters (with 2, one \
+             node's failure stops every lock); pass one --url for one Redis, or three or more",
         )),
-        n => Err(Failure::with_code(
-            exit::USAGE,
-            format!(
-                "{n} --url given, which means Redlock, and Redlock is not available in this \
-                 version of leasehold; pass a single --url"
-            ),
-        )),
+        _ => Ok(Servers::Redlock(urls)),
+    }
+}
+
+/// The URL of `servers` when it is one Redis.
+///
+/// # Errors
+///
+/// A usage failure for a Redlock: demo and bench run on one Redis.
+pub(crate) fn single(servers: Servers) -> Result<String, Failure> {
+    match servers {
+        Servers::One(url) => Ok(url),
+        Servers::Redlock(urls) => Err(Failure::usage(format!(
+            "{} --url given, which means Redlock, but this command runs on one Redis (Redlock \
+             is for run, acquire, extend, release, status and list); pass a single --url",
+            urls.len()
+        ))),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exit;
 
     #[test]
     fn durations_are_human_and_above_zero() {
@@ -451,11 +545,51 @@ mod tests {
     }
 
     #[test]
-    fn three_urls_mean_redlock_which_is_unavailable() {
-        let urls = vec!["redis://a".into(), "redis://b".into(), "redis://c".into()];
-        let err = check_single(urls).unwrap_err();
+    fn three_urls_mean_redlock_and_two_are_refused() {
+        let urls = |n: usize| (0..n).map(|i| format!("redis://n{i}")).collect::<Vec<_>>();
+        assert_eq!(
+            servers_of(urls(1)).unwrap(),
+            Servers::One("redis://n0".into())
+        );
+        let err = servers_of(urls(2)).unwrap_err();
         assert_eq!(err.code, exit::USAGE);
-        assert!(err.message.contains("Redlock"));
-        assert_eq!(check_single(vec!["redis://a".into()]).unwrap(), "redis://a");
+        assert!(err.message.contains("at least 3"), "{}", err.message);
+        assert_eq!(servers_of(urls(3)).unwrap(), Servers::Redlock(urls(3)));
+        assert_eq!(servers_of(urls(5)).unwrap(), Servers::Redlock(urls(5)));
+        assert_eq!(servers_of(vec![]).unwrap_err().code, exit::USAGE);
+        let err = single(Servers::Redlock(urls(3))).unwrap_err();
+        assert_eq!(err.code, exit::USAGE);
+        assert!(err.message.contains("Redlock"), "{}", err.message);
+    }
+
+    #[test]
+    fn run_holds_a_lock_a_read_a_write_or_a_permit() {
+        let mode = |args: &[&str]| {
+            let mut all = vec!["leasehold", "run", "x"];
+            all.extend_from_slice(args);
+            all.extend_from_slice(&["--", "true"]);
+            match parse(all).map_err(|f| f.code) {
+                Ok(Parsed::Run(cli)) => match cli.command {
+                    Command::Run(run) => Ok(run.hold.mode()),
+                    other => panic!("{other:?}"),
+                },
+                Ok(Parsed::Done) => panic!("help printed"),
+                Err(code) => Err(code),
+            }
+        };
+        assert_eq!(mode(&[]), Ok(Mode::Lock));
+        assert_eq!(mode(&["--read"]), Ok(Mode::Read));
+        assert_eq!(mode(&["--write"]), Ok(Mode::Write));
+        assert_eq!(mode(&["--permits", "3"]), Ok(Mode::Permits(3)));
+        for bad in [
+            &["--permits", "0"][..],
+            &["--permits", "-1"],
+            &["--permits", "many"],
+            &["--read", "--write"],
+            &["--write", "--permits", "2"],
+            &["--read", "--permits", "2"],
+        ] {
+            assert_eq!(mode(bad), Err(exit::USAGE), "{bad:?}");
+        }
     }
 }

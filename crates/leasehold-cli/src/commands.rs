@@ -1,10 +1,11 @@
 //! Dispatch, and the one-shot commands: acquire, extend, release, status, list.
 
-use leasehold::{Client, Lock};
+use leasehold::{Client, Lock, LockGuard};
 use serde_json::json;
 
 use crate::cli::{
-    AcquireArgs, Cli, Command, ExtendArgs, Global, LeaseArgs, ListArgs, ReleaseArgs, StatusArgs,
+    AcquireArgs, Cli, Command, ExtendArgs, Global, LeaseArgs, ListArgs, ReleaseArgs, Servers,
+    StatusArgs,
 };
 use crate::exit::{self, Failure};
 use crate::output::{self, emit, emit_json, millis};
@@ -25,10 +26,17 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<u8, Failure> {
     }
 }
 
-/// Connects to the one Redis the global options name.
+/// Connects to the Redis the global options name: one server, or a
+/// Redlock over three or more.
 pub(crate) async fn connect(global: &Global) -> Result<Client, Failure> {
-    let url = global.single_url()?;
-    connect_to(&url, &global.prefix).await
+    match global.servers()? {
+        Servers::One(url) => connect_to(&url, &global.prefix).await,
+        Servers::Redlock(urls) => Ok(Client::builder()
+            .redlock(urls)
+            .prefix(&global.prefix)
+            .build()
+            .await?),
+    }
 }
 
 /// Connects to `url` with keys under `prefix`.
@@ -36,25 +44,40 @@ pub(crate) async fn connect_to(url: &str, prefix: &str) -> Result<Client, Failur
     Ok(Client::builder().url(url).prefix(prefix).build().await?)
 }
 
-/// Acquires per `lease`: waits up to `--wait`, or tries once with `--no-wait`.
+/// Takes the lock `name` per `lease`.
 pub(crate) async fn take(
     client: &Client,
     name: &str,
     lease: &LeaseArgs,
-) -> Result<leasehold::LockGuard, Failure> {
+) -> Result<LockGuard, Failure> {
     let lock: Lock = client.lock(name).ttl(lease.ttl).wait(lease.wait);
+    per_lease(
+        lease,
+        async || lock.try_acquire().await,
+        async || lock.acquire().await,
+        || format!("lock {name:?} is held by someone else; see who with `leasehold status {name}`"),
+    )
+    .await
+}
+
+/// Acquires per `lease`: `wait` (the handle waits up to `--wait`), or
+/// with `--no-wait` `once`, which fails with exit 75 when the hold is
+/// taken; `busy` says by whom, for that message.
+pub(crate) async fn per_lease<G>(
+    lease: &LeaseArgs,
+    once: impl AsyncFnOnce() -> leasehold::Result<Option<G>>,
+    wait: impl AsyncFnOnce() -> leasehold::Result<G>,
+    busy: impl FnOnce() -> String,
+) -> Result<G, Failure> {
     if lease.no_wait {
-        lock.try_acquire().await?.ok_or_else(|| {
+        once().await?.ok_or_else(|| {
             Failure::with_code(
                 exit::TEMPFAIL,
-                format!(
-                    "lock {name:?} is held by someone else (--no-wait); try later, wait with \
-                     --wait, or see who holds it with `leasehold status {name}`"
-                ),
+                format!("{} (--no-wait); try later, or wait with --wait", busy()),
             )
         })
     } else {
-        Ok(lock.acquire().await?)
+        Ok(wait().await?)
     }
 }
 

@@ -1,5 +1,5 @@
-//! A private, throwaway `redis-server` for `leasehold demo` when no URL is
-//! given: a free loopback port (never 6379), a temporary directory, no
+//! A private, throwaway `redis-server` for `leasehold demo` and `bench` when
+//! no URL is given (and for the bench's Redlock nodes): a free loopback port (never 6379), a temporary directory, no
 //! persistence, killed by its PID (SIGKILL, then reaped) when dropped.
 
 use std::io::{self, Read, Write};
@@ -18,7 +18,7 @@ use crate::exit::{self, Failure};
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Fresh ports tried when another process takes the chosen one first.
 const START_ATTEMPTS: usize = 5;
-/// The port of a system Redis, which the demo never uses.
+/// The port of a system Redis, which is never used.
 const DEFAULT_REDIS_PORT: u16 = 6379;
 /// The command that installs redis-server on Debian and Ubuntu.
 pub(crate) const INSTALL_HINT: &str = "sudo apt-get install -y redis-server";
@@ -46,8 +46,9 @@ impl EmbeddedRedis {
             Failure::with_code(
                 exit::UNAVAILABLE,
                 format!(
-                    "redis-server not found on PATH; the demo needs it to start a private Redis: \
-                     install it with `{INSTALL_HINT}`, or point the demo at a Redis with --url"
+                    "redis-server not found on PATH, needed to start a private Redis: install it \
+                     with `{INSTALL_HINT}`, or point demo or bench at a Redis with --url (the \
+                     bench's Redlock scenario always starts its own)"
                 ),
             )
         })?;
@@ -73,6 +74,19 @@ impl EmbeddedRedis {
         Err(unavailable(format!(
             "redis-server could not bind a free port in {START_ATTEMPTS} attempts"
         )))
+    }
+
+    /// [`EmbeddedRedis::start`] on a blocking thread, for async callers.
+    ///
+    /// # Errors
+    ///
+    /// As [`EmbeddedRedis::start`].
+    pub(crate) async fn start_async() -> Result<EmbeddedRedis, Failure> {
+        tokio::task::spawn_blocking(EmbeddedRedis::start)
+            .await
+            .map_err(|e| {
+                Failure::with_code(exit::SOFTWARE, format!("starting redis-server: {e}"))
+            })?
     }
 
     /// `redis://127.0.0.1:PORT`.

@@ -2,7 +2,8 @@
 
 use leasehold::Error;
 
-/// EX_USAGE: the command line was wrong.
+/// EX_USAGE: the command line was wrong, including what only shows against
+/// the server: a semaphore whose users disagree on its number of permits.
 pub(crate) const USAGE: u8 = 64;
 /// EX_DATAERR: a lock's key holds data of another type.
 pub(crate) const DATAERR: u8 = 65;
@@ -24,9 +25,16 @@ pub(crate) const NOT_FOUND: u8 = 127;
 
 /// The exit code for an error from the library. The one place the mapping
 /// lives.
+///
+/// `UpgradeRefused` (an owner holding reads asked to write) cannot happen
+/// through this tool, where each process is a fresh owner holding one
+/// guard; it maps to USAGE because the only way to cause it is a caller
+/// reusing one owner for a read and then a write, and nothing was run.
 pub(crate) fn code_for(err: &Error) -> u8 {
     match err {
-        Error::InvalidArgument(_) => USAGE,
+        Error::InvalidArgument(_)
+        | Error::PermitsMismatch { .. }
+        | Error::UpgradeRefused { .. } => USAGE,
         Error::WrongType { .. } => DATAERR,
         Error::Unreachable { .. }
         | Error::QuorumNotReached { .. }
@@ -107,6 +115,15 @@ mod tests {
         let name = || "n".to_owned();
         let cases = [
             (Error::InvalidArgument("x".into()), USAGE),
+            (
+                Error::PermitsMismatch {
+                    name: name(),
+                    permits: 3,
+                    held_with: 2,
+                },
+                USAGE,
+            ),
+            (Error::UpgradeRefused { name: name() }, USAGE),
             (Error::WrongType { key: "k".into() }, DATAERR),
             (
                 Error::Unreachable {

@@ -15,6 +15,7 @@ mod commands;
 mod demo;
 mod embedded;
 mod exit;
+mod hold;
 mod measure;
 mod output;
 mod run;

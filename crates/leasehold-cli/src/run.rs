@@ -1,4 +1,5 @@
-//! `leasehold run`: a command under a lock, the distributed flock(1).
+//! `leasehold run`: a command under a lock, the distributed flock(1), or
+//! under a read or write hold or a semaphore permit ([`Held`]).
 //!
 //! The command runs in its own process group, so that a lost lease can stop
 //! everything it started (SIGTERM, then SIGKILL after `--kill-grace`) and so
@@ -11,7 +12,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use leasehold::{Error, LockGuard};
+use leasehold::Error;
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -20,15 +21,16 @@ use tokio::signal::unix::SignalKind;
 use tokio::time::Instant;
 
 use crate::cli::{Global, RunArgs};
-use crate::commands::{connect, take};
+use crate::commands::connect;
 use crate::exit::{self, Failure};
+use crate::hold::{Held, take_hold};
 use crate::session::catch;
 
 /// `leasehold run NAME -- CMD...`: returns CMD's exit code, or 70 when the
 /// lease was lost while it ran.
 pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
     let client = connect(global).await?;
-    let guard = take(&client, &args.name, &args.lease).await?;
+    let guard = take_hold(&client, &args.name, &args.lease, args.hold.mode()).await?;
 
     // Handlers go in before the child exists, so a signal that arrives
     // while it starts is forwarded instead of killing leasehold.
@@ -59,7 +61,7 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
         .ok_or_else(|| Failure::with_code(exit::SOFTWARE, "the command has no process id"))?;
 
     let outcome = supervise(&mut child, group, &guard, &mut forwarded, args.kill_grace).await;
-    finish(&args.name, guard, outcome).await
+    finish(guard, outcome).await
 }
 
 /// How the command ended.
@@ -76,7 +78,7 @@ enum Outcome {
 async fn supervise(
     child: &mut Child,
     group: Pid,
-    guard: &LockGuard,
+    guard: &Held,
     forwarded: &mut Forwarded,
     kill_grace: Duration,
 ) -> Outcome {
@@ -102,9 +104,9 @@ async fn supervise(
             }
             () = guard.lost(), if kill_at.is_none() => {
                 eprintln!(
-                    "leasehold: the lease on lock {:?} was lost while the command ran (it expired \
-                     or another owner took it); stopping the command (SIGTERM, SIGKILL after {})",
-                    guard.name(),
+                    "leasehold: the lease on {} was lost while the command ran (it expired or \
+                     another owner took it); stopping the command (SIGTERM, SIGKILL after {})",
+                    guard.what(),
                     humantime::format_duration(kill_grace)
                 );
                 signal_group(group, Signal::SIGTERM);
@@ -119,7 +121,8 @@ async fn supervise(
 }
 
 /// Releases the lock after the command ended and picks the exit code.
-async fn finish(name: &str, guard: LockGuard, outcome: Outcome) -> Result<u8, Failure> {
+async fn finish(guard: Held, outcome: Outcome) -> Result<u8, Failure> {
+    let what = guard.what();
     match outcome {
         Outcome::Lost => {
             // Owner-checked: frees the lock only if Redis still has our lease.
@@ -142,16 +145,16 @@ async fn finish(name: &str, guard: LockGuard, outcome: Outcome) -> Result<u8, Fa
                 Ok(()) | Err(Error::Lost { .. }) => Err(Failure::with_code(
                     exit::SOFTWARE,
                     format!(
-                        "the lease on lock {name:?} was lost before the command finished (it \
-                         exited with {code}); it may have run without the lock"
+                        "the lease on {what} was lost before the command finished (it exited \
+                         with {code}); it may have run without the lock"
                     ),
                 )),
                 Err(e) => {
                     // The lease ends by its TTL at the latest; the command
                     // itself ran under the lock.
                     eprintln!(
-                        "leasehold: warning: could not release lock {name:?} ({}); it frees \
-                         itself when its TTL runs out",
+                        "leasehold: warning: could not release {what} ({}); it frees itself \
+                         when its TTL runs out",
                         exit::one_line(e.to_string())
                     );
                     Ok(code)

@@ -5,7 +5,7 @@
 use redis::aio::MultiplexedConnection;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::cli::{Global, check_single};
+use crate::cli::{Global, servers_of, single};
 use crate::embedded::EmbeddedRedis;
 use crate::exit::{self, Failure};
 
@@ -28,15 +28,11 @@ impl Target {
     pub(crate) async fn open(global: &Global) -> Result<Target, Failure> {
         match global.given_urls() {
             Some(urls) => Ok(Target {
-                url: check_single(urls)?,
+                url: single(servers_of(urls)?)?,
                 server: None,
             }),
             None => {
-                let server = tokio::task::spawn_blocking(EmbeddedRedis::start)
-                    .await
-                    .map_err(|e| {
-                        Failure::with_code(exit::SOFTWARE, format!("starting redis-server: {e}"))
-                    })??;
+                let server = EmbeddedRedis::start_async().await?;
                 Ok(Target {
                     url: server.url(),
                     server: Some(server),

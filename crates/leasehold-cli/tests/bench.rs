@@ -1,5 +1,5 @@
-//! `leasehold bench --quick --json` end to end: a private redis-server,
-//! worker processes, every scenario. Checks the shape and sanity of the
+//! `leasehold bench --quick --json` end to end: a private redis-server (and
+//! five more for Redlock), worker processes, every scenario. Checks the shape and sanity of the
 //! output only; performance lives in the benchmark's own output.
 
 use std::io::Read;
@@ -63,7 +63,13 @@ fn quick_bench_reports_every_scenario_with_targets_and_sane_values() {
             .is_some_and(|v| v > 0.0)
     );
     assert!(report["machine"]["redis_version"].is_string());
-    for key in ["uncontended", "contended", "many_keys", "held_leases"] {
+    for key in [
+        "uncontended",
+        "contended",
+        "many_keys",
+        "held_leases",
+        "redlock",
+    ] {
         let section = &report["scenarios"][key];
         let rows = section["rows"]
             .as_array()
@@ -128,6 +134,25 @@ fn quick_bench_reports_every_scenario_with_targets_and_sane_values() {
     let keys = &report["scenarios"]["many_keys"]["data"];
     assert!(keys["leasehold_acquired"].as_u64().is_some_and(|n| n > 0));
     assert!(keys["raw_acquired"].as_u64().is_some_and(|n| n > 0));
+
+    let redlock = &report["scenarios"]["redlock"]["data"];
+    assert_eq!(redlock["nodes"], 5);
+    assert_eq!(report["settings"]["redlock_nodes"], 5);
+    for client in ["redlock", "one_node"] {
+        for op in ["acquire", "acquire_release"] {
+            let stats = &redlock[client][op];
+            assert!(
+                stats["ops"].as_u64().is_some_and(|n| n > 0),
+                "{client} {op}"
+            );
+            let (p50, p99) = (stats["p50_us"].as_f64(), stats["p99_us"].as_f64());
+            assert!(p50.is_some_and(|v| v > 0.0), "{client} {op}: {stats}");
+            assert!(p99 >= p50, "{client} {op}: {stats}");
+        }
+    }
+    for ratio in ["ratio_acquire_p50", "ratio_acquire_release_p50"] {
+        assert!(redlock[ratio].as_f64().is_some_and(|v| v > 0.0), "{ratio}");
+    }
 
     let held = &report["scenarios"]["held_leases"]["data"];
     assert_eq!(held["leases"], report["settings"]["leases"]);

@@ -186,6 +186,31 @@ fn run_at(url: &str, args: &[&str]) -> Outcome {
     Proc::spawn(cmd).finish()
 }
 
+/// Starts `leasehold --url U... ARGS` in `dir`, one `--url` per entry.
+fn spawn_in(dir: &Path, urls: &[String], args: &[&str]) -> Proc {
+    let mut cmd = leasehold();
+    cmd.current_dir(dir);
+    for url in urls {
+        cmd.arg("--url").arg(url);
+    }
+    cmd.args(args);
+    Proc::spawn(cmd)
+}
+
+/// Runs `leasehold --url U... ARGS` to completion.
+fn run_on(urls: &[String], args: &[&str]) -> Outcome {
+    spawn_in(Path::new("."), urls, args).finish()
+}
+
+/// The URLs of `servers`.
+fn urls_of(servers: &[RedisServer]) -> Vec<String> {
+    servers.iter().map(RedisServer::url).collect()
+}
+
+/// A shell function for commands under test: `wait_for FILE` waits up to
+/// 60 s for FILE to exist, and exits 3 if it never does.
+const WAIT_FOR: &str = "wait_for() { i=0; while [ ! -e \"$1\" ]; do i=$((i+1)); [ $i -gt 1200 ] && exit 3; sleep 0.05; done; }; ";
+
 /// Waits until `path` holds a non-empty line and returns it.
 fn wait_for_file(path: &Path) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -323,16 +348,10 @@ fn bad_command_lines_exit_64_with_one_line() {
         &["status"],
         &["nonsense"],
         &[],
-        &[
-            "--url",
-            "redis://a",
-            "--url",
-            "redis://b",
-            "--url",
-            "redis://c",
-            "status",
-            "x",
-        ],
+        &["--url", "redis://a", "--url", "redis://b", "status", "x"],
+        &["run", "x", "--permits", "0", "--", "true"],
+        &["run", "x", "--read", "--write", "--", "true"],
+        &["run", "x", "--write", "--permits", "2", "--", "true"],
         &["--url", "not a url", "status", "x"],
         &[
             "--prefix",
@@ -351,16 +370,20 @@ fn bad_command_lines_exit_64_with_one_line() {
     }
     let out = run(&["run", "x", "sleep", "1"]);
     assert!(out.stderr.contains("--"), "{out:?}");
-    let out = run(&[
+    let out = run(&["--url", "redis://a", "--url", "redis://b", "list"]);
+    assert!(out.stderr.contains("Redlock needs at least 3"), "{out:?}");
+    let out = run(&["run", "x", "--permits", "0", "--", "true"]);
+    assert!(out.stderr.contains("at least 1"), "{out:?}");
+    let three = [
         "--url",
         "redis://a",
         "--url",
         "redis://b",
         "--url",
         "redis://c",
-        "list",
-    ]);
-    assert!(out.stderr.contains("Redlock"), "{out:?}");
+    ];
+    let out = run(&[&three[..], &["demo"]].concat());
+    assert!(out.stderr.contains("one Redis"), "{out:?}");
 
     for args in [&["--help"][..], &["run", "--help"], &["--version"]] {
         let out = run(args);
@@ -681,4 +704,203 @@ fn demo_against_a_given_server_reports_json() {
         .query(&mut con)
         .unwrap();
     assert!(keys.is_empty(), "{keys:?}");
+}
+
+#[test]
+fn run_acquire_extend_release_and_status_work_on_redlock() {
+    let servers = leasehold_testkit::start_servers(3);
+    let urls = urls_of(&servers);
+
+    let out = run_on(
+        &urls,
+        &[
+            "run",
+            "rl",
+            "--",
+            "sh",
+            "-c",
+            "echo $LEASEHOLD_FENCE; exit 7",
+        ],
+    );
+    assert_eq!(out.code(), 7, "{out:?}");
+    let fence: u64 = out.stdout.trim().parse().expect("numeric fence");
+    assert!(fence > 0, "{out:?}");
+
+    let out = run_on(&urls, &["--json", "acquire", "rl", "--ttl", "30s"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let acquired = out.json();
+    let token = acquired["token"].as_str().expect("token").to_owned();
+    assert!(
+        acquired["fence"].as_u64().expect("fence") > fence,
+        "{acquired}"
+    );
+    // The lease is on every node, not just one.
+    for server in &servers {
+        let mut con = server.connection();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("leasehold:*")
+            .query(&mut con)
+            .unwrap();
+        assert!(!keys.is_empty(), "nothing on {}", server.url());
+    }
+
+    let status = run_on(&urls, &["--json", "status", "rl"]);
+    assert_eq!(status.code(), 0, "{status:?}");
+    assert_eq!(status.json()["held"], true, "{status:?}");
+    let busy = run_on(&urls, &["run", "rl", "--no-wait", "--", "true"]);
+    assert_eq!(busy.code(), 75, "{busy:?}");
+    busy.assert_one_error_line();
+
+    let out = run_on(&urls, &["extend", "rl", &token, "--ttl", "90s"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let status = run_on(&urls, &["--json", "status", "rl"]).json();
+    let remaining = status["remaining_ms"].as_u64().expect("remaining");
+    assert!(remaining > 30_000, "extend did not take: {status}");
+
+    let out = run_on(&urls, &["release", "rl", &token]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let status = run_on(&urls, &["--json", "status", "rl"]).json();
+    assert_eq!(status["held"], false, "{status}");
+
+    // Only the plain lock can be split over independent masters.
+    for mode in [&["--read"][..], &["--write"], &["--permits", "2"]] {
+        let args = [&["run", "rl"][..], mode, &["--", "true"]].concat();
+        let out = run_on(&urls, &args);
+        assert_eq!(out.code(), 69, "{mode:?}: {out:?}");
+        out.assert_one_error_line();
+        assert!(out.stderr.contains("Redlock"), "{out:?}");
+    }
+}
+
+#[test]
+fn redlock_without_a_quorum_exits_69_with_one_line() {
+    let mut servers = leasehold_testkit::start_servers(3);
+    let urls = urls_of(&servers);
+    servers[0].kill();
+    servers[1].kill();
+    let out = run_on(&urls, &["acquire", "q", "--wait", "500ms"]);
+    assert_eq!(out.code(), 69, "{out:?}");
+    out.assert_one_error_line();
+    assert!(out.stderr.contains("quorum"), "{out:?}");
+    assert!(out.elapsed < Duration::from_secs(30), "{out:?}");
+}
+
+#[test]
+fn two_readers_hold_at_once_and_a_writer_waits_for_them() {
+    let server = RedisServer::start();
+    let urls = vec![server.url()];
+    let dir = temp_dir();
+    // Each reader marks itself, waits to see the other inside (so both hold
+    // at once), then stays until `go`.
+    let reader = |me: &str, other: &str| {
+        let script = format!(
+            "{WAIT_FOR}echo $$ > {me}; wait_for {other}; wait_for go; echo done > {me}.done"
+        );
+        spawn_in(
+            dir.path(),
+            &urls,
+            &[
+                "run", "rw", "--read", "--wait", "60s", "--", "sh", "-c", &script,
+            ],
+        )
+    };
+    let first = reader("r1", "r2");
+    let second = reader("r2", "r1");
+    wait_for_file(&dir.path().join("r1"));
+    wait_for_file(&dir.path().join("r2"));
+
+    let writer = spawn_in(
+        dir.path(),
+        &urls,
+        &[
+            "run",
+            "rw",
+            "--write",
+            "--wait",
+            "100s",
+            "--",
+            "sh",
+            "-c",
+            "test -e r1.done && test -e r2.done && echo ok > w",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        !dir.path().join("w").exists(),
+        "the writer ran while readers held the lock"
+    );
+    std::fs::write(dir.path().join("go"), "go\n").unwrap();
+    for reader in [first, second] {
+        let out = reader.finish();
+        assert_eq!(out.code(), 0, "{out:?}");
+    }
+    let out = writer.finish();
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert_eq!(wait_for_file(&dir.path().join("w")), "ok");
+}
+
+#[test]
+fn two_permits_let_two_of_three_commands_run_at_once() {
+    let server = RedisServer::start();
+    let urls = vec![server.url()];
+    let dir = temp_dir();
+    std::fs::create_dir(dir.path().join("running")).unwrap();
+    // Inside for ~3 s, counting who else is inside every 100 ms.
+    let script = "echo $$ > running/$$; i=0; while [ $i -lt 30 ]; do \
+                  ls running | wc -l >> counts; sleep 0.1; i=$((i+1)); done; rm running/$$";
+    let procs: Vec<Proc> = (0..3)
+        .map(|_| {
+            spawn_in(
+                dir.path(),
+                &urls,
+                &[
+                    "run",
+                    "exports",
+                    "--permits",
+                    "2",
+                    "--wait",
+                    "100s",
+                    "--",
+                    "sh",
+                    "-c",
+                    script,
+                ],
+            )
+        })
+        .collect();
+    for p in procs {
+        let out = p.finish();
+        assert_eq!(out.code(), 0, "{out:?}");
+    }
+    let counts: Vec<usize> = std::fs::read_to_string(dir.path().join("counts"))
+        .unwrap()
+        .lines()
+        .map(|l| l.trim().parse().expect("a count"))
+        .collect();
+    assert_eq!(counts.len(), 90, "{counts:?}");
+    assert_eq!(counts.iter().max(), Some(&2), "{counts:?}");
+}
+
+#[test]
+fn a_semaphore_used_with_another_permit_count_exits_64() {
+    let server = RedisServer::start();
+    let urls = vec![server.url()];
+    let dir = temp_dir();
+    let script = format!("{WAIT_FOR}echo $$ > in; wait_for go");
+    let holder = spawn_in(
+        dir.path(),
+        &urls,
+        &["run", "sem", "--permits", "2", "--", "sh", "-c", &script],
+    );
+    wait_for_file(&dir.path().join("in"));
+    let out = run_on(
+        &urls,
+        &["run", "sem", "--permits", "3", "--no-wait", "--", "true"],
+    );
+    assert_eq!(out.code(), 64, "{out:?}");
+    out.assert_one_error_line();
+    assert!(out.stderr.contains("permits"), "{out:?}");
+    std::fs::write(dir.path().join("go"), "go\n").unwrap();
+    let out = holder.finish();
+    assert_eq!(out.code(), 0, "{out:?}");
 }

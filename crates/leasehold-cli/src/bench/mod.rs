@@ -4,16 +4,18 @@
 //! 1. uncontended acquire+release against the raw floor and rslock;
 //! 2. one key, 4/16/64 waiter processes, against rslock;
 //! 3. 10,000 keys, 256 tasks on one client, against the raw scripts;
-//! 4. 100,000 leases held on one client, renewed by the watchdog.
+//! 4. 100,000 leases held on one client, renewed by the watchdog;
+//! 5. Redlock over 5 private nodes against one node.
 //!
 //! Every loop is bounded in count and time. With no URL the bench starts a
 //! private redis-server (loopback) and kills it, and every worker process,
-//! by PID at the end.
+//! by PID at the end; scenario 5 always starts (and kills) its own nodes.
 
 mod contended;
 mod held;
 mod many_keys;
 mod raw;
+mod redlock;
 mod report;
 mod server;
 mod svg;
@@ -60,6 +62,10 @@ pub(crate) struct Settings {
     lease_ttl: Duration,
     /// Renewal periods the leases are held for while counting.
     lease_periods: u32,
+    /// Measured ops per client per round in scenario 5.
+    redlock_ops: usize,
+    /// Rounds in scenario 5.
+    redlock_rounds: usize,
 }
 
 impl Settings {
@@ -84,6 +90,8 @@ impl Settings {
             leases: args.leases.unwrap_or(if quick { 10_000 } else { 100_000 }),
             lease_ttl: Duration::from_secs(3),
             lease_periods: if quick { 2 } else { 3 },
+            redlock_ops: if quick { 200 } else { 1000 },
+            redlock_rounds: if quick { 3 } else { 5 },
         }
     }
 
@@ -102,6 +110,9 @@ impl Settings {
             "leases": self.leases,
             "lease_ttl_ms": self.lease_ttl.as_millis(),
             "lease_periods": self.lease_periods,
+            "redlock_nodes": redlock::NODES,
+            "redlock_ops_per_round": self.redlock_ops,
+            "redlock_rounds": self.redlock_rounds,
         })
     }
 }
@@ -131,6 +142,17 @@ pub(crate) struct Series {
     sorted_us: Vec<f64>,
 }
 
+impl Series {
+    /// The line `label` in `panel`, from sorted durations.
+    fn of(panel: &str, label: &str, sorted: &[Duration]) -> Series {
+        Series {
+            panel: panel.into(),
+            label: label.into(),
+            sorted_us: sorted.iter().map(|d| d.as_secs_f64() * 1e6).collect(),
+        }
+    }
+}
+
 /// `leasehold bench`. Exits 0 when the benchmarks ran, whatever the verdicts:
 /// a SHORT figure is a finding, not a failure of the tool.
 pub(crate) async fn bench(global: &Global, args: BenchArgs) -> Result<u8, Failure> {
@@ -144,6 +166,7 @@ pub(crate) async fn bench(global: &Global, args: BenchArgs) -> Result<u8, Failur
             Scenario::Contended,
             Scenario::ManyKeys,
             Scenario::HeldLeases,
+            Scenario::Redlock,
         ],
     };
     if !global.json {
@@ -217,6 +240,7 @@ fn scenario_name(s: Scenario) -> &'static str {
         Scenario::Contended => "contended",
         Scenario::ManyKeys => "many-keys",
         Scenario::HeldLeases => "held-leases",
+        Scenario::Redlock => "redlock",
     }
 }
 
@@ -236,6 +260,13 @@ async fn run_all(
         private: target.is_private(),
         rtt,
         settings,
+    };
+    // Started first, so a missing redis-server fails the run before the
+    // long scenarios, not after them.
+    let nodes = if selected.contains(&Scenario::Redlock) {
+        Some(redlock::Nodes::start().await?)
+    } else {
+        None
     };
     let mut sections = Vec::new();
     let mut series = Vec::new();
@@ -257,7 +288,18 @@ async fn run_all(
     if selected.contains(&Scenario::ManyKeys) {
         sections.push(many_keys::run(&ctx).await?);
     }
-    let order = ["uncontended", "contended", "many_keys", "held_leases"];
+    if let Some(nodes) = &nodes {
+        let (section, s) = redlock::run(&ctx, nodes).await?;
+        sections.push(section);
+        series.extend(s);
+    }
+    let order = [
+        "uncontended",
+        "contended",
+        "many_keys",
+        "held_leases",
+        "redlock",
+    ];
     sections.sort_by_key(|s| order.iter().position(|k| *k == s.key));
     Ok((machine, sections, series))
 }

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::report::{Figure, Goal, Row, Section, Unit};
 use super::{Context, Series, raw};
@@ -91,7 +91,7 @@ pub(crate) async fn run(ctx: &Context<'_>) -> Result<(Section, Vec<Series>), Fai
 }
 
 /// Runs `op(0..ops)` one after another, for at most `cap`; the time each took.
-async fn timed(
+pub(super) async fn timed(
     ops: usize,
     cap: Duration,
     mut op: impl AsyncFnMut(usize) -> Result<(), Failure>,
@@ -119,12 +119,6 @@ fn busy(whose: &str) -> Failure {
 
 /// The section and the latency distributions.
 fn report(ctx: &Context<'_>, samples: &Samples) -> (Section, Vec<Series>) {
-    let p50 = |v: &[Duration]| Figure::micros(percentile(v, 50.0));
-    let p99 = |v: &[Duration]| Figure::micros(percentile(v, 99.0));
-    let mean = |v: &[Duration]| {
-        let sum: Duration = v.iter().sum();
-        Figure::micros((!v.is_empty()).then(|| sum / u32::try_from(v.len()).unwrap_or(u32::MAX)))
-    };
     let (l50, r50) = (p50(&samples.leasehold), p50(&samples.raw));
     let ratio = Figure::new(l50.value / r50.value, Unit::Times);
     let rtt_us = ctx.rtt.as_secs_f64() * 1e6;
@@ -149,15 +143,6 @@ fn report(ctx: &Context<'_>, samples: &Samples) -> (Section, Vec<Series>) {
             Figure::new(l50.value / p50(&samples.rslock).value, Unit::Times),
         ),
     ];
-    let us = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1e6);
-    let stats = |v: &[Duration]| {
-        json!({
-            "ops": v.len(),
-            "p50_us": us(percentile(v, 50.0)),
-            "p99_us": us(percentile(v, 99.0)),
-            "mean_us": mean(v).value,
-        })
-    };
     let section = Section {
         key: "uncontended",
         title: "1. uncontended acquire+release (one task, one connection)".into(),
@@ -185,11 +170,33 @@ fn report(ctx: &Context<'_>, samples: &Samples) -> (Section, Vec<Series>) {
         ("rslock", &samples.rslock),
     ]
     .into_iter()
-    .map(|(label, v)| Series {
-        panel: "1. uncontended: acquire+release latency".into(),
-        label: label.into(),
-        sorted_us: v.iter().map(|d| d.as_secs_f64() * 1e6).collect(),
-    })
+    .map(|(label, v)| Series::of("1. uncontended: acquire+release latency", label, v))
     .collect();
     (section, series)
+}
+
+/// The median of sorted `v`.
+pub(super) fn p50(v: &[Duration]) -> Figure {
+    Figure::micros(percentile(v, 50.0))
+}
+
+/// The 99th percentile of sorted `v`.
+pub(super) fn p99(v: &[Duration]) -> Figure {
+    Figure::micros(percentile(v, 99.0))
+}
+
+/// The mean of `v`.
+pub(super) fn mean(v: &[Duration]) -> Figure {
+    let sum: Duration = v.iter().sum();
+    Figure::micros((!v.is_empty()).then(|| sum / u32::try_from(v.len()).unwrap_or(u32::MAX)))
+}
+
+/// Count, p50, p99 and mean of sorted `v`, for JSON.
+pub(super) fn stats(v: &[Duration]) -> Value {
+    json!({
+        "ops": v.len(),
+        "p50_us": p50(v).value,
+        "p99_us": p99(v).value,
+        "mean_us": mean(v).value,
+    })
 }

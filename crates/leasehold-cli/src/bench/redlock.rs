@@ -1,0 +1,181 @@
+//! Scenario 5: Redlock over 5 independent nodes against one node, one task
+//! acquiring and releasing a free lock. Redlock sends each request to every
+//! node at once, so its latency should be the slowest of five round trips,
+//! not five of them.
+//!
+//! The nodes are private redis-servers started for this scenario (even when
+//! `--url` names a server: a Redlock needs independent masters, and the one
+//! node compared against is one of the same five, so both sides run on the
+//! same kind of server).
+
+use std::time::{Duration, Instant};
+
+use leasehold::{Client, Lock};
+use serde_json::json;
+
+use super::report::{Figure, Goal, Row, Section, Unit};
+use super::uncontended::{mean, p50, p99, stats, timed};
+use super::{Context, Series};
+use crate::commands::connect_to;
+use crate::embedded::EmbeddedRedis;
+use crate::exit::Failure;
+
+/// Redlock nodes.
+pub(crate) const NODES: usize = 5;
+/// Lease length (never reached: each op releases).
+const TTL: Duration = Duration::from_secs(30);
+/// The target: Redlock at most this many times one node.
+const MAX_RATIO: f64 = 1.5;
+/// Warm-up operations per client, not measured.
+const WARM_UP: usize = 50;
+
+/// The private nodes; each is killed by PID when dropped.
+pub(crate) struct Nodes(Vec<EmbeddedRedis>);
+
+impl Nodes {
+    /// Starts [`NODES`] private redis-servers.
+    ///
+    /// # Errors
+    ///
+    /// Exit 69 when redis-server is missing or a node does not start (the
+    /// nodes started so far are killed).
+    pub(crate) async fn start() -> Result<Nodes, Failure> {
+        let mut nodes = Vec::with_capacity(NODES);
+        for _ in 0..NODES {
+            nodes.push(EmbeddedRedis::start_async().await?);
+        }
+        Ok(Nodes(nodes))
+    }
+
+    /// Their URLs.
+    fn urls(&self) -> Vec<String> {
+        self.0.iter().map(EmbeddedRedis::url).collect()
+    }
+}
+
+/// Latencies of one client, sorted.
+#[derive(Default)]
+struct Samples {
+    /// Acquire alone.
+    acquire: Vec<Duration>,
+    /// Acquire + release.
+    both: Vec<Duration>,
+}
+
+impl Samples {
+    /// Runs `ops` acquire+release of `lock`, for at most `cap`; keeps the
+    /// times when `keep`.
+    async fn measure(
+        &mut self,
+        lock: &Lock,
+        ops: usize,
+        cap: Duration,
+        keep: bool,
+    ) -> Result<(), Failure> {
+        let mut acquire = Vec::with_capacity(ops);
+        let both = timed(ops, cap, async |_| {
+            let sent = Instant::now();
+            let guard = lock.acquire().await?;
+            acquire.push(sent.elapsed());
+            Ok(guard.release().await?)
+        })
+        .await?;
+        if keep {
+            self.acquire.extend(acquire);
+            self.both.extend(both);
+        }
+        Ok(())
+    }
+
+    /// Sorts the samples.
+    fn sort(&mut self) {
+        self.acquire.sort();
+        self.both.sort();
+    }
+}
+
+/// Runs scenario 5 on `nodes`.
+pub(crate) async fn run(
+    ctx: &Context<'_>,
+    nodes: &Nodes,
+) -> Result<(Section, Vec<Series>), Failure> {
+    let s = ctx.settings;
+    let urls = nodes.urls();
+    let single = connect_to(&urls[0], ctx.prefix).await?;
+    let redlock = Client::builder()
+        .redlock(urls.clone())
+        .prefix(ctx.prefix)
+        .build()
+        .await?;
+    let one_lock = single.lock("bench:redlock-one").ttl(TTL);
+    let quorum_lock = redlock.lock("bench:redlock").ttl(TTL);
+
+    let (mut one, mut quorum) = (Samples::default(), Samples::default());
+    // Interleaved rounds, so a burst of load from elsewhere hits both alike.
+    for round in 0..=s.redlock_rounds {
+        let (ops, keep) = if round == 0 {
+            (WARM_UP, false)
+        } else {
+            (s.redlock_ops, true)
+        };
+        let cap = s.uncontended_round_cap;
+        one.measure(&one_lock, ops, cap, keep).await?;
+        quorum.measure(&quorum_lock, ops, cap, keep).await?;
+    }
+    one.sort();
+    quorum.sort();
+    Ok(report(ctx, &one, &quorum))
+}
+
+/// The section and the latency distributions.
+fn report(ctx: &Context<'_>, one: &Samples, quorum: &Samples) -> (Section, Vec<Series>) {
+    let ratio = |a: Figure, b: Figure| Figure::new(a.value / b.value, Unit::Times);
+    let acquire_ratio = ratio(p50(&quorum.acquire), p50(&one.acquire));
+    let both_ratio = ratio(p50(&quorum.both), p50(&one.both));
+    let rows = vec![
+        Row::plain("acquire p50", p50(&quorum.acquire)).beside(p50(&one.acquire)),
+        Row::plain("acquire p99", p99(&quorum.acquire)).beside(p99(&one.acquire)),
+        Row::plain("acquire+release p50", p50(&quorum.both)).beside(p50(&one.both)),
+        Row::plain("acquire+release p99", p99(&quorum.both)).beside(p99(&one.both)),
+        Row::plain("acquire+release mean", mean(&quorum.both)).beside(mean(&one.both)),
+        Row::goal(
+            format!("{NODES} nodes / 1 node, acquire p50"),
+            acquire_ratio,
+            Goal::at_most(MAX_RATIO, Unit::Times),
+        ),
+        Row::goal(
+            format!("{NODES} nodes / 1 node, acquire+release p50"),
+            both_ratio,
+            Goal::at_most(MAX_RATIO, Unit::Times),
+        ),
+    ];
+    let section = Section {
+        key: "redlock",
+        title: format!("5. Redlock over {NODES} nodes against 1 node (uncontended, one task)"),
+        peer: Some("1 node"),
+        rows,
+        notes: vec![
+            format!(
+                "{NODES} private redis-servers on loopback; the 1-node client uses the first of \
+                 them; leasehold Lock on both, watchdog on"
+            ),
+            format!(
+                "{} rounds of {} ops each, interleaved",
+                ctx.settings.redlock_rounds, ctx.settings.redlock_ops
+            ),
+        ],
+        data: json!({
+            "nodes": NODES,
+            "redlock": {"acquire": stats(&quorum.acquire), "acquire_release": stats(&quorum.both)},
+            "one_node": {"acquire": stats(&one.acquire), "acquire_release": stats(&one.both)},
+            "ratio_acquire_p50": acquire_ratio.value,
+            "ratio_acquire_release_p50": both_ratio.value,
+        }),
+    };
+    let panel = "5. Redlock: acquire+release latency";
+    let series = vec![
+        Series::of(panel, &format!("Redlock, {NODES} nodes"), &quorum.both),
+        Series::of(panel, "1 node", &one.both),
+    ];
+    (section, series)
+}

@@ -1,0 +1,128 @@
+//! What `run` holds while its command runs: the plain lock, a read or the
+//! write hold of a read-write lock, or a semaphore permit. The library's
+//! guards share their methods but no trait, so one enum lets `run`
+//! supervise any of them the same way.
+
+use leasehold::{Client, LockGuard, Permit, ReadGuard, WriteGuard};
+
+use crate::cli::{LeaseArgs, Mode};
+use crate::commands::{per_lease, take};
+use crate::exit::Failure;
+
+/// A guard of any primitive `run` can hold.
+#[derive(Debug)]
+pub(crate) enum Held {
+    /// The plain lease lock.
+    Lock(LockGuard),
+    /// A read hold of a read-write lock.
+    Read(ReadGuard),
+    /// The write hold of a read-write lock.
+    Write(WriteGuard),
+    /// A semaphore permit.
+    Permit(Permit),
+}
+
+/// Evaluates `$body` with `$guard` bound to whichever guard `$held` is.
+macro_rules! each {
+    ($held:expr, $guard:ident => $body:expr) => {
+        match $held {
+            Held::Lock($guard) => $body,
+            Held::Read($guard) => $body,
+            Held::Write($guard) => $body,
+            Held::Permit($guard) => $body,
+        }
+    };
+}
+
+impl Held {
+    /// The fencing token.
+    pub(crate) fn fence(&self) -> u64 {
+        each!(self, g => g.fence())
+    }
+
+    /// The owner token.
+    pub(crate) fn token(&self) -> &str {
+        each!(self, g => g.token())
+    }
+
+    /// True once the lease may have expired or was taken.
+    pub(crate) fn is_lost(&self) -> bool {
+        each!(self, g => g.is_lost())
+    }
+
+    /// Resolves when the lease is lost.
+    pub(crate) async fn lost(&self) {
+        each!(self, g => g.lost().await);
+    }
+
+    /// Gives the hold back, owner-checked.
+    pub(crate) async fn release(self) -> leasehold::Result<()> {
+        each!(self, g => g.release().await)
+    }
+
+    /// What is held, for messages: `lock "x"`, `write lock "x"`, ...
+    pub(crate) fn what(&self) -> String {
+        let kind = match self {
+            Held::Lock(_) => "lock",
+            Held::Read(_) => "read lock",
+            Held::Write(_) => "write lock",
+            Held::Permit(_) => "permit of semaphore",
+        };
+        format!("{kind} {:?}", each!(self, g => g.name()))
+    }
+}
+
+/// Takes what `mode` names on `name`, per `lease`.
+///
+/// # Errors
+///
+/// Exit 75 when it is taken and `--no-wait` was given; the library's
+/// errors otherwise (on a Redlock client, every mode but the plain lock is
+/// [`leasehold::Error::Unsupported`]).
+pub(crate) async fn take_hold(
+    client: &Client,
+    name: &str,
+    lease: &LeaseArgs,
+    mode: Mode,
+) -> Result<Held, Failure> {
+    let rw = || client.rw_lock(name).ttl(lease.ttl).wait(lease.wait);
+    match mode {
+        Mode::Lock => take(client, name, lease).await.map(Held::Lock),
+        Mode::Read => {
+            let rw = rw();
+            let busy = || format!("read-write lock {name:?} has a writer, or one waits");
+            let read = per_lease(
+                lease,
+                async || rw.try_read().await,
+                async || rw.read().await,
+                busy,
+            );
+            read.await.map(Held::Read)
+        }
+        Mode::Write => {
+            let rw = rw();
+            let busy = || format!("read-write lock {name:?} has readers or a writer");
+            let write = per_lease(
+                lease,
+                async || rw.try_write().await,
+                async || rw.write().await,
+                busy,
+            );
+            write.await.map(Held::Write)
+        }
+        Mode::Permits(permits) => {
+            let sem = client
+                .semaphore(name, permits)
+                .ttl(lease.ttl)
+                .wait(lease.wait);
+            let busy = || format!("all {permits} permits of semaphore {name:?} are held");
+            let permit = per_lease(
+                lease,
+                async || sem.try_acquire().await,
+                async || sem.acquire().await,
+                busy,
+            );
+            permit.await.map(Held::Permit)
+        }
+    }
+}
