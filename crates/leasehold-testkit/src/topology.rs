@@ -115,14 +115,22 @@ impl RedisCluster {
             .arg(key)
             .query(&mut con)
             .expect("CLUSTER KEYSLOT");
-        let slots: Vec<(i64, i64, Vec<redis::Value>)> = redis::cmd("CLUSTER")
+        let slots: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER")
             .arg("SLOTS")
             .query(&mut con)
             .expect("CLUSTER SLOTS");
-        for (start, end, master) in slots {
-            if (start..=end).contains(&slot) {
-                if let Some(redis::Value::Int(port)) = master.get(1) {
-                    return u16::try_from(*port).expect("port");
+        for range in slots {
+            if let [
+                redis::Value::Int(start),
+                redis::Value::Int(end),
+                redis::Value::Array(master),
+                ..,
+            ] = range.as_slice()
+            {
+                if (*start..=*end).contains(&slot) {
+                    if let Some(redis::Value::Int(port)) = master.get(1) {
+                        return u16::try_from(*port).expect("port");
+                    }
                 }
             }
         }

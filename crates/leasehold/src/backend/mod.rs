@@ -279,42 +279,44 @@ impl Backend {
     /// Refuses servers older than Redis 7, whose scripts lack `SET .. NX GET`,
     /// and warns when the eviction policy could evict lock keys.
     async fn check_server(&self) -> Result<()> {
-        let info: String = match self
+        let reply: Value = match self
             .query(redis::cmd("INFO").arg("server").arg("memory"), "")
             .await
         {
-            Ok(info) => info,
+            Ok(reply) => reply,
             // A least-privilege user may not run INFO; the scripts will tell.
             Err(Error::Auth { source }) if source.code() == Some("NOPERM") => return Ok(()),
             Err(e) => return Err(e),
         };
-        let field = |name: &str| {
-            info.lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-                .unwrap_or("")
-                .trim()
-                .to_owned()
+        // A cluster answers with one INFO per master.
+        let infos: Vec<Value> = match reply {
+            Value::Map(per_node) => per_node.into_iter().map(|(_, info)| info).collect(),
+            one => vec![one],
         };
-        let version = field("redis_version");
-        let major: u32 = version
-            .split('.')
-            .next()
-            .and_then(|m| m.parse().ok())
-            .unwrap_or(0);
-        if major < 7 {
-            return Err(Error::Unsupported(format!(
-                "Redis {version} at {}: leasehold needs Redis 7.0 or newer",
-                self.addr
-            )));
-        }
-        let policy = field("maxmemory_policy");
-        if evicts_lock_keys(&policy) {
-            tracing::warn!(
-                addr = %self.addr,
-                %policy,
-                "maxmemory-policy may evict lock keys when memory runs out, which frees a held \
-                 lock early; use noeviction (or volatile-* with care: lock keys have a TTL)"
-            );
+        for info in infos {
+            let info = String::from_redis_value(info).map_err(|e| Error::Redis(e.into()))?;
+            let version = info_field(&info, "redis_version");
+            let major: u32 = version
+                .split('.')
+                .next()
+                .and_then(|m| m.parse().ok())
+                .unwrap_or(0);
+            if major < 7 {
+                return Err(Error::Unsupported(format!(
+                    "Redis {version} at {}: leasehold needs Redis 7.0 or newer",
+                    self.addr
+                )));
+            }
+            let policy = info_field(&info, "maxmemory_policy");
+            if evicts_lock_keys(&policy) {
+                tracing::warn!(
+                    addr = %self.addr,
+                    %policy,
+                    "maxmemory-policy may evict lock keys when memory runs out, which frees a \
+                     held lock early; use noeviction (or volatile-* with care: lock keys have \
+                     a TTL)"
+                );
+            }
         }
         Ok(())
     }
@@ -397,6 +399,15 @@ impl Backend {
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.conn, Conn::Cluster(_))
     }
+}
+
+/// The value of `name` in an INFO text, empty if absent.
+fn info_field(info: &str, name: &str) -> String {
+    info.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .unwrap_or("")
+        .trim()
+        .to_owned()
 }
 
 /// Whether a `maxmemory-policy` may evict keys that have a TTL (every lock
