@@ -660,7 +660,13 @@ fn launch(
         } else {
             ping(port)
         };
-        if answers && read_from(&log_path, log_offset).contains("Ready to accept connections") {
+        // A sentinel never logs "Ready"; its ID line comes once it listens.
+        let ready_line = if config.sentinel.is_some() {
+            "Sentinel ID is"
+        } else {
+            "Ready to accept connections"
+        };
+        if answers && read_from(&log_path, log_offset).contains(ready_line) {
             return Ok(child);
         }
         if Instant::now() >= deadline {
