@@ -34,9 +34,11 @@
 mod ports;
 mod proxy;
 mod server;
+mod topology;
 
 pub use proxy::{Proxy, ProxyMode};
 pub use server::{RedisServer, ServerBuilder, start_servers};
+pub use topology::{RedisCluster, SentinelSet};
 
 /// The command that installs the Redis binaries the test-suite needs; it is
 /// part of the panic message when `redis-server` cannot be found.

@@ -73,6 +73,18 @@ pub struct ServerBuilder {
     /// `Some(fsync_always)` when AOF is enabled.
     appendonly: Option<bool>,
     extra: Vec<(String, String)>,
+    tls: Option<TlsFiles>,
+    /// `Some((master name, master port, quorum))` for a sentinel.
+    sentinel: Option<(String, u16, u32)>,
+}
+
+/// PEM material of a TLS-only server.
+#[derive(Debug, Clone)]
+struct TlsFiles {
+    cert: String,
+    key: String,
+    ca: String,
+    auth_clients: bool,
 }
 
 /// Starts `n` independent Redis masters (for Redlock-style tests), each with
@@ -84,8 +96,13 @@ pub struct ServerBuilder {
 /// assert_ne!(servers[0].port(), servers[1].port());
 /// ```
 pub fn start_servers(n: usize) -> Vec<RedisServer> {
+    start_many(n, RedisServer::builder)
+}
+
+/// Starts `n` servers from `builder` in parallel.
+pub(crate) fn start_many(n: usize, builder: impl Fn() -> ServerBuilder + Sync) -> Vec<RedisServer> {
     std::thread::scope(|s| {
-        let handles: Vec<_> = (0..n).map(|_| s.spawn(RedisServer::start)).collect();
+        let handles: Vec<_> = (0..n).map(|_| s.spawn(|| builder().start())).collect();
         handles
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
@@ -148,6 +165,28 @@ impl ServerBuilder {
     /// ```
     pub fn arg(mut self, name: &str, value: &str) -> Self {
         self.extra.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Makes the server TLS-only: its port speaks TLS (`--tls-port`, plain
+    /// `--port 0`) with this certificate and key (PEM); clients are checked
+    /// against `ca_pem` when `auth_clients` (mutual TLS). The URL becomes
+    /// `rediss://localhost:PORT`.
+    pub fn tls(mut self, cert_pem: &str, key_pem: &str, ca_pem: &str, auth_clients: bool) -> Self {
+        self.tls = Some(TlsFiles {
+            cert: cert_pem.to_owned(),
+            key: key_pem.to_owned(),
+            ca: ca_pem.to_owned(),
+            auth_clients,
+        });
+        self
+    }
+
+    /// Makes this a Redis Sentinel monitoring the master on loopback port
+    /// `master_port` as `name`, with this quorum; failures are detected
+    /// after 1 s.
+    pub fn sentinel(mut self, name: &str, master_port: u16, quorum: u32) -> Self {
+        self.sentinel = Some((name.to_owned(), master_port, quorum));
         self
     }
 
@@ -246,6 +285,9 @@ impl RedisServer {
     /// # drop(client);
     /// ```
     pub fn url(&self) -> String {
+        if self.config.tls.is_some() {
+            return format!("rediss://localhost:{}", self.port());
+        }
         redis_url(self.port(), None)
     }
 
@@ -515,8 +557,25 @@ fn launch(
         .expect("leasehold-testkit: dup log file");
 
     let mut cmd = Command::new(binary);
+    if let Some((name, master_port, quorum)) = &config.sentinel {
+        // A sentinel needs a config file it can rewrite.
+        let conf = dir.join("sentinel.conf");
+        if !conf.exists() {
+            let text = format!(
+                "sentinel monitor {name} 127.0.0.1 {master_port} {quorum}\n\
+                 sentinel down-after-milliseconds {name} 1000\n\
+                 sentinel failover-timeout {name} 5000\n\
+                 sentinel parallel-syncs {name} 1\n"
+            );
+            fs::write(&conf, text).unwrap_or_else(|e| {
+                panic!("leasehold-testkit: cannot write {}: {e}", conf.display())
+            });
+        }
+        cmd.arg(&conf).arg("--sentinel");
+    }
+    let tcp_port = if config.tls.is_some() { 0 } else { port };
     cmd.arg("--port")
-        .arg(port.to_string())
+        .arg(tcp_port.to_string())
         .args(["--bind", "127.0.0.1"])
         .arg("--dir")
         .arg(dir)
@@ -535,6 +594,27 @@ fn launch(
     }
     if let Some(p) = &config.password {
         cmd.arg("--requirepass").arg(p);
+    }
+    if let Some(tls) = &config.tls {
+        let write = |name: &str, pem: &str| {
+            let path = dir.join(name);
+            fs::write(&path, pem).unwrap_or_else(|e| {
+                panic!("leasehold-testkit: cannot write {}: {e}", path.display())
+            });
+            path
+        };
+        cmd.arg("--tls-port")
+            .arg(port.to_string())
+            .arg("--tls-cert-file")
+            .arg(write("server.crt", &tls.cert))
+            .arg("--tls-key-file")
+            .arg(write("server.key", &tls.key))
+            .arg("--tls-ca-cert-file")
+            .arg(write("ca.crt", &tls.ca))
+            .args([
+                "--tls-auth-clients",
+                if tls.auth_clients { "yes" } else { "no" },
+            ]);
     }
     for (name, value) in &config.extra {
         cmd.arg(format!("--{name}")).arg(value);
@@ -573,7 +653,20 @@ fn launch(
         }
         // PING proves something listens on the port; the line in *our* log
         // proves it is this process and not someone else's server.
-        if ping(port) && read_from(&log_path, log_offset).contains("Ready to accept connections") {
+        // A TLS port does not answer a plain PING; the port being open
+        // and the line in our log are enough there.
+        let answers = if config.tls.is_some() {
+            TcpStream::connect(SocketAddr::from(([127, 0, 0, 1], port))).is_ok()
+        } else {
+            ping(port)
+        };
+        // A sentinel never logs "Ready"; its ID line comes once it listens.
+        let ready_line = if config.sentinel.is_some() {
+            "Sentinel ID is"
+        } else {
+            "Ready to accept connections"
+        };
+        if answers && read_from(&log_path, log_offset).contains(ready_line) {
             return Ok(child);
         }
         if Instant::now() >= deadline {

@@ -90,6 +90,7 @@ where
                     pending.release_in_background();
                     Instant::now()
                 } else {
+                    pending.replicated().await?;
                     pending.armed = false;
                     pending.queued = false;
                     return Ok(Some((fence, sent)));
@@ -170,6 +171,7 @@ where
             let reply = attempt().await?;
             return Ok(match reply {
                 Acquire::Acquired { fence } if validity(target.ttl, sent.elapsed()).is_some() => {
+                    pending.replicated().await?;
                     pending.armed = false;
                     pending.queued = false;
                     Some((fence, sent))
@@ -210,6 +212,39 @@ struct PendingAttempt<'a, 'b> {
 }
 
 impl PendingAttempt<'_, '_> {
+    /// With `min_replicas`, waits for the replicas to acknowledge the
+    /// acquisition just made; too few release it (at once, or in the
+    /// background if that fails) and fail.
+    async fn replicated(&mut self) -> Result<()> {
+        let t = self.target;
+        let inner = &t.client.inner;
+        let Some((needed, timeout)) = inner.min_replicas else {
+            return Ok(());
+        };
+        let acked = inner
+            .servers
+            .wait_replicas(&t.keys.lock, needed, timeout)
+            .await?;
+        if acked >= needed {
+            return Ok(());
+        }
+        match inner.servers.release(t.kind, t.keys, t.hold).await {
+            Ok(_) => {
+                self.armed = false;
+                self.queued = false;
+            }
+            Err(e) => {
+                tracing::warn!(lock = %t.name, error = %e,
+                    "release after too few replica acks failed; retrying in the background");
+            }
+        }
+        Err(Error::ReplicasNotReached {
+            name: t.name.to_owned(),
+            acked,
+            needed,
+        })
+    }
+
     fn release_in_background(&mut self) {
         self.armed = false;
         self.queued = false;

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{Backend, ConnectOptions};
+use crate::backend::{Backend, ConnectOptions, SentinelTarget, TlsOptions};
 use crate::error::{Error, Result};
 use crate::events::{Events, Shared};
 use crate::fair::FairLock;
@@ -50,6 +50,9 @@ pub(crate) struct Inner {
     pub(crate) prefix: String,
     pub(crate) min_ttl: Duration,
     pub(crate) max_ttl: Duration,
+    /// `min_replicas(n, timeout)`: replicas that must acknowledge each
+    /// acquisition.
+    pub(crate) min_replicas: Option<(usize, Duration)>,
 }
 
 impl Inner {
@@ -146,6 +149,82 @@ impl Client {
         S: Into<String>,
     {
         Client::builder().redlock(urls).build().await
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes; the rest are
+    /// discovered. Every key of one lock shares a hash slot, so each
+    /// operation is one call to one master; redirections (MOVED, ASK) and
+    /// slot migrations are followed by the driver.
+    ///
+    /// Release events: a PUBLISH on a cluster reaches every node over the
+    /// cluster bus, so the client's one subscription (on any node) hears
+    /// the releases of every master. That costs cluster-bus traffic per
+    /// release, which is fine for lock traffic; sharded pub/sub would not.
+    ///
+    /// [`Client::list`] scans one node only on a cluster.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::connect`].
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime, as [`ClientBuilder::build`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), leasehold::Error> {
+    /// let client = leasehold::Client::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7001"]).await?;
+    /// let guard = client.lock("orders:42").acquire().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn cluster<I, S>(urls: I) -> Result<Client>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Client::builder().cluster(urls).build().await
+    }
+
+    /// Connects to the master that Redis Sentinel monitors as
+    /// `master_name`, and follows it through failovers: the sentinels are
+    /// asked every 0.5 s (and at once after a connection error or a
+    /// `READONLY` reply), and commands go only to a server that confirmed
+    /// it is the master. Lock state is never read from a replica.
+    ///
+    /// The scheme and credentials of the first sentinel URL are used for
+    /// the master too.
+    ///
+    /// A failover can lose a lease the old master had not yet passed to
+    /// its replica; [`ClientBuilder::min_replicas`] narrows that window.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::connect`]; [`Error::Unsupported`] when no sentinel knows
+    /// `master_name`.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime, as [`ClientBuilder::build`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), leasehold::Error> {
+    /// let client = leasehold::Client::sentinel(["redis://10.0.0.1:26379"], "mymaster").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn sentinel<I, S>(sentinel_urls: I, master_name: &str) -> Result<Client>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Client::builder()
+            .sentinel(sentinel_urls, master_name)
+            .build()
+            .await
     }
 
     /// Starts a [`ClientBuilder`] for options beyond the URL.
@@ -306,6 +385,10 @@ impl Client {
 pub struct ClientBuilder {
     url: String,
     redlock: Option<Vec<String>>,
+    cluster: Option<Vec<String>>,
+    sentinel: Option<SentinelTarget>,
+    tls: TlsOptions,
+    min_replicas: Option<(usize, Duration)>,
     node_timeout: Duration,
     prefix: String,
     command_timeout: Duration,
@@ -318,6 +401,10 @@ impl Default for ClientBuilder {
         ClientBuilder {
             url: "redis://127.0.0.1:6379".into(),
             redlock: None,
+            cluster: None,
+            sentinel: None,
+            tls: TlsOptions::default(),
+            min_replicas: None,
             node_timeout: Duration::from_millis(200),
             prefix: DEFAULT_PREFIX.into(),
             command_timeout: Duration::from_secs(2),
@@ -346,6 +433,83 @@ impl ClientBuilder {
         S: Into<String>,
     {
         self.redlock = Some(urls.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Makes this a Redis Cluster client, reached through any of these
+    /// nodes; see [`Client::cluster`].
+    ///
+    /// Defaults to one server, [`ClientBuilder::url`].
+    pub fn cluster<I, S>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.cluster = Some(urls.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Makes this a Sentinel client of the master monitored as
+    /// `master_name`; see [`Client::sentinel`].
+    ///
+    /// Defaults to one server, [`ClientBuilder::url`].
+    pub fn sentinel<I, S>(mut self, sentinel_urls: I, master_name: &str) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.sentinel = Some(SentinelTarget {
+            sentinels: sentinel_urls.into_iter().map(Into::into).collect(),
+            master_name: master_name.to_owned(),
+        });
+        self
+    }
+
+    /// Trusts this CA (PEM) for `rediss://` servers instead of the system's
+    /// trust store. Verification of the server's certificate and host name
+    /// is always on.
+    ///
+    /// Defaults to the system's trust store.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(ca_pem: &[u8]) -> Result<(), leasehold::Error> {
+    /// let client = leasehold::Client::builder()
+    ///     .url("rediss://redis.internal:6380")
+    ///     .tls_ca_cert(ca_pem)
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn tls_ca_cert(mut self, ca_pem: &[u8]) -> Self {
+        self.tls.ca = Some(ca_pem.to_vec());
+        self
+    }
+
+    /// Presents this certificate chain and private key (PEM) to
+    /// `rediss://` servers that ask for one (mutual TLS,
+    /// `tls-auth-clients yes`).
+    ///
+    /// Defaults to no client certificate.
+    pub fn tls_client_cert(mut self, cert_pem: &[u8], key_pem: &[u8]) -> Self {
+        self.tls.client = Some((cert_pem.to_vec(), key_pem.to_vec()));
+        self
+    }
+
+    /// After each acquisition, waits (`WAIT`, on the connection that
+    /// acquired) until at least `replicas` replicas acknowledged it, for up
+    /// to `timeout`. Fewer acknowledgements release the lock again and fail
+    /// with [`Error::ReplicasNotReached`].
+    ///
+    /// This narrows, but does not close, the window in which a failover to
+    /// a replica loses a held lock: `WAIT` tells that replicas received the
+    /// write, not that they will be the ones promoted, nor that the
+    /// renewals that follow reach them. Not available on Redlock.
+    ///
+    /// Defaults to no waiting.
+    pub fn min_replicas(mut self, replicas: usize, timeout: Duration) -> Self {
+        self.min_replicas = Some((replicas, timeout));
         self
     }
 
@@ -415,12 +579,37 @@ impl ClientBuilder {
         let on_push = Arc::clone(&shared);
         let options = ConnectOptions {
             command_timeout: self.command_timeout,
+            tls: self.tls.clone(),
         };
-        let servers = match &self.redlock {
-            None => Servers::One(
-                Backend::connect(&self.url, &options, move |info| on_push.on_push(info)).await?,
-            ),
-            Some(urls) => self.connect_redlock(urls, &options, &shared).await?,
+        let push = move |info| on_push.on_push(info);
+        let servers = match (&self.redlock, &self.cluster, &self.sentinel) {
+            (None, None, None) => Servers::One(Backend::connect(&self.url, &options, push).await?),
+            (Some(urls), None, None) => {
+                if self.min_replicas.is_some() {
+                    return Err(Error::InvalidArgument(
+                        "min_replicas is not available on a Redlock client (its masters have no \
+                         replicas to wait for)"
+                            .into(),
+                    ));
+                }
+                self.connect_redlock(urls, &options, &shared).await?
+            }
+            (None, Some(urls), None) => {
+                if urls.is_empty() {
+                    return Err(Error::InvalidArgument(
+                        "a cluster client needs at least one node URL".into(),
+                    ));
+                }
+                Servers::One(Backend::connect_cluster(urls, &options, push).await?)
+            }
+            (None, None, Some(target)) => {
+                Servers::One(Backend::connect_sentinel(target.clone(), &options, push).await?)
+            }
+            _ => {
+                return Err(Error::InvalidArgument(
+                    "choose one of redlock, cluster and sentinel".into(),
+                ));
+            }
         };
         Ok(Client {
             inner: Arc::new(Inner {
@@ -430,6 +619,7 @@ impl ClientBuilder {
                 prefix: self.prefix,
                 min_ttl: self.min_ttl,
                 max_ttl: self.max_ttl,
+                min_replicas: self.min_replicas,
             }),
         })
     }

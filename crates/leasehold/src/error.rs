@@ -131,6 +131,37 @@ pub enum Error {
         source: redis::RedisError,
     },
 
+    /// The TLS handshake failed: the server's certificate is not trusted
+    /// (wrong CA, wrong host name, expired) or it refused ours.
+    #[error(
+        "TLS with Redis at {addr} failed: {source}; check the CA certificate (tls_ca_cert), \
+         that the certificate names the host in the URL, and the client certificate \
+         (tls_client_cert) if the server asks for one"
+    )]
+    Tls {
+        /// The address that was tried.
+        addr: String,
+        /// The underlying error, with the TLS library's reason.
+        #[source]
+        source: redis::RedisError,
+    },
+
+    /// Fewer replicas than `min_replicas` acknowledged the acquisition in
+    /// time. The lock was released again; nothing is held.
+    #[error(
+        "lock {name:?} was acquired but only {acked} of the {needed} replica(s) required by \
+         min_replicas acknowledged it in time, so it was released again; check the replicas \
+         and their links, or lower min_replicas"
+    )]
+    ReplicasNotReached {
+        /// The lock name.
+        name: String,
+        /// Replicas that acknowledged.
+        acked: usize,
+        /// Replicas required.
+        needed: usize,
+    },
+
     /// Redis refused the credentials or the user lacks a permission.
     #[error(
         "Redis refused access: {source}; check the user and password in the URL \
@@ -166,7 +197,21 @@ impl Error {
                 };
             }
             Some("NOAUTH" | "WRONGPASS" | "NOPERM") => return Error::Auth { source: err },
+            // Passing states of a failover or resharding: the next try may
+            // find the new master.
+            Some("READONLY" | "MASTERDOWN" | "LOADING" | "TRYAGAIN" | "CLUSTERDOWN") => {
+                return Error::Unreachable {
+                    addr: addr.to_owned(),
+                    source: err,
+                };
+            }
             _ => {}
+        }
+        if err.is_io_error() && is_tls_failure(&err) {
+            return Error::Tls {
+                addr: addr.to_owned(),
+                source: err,
+            };
         }
         if err.kind() == redis::ErrorKind::AuthenticationFailed {
             return Error::Auth { source: err };
@@ -199,6 +244,28 @@ impl Error {
             Error::Unreachable { .. } | Error::QuorumNotReached { .. }
         )
     }
+}
+
+/// Whether an I/O error came from the TLS layer (rustls reports its reasons
+/// as the I/O error's inner error).
+fn is_tls_failure(err: &redis::RedisError) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = source {
+        if e.downcast_ref::<rustls::Error>().is_some() {
+            return true;
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if io
+                .get_ref()
+                .is_some_and(|inner| inner.is::<rustls::Error>())
+            {
+                return true;
+            }
+        }
+        source = e.source();
+    }
+    let text = err.to_string().to_lowercase();
+    text.contains("certificate") || text.contains("tls handshake") || text.contains("alert")
 }
 
 fn node_error_list(errors: &[String]) -> String {

@@ -129,10 +129,44 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
     })
 }
 
+/// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag,
+/// or of the whole key without a non-empty one, modulo 16384.
+pub(crate) fn slot(key: &str) -> u16 {
+    let key = key.as_bytes();
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        let close = rest.iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &rest[..close])
+    });
+    let mut crc: u16 = 0;
+    for &byte in tagged.unwrap_or(key) {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn slots_match_cluster_keyslot() {
+        // CLUSTER KEYSLOT's answers.
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("bar"), 5061);
+        assert_eq!(slot("x:{foo}:lock"), 12182);
+        assert_eq!(slot("{}foo"), slot("{}foo"));
+        assert_ne!(slot("{}foo"), slot("foo"));
+        assert_eq!(slot("a{bar}b{foo}"), 5061);
+    }
 
     /// The part of a key Redis Cluster hashes (its rule, written out).
     fn hashed_part(key: &str) -> &str {

@@ -47,6 +47,25 @@ impl Servers {
         matches!(self, Servers::One(_))
     }
 
+    /// Whether keys of different slots may live on different masters, so
+    /// one call may only touch keys of one slot.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Servers::One(backend) if backend.is_cluster())
+    }
+
+    /// How many replicas acknowledged the writes made so far to `key`'s
+    /// master (`WAIT`), up to `replicas`, waiting at most `timeout`.
+    pub(crate) async fn wait_replicas(
+        &self,
+        key: &str,
+        replicas: usize,
+        timeout: Duration,
+    ) -> Result<usize> {
+        self.single("min_replicas")?
+            .wait_replicas(key, replicas, timeout)
+            .await
+    }
+
     /// Addresses, for messages.
     pub(crate) fn addrs(&self) -> Vec<&str> {
         self.all().iter().map(Backend::addr).collect()

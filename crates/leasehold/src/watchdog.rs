@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 
 use crate::error::Result;
 
-use crate::key::LockKeys;
+use crate::key::{LockKeys, slot};
 use crate::lease::{Kind, Lease, Snapshot};
 use crate::scripts::{Extension, Owned};
 use crate::servers::Servers;
@@ -179,9 +179,13 @@ impl State {
             }
             due.push((lease, snapshot));
         }
-        due.sort_by_key(|(lease, _)| lease.kind);
+        // On a cluster one call may only touch keys of one slot.
+        let cluster = self.servers.is_cluster();
+        due.sort_by_key(|(lease, _)| (lease.kind, cluster.then(|| slot(&lease.keys.lock))));
         let batches: Vec<&[(Arc<Lease>, Snapshot)]> = due
-            .chunk_by(|(a, _), (b, _)| a.kind == b.kind)
+            .chunk_by(|(a, _), (b, _)| {
+                a.kind == b.kind && (!cluster || slot(&a.keys.lock) == slot(&b.keys.lock))
+            })
             .flat_map(|same_kind| same_kind.chunks(MAX_BATCH))
             .collect();
         // Batches go out together, pipelined on the connection, so the
@@ -250,4 +254,19 @@ async fn renew_batch(
         .collect();
     let sent = Instant::now();
     (sent, servers.extend(kind, &extensions).await)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::key::{LockKeys, slot};
+
+    #[test]
+    fn renewal_batches_split_by_slot() {
+        // Every key of one lock shares a slot; different names spread out.
+        let a = LockKeys::new("leasehold", "orders:1");
+        let b = LockKeys::new("leasehold", "orders:2");
+        assert_eq!(slot(&a.lock), slot(&a.fence));
+        assert_eq!(slot(&a.lock), slot(&a.channel));
+        assert_ne!(slot(&a.lock), slot(&b.lock));
+    }
 }

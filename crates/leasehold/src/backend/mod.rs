@@ -1,28 +1,128 @@
 //! How leasehold talks to Redis. Knows nothing about locks.
 //!
-//! One [`ConnectionManager`] per client: a multiplexed RESP3 connection that
-//! reconnects on its own, carries every command, and delivers pub/sub
-//! messages as push frames, so the whole client needs one socket.
+//! One connection per client, whatever the deployment:
+//!
+//! - one server: a [`ConnectionManager`], a multiplexed RESP3 connection that
+//!   reconnects on its own, carries every command, and delivers pub/sub
+//!   messages as push frames, so the whole client needs one socket;
+//! - a cluster: redis-rs's async cluster connection (one multiplexed RESP3
+//!   connection per node, MOVED/ASK and slot migration followed by the
+//!   driver), each call routed by its first key;
+//! - Sentinel: a [`ConnectionManager`] to the master the sentinels name,
+//!   replaced when they name another one (see [`sentinel`]).
+//!
+//! TLS (`rediss://`) uses rustls with certificate verification always on.
 
+mod sentinel;
+
+use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{FromRedisValue, IntoConnectionInfo, ProtocolVersion, PushInfo, ScriptInvocation};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{
+    ClientTlsConfig, Cmd, ConnectionInfo, FromRedisValue, IntoConnectionInfo, ProtocolVersion,
+    PushInfo, RedisFuture, ScriptInvocation, TlsCertificates, Value,
+};
 
 use crate::error::{Error, Result};
 
+pub(crate) use sentinel::SentinelTarget;
+
+/// Where push frames (pub/sub messages, disconnections) go.
+pub(crate) type OnPush = Arc<dyn Fn(PushInfo) + Send + Sync>;
+
 /// Connection settings a [`Backend`] is built with.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct ConnectOptions {
     /// Bound on each command's reply and on each connection attempt.
     pub(crate) command_timeout: Duration,
+    /// Certificates for `rediss://` URLs.
+    pub(crate) tls: TlsOptions,
 }
 
-/// A connection to one Redis server.
+/// TLS material beyond the system's trust store.
+#[derive(Clone, Default)]
+pub(crate) struct TlsOptions {
+    /// PEM of the CA to trust instead of the system roots.
+    pub(crate) ca: Option<Vec<u8>>,
+    /// PEM certificate chain and key for mutual TLS.
+    pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for TlsOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsOptions")
+            .field("ca", &self.ca.is_some())
+            .field("client", &self.client.is_some())
+            .finish()
+    }
+}
+
+impl TlsOptions {
+    fn is_set(&self) -> bool {
+        self.ca.is_some() || self.client.is_some()
+    }
+
+    fn certificates(&self) -> TlsCertificates {
+        TlsCertificates {
+            client_tls: self.client.as_ref().map(|(cert, key)| ClientTlsConfig {
+                client_cert: cert.clone(),
+                client_key: key.clone(),
+            }),
+            root_cert: self.ca.clone(),
+        }
+    }
+}
+
+/// A connection to one Redis deployment whose every key lives on one
+/// master per slot: a server, a cluster, or a Sentinel-watched master.
 #[derive(Clone)]
 pub(crate) struct Backend {
-    manager: ConnectionManager,
+    conn: Conn,
     addr: String,
+}
+
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+    Sentinel(Arc<sentinel::Followed>),
+}
+
+/// The connection one command goes out on.
+enum Live {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Live {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Live::Single(c) => c.req_packed_command(cmd),
+            Live::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Live::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Live::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Live::Single(c) => c.get_db(),
+            Live::Cluster(c) => c.get_db(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Backend {
@@ -39,11 +139,14 @@ impl Backend {
         options: &ConnectOptions,
         on_push: impl Fn(PushInfo) + Send + Sync + 'static,
     ) -> Result<Backend> {
-        let (client, config, addr) = prepare(url, options, on_push)?;
+        let (client, config, addr) = prepare(url, options, Arc::new(on_push))?;
         let manager = ConnectionManager::new_with_config(client, config)
             .await
             .map_err(|e| Error::from_redis(e, &addr, ""))?;
-        let backend = Backend { manager, addr };
+        let backend = Backend {
+            conn: Conn::Single(manager),
+            addr,
+        };
         backend.check_server().await?;
         Ok(backend)
     }
@@ -56,10 +159,13 @@ impl Backend {
         options: &ConnectOptions,
         on_push: impl Fn(PushInfo) + Send + Sync + 'static,
     ) -> Result<(Backend, Option<Error>)> {
-        let (client, config, addr) = prepare(url, options, on_push)?;
+        let (client, config, addr) = prepare(url, options, Arc::new(on_push))?;
         match ConnectionManager::new_with_config(client.clone(), config.clone()).await {
             Ok(manager) => {
-                let backend = Backend { manager, addr };
+                let backend = Backend {
+                    conn: Conn::Single(manager),
+                    addr,
+                };
                 backend.check_server().await?;
                 Ok((backend, None))
             }
@@ -67,11 +173,84 @@ impl Backend {
                 e @ Error::Unreachable { .. } => {
                     let manager = ConnectionManager::new_lazy_with_config(client, config)
                         .map_err(|e| Error::from_redis(e, &addr, ""))?;
-                    Ok((Backend { manager, addr }, Some(e)))
+                    let backend = Backend {
+                        conn: Conn::Single(manager),
+                        addr,
+                    };
+                    Ok((backend, Some(e)))
                 }
                 e => Err(e),
             },
         }
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes (`urls`); the
+    /// driver discovers the rest and follows slot moves and failovers.
+    pub(crate) async fn connect_cluster(
+        urls: &[String],
+        options: &ConnectOptions,
+        on_push: impl Fn(PushInfo) + Send + Sync + 'static,
+    ) -> Result<Backend> {
+        let infos = urls
+            .iter()
+            .map(|url| parse_url(url, options))
+            .collect::<Result<Vec<_>>>()?;
+        let addr = format!(
+            "cluster {}",
+            infos
+                .iter()
+                .map(|i| i.addr().to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let tls = infos
+            .iter()
+            .any(|i| matches!(i.addr(), redis::ConnectionAddr::TcpTls { .. }));
+        let mut builder = redis::cluster::ClusterClientBuilder::new(infos)
+            .use_protocol(ProtocolVersion::RESP3)
+            .connection_timeout(options.command_timeout)
+            .response_timeout(options.command_timeout)
+            .retries(3)
+            .push_sender(
+                move |info: PushInfo| -> std::result::Result<(), std::convert::Infallible> {
+                    on_push(info);
+                    Ok(())
+                },
+            );
+        if tls {
+            builder = builder.certs(options.tls.certificates());
+        }
+        let client = builder
+            .build()
+            .map_err(|e| Error::from_redis(e, &addr, ""))?;
+        let conn = client
+            .get_async_connection()
+            .await
+            .map_err(|e| Error::from_redis(e, &addr, ""))?;
+        let backend = Backend {
+            conn: Conn::Cluster(conn),
+            addr,
+        };
+        backend.check_server().await?;
+        Ok(backend)
+    }
+
+    /// Connects to the master the sentinels name for `target`, and follows
+    /// it through failovers.
+    pub(crate) async fn connect_sentinel(
+        target: SentinelTarget,
+        options: &ConnectOptions,
+        on_push: impl Fn(PushInfo) + Send + Sync + 'static,
+    ) -> Result<Backend> {
+        let addr = format!("sentinel master {:?}", target.master_name);
+        let followed =
+            sentinel::Followed::connect(target, options.clone(), Arc::new(on_push)).await?;
+        let backend = Backend {
+            conn: Conn::Sentinel(followed),
+            addr,
+        };
+        backend.check_server().await?;
+        Ok(backend)
     }
 
     /// The server's address, for messages (never includes credentials).
@@ -79,29 +258,65 @@ impl Backend {
         &self.addr
     }
 
-    /// Refuses servers older than Redis 7, whose scripts lack `SET .. NX GET`.
+    fn live(&self) -> Live {
+        match &self.conn {
+            Conn::Single(m) => Live::Single(m.clone()),
+            Conn::Cluster(c) => Live::Cluster(c.clone()),
+            Conn::Sentinel(f) => Live::Single(f.current()),
+        }
+    }
+
+    /// Maps a driver error, and tells a Sentinel follower that its master
+    /// may have changed.
+    fn error(&self, e: redis::RedisError, key: &str) -> Error {
+        let e = Error::from_redis(e, &self.addr, key);
+        if let (Conn::Sentinel(f), Error::Unreachable { .. }) = (&self.conn, &e) {
+            f.suspect();
+        }
+        e
+    }
+
+    /// Refuses servers older than Redis 7, whose scripts lack `SET .. NX GET`,
+    /// and warns when the eviction policy could evict lock keys.
     async fn check_server(&self) -> Result<()> {
-        let info: String = match self.query(redis::cmd("INFO").arg("server"), "").await {
-            Ok(info) => info,
+        let reply: Value = match self
+            .query(redis::cmd("INFO").arg("server").arg("memory"), "")
+            .await
+        {
+            Ok(reply) => reply,
             // A least-privilege user may not run INFO; the scripts will tell.
             Err(Error::Auth { source }) if source.code() == Some("NOPERM") => return Ok(()),
             Err(e) => return Err(e),
         };
-        let version = info
-            .lines()
-            .find_map(|l| l.strip_prefix("redis_version:"))
-            .unwrap_or("")
-            .trim();
-        let major: u32 = version
-            .split('.')
-            .next()
-            .and_then(|m| m.parse().ok())
-            .unwrap_or(0);
-        if major < 7 {
-            return Err(Error::Unsupported(format!(
-                "Redis {version} at {}: leasehold needs Redis 7.0 or newer",
-                self.addr
-            )));
+        // A cluster answers with one INFO per master.
+        let infos: Vec<Value> = match reply {
+            Value::Map(per_node) => per_node.into_iter().map(|(_, info)| info).collect(),
+            one => vec![one],
+        };
+        for info in infos {
+            let info = String::from_redis_value(info).map_err(|e| Error::Redis(e.into()))?;
+            let version = info_field(&info, "redis_version");
+            let major: u32 = version
+                .split('.')
+                .next()
+                .and_then(|m| m.parse().ok())
+                .unwrap_or(0);
+            if major < 7 {
+                return Err(Error::Unsupported(format!(
+                    "Redis {version} at {}: leasehold needs Redis 7.0 or newer",
+                    self.addr
+                )));
+            }
+            let policy = info_field(&info, "maxmemory_policy");
+            if evicts_lock_keys(&policy) {
+                tracing::warn!(
+                    addr = %self.addr,
+                    %policy,
+                    "maxmemory-policy may evict lock keys when memory runs out, which frees a \
+                     held lock early; use noeviction (or volatile-* with care: lock keys have \
+                     a TTL)"
+                );
+            }
         }
         Ok(())
     }
@@ -113,36 +328,127 @@ impl Backend {
         invocation: &ScriptInvocation<'_>,
         key: &str,
     ) -> Result<T> {
-        let mut conn = self.manager.clone();
+        let mut conn = self.live();
         invocation
             .invoke_async(&mut conn)
             .await
-            .map_err(|e| Error::from_redis(e, &self.addr, key))
+            .map_err(|e| self.error(e, key))
     }
 
     /// Runs one command.
     pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd, key: &str) -> Result<T> {
-        let mut conn = self.manager.clone();
+        let mut conn = self.live();
         cmd.query_async(&mut conn)
             .await
-            .map_err(|e| Error::from_redis(e, &self.addr, key))
+            .map_err(|e| self.error(e, key))
+    }
+
+    /// `WAIT replicas timeout` on the connection (and, on a cluster, the
+    /// master) that wrote `key`: how many replicas acknowledged every write
+    /// made so far.
+    pub(crate) async fn wait_replicas(
+        &self,
+        key: &str,
+        replicas: usize,
+        timeout: Duration,
+    ) -> Result<usize> {
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(replicas)
+            .arg(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
+        match self.live() {
+            Live::Cluster(mut c) => {
+                let route = Route::with_key(key.as_bytes(), SlotAddr::Master);
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                let value = c
+                    .route_command(cmd, routing)
+                    .await
+                    .map_err(|e| self.error(e, key))?;
+                usize::from_redis_value(value).map_err(|e| self.error(e.into(), key))
+            }
+            mut live => cmd
+                .query_async(&mut live)
+                .await
+                .map_err(|e| self.error(e, key)),
+        }
     }
 
     /// Subscribes the shared connection to an exact channel (never a pattern).
     pub(crate) async fn subscribe(&self, channel: &str) -> Result<()> {
-        let mut conn = self.manager.clone();
-        conn.subscribe(channel)
-            .await
-            .map_err(|e| Error::from_redis(e, &self.addr, channel))
+        match &self.conn {
+            Conn::Single(m) => m.clone().subscribe(channel).await,
+            // A PUBLISH on a cluster reaches every node (over the cluster
+            // bus), so the subscription may live on any one of them.
+            Conn::Cluster(c) => c.clone().subscribe(channel).await,
+            Conn::Sentinel(f) => return f.subscribe(channel).await,
+        }
+        .map_err(|e| self.error(e, channel))
     }
 
     /// Ends a subscription made by [`Backend::subscribe`].
     pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<()> {
-        let mut conn = self.manager.clone();
-        conn.unsubscribe(channel)
-            .await
-            .map_err(|e| Error::from_redis(e, &self.addr, channel))
+        match &self.conn {
+            Conn::Single(m) => m.clone().unsubscribe(channel).await,
+            Conn::Cluster(c) => c.clone().unsubscribe(channel).await,
+            Conn::Sentinel(f) => return f.unsubscribe(channel).await,
+        }
+        .map_err(|e| self.error(e, channel))
     }
+
+    /// Whether keys of different hash slots may live on different servers
+    /// (then one call may only touch keys of one slot).
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.conn, Conn::Cluster(_))
+    }
+}
+
+/// The value of `name` in an INFO text, empty if absent.
+fn info_field(info: &str, name: &str) -> String {
+    info.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .unwrap_or("")
+        .trim()
+        .to_owned()
+}
+
+/// Whether a `maxmemory-policy` may evict keys that have a TTL (every lock
+/// key has one).
+fn evicts_lock_keys(policy: &str) -> bool {
+    !policy.is_empty() && policy != "noeviction"
+}
+
+/// Parses `url`, refusing TLS material for a plain `redis://` URL (it would
+/// be silently unused).
+fn parse_url(url: &str, options: &ConnectOptions) -> Result<ConnectionInfo> {
+    let info = url.into_connection_info().map_err(|e| {
+        Error::InvalidArgument(format!(
+            "invalid Redis URL {:?}: {e}; expected redis[s]://[user:password@]host:port[/db]",
+            redact_url(url)
+        ))
+    })?;
+    let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
+    if options.tls.is_set() && !tls {
+        return Err(Error::InvalidArgument(format!(
+            "TLS certificates were given but {:?} is not a rediss:// URL",
+            redact_url(url)
+        )));
+    }
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    Ok(info.set_redis_settings(settings))
+}
+
+/// A driver client for `url` with the TLS material of `options`.
+fn open_client(info: ConnectionInfo, options: &ConnectOptions) -> Result<redis::Client> {
+    let addr = info.addr().to_string();
+    let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
+    if tls && options.tls.is_set() {
+        redis::Client::build_with_tls(info, options.tls.certificates())
+    } else {
+        redis::Client::open(info)
+    }
+    .map_err(|e| Error::from_redis(e, &addr, ""))
 }
 
 /// The client and connection settings for `url`: RESP3 (so pub/sub rides
@@ -150,22 +456,16 @@ impl Backend {
 fn prepare(
     url: &str,
     options: &ConnectOptions,
-    on_push: impl Fn(PushInfo) + Send + Sync + 'static,
+    on_push: OnPush,
 ) -> Result<(redis::Client, ConnectionManagerConfig, String)> {
-    let info = url.into_connection_info().map_err(|e| {
-        Error::InvalidArgument(format!(
-            "invalid Redis URL {:?}: {e}; expected redis://[user:password@]host:port[/db]",
-            redact_url(url)
-        ))
-    })?;
+    let info = parse_url(url, options)?;
     let addr = info.addr().to_string();
-    let settings = info
-        .redis_settings()
-        .clone()
-        .set_protocol(ProtocolVersion::RESP3);
-    let info = info.set_redis_settings(settings);
-    let client = redis::Client::open(info).map_err(|e| Error::from_redis(e, &addr, ""))?;
-    let config = ConnectionManagerConfig::new()
+    let client = open_client(info, options)?;
+    Ok((client, manager_config(options, on_push), addr))
+}
+
+fn manager_config(options: &ConnectOptions, on_push: OnPush) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
         .set_response_timeout(Some(options.command_timeout))
         .set_connection_timeout(Some(options.command_timeout))
         // Few, quick retries: a lock caller has its own deadline and would
@@ -174,13 +474,12 @@ fn prepare(
         .set_min_delay(Duration::from_millis(20))
         .set_max_delay(Duration::from_millis(500))
         .set_push_sender(
-            move |info: PushInfo| -> Result<(), std::convert::Infallible> {
+            move |info: PushInfo| -> std::result::Result<(), std::convert::Infallible> {
                 on_push(info);
                 Ok(())
             },
         )
-        .set_automatic_resubscription();
-    Ok((client, config, addr))
+        .set_automatic_resubscription()
 }
 
 /// A URL with any password replaced, fit for error messages.
@@ -197,12 +496,26 @@ pub(crate) fn redact_url(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::redact_url;
+    use super::{evicts_lock_keys, redact_url};
 
     #[test]
     fn passwords_never_reach_messages() {
         assert_eq!(redact_url("redis://:secret@h:1"), "redis://:***@h:1");
         assert_eq!(redact_url("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
         assert_eq!(redact_url("redis://h:1"), "redis://h:1");
+    }
+
+    #[test]
+    fn only_noeviction_keeps_lock_keys_safe() {
+        assert!(!evicts_lock_keys("noeviction"));
+        assert!(!evicts_lock_keys(""));
+        for policy in [
+            "allkeys-lru",
+            "volatile-lru",
+            "volatile-ttl",
+            "allkeys-random",
+        ] {
+            assert!(evicts_lock_keys(policy), "{policy}");
+        }
     }
 }

@@ -1,0 +1,341 @@
+//! Topologies of several servers: a Redis Cluster, and a master with
+//! replicas watched by Sentinels.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::ports::{PortGuard, reserve_free_port};
+use crate::server::RedisServer;
+
+/// How long a topology may take to settle (cluster state ok, replicas in sync).
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A Redis Cluster on loopback: `masters` masters with `replicas` replicas
+/// each, slots spread by `redis-cli --cluster create`. Every node is a
+/// [`RedisServer`] (killed on drop, log printed on failure).
+///
+/// ```no_run
+/// let cluster = leasehold_testkit::RedisCluster::start(3, 1);
+/// assert_eq!(cluster.nodes().len(), 6);
+/// ```
+#[derive(Debug)]
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+    _bus_ports: Vec<PortGuard>,
+}
+
+impl RedisCluster {
+    /// Starts the nodes, creates the cluster and waits until every node
+    /// reports `cluster_state:ok` and every replica is in sync.
+    pub fn start(masters: usize, replicas: usize) -> RedisCluster {
+        let total = masters * (1 + replicas);
+        let bus_ports: Vec<PortGuard> = (0..total).map(|_| reserve_free_port()).collect();
+        let nodes: Vec<RedisServer> = std::thread::scope(|s| {
+            let handles: Vec<_> = bus_ports
+                .iter()
+                .map(|bus| {
+                    let bus = bus.port().to_string();
+                    s.spawn(move || {
+                        RedisServer::builder()
+                            .arg("cluster-enabled", "yes")
+                            .arg("cluster-config-file", "nodes.conf")
+                            .arg("cluster-port", &bus)
+                            .arg("cluster-node-timeout", "2000")
+                            .start()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                .collect()
+        });
+        let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
+        args.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port())));
+        args.extend([
+            "--cluster-replicas".into(),
+            replicas.to_string(),
+            "--cluster-yes".into(),
+        ]);
+        let out = Command::new("redis-cli")
+            .args(&args)
+            .output()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "leasehold-testkit: cannot run redis-cli: {e}\ninstall it with: {}",
+                    crate::INSTALL_HINT
+                )
+            });
+        let cluster = RedisCluster {
+            nodes,
+            _bus_ports: bus_ports,
+        };
+        assert!(
+            out.status.success(),
+            "leasehold-testkit: redis-cli --cluster create failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        cluster.wait_until_ok();
+        cluster
+    }
+
+    /// Every node, masters and replicas.
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+
+    /// `redis://127.0.0.1:PORT` of every node.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// The node on `port`.
+    pub fn node(&self, port: u16) -> &RedisServer {
+        self.nodes
+            .iter()
+            .find(|n| n.port() == port)
+            .unwrap_or_else(|| panic!("leasehold-testkit: no cluster node on port {port}"))
+    }
+
+    /// Ports of the nodes that are masters now.
+    pub fn master_ports(&self) -> Vec<u16> {
+        self.nodes
+            .iter()
+            .filter(|n| role(n) == "master")
+            .map(RedisServer::port)
+            .collect()
+    }
+
+    /// Port of the master serving `key` now (CLUSTER KEYSLOT + CLUSTER SLOTS).
+    pub fn master_of(&self, key: &str) -> u16 {
+        let mut con = self.nodes[0].connection();
+        let slot: i64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut con)
+            .expect("CLUSTER KEYSLOT");
+        let slots: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query(&mut con)
+            .expect("CLUSTER SLOTS");
+        for range in slots {
+            if let [
+                redis::Value::Int(start),
+                redis::Value::Int(end),
+                redis::Value::Array(master),
+                ..,
+            ] = range.as_slice()
+            {
+                if (*start..=*end).contains(&slot) {
+                    if let Some(redis::Value::Int(port)) = master.get(1) {
+                        return u16::try_from(*port).expect("port");
+                    }
+                }
+            }
+        }
+        panic!("leasehold-testkit: no master serves slot {slot}")
+    }
+
+    /// Waits until every running node reports `cluster_state:ok` and agrees
+    /// on one master per slot range, and every replica's link is up.
+    pub fn wait_until_ok(&self) {
+        let deadline = Instant::now() + SETTLE_TIMEOUT;
+        loop {
+            let ok = self.nodes.iter().filter(|n| n.is_running()).all(|n| {
+                let mut con = n.connection();
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query(&mut con)
+                    .unwrap_or_default();
+                let repl: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query(&mut con)
+                    .unwrap_or_default();
+                info.contains("cluster_state:ok")
+                    && (repl.contains("role:master") || repl.contains("master_link_status:up"))
+            });
+            if ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "leasehold-testkit: cluster not ok after {SETTLE_TIMEOUT:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// `master` or `slave` (or `sentinel`), from ROLE.
+fn role(server: &RedisServer) -> String {
+    let role: Vec<redis::Value> = redis::cmd("ROLE")
+        .query(&mut server.connection())
+        .expect("ROLE");
+    match role.first() {
+        Some(redis::Value::BulkString(r)) => String::from_utf8_lossy(r).into_owned(),
+        Some(redis::Value::SimpleString(r)) => r.clone(),
+        other => panic!("leasehold-testkit: ROLE answered {other:?}"),
+    }
+}
+
+/// A master with replicas, watched by Sentinels under one name.
+///
+/// ```no_run
+/// let set = leasehold_testkit::SentinelSet::start("mymaster", 2, 3);
+/// assert_eq!(set.sentinel_urls().len(), 3);
+/// ```
+#[derive(Debug)]
+pub struct SentinelSet {
+    name: String,
+    /// The first server is the first master; then the replicas.
+    servers: Vec<RedisServer>,
+    sentinels: Vec<RedisServer>,
+}
+
+impl SentinelSet {
+    /// Starts the master, `replicas` replicas and `sentinels` sentinels
+    /// (quorum: a majority of them), and waits until the replicas are in
+    /// sync and every sentinel knows every replica and sentinel.
+    pub fn start(name: &str, replicas: usize, sentinels: usize) -> SentinelSet {
+        let master = RedisServer::start();
+        let master_port = master.port().to_string();
+        let mut servers = vec![master];
+        servers.extend(crate::server::start_many(replicas, || {
+            RedisServer::builder()
+                .arg("replicaof", &format!("127.0.0.1 {master_port}"))
+                .arg("replica-announce-ip", "127.0.0.1")
+        }));
+        let quorum = u32::try_from(sentinels / 2 + 1).expect("quorum");
+        let port = servers[0].port();
+        let sentinels = crate::server::start_many(sentinels, || {
+            RedisServer::builder().sentinel(name, port, quorum)
+        });
+        let set = SentinelSet {
+            name: name.to_owned(),
+            servers,
+            sentinels,
+        };
+        set.wait_until_settled(replicas);
+        set
+    }
+
+    /// The name the sentinels monitor the master under.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `redis://127.0.0.1:PORT` of every sentinel.
+    pub fn sentinel_urls(&self) -> Vec<String> {
+        self.sentinels.iter().map(RedisServer::url).collect()
+    }
+
+    /// The data servers (first master first, then the replicas).
+    pub fn servers(&self) -> &[RedisServer] {
+        &self.servers
+    }
+
+    /// The sentinels.
+    pub fn sentinels(&self) -> &[RedisServer] {
+        &self.sentinels
+    }
+
+    /// Port of the master as the first sentinel names it.
+    pub fn master_port(&self) -> u16 {
+        let (_, port): (String, u16) = redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(&self.name)
+            .query(&mut self.sentinels[0].connection())
+            .expect("SENTINEL GET-MASTER-ADDR-BY-NAME");
+        port
+    }
+
+    /// A coordinated failover (`SENTINEL FAILOVER`); returns the new
+    /// master's port once every sentinel names it and it says it is master.
+    pub fn failover(&self) -> u16 {
+        let old = self.master_port();
+        let deadline = Instant::now() + SETTLE_TIMEOUT;
+        loop {
+            let r: redis::RedisResult<String> = redis::cmd("SENTINEL")
+                .arg("FAILOVER")
+                .arg(&self.name)
+                .query(&mut self.sentinels[0].connection());
+            match r {
+                Ok(_) => break,
+                // NOGOODSLAVE while replicas are still being discovered.
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => panic!("leasehold-testkit: SENTINEL FAILOVER: {e}"),
+            }
+        }
+        loop {
+            let named: Vec<u16> = self
+                .sentinels
+                .iter()
+                .map(|s| {
+                    redis::cmd("SENTINEL")
+                        .arg("GET-MASTER-ADDR-BY-NAME")
+                        .arg(&self.name)
+                        .query::<(String, u16)>(&mut s.connection())
+                        .map(|(_, p)| p)
+                        .unwrap_or(old)
+                })
+                .collect();
+            let new = named[0];
+            if new != old
+                && named.iter().all(|&p| p == new)
+                && self
+                    .servers
+                    .iter()
+                    .any(|s| s.port() == new && role(s) == "master")
+            {
+                return new;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "leasehold-testkit: failover not done after {SETTLE_TIMEOUT:?} (named {named:?})"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn wait_until_settled(&self, replicas: usize) {
+        let deadline = Instant::now() + SETTLE_TIMEOUT;
+        loop {
+            let synced = self.servers[1..].iter().all(|r| {
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query(&mut r.connection())
+                    .unwrap_or_default();
+                info.contains("master_link_status:up")
+            });
+            let known = self.sentinels.iter().all(|s| {
+                let master: Vec<String> = redis::cmd("SENTINEL")
+                    .arg("MASTER")
+                    .arg(&self.name)
+                    .query(&mut s.connection())
+                    .unwrap_or_default();
+                let field = |name: &str| {
+                    master
+                        .iter()
+                        .position(|f| f == name)
+                        .and_then(|i| master.get(i + 1))
+                        .and_then(|v| v.parse::<usize>().ok())
+                        .unwrap_or(0)
+                };
+                field("num-slaves") >= replicas
+                    && field("num-other-sentinels") + 1 >= self.sentinels.len()
+            });
+            if synced && known {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "leasehold-testkit: sentinel set not settled after {SETTLE_TIMEOUT:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}

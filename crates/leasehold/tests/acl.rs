@@ -1,0 +1,60 @@
+//! The least-privilege ACL user of the README, and a user missing a permission.
+
+mod common;
+
+use leasehold::{Client, Error};
+use leasehold_testkit::RedisServer;
+
+/// The least-privilege rules a lock user needs (the README's ACL line):
+/// scripts by EVALSHA (EVAL/SCRIPT LOAD when the server lost them), the
+/// commands the scripts call, exact-channel pub/sub for release events,
+/// WAIT for `min_replicas`; keys and channels under the prefix only.
+const LOCK_USER_RULES: &str = "+evalsha +eval +script|load +subscribe +unsubscribe +ping \
+    +hello +wait +get +set +del +exists +pexpire +pttl +time +publish +hget +hset +hdel \
+    +hexists +hkeys +hlen +incr +zadd +zrem +zrange +zrangebyscore +zremrangebyscore \
+    +zscore +zcard +zcount ~leasehold:* &leasehold:*";
+
+fn server_with_user(name: &str, rules: &str) -> RedisServer {
+    let server = RedisServer::start();
+    let mut args = vec!["SETUSER", name, "reset", "on", ">pw"];
+    args.extend(rules.split_whitespace());
+    let _: () = redis::cmd("ACL")
+        .arg(&args)
+        .query(&mut server.connection())
+        .expect("ACL SETUSER");
+    server
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn least_privilege_user_runs_the_locks() {
+    let server = server_with_user("locker", LOCK_USER_RULES);
+    let client = Client::connect(&server.url_with_auth(Some("locker"), "pw"))
+        .await
+        .expect("connect as the lock user");
+    common::lock_suite(&client, "acl").await;
+    // A fresh server that lost its scripts: NOSCRIPT is answered by loading.
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut server.connection())
+        .unwrap();
+    let guard = client.lock("after-flush").acquire().await.expect("acquire");
+    guard.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_evalsha_gets_an_error_naming_it() {
+    let rules = LOCK_USER_RULES.replace("+evalsha ", "");
+    let server = server_with_user("weak", &rules);
+    let client = Client::connect(&server.url_with_auth(Some("weak"), "pw"))
+        .await
+        .expect("connecting needs no EVALSHA");
+    let err = client
+        .lock("x")
+        .acquire()
+        .await
+        .expect_err("no EVALSHA, no lock");
+    assert!(matches!(err, Error::Auth { .. }), "got {err:?}");
+    let message = err.to_string();
+    assert!(message.contains("evalsha"), "{message}");
+    assert!(message.contains("ACL"), "{message}");
+}

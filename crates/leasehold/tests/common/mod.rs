@@ -1,0 +1,81 @@
+//! The checks every topology runs: Lock, ReentrantLock and RwLock basics,
+//! and a waiter woken promptly by a release.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::time::{Duration, Instant};
+
+use leasehold::{Client, Error};
+
+/// Lock, ReentrantLock and RwLock on `client`, under names starting with `tag`.
+pub async fn lock_suite(client: &Client, tag: &str) {
+    // Lock: exclusive, fenced, owner-checked.
+    let lock = client
+        .lock(format!("{tag}:lock"))
+        .wait(Duration::from_secs(10));
+    let guard = lock.acquire().await.expect("acquire");
+    assert!(lock.try_acquire().await.expect("try_acquire").is_none());
+    let fence = guard.fence();
+    guard.extend(Duration::from_secs(20)).await.expect("extend");
+    guard.release().await.expect("release");
+    let again = lock.acquire().await.expect("acquire again");
+    assert!(again.fence() > fence, "fences increase");
+    again.release().await.expect("release");
+
+    waiter_wakes_on_release(client, &format!("{tag}:wake")).await;
+
+    // ReentrantLock: the same owner enters twice; others wait.
+    let mine = client.reentrant_lock(format!("{tag}:re")).owner("job-1");
+    let theirs = client.reentrant_lock(format!("{tag}:re")).owner("job-2");
+    let first = mine.acquire().await.expect("reentrant acquire");
+    let second = mine.acquire().await.expect("reentrant re-entry");
+    assert!(theirs.try_acquire().await.expect("try").is_none());
+    second.release().await.expect("release inner");
+    assert!(theirs.try_acquire().await.expect("try").is_none());
+    first.release().await.expect("release outer");
+    theirs
+        .try_acquire()
+        .await
+        .expect("try")
+        .expect("free after both releases")
+        .release()
+        .await
+        .expect("release");
+
+    // RwLock: readers share, a writer excludes, downgrade keeps a read.
+    let rw = client.rw_lock(format!("{tag}:rw"));
+    let other = client.rw_lock(format!("{tag}:rw"));
+    let probe = client.rw_lock(format!("{tag}:rw"));
+    let r1 = rw.read().await.expect("read 1");
+    let r2 = other.read().await.expect("read 2");
+    assert!(probe.try_write().await.expect("try_write").is_none());
+    r1.release().await.expect("release r1");
+    r2.release().await.expect("release r2");
+    let w = rw.write().await.expect("write");
+    assert!(probe.try_read().await.expect("try_read").is_none());
+    let r = w.downgrade().await.expect("downgrade");
+    r.release().await.expect("release downgraded");
+}
+
+/// A waiter on another client wakes within a second of the release, far
+/// sooner than the holder's TTL would end.
+pub async fn waiter_wakes_on_release(client: &Client, name: &str) {
+    let ttl = Duration::from_secs(30);
+    let held = client.lock(name).ttl(ttl).acquire().await.expect("hold");
+    let waiter = client.lock(name).ttl(ttl).wait(Duration::from_secs(20));
+    let task = tokio::spawn(async move {
+        let guard = waiter.acquire().await?;
+        let at = Instant::now();
+        guard.release().await?;
+        Ok::<Instant, Error>(at)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    held.release().await.expect("release");
+    let acquired_at = task.await.expect("join").expect("waiter acquires");
+    let woke_after = acquired_at.duration_since(released);
+    assert!(
+        woke_after < Duration::from_secs(2),
+        "the waiter took {woke_after:?} to wake"
+    );
+}
