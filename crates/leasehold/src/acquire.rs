@@ -13,12 +13,12 @@ use tokio::sync::Notify;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::events::{Subscription, Waiter};
+use crate::events::Subscription;
 use crate::guard::Held;
 use crate::key::{LockKeys, validate_name};
-use crate::lease::{Kind, Lease, drift};
+use crate::lease::{Kind, Lease};
 use crate::redlock::quorum::validity;
-use crate::scripts::{Acquire, HANDOFF_GRACE, QUEUE_HEARTBEAT};
+use crate::scripts::{Acquire, QUEUE_HEARTBEAT};
 use crate::token::Token;
 
 /// What the attempts try to take.
@@ -62,16 +62,13 @@ where
     };
     let mut subscription: Option<Subscription> = None;
     let mut backoff = Duration::from_millis(10);
-    // When the last refused attempt was sent: a lease handed to us since
-    // started after it.
-    let mut last_refused: Option<Instant> = None;
     loop {
         // Register for the wake-ups before trying, so a release that lands
         // between a failed attempt and the wait is not missed.
         let notify = subscription.as_ref().map(Subscription::notify);
         let own = subscription.as_ref().map(Subscription::own);
         let notified = notify.as_deref().map(Notify::notified);
-        let handed = own.as_deref().map(|w| w.notify.notified());
+        let handed = own.as_deref().map(Notify::notified);
         tokio::pin!(notified, handed);
         for n in [notified.as_mut().as_pin_mut(), handed.as_mut().as_pin_mut()]
             .into_iter()
@@ -102,7 +99,6 @@ where
             }) => {
                 // Settled: nothing of this attempt is held anywhere.
                 pending.armed = unsettled;
-                last_refused = Some(sent);
                 let Some(deadline) = deadline else {
                     return Ok(None);
                 };
@@ -154,15 +150,6 @@ where
             }
             _ => tokio::time::sleep_until(retry_at.into()).await,
         }
-        if let Some(fence) = own.as_deref().and_then(Waiter::take_handed)
-            && let Some(sent) = last_refused.and_then(|t| handed_lease_sent(t, target.ttl))
-        {
-            // The release handed us the lease and issued our fence: it is
-            // ours without another round trip.
-            pending.armed = false;
-            pending.queued = false;
-            return Ok(Some((fence, sent)));
-        }
         if deadline.is_some_and(|d| Instant::now() >= d) && !pending.armed {
             // One last try at the deadline, so a release that woke us
             // right at the end still counts.
@@ -185,16 +172,6 @@ where
             });
         }
     }
-}
-
-/// For a lease handed off at release (it lasts [`HANDOFF_GRACE`] from a
-/// moment after `refused`, our last refused attempt), the send time that
-/// gives a lease of `ttl` the same, safe end of validity:
-/// `refused + grace - drift(grace)`. `None` when that end has passed.
-fn handed_lease_sent(refused: Instant, ttl: Duration) -> Option<Instant> {
-    validity(HANDOFF_GRACE, refused.elapsed())?;
-    let until = refused + HANDOFF_GRACE.saturating_sub(drift(HANDOFF_GRACE));
-    until.checked_sub(ttl.saturating_sub(drift(ttl)))
 }
 
 /// Up to 50% random extra, so retrying clients do not march in step.

@@ -19,7 +19,6 @@
 //! SUBSCRIBE and UNSUBSCRIBE per contended acquisition.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -42,7 +41,7 @@ struct Entry {
     /// Wakes one or all waiters of the channel (empty or `all` payloads).
     notify: Arc<Notify>,
     /// Each waiter's own wake-up, by waiter id (payload = that id).
-    waiters: HashMap<String, Arc<Waiter>>,
+    waiters: HashMap<String, Arc<Notify>>,
     /// The server confirmed the subscription (set by the task).
     subscribed: bool,
     idle_since: Instant,
@@ -74,18 +73,10 @@ impl Shared {
                     match payload {
                         b"" => entry.notify.notify_one(),
                         b"all" => entry.notify.notify_waiters(),
-                        // '<id>' or '<id> <fence>': handed to that waiter.
-                        handed => {
-                            let handed = std::str::from_utf8(handed).unwrap_or("");
-                            let (id, fence) = match handed.split_once(' ') {
-                                Some((id, fence)) => (id, fence.parse().ok()),
-                                None => (handed, None),
-                            };
+                        id => {
+                            let id = std::str::from_utf8(id).unwrap_or("");
                             if let Some(waiter) = entry.waiters.get(id) {
-                                if let Some(fence) = fence {
-                                    waiter.handed.store(fence, Ordering::Release);
-                                }
-                                waiter.notify.notify_one();
+                                waiter.notify_one();
                             }
                         }
                     }
@@ -96,7 +87,7 @@ impl Shared {
                 for entry in self.channels().values() {
                     entry.notify.notify_waiters();
                     for waiter in entry.waiters.values() {
-                        waiter.notify.notify_one();
+                        waiter.notify_one();
                     }
                 }
             }
@@ -135,7 +126,7 @@ impl Events {
     /// Dropping the future drops the registration; the channel is
     /// unsubscribed later if nobody else uses it.
     pub(crate) async fn subscribe(&self, channel: &str, waiter: &str) -> Result<Subscription> {
-        let own = Arc::new(Waiter::default());
+        let own = Arc::new(Notify::new());
         let (notify, subscribed) = {
             let mut channels = self.shared.channels();
             let entry = channels.entry(channel.to_owned()).or_insert_with(|| Entry {
@@ -177,26 +168,7 @@ pub(crate) struct Subscription {
     channel: String,
     waiter: String,
     notify: Arc<Notify>,
-    own: Arc<Waiter>,
-}
-
-/// One waiter's wake-up, and the fence of a lease handed to it.
-#[derive(Default)]
-pub(crate) struct Waiter {
-    /// Woken when a lease is handed to this waiter.
-    pub(crate) notify: Notify,
-    /// The fence the release issued with the hand-off (0: none).
-    handed: AtomicU64,
-}
-
-impl Waiter {
-    /// The fence of a lease handed to this waiter since the last call.
-    pub(crate) fn take_handed(&self) -> Option<u64> {
-        match self.handed.swap(0, Ordering::AcqRel) {
-            0 => None,
-            fence => Some(fence),
-        }
-    }
+    own: Arc<Notify>,
 }
 
 impl Subscription {
@@ -206,7 +178,7 @@ impl Subscription {
     }
 
     /// This waiter's own wake-up: a lease was handed to it.
-    pub(crate) fn own(&self) -> Arc<Waiter> {
+    pub(crate) fn own(&self) -> Arc<Notify> {
         Arc::clone(&self.own)
     }
 }

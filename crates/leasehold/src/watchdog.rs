@@ -120,13 +120,8 @@ impl State {
     async fn handle(&mut self, command: Command) {
         match command {
             Command::Track(lease) => {
-                // A third of the lease, or of what is left of its validity
-                // if less (a lease handed off at release lasts only briefly
-                // until its first renewal).
-                let now = Instant::now();
-                let snapshot = lease.snapshot();
-                let left = snapshot.valid_until.saturating_duration_since(now);
-                self.schedule(lease, now + snapshot.ttl.min(left) / 3);
+                let due = Instant::now() + lease.snapshot().ttl / 3;
+                self.schedule(lease, due);
             }
             Command::Untrack(id) => self.untrack(id),
             Command::Release { kind, keys, hold } => {

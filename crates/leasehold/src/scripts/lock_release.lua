@@ -1,20 +1,17 @@
 -- lock_release.lua: give the lease back if we own it, handing it straight to the first
 -- live waiter; a caller that does not own it only leaves the queue of waiters.
 -- KEYS[1] lock key   KEYS[2] release channel   KEYS[3] queue   KEYS[4] alive
--- (see lock_acquire.lua for the queue)   KEYS[5] fence key
+-- (see lock_acquire.lua for the queue)
 -- ARGV[1] owner token   ARGV[2] how long a handed-off lease waits for its new owner, in ms
 -- ARGV[3] '1' to publish an empty message when the lease is freed with nobody queued (for
 --         waiters that do not queue: Redlock's, which retry on any node's release)
--- ARGV[4] fence key ttl in ms
 -- Returns 1 if released, 0 if the lease was missing (expired or released), -1 if another
 -- owner holds it (then the lease is not changed).
 --
--- The hand-off sets the lock to the next waiter's token for a short time, issues its fence
--- (as lock_acquire.lua would) and publishes '<token> <fence>': only that waiter wakes, and
--- it holds the lease at once, without another round trip (its watchdog then extends the
--- lease to its own TTL unless it releases first). No one can barge in between, the
--- releasing owner included. A waiter whose deadline passed is skipped; if the chosen one
--- died since, the short lease simply expires.
+-- The hand-off sets the lock to the next waiter's token for a short time and publishes that
+-- token: only that waiter wakes, and its next attempt finds the lease already its own. No
+-- one can barge in between, the releasing owner included. A waiter whose deadline passed is
+-- skipped; if the chosen one died since, its reservation simply expires.
 local holder = redis.call('GET', KEYS[1])
 if holder ~= ARGV[1] then
   redis.call('ZREM', KEYS[3], ARGV[1])
@@ -39,18 +36,7 @@ while true do
   redis.call('ZREM', KEYS[4], head)
   if head ~= ARGV[1] and deadline and tonumber(deadline) > now_ms then
     redis.call('SET', KEYS[1], head, 'PX', ARGV[2])
-    local fence = redis.pcall('INCR', KEYS[5])
-    if type(fence) == 'table' then
-      -- A fence key of another type: the waiter's next attempt reports it.
-      redis.call('PUBLISH', KEYS[2], head)
-      return 1
-    end
-    if fence == 1 then
-      local now = redis.call('TIME')
-      fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
-      redis.call('SET', KEYS[5], string.format('%d', fence), 'PX', ARGV[4])
-    end
-    redis.call('PUBLISH', KEYS[2], head .. ' ' .. string.format('%d', fence))
+    redis.call('PUBLISH', KEYS[2], head)
     return 1
   end
 end

@@ -40,12 +40,10 @@ static SEM_ACQUIRE: LazyLock<Script> =
 /// the server clock alone keeps fences increasing.
 const FENCE_KEY_TTL: Duration = Duration::from_secs(3600);
 
-/// How long a lease handed off at release lasts before its new owner's
-/// watchdog extends it to the owner's TTL. Longer than [`QUEUE_HEARTBEAT`],
-/// so the waiter's last refused attempt (at most a heartbeat ago) bounds a
-/// validity that is not yet over; if the waiter died since that attempt,
-/// the lease is free again after this.
-pub(crate) const HANDOFF_GRACE: Duration = Duration::from_millis(1500);
+/// How long a lease handed off at release waits for the waiter it was
+/// handed to. Normally that waiter takes it within a round trip; if it died
+/// since its last attempt, the lease is free again after this.
+const HANDOFF_GRACE: Duration = Duration::from_millis(500);
 
 /// How long a waiter stays in a lock's queue without trying again. Waiters
 /// try at least every third of it ([`QUEUE_HEARTBEAT`]), so only a dead
@@ -195,11 +193,9 @@ pub(crate) async fn lock_release(
                 .key(&keys.channel)
                 .key(&keys.queue)
                 .key(&keys.alive)
-                .key(&keys.fence)
                 .arg(token)
                 .arg(millis(HANDOFF_GRACE))
-                .arg(if spread == Spread::Quorum { "1" } else { "0" })
-                .arg(millis(FENCE_KEY_TTL)),
+                .arg(if spread == Spread::Quorum { "1" } else { "0" }),
             &keys.lock,
         )
         .await?;
