@@ -8,8 +8,8 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::history::{
-    Acquisition, Fault, FaultKind, History, LostEvent, Micros, Op, OpKind, Outcome, Probe,
-    Register, Release,
+    AcquireError, Acquisition, Fault, FaultKind, History, LostEvent, Micros, NodeCheck, Op, OpKind,
+    Outcome, Probe, Register, Release, WorkerId,
 };
 
 /// Which property a violation breaks.
@@ -32,6 +32,11 @@ pub enum Property {
     LostNotice,
     /// A holder whose lease should have survived a fault lost it.
     LeaseKept,
+    /// An acquisition was granted while a majority of Redlock nodes was down.
+    GrantWithoutQuorum,
+    /// A live Redlock node still stored a lease after the failed attempts
+    /// of an outage (or could not be read).
+    LeftHeld,
 }
 
 impl fmt::Display for Property {
@@ -45,6 +50,8 @@ impl fmt::Display for Property {
             Property::Liveness => "liveness",
             Property::LostNotice => "lost notice",
             Property::LeaseKept => "lease kept",
+            Property::GrantWithoutQuorum => "grant without quorum",
+            Property::LeftHeld => "lease left on a live node",
         })
     }
 }
@@ -111,6 +118,18 @@ pub fn check_all(history: &History, bounds: Bounds) -> Vec<Violation> {
     out.extend(fence_regressions(&history.acquisitions));
     out.extend(non_owner_successes(&history.probes));
     out.extend(liveness(&history.acquisitions, &history.faults, bounds));
+    out.extend(recoveries(
+        &history.acquisitions,
+        &history.acquire_errors,
+        &history.faults,
+        bounds,
+    ));
+    out.extend(grants_without_quorum(
+        &history.acquisitions,
+        &history.faults,
+        bounds,
+    ));
+    out.extend(left_held(&history.node_checks));
     out.extend(lost_notices(&history.lost, &history.faults, bounds));
     out.extend(kept_leases(
         &history.lost,
@@ -258,7 +277,8 @@ pub fn non_owner_successes(probes: &[Probe]) -> Vec<Violation> {
 }
 
 /// After a holder was killed or frozen, another worker must get the lock
-/// within the TTL plus slack (its lease was renewed at the latest at the fault).
+/// within the TTL plus slack (its lease was renewed at the latest at the
+/// fault); so too after a minority of Redlock nodes stopped under a holder.
 ///
 /// Faults too close to the end of the history to be judged are skipped.
 pub fn liveness(acquisitions: &[Acquisition], faults: &[Fault], bounds: Bounds) -> Vec<Violation> {
@@ -266,7 +286,9 @@ pub fn liveness(acquisitions: &[Acquisition], faults: &[Fault], bounds: Bounds) 
     let end = acquisitions.iter().map(|a| a.t).max().unwrap_or(0);
     let mut out = Vec::new();
     for fault in faults {
-        if !matches!(fault.kind, FaultKind::Kill | FaultKind::PauseLong) {
+        let minority =
+            matches!(fault.kind, FaultKind::NodesDown { .. }) && !fault.kind.majority_down();
+        if !matches!(fault.kind, FaultKind::Kill | FaultKind::PauseLong) && !minority {
             continue;
         }
         let Some((victim, fence)) = fault.target else {
@@ -301,14 +323,18 @@ pub fn liveness(acquisitions: &[Acquisition], faults: &[Fault], bounds: Bounds) 
 }
 
 /// A frozen holder must learn it lost the lease once it runs again; a
-/// blackholed one must learn it no later than its lease's validity ends
-/// (at most one TTL after the blackhole began, plus scheduling slack).
+/// blackholed one, or one whose lease was left on fewer than a quorum of
+/// running Redlock nodes, must learn it no later than its lease's validity
+/// ends (at most one TTL after the fault began, plus scheduling slack).
 pub fn lost_notices(lost: &[LostEvent], faults: &[Fault], bounds: Bounds) -> Vec<Violation> {
     let mut out = Vec::new();
     for fault in faults {
         let deadline = match fault.kind {
             FaultKind::PauseLong => None,
             FaultKind::Blackhole => Some(fault.t + us(bounds.ttl + bounds.notice_slack)),
+            FaultKind::NodesDown { .. } if !fault.kind.lease_survives() => {
+                Some(fault.t + us(bounds.ttl + bounds.notice_slack))
+            }
             _ => continue,
         };
         let Some((worker, fence)) = fault.target else {
@@ -325,7 +351,7 @@ pub fn lost_notices(lost: &[LostEvent], faults: &[Fault], bounds: Bounds) -> Vec
                 Property::LostNotice,
                 None,
                 format!(
-                    "worker {worker} learned it lost fence {fence} {} ms after the blackhole \
+                    "worker {worker} learned it lost fence {fence} {} ms after the fault \
                      began (bound: TTL + {} ms)",
                     (l.t - fault.t) / 1000,
                     bounds.notice_slack.as_millis()
@@ -337,13 +363,19 @@ pub fn lost_notices(lost: &[LostEvent], faults: &[Fault], bounds: Bounds) -> Vec
     out
 }
 
-/// A holder paused for less than its renewal margin, or holding across a
-/// restart of Redis from an fsynced AOF, keeps its lease: no lost notice,
-/// and its release succeeds.
+/// A holder paused for less than its renewal margin, holding across a
+/// restart of Redis from an fsynced AOF, or across a renewal while Redlock
+/// nodes are stopped but its lease is still on a quorum, keeps its lease:
+/// no lost notice, and its release succeeds.
 pub fn kept_leases(lost: &[LostEvent], releases: &[Release], faults: &[Fault]) -> Vec<Violation> {
     let mut out = Vec::new();
     for fault in faults {
-        if !matches!(fault.kind, FaultKind::PauseShort | FaultKind::RestartAof) {
+        let keeps = match fault.kind {
+            FaultKind::PauseShort | FaultKind::RestartAof => true,
+            FaultKind::NodesDown { .. } => fault.kind.lease_survives(),
+            _ => false,
+        };
+        if !keeps {
             continue;
         }
         let Some((worker, fence)) = fault.target else {
@@ -375,6 +407,181 @@ pub fn kept_leases(lost: &[LostEvent], releases: &[Release], faults: &[Fault]) -
         }
     }
     out
+}
+
+/// A stretch of time during which Redlock nodes were stopped: from the
+/// moment all of them were down to the moment the first came back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outage {
+    /// When every node of the stretch was stopped.
+    pub from: Micros,
+    /// When the first came back; `None` if none did.
+    pub until: Option<Micros>,
+    /// Nodes stopped.
+    pub stopped: u32,
+    /// Nodes in the deployment.
+    pub nodes: u32,
+    /// Running nodes that stored the holder's lease.
+    pub holder_on: u32,
+    /// Whether no quorum was left.
+    pub majority: bool,
+    /// The holder the nodes stopped under.
+    pub target: Option<(WorkerId, u64)>,
+}
+
+impl Outage {
+    /// Whether `t` falls inside it.
+    pub fn contains(&self, t: Micros) -> bool {
+        t >= self.from && self.until.is_none_or(|u| t <= u)
+    }
+}
+
+/// The outages of a history: each `NodesDown` up to the next `NodesBack`.
+pub fn outages(faults: &[Fault]) -> Vec<Outage> {
+    let mut sorted: Vec<&Fault> = faults.iter().collect();
+    sorted.sort_by_key(|f| f.t);
+    let mut out: Vec<Outage> = Vec::new();
+    for fault in sorted {
+        match fault.kind {
+            FaultKind::NodesDown {
+                killed,
+                paused,
+                nodes,
+                holder_on,
+            } => out.push(Outage {
+                from: fault.t,
+                until: None,
+                stopped: killed + paused,
+                nodes,
+                holder_on,
+                majority: fault.kind.majority_down(),
+                target: fault.target,
+            }),
+            FaultKind::NodesBack => {
+                if let Some(open) = out.last_mut().filter(|o| o.until.is_none()) {
+                    open.until = Some(fault.t);
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Acquisitions granted while a majority of Redlock nodes was down.
+///
+/// One that returned inside such an outage had every attempt inside it if
+/// `acquire()` was called after the outage began; an attempt sent before
+/// cannot end later than a TTL into it (the node timeout is at most half
+/// the TTL, and a reply slower than the TTL is never used), so returning
+/// later than that is a violation whenever the call began.
+pub fn grants_without_quorum(
+    acquisitions: &[Acquisition],
+    faults: &[Fault],
+    bounds: Bounds,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    for outage in outages(faults).iter().filter(|o| o.majority) {
+        for a in acquisitions.iter().filter(|a| outage.contains(a.t)) {
+            if a.started >= outage.from || a.t >= outage.from + us(bounds.ttl) {
+                out.push(Violation::new(
+                    Property::GrantWithoutQuorum,
+                    None,
+                    format!(
+                        "worker {} got fence {} {} ms into an outage of a majority of the \
+                         nodes (acquire() called {})",
+                        a.worker,
+                        a.fence,
+                        (a.t - outage.from) / 1000,
+                        if a.started >= outage.from {
+                            "inside it"
+                        } else {
+                            "before it"
+                        }
+                    ),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Once a majority of Redlock nodes is back, some worker must get the lock
+/// within the TTL plus slack.
+///
+/// Outages too close to the end of the history (its last acquisition or
+/// failed acquisition) to be judged are skipped.
+pub fn recoveries(
+    acquisitions: &[Acquisition],
+    errors: &[AcquireError],
+    faults: &[Fault],
+    bounds: Bounds,
+) -> Vec<Violation> {
+    let limit = us(bounds.ttl + bounds.liveness_slack);
+    let ends = acquisitions.iter().map(|a| a.t);
+    let end = ends.chain(errors.iter().map(|e| e.t)).max().unwrap_or(0);
+    let mut out = Vec::new();
+    for outage in outages(faults).iter().filter(|o| o.majority) {
+        let Some(back) = outage.until else { continue };
+        let next = acquisitions.iter().map(|a| a.t).filter(|&t| t > back).min();
+        match next {
+            Some(t) if t - back <= limit => {}
+            Some(t) => out.push(Violation::new(
+                Property::Liveness,
+                None,
+                format!(
+                    "the lock worked again only {} ms after the nodes came back (bound {} ms)",
+                    (t - back) / 1000,
+                    limit / 1000
+                ),
+            )),
+            None if end > back + limit => out.push(Violation::new(
+                Property::Liveness,
+                None,
+                "nobody got the lock after the nodes came back".to_owned(),
+            )),
+            None => {}
+        }
+    }
+    out
+}
+
+/// Reads of live nodes, taken while a majority was down and no worker was
+/// inside `acquire()`, that found a lease (or could not tell): a failed
+/// attempt must give back what it took.
+pub fn left_held(checks: &[NodeCheck]) -> Vec<Violation> {
+    checks
+        .iter()
+        .filter_map(|c| {
+            let detail = match (&c.holder, &c.error) {
+                (_, Some(e)) => format!("node {} could not be read: {e}", c.node),
+                (Some(h), None) => format!(
+                    "node {} still stored a lease (holder {h}…) after the failed attempts",
+                    c.node
+                ),
+                (None, None) => return None,
+            };
+            Some(Violation::new(Property::LeftHeld, None, detail))
+        })
+        .collect()
+}
+
+/// Outages of a majority in which no `acquire()` failed with
+/// `QuorumNotReached`: the fault did not take (or the workers never
+/// tried), so the absence of grants proves nothing.
+pub fn unproven_outages(errors: &[AcquireError], faults: &[Fault]) -> Vec<String> {
+    outages(faults)
+        .iter()
+        .filter(|o| o.majority)
+        .filter(|o| !errors.iter().any(|e| e.quorum && o.contains(e.t)))
+        .map(|o| {
+            format!(
+                "no acquire() failed with QuorumNotReached in the outage of a majority that \
+                 began at {} µs",
+                o.from
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -583,5 +790,136 @@ mod tests {
         let found = kept_leases(&[], &[release(Outcome::Lost)], &[pause]);
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].property, Property::LeaseKept);
+    }
+
+    fn down(t: u64, killed: u32, holder_on: u32) -> Fault {
+        Fault {
+            t,
+            kind: FaultKind::NodesDown {
+                killed,
+                paused: 0,
+                nodes: 5,
+                holder_on,
+            },
+            target: Some((1, 10)),
+        }
+    }
+
+    fn back(t: u64) -> Fault {
+        Fault {
+            t,
+            kind: FaultKind::NodesBack,
+            target: None,
+        }
+    }
+
+    fn failed(t: u64, quorum: bool) -> AcquireError {
+        AcquireError {
+            worker: 2,
+            t,
+            quorum,
+            error: "x".into(),
+        }
+    }
+
+    #[test]
+    fn majority_and_surviving_leases_follow_the_quorum() {
+        assert!(!down(0, 2, 3).kind.majority_down());
+        assert!(down(0, 3, 2).kind.majority_down());
+        assert!(down(0, 1, 3).kind.lease_survives());
+        assert!(!down(0, 1, 2).kind.lease_survives());
+        let windows = outages(&[down(100, 3, 2), back(900), down(1_000, 1, 4)]);
+        assert_eq!(windows.len(), 2);
+        assert_eq!(windows[0].until, Some(900));
+        assert!(windows[0].majority && !windows[1].majority);
+        assert_eq!(windows[1].until, None);
+    }
+
+    #[test]
+    fn acquisition_granted_while_a_majority_was_down_is_reported() {
+        let faults = [down(1_000 * MS, 3, 2), back(4_000 * MS)];
+        // Called and granted inside the outage.
+        let inside = [acq(2, 1_500 * MS, 1_600 * MS, 11)];
+        let found = grants_without_quorum(&inside, &faults, bounds());
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].property, Property::GrantWithoutQuorum);
+        // Called before, granted more than a TTL into it: no attempt sent
+        // before the outage can end that late.
+        let late = [acq(2, 900 * MS, 2_100 * MS, 11)];
+        assert_eq!(grants_without_quorum(&late, &faults, bounds()).len(), 1);
+        // Decided by nodes answering just before the outage began; or
+        // granted after the nodes came back; or with a minority down.
+        let fine = [
+            acq(2, 900 * MS, 1_050 * MS, 11),
+            acq(3, 3_900 * MS, 4_100 * MS, 12),
+        ];
+        assert!(grants_without_quorum(&fine, &faults, bounds()).is_empty());
+        let minority = [down(1_000 * MS, 2, 3), back(4_000 * MS)];
+        assert!(grants_without_quorum(&inside, &minority, bounds()).is_empty());
+    }
+
+    #[test]
+    fn outage_without_a_quorum_error_is_unproven() {
+        let faults = [down(1_000, 3, 2), back(5_000)];
+        assert_eq!(unproven_outages(&[], &faults).len(), 1);
+        // Only QuorumNotReached inside the outage counts.
+        let others = [failed(2_000, false), failed(6_000, true)];
+        assert_eq!(unproven_outages(&others, &faults).len(), 1);
+        assert!(unproven_outages(&[failed(2_000, true)], &faults).is_empty());
+        // A minority outage needs no such proof.
+        assert!(unproven_outages(&[], &[down(1_000, 2, 3)]).is_empty());
+    }
+
+    #[test]
+    fn lease_left_on_a_live_node_is_reported() {
+        let check = |holder: Option<&str>, error: Option<&str>| NodeCheck {
+            t: 1,
+            node: 3,
+            holder: holder.map(Into::into),
+            error: error.map(Into::into),
+        };
+        assert!(left_held(&[check(None, None)]).is_empty());
+        let found = left_held(&[check(Some("ab12cd34"), None), check(None, Some("refused"))]);
+        assert_eq!(found.len(), 2);
+        assert!(found.iter().all(|v| v.property == Property::LeftHeld));
+        assert!(found[0].detail.contains("ab12cd34"), "{}", found[0]);
+    }
+
+    #[test]
+    fn lock_not_working_again_after_the_nodes_came_back_is_reported() {
+        let faults = [down(1_000 * MS, 3, 2), back(3_000 * MS)];
+        let soon = [acq(2, 3_000 * MS, 3_500 * MS, 11)];
+        assert!(recoveries(&soon, &[], &faults, bounds()).is_empty());
+        let late = [acq(2, 3_000 * MS, 5_500 * MS, 11)];
+        let found = recoveries(&late, &[], &faults, bounds());
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].property, Property::Liveness);
+        // Never again while workers kept failing long enough to tell; too
+        // close to the end of the history to tell.
+        let before = [acq(2, 0, 500 * MS, 9)];
+        let never = recoveries(&before, &[failed(6_000 * MS, false)], &faults, bounds());
+        assert_eq!(never.len(), 1);
+        assert!(recoveries(&before, &[failed(3_500 * MS, false)], &faults, bounds()).is_empty());
+    }
+
+    #[test]
+    fn holder_cut_off_by_stopped_nodes_must_learn_it_within_its_validity() {
+        let lost = |t| LostEvent {
+            worker: 1,
+            t,
+            fence: 10,
+        };
+        // Lease left on 2 running nodes: lost() due within TTL + slack.
+        let cut = down(0, 1, 2);
+        assert!(lost_notices(&[lost(950 * MS)], std::slice::from_ref(&cut), bounds()).is_empty());
+        assert_eq!(
+            lost_notices(&[], std::slice::from_ref(&cut), bounds()).len(),
+            1
+        );
+        // Lease still on a quorum: it must be kept instead.
+        let kept = down(0, 1, 3);
+        assert!(lost_notices(&[], std::slice::from_ref(&kept), bounds()).is_empty());
+        assert_eq!(kept_leases(&[lost(500 * MS)], &[], &[kept]).len(), 1);
+        assert!(kept_leases(&[lost(500 * MS)], &[], &[cut]).is_empty());
     }
 }

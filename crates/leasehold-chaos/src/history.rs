@@ -173,6 +173,54 @@ pub enum FaultKind {
     Blackhole,
     /// `SCRIPT FLUSH` on the server.
     ScriptFlush,
+    /// Redlock nodes were stopped under a holder: `killed` with kill -9,
+    /// `paused` with SIGSTOP, out of `nodes`. Recorded once they are all
+    /// stopped.
+    NodesDown {
+        /// Nodes killed.
+        killed: u32,
+        /// Nodes frozen.
+        paused: u32,
+        /// Nodes in the deployment.
+        nodes: u32,
+        /// Nodes left running that stored the holder's lease.
+        holder_on: u32,
+    },
+    /// The stopped nodes are about to come back (restart, SIGCONT).
+    /// Recorded before the first of them does.
+    NodesBack,
+}
+
+impl FaultKind {
+    /// For [`FaultKind::NodesDown`]: whether so many nodes are stopped
+    /// that no quorum (a strict majority) is left.
+    pub fn majority_down(self) -> bool {
+        match self {
+            FaultKind::NodesDown {
+                killed,
+                paused,
+                nodes,
+                ..
+            } => nodes - (killed + paused).min(nodes) < quorum(nodes),
+            _ => false,
+        }
+    }
+
+    /// For [`FaultKind::NodesDown`]: whether the holder's lease is still on
+    /// a quorum of nodes, so it can be renewed and must be kept.
+    pub fn lease_survives(self) -> bool {
+        match self {
+            FaultKind::NodesDown {
+                nodes, holder_on, ..
+            } => holder_on >= quorum(nodes),
+            _ => false,
+        }
+    }
+}
+
+/// Redlock's quorum among `nodes`: a strict majority.
+fn quorum(nodes: u32) -> u32 {
+    nodes / 2 + 1
 }
 
 /// One injected fault.
@@ -186,13 +234,40 @@ pub struct Fault {
     pub target: Option<(WorkerId, u64)>,
 }
 
+/// An `acquire()` that returned an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcquireError {
+    /// The worker.
+    pub worker: WorkerId,
+    /// When it returned.
+    pub t: Micros,
+    /// Whether it was `Error::QuorumNotReached`.
+    pub quorum: bool,
+    /// The error, for humans.
+    pub error: String,
+}
+
+/// The lock as one live Redlock node stored it, read while a majority of
+/// nodes was down and no worker was inside `acquire()`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeCheck {
+    /// When it was read.
+    pub t: Micros,
+    /// The node's index in the deployment.
+    pub node: usize,
+    /// The holder the node stored (first characters of its token), if any.
+    pub holder: Option<String>,
+    /// Why the node could not be read, if it could not.
+    pub error: Option<String>,
+}
+
 /// Everything one run recorded.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct History {
     /// Successful acquisitions.
     pub acquisitions: Vec<Acquisition>,
     /// `acquire()` calls that returned an error.
-    pub acquire_errors: Vec<(WorkerId, Micros, String)>,
+    pub acquire_errors: Vec<AcquireError>,
     /// Operations at the resource, in `seq` order.
     pub ops: Vec<Op>,
     /// Lost notifications.
@@ -203,6 +278,8 @@ pub struct History {
     pub probes: Vec<Probe>,
     /// Injected faults.
     pub faults: Vec<Fault>,
+    /// Reads of the lock on live Redlock nodes while a majority was down.
+    pub node_checks: Vec<NodeCheck>,
 }
 
 impl History {

@@ -7,13 +7,16 @@
 //! one (rejects operations whose fence is lower than the highest seen, or
 //! equal to it from another owner). Faults are real: SIGSTOP and SIGKILL of
 //! a holder, kill -9 of Redis with or without persistence, a blackholed
-//! connection, `SCRIPT FLUSH`.
+//! connection, `SCRIPT FLUSH`, and on Redlock (five independent
+//! `redis-server`s) kill -9 and SIGSTOP of one, two or three nodes.
 //!
 //! The [`check`] module's pure checkers then look at the [`History`] for
 //! overlapping holders, lost increments, fences issued twice or going back,
 //! releases and extends by non-owners that succeeded, a dead holder's lock
-//! not coming free within TTL plus slack, and lost notices that came late
-//! or never. Each [`Scenario`] declares its [`Class`]; [`verdict`] fails a
+//! not coming free within TTL plus slack, lost notices that came late or
+//! never, and on Redlock acquisitions granted while a majority of nodes was
+//! down, leases left on live nodes by failed attempts, and a lock that does
+//! not work again once the nodes are back. Each [`Scenario`] declares its [`Class`]; [`verdict`] fails a
 //! SAFE scenario with any violation, and a deterministic scenario that was
 //! expected to show a violation but showed none.
 
@@ -30,9 +33,9 @@ mod worker;
 
 pub use clock::now_us;
 pub use history::{
-    Acquisition, Fault as FaultEvent, FaultKind, History, LostEvent, Micros, Op, OpKind, Outcome,
-    Probe, Register, Release, WorkerId,
+    AcquireError, Acquisition, Fault as FaultEvent, FaultKind, History, LostEvent, Micros,
+    NodeCheck, Op, OpKind, Outcome, Probe, Register, Release, WorkerId,
 };
 pub use runner::{Report, RunOptions, run, table};
-pub use scenario::{Class, Fault, SCENARIOS, Scenario, Topology, find, verdict};
+pub use scenario::{Class, Fault, NodeStop, SCENARIOS, Scenario, Topology, find, verdict};
 pub use worker::{WorkerConfig, run as run_worker};

@@ -41,14 +41,17 @@ enum Command {
 struct WorkerArgs {
     #[arg(long)]
     id: u32,
-    #[arg(long)]
-    url: String,
+    /// Repeated: the Redlock nodes.
+    #[arg(long, required = true)]
+    url: Vec<String>,
     #[arg(long)]
     resource_port: u16,
     #[arg(long)]
     lock: String,
     #[arg(long)]
     ttl_ms: u64,
+    #[arg(long)]
+    wait_ms: u64,
     #[arg(long)]
     command_timeout_ms: u64,
     #[arg(long)]
@@ -116,10 +119,11 @@ fn main() -> ExitCode {
 fn worker(args: WorkerArgs) -> ExitCode {
     let config = WorkerConfig {
         id: args.id,
-        url: args.url,
+        urls: args.url,
         resource_port: args.resource_port,
         lock: args.lock,
         ttl: Duration::from_millis(args.ttl_ms),
+        wait: Duration::from_millis(args.wait_ms),
         command_timeout: Duration::from_millis(args.command_timeout_ms),
         until: args.until_us,
         seed: args.seed,

@@ -42,10 +42,11 @@ impl Procs {
         let mut cmd = Command::new(&self.exe);
         cmd.arg("worker")
             .arg(format!("--id={}", config.id))
-            .arg(format!("--url={}", config.url))
+            .args(config.urls.iter().map(|url| format!("--url={url}")))
             .arg(format!("--resource-port={}", config.resource_port))
             .arg(format!("--lock={}", config.lock))
             .arg(format!("--ttl-ms={}", config.ttl.as_millis()))
+            .arg(format!("--wait-ms={}", config.wait.as_millis()))
             .arg(format!(
                 "--command-timeout-ms={}",
                 config.command_timeout.as_millis()

@@ -25,10 +25,12 @@ pub(crate) enum Request {
         /// The guard's owner token.
         token: String,
     },
-    /// `acquire()` returned an error.
+    /// `acquire()` returned an error. Reply: [`Reply::Ok`] or [`Reply::Hold`].
     AcquireFailed {
         /// When it returned.
         t: Micros,
+        /// Whether it was `Error::QuorumNotReached`.
+        quorum: bool,
         /// The error.
         error: String,
     },
@@ -99,8 +101,9 @@ pub(crate) enum Reply {
     },
     /// Carry on.
     Go,
-    /// Keep holding this many milliseconds before writing, giving up as
-    /// soon as the lease is lost.
+    /// To [`Request::Holding`]: keep holding this many milliseconds before
+    /// writing, giving up as soon as the lease is lost. To
+    /// [`Request::AcquireFailed`]: wait this long before the next attempt.
     Hold(u64),
     /// The request could not be parsed.
     Error(String),
@@ -129,7 +132,10 @@ impl Request {
                 fence,
                 token,
             } => format!("ACQ {started} {t} {fence} {token}"),
-            Request::AcquireFailed { t, error } => format!("ACQERR {t} {error}"),
+            Request::AcquireFailed { t, quorum, error } => {
+                let kind = if *quorum { "quorum" } else { "other" };
+                format!("ACQERR {t} {kind} {error}")
+            }
             Request::Read { fence, token } => format!("READ {fence} {token}"),
             Request::Holding { fence } => format!("HOLDING {fence}"),
             Request::Write {
@@ -157,10 +163,17 @@ impl Request {
         let verb = it.next()?;
         let rest = it.next().unwrap_or("");
         if verb == "ACQERR" {
-            let (t, error) = rest.split_once(' ').unwrap_or((rest, ""));
+            let mut f = rest.splitn(3, ' ');
+            let t = f.next()?.parse().ok()?;
+            let quorum = match f.next()? {
+                "quorum" => true,
+                "other" => false,
+                _ => return None,
+            };
             return Some(Request::AcquireFailed {
-                t: t.parse().ok()?,
-                error: error.to_owned(),
+                t,
+                quorum,
+                error: f.next().unwrap_or("").to_owned(),
             });
         }
         let f: Vec<&str> = rest.split(' ').collect();
@@ -253,7 +266,13 @@ mod tests {
             },
             Request::AcquireFailed {
                 t: 9,
+                quorum: false,
                 error: "cannot reach Redis: refused".into(),
+            },
+            Request::AcquireFailed {
+                t: 9,
+                quorum: true,
+                error: "quorum not reached: 2 node(s) agreed, 3 needed".into(),
             },
             Request::Read {
                 fence: 4,
@@ -294,6 +313,7 @@ mod tests {
             );
         }
         assert_eq!(Request::parse("READ 1"), None);
+        assert_eq!(Request::parse("ACQERR 9 maybe oops"), None);
         assert_eq!(Request::parse("NOPE"), None);
     }
 

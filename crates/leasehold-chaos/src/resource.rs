@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use crate::clock::now_us;
 use crate::history::{
-    Acquisition, Fault, History, LostEvent, Op, OpKind, Probe, Register, Release, WorkerId,
+    AcquireError, Acquisition, Fault, History, LostEvent, NodeCheck, Op, OpKind, Probe, Register,
+    Release, WorkerId,
 };
 use crate::proto::{Reply, Request};
 
@@ -22,6 +23,11 @@ use crate::proto::{Reply, Request};
 /// injector runs the fault from here, in the connection's own thread, while
 /// the worker waits for the answer.
 pub(crate) type HoldingHook = dyn Fn(WorkerId, u64) -> Reply + Send + Sync;
+
+/// Decides what a worker whose `acquire()` failed is told (after the
+/// failure is recorded): [`Reply::Ok`], or [`Reply::Hold`] to keep it out
+/// of `acquire()` for a while.
+pub(crate) type FailedHook = dyn Fn(WorkerId) -> Reply + Send + Sync;
 
 /// A handle on the resource's state for the fault injector.
 #[derive(Clone)]
@@ -34,6 +40,7 @@ struct Shared {
     changed: Condvar,
     stop: AtomicBool,
     hook: Mutex<Option<Arc<HoldingHook>>>,
+    failed_hook: Mutex<Option<Arc<FailedHook>>>,
 }
 
 #[derive(Default)]
@@ -78,8 +85,13 @@ impl State {
                 });
                 Reply::Ok
             }
-            Request::AcquireFailed { t, error } => {
-                self.history.acquire_errors.push((worker, t, error));
+            Request::AcquireFailed { t, quorum, error } => {
+                self.history.acquire_errors.push(AcquireError {
+                    worker,
+                    t,
+                    quorum,
+                    error,
+                });
                 Reply::Ok
             }
             Request::Read { fence, token } => {
@@ -207,6 +219,7 @@ impl Resource {
             changed: Condvar::new(),
             stop: AtomicBool::new(false),
             hook: Mutex::new(None),
+            failed_hook: Mutex::new(None),
         });
         let view = ResourceView { shared };
         let acceptor = {
@@ -248,7 +261,17 @@ impl ResourceView {
 
     /// Sets what workers that announce "holding" are told.
     pub(crate) fn set_hook(&self, hook: Arc<HoldingHook>) {
-        *self.shared.hook.lock().unwrap_or_else(|e| e.into_inner()) = Some(hook);
+        *lock(&self.shared.hook) = Some(hook);
+    }
+
+    /// Sets what workers whose `acquire()` failed are told.
+    pub(crate) fn set_failed_hook(&self, hook: Arc<FailedHook>) {
+        *lock(&self.shared.failed_hook) = Some(hook);
+    }
+
+    /// Records a read of the lock on a live node.
+    pub(crate) fn record_node_check(&self, check: NodeCheck) {
+        self.state().history.node_checks.push(check);
     }
 
     /// Records an injected fault.
@@ -284,6 +307,15 @@ impl ResourceView {
         }
     }
 
+    /// The owner token of `worker`'s acquisition of `fence`.
+    pub(crate) fn token_of(&self, worker: WorkerId, fence: u64) -> Option<String> {
+        let state = self.state();
+        let mut acquisitions = state.history.acquisitions.iter().rev();
+        acquisitions
+            .find(|a| a.worker == worker && a.fence == fence)
+            .map(|a| a.token.clone())
+    }
+
     /// Whether `worker` reported losing the lease of `fence`.
     pub(crate) fn has_lost(&self, worker: WorkerId, fence: u64) -> bool {
         self.state()
@@ -300,18 +332,25 @@ impl ResourceView {
 
     fn handle(&self, worker: WorkerId, request: Request) -> Reply {
         if let Request::Holding { fence } = request {
-            let hook = self
-                .shared
-                .hook
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
-            return hook.map_or(Reply::Go, |h| h(worker, fence));
+            return lock(&self.shared.hook)
+                .clone()
+                .map_or(Reply::Go, |h| h(worker, fence));
         }
+        let failed = matches!(request, Request::AcquireFailed { .. });
         let reply = self.state().apply(worker, request);
         self.shared.changed.notify_all();
+        if failed {
+            if let Some(h) = lock(&self.shared.failed_hook).clone() {
+                return h(worker);
+            }
+        }
         reply
     }
+}
+
+/// Locks a hook slot (a hook is replaced whole, so a poisoned slot is fine).
+fn lock<T: ?Sized>(slot: &Mutex<Option<Arc<T>>>) -> MutexGuard<'_, Option<Arc<T>>> {
+    slot.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn accept_loop(listener: &TcpListener, view: &ResourceView) {

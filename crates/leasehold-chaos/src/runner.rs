@@ -1,22 +1,22 @@
 //! Runs one scenario: Redis, the resource, the workers, the faults, the
 //! checkers.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use leasehold_testkit::{Proxy, ProxyMode, RedisServer};
+use leasehold_testkit::{Proxy, ProxyMode, RedisServer, start_servers};
 use nix::sys::signal::Signal;
 
-use crate::check::{Bounds, Violation, check_all};
+use crate::check::{Bounds, Outage, Violation, check_all, outages, unproven_outages};
 use crate::clock::now_us;
-use crate::history::{self, FaultKind, History, WorkerId};
+use crate::history::{self, FaultKind, History, NodeCheck, WorkerId};
 use crate::procs::Procs;
 use crate::proto::Reply;
 use crate::resource::{Resource, ResourceView};
-use crate::scenario::{Class, Fault, Scenario, Topology, verdict};
+use crate::scenario::{Class, Fault, NodeStop, Scenario, Topology, verdict};
 use crate::worker::WorkerConfig;
 
 /// How to run a scenario.
@@ -79,6 +79,9 @@ impl Report {
             self.history.lost.len(),
             if self.passed() { "PASS" } else { "FAIL" }
         );
+        for o in outages(&self.history.faults) {
+            let _ = writeln!(s, "  {}", self.describe(&o));
+        }
         for v in self.violations.iter().take(5) {
             let _ = writeln!(s, "  violation: {v}");
         }
@@ -89,14 +92,85 @@ impl Report {
     }
 }
 
+impl Report {
+    /// `acquire()` calls that failed with `QuorumNotReached`.
+    pub fn quorum_errors(&self) -> usize {
+        self.history
+            .acquire_errors
+            .iter()
+            .filter(|e| e.quorum)
+            .count()
+    }
+
+    /// One line on what happened during an outage of Redlock nodes.
+    fn describe(&self, o: &Outage) -> String {
+        let h = &self.history;
+        let ms = |us: u64| us / 1000;
+        let granted = h.acquisitions.iter().filter(|a| o.contains(a.t)).count();
+        let failed = h.acquire_errors.iter().filter(|e| o.contains(e.t));
+        let quorum = failed.clone().filter(|e| e.quorum).count();
+        let mut line = format!(
+            "{} of {} nodes stopped{}: {granted} acquisition(s) granted, {} acquire() \
+             failure(s) ({quorum} QuorumNotReached)",
+            o.stopped,
+            o.nodes,
+            o.until
+                .map(|u| format!(" for {} ms", ms(u - o.from)))
+                .unwrap_or_default(),
+            failed.count(),
+        );
+        if let Some(back) = o.until {
+            let next = h
+                .acquisitions
+                .iter()
+                .map(|a| a.t)
+                .filter(|&t| t > back)
+                .min();
+            if let Some(t) = next {
+                let _ = write!(
+                    line,
+                    ", lock granted {} ms after the nodes came back",
+                    ms(t - back)
+                );
+            }
+        }
+        if let Some((w, f)) = o.target {
+            let _ = write!(line, ", holder's lease on {} running node(s)", o.holder_on);
+            if let Some(l) = h.lost.iter().find(|l| l.worker == w && l.fence == f) {
+                let _ = write!(
+                    line,
+                    ", told lost after {} ms",
+                    ms(l.t.saturating_sub(o.from))
+                );
+            }
+        }
+        let reads = h.node_checks.iter().filter(|c| o.contains(c.t)).count();
+        if reads > 0 {
+            let _ = write!(line, ", {reads} live node(s) read");
+        }
+        line
+    }
+}
+
 /// Client command timeout: well below the TTL, so a blackholed renewal
 /// fails in time for a retry.
 fn command_timeout(ttl: Duration) -> Duration {
     ttl / 4
 }
 
+/// The lock every worker contends for.
+const LOCK: &str = "chaos";
 /// Lets the system settle before the first fault.
 const WARM_UP: Duration = Duration::from_secs(1);
+/// How long Redlock nodes stay stopped, in TTLs: longer than one, so a
+/// killed node restarted empty cannot have held a lease that is still valid
+/// (Redlock's delayed restart).
+const NODES_DOWN_TTLS: u32 = 2;
+/// How long a worker waits in one `acquire()` on Redlock, in TTL fractions:
+/// short, so an outage of the quorum shows as failures while it lasts.
+const REDLOCK_WAIT_DIVISOR: u32 = 2;
+/// How long a worker waits in one `acquire()` on one server.
+const SINGLE_WAIT: Duration = Duration::from_secs(5);
 /// Bound on how long a long pause or an empty restart waits for another
 /// holder's write, in TTLs.
 const WAIT_FOR_OTHER_TTLS: u32 = 5;
@@ -107,9 +181,91 @@ struct Injector {
     end: Instant,
     view: ResourceView,
     procs: Arc<Procs>,
-    server: Mutex<RedisServer>,
+    servers: Mutex<Vec<RedisServer>>,
     proxy: Option<Proxy>,
+    /// Workers in the run (the quiet phase waits for all of them).
+    workers: usize,
+    /// Reads the Redlock nodes (`None` on one server).
+    reader: Option<NodeReader>,
+    /// Longest `acquire()` of a worker.
+    wait: Duration,
     state: Mutex<InjectorState>,
+}
+
+/// One-server clients of each Redlock node, to read what it stores for
+/// the lock through the public API (not the key layout).
+struct NodeReader {
+    runtime: tokio::runtime::Runtime,
+    clients: Vec<Option<leasehold::Client>>,
+}
+
+/// What one node stores for the lock: the holder's first characters, if any.
+type Stored = Result<Option<String>, String>;
+
+impl NodeReader {
+    /// Connects to every node.
+    ///
+    /// # Panics
+    ///
+    /// If a Tokio runtime cannot be built.
+    fn connect(urls: &[String]) -> NodeReader {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a Tokio runtime for the node reader");
+        let clients = urls
+            .iter()
+            .map(|url| runtime.block_on(leasehold::Client::connect(url)).ok())
+            .collect();
+        NodeReader { runtime, clients }
+    }
+
+    /// What node `i` stores for the lock. Tries three times: the first
+    /// command on a connection to a restarted node may fail.
+    fn read(&self, i: usize) -> Stored {
+        let mut result = self.read_once(i);
+        for _ in 1..3 {
+            if result.is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            result = self.read_once(i);
+        }
+        result
+    }
+
+    fn read_once(&self, i: usize) -> Stored {
+        let Some(client) = &self.clients[i] else {
+            return Err("no client (the node was unreachable at the start)".to_owned());
+        };
+        let lock = client.lock(LOCK);
+        let status = lock.status();
+        match self
+            .runtime
+            .block_on(async { tokio::time::timeout(Duration::from_secs(1), status).await })
+        {
+            Ok(Ok(status)) => Ok(status.holder),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("no answer within 1 s".to_owned()),
+        }
+    }
+}
+
+/// Redlock nodes stopped under a holder, until `back_at`.
+#[derive(Clone, Copy)]
+struct Stopped {
+    stop: NodeStop,
+    back_at: Instant,
+    majority: bool,
+}
+
+/// Workers kept out of `acquire()` (each told to wait until `wake` when its
+/// attempt fails) so the live nodes can be read with no attempt in flight.
+struct Quiet {
+    deadline: Instant,
+    wake: Instant,
+    held: BTreeSet<WorkerId>,
 }
 
 struct InjectorState {
@@ -119,6 +275,12 @@ struct InjectorState {
     restore: Option<(WorkerId, u64, Instant)>,
     /// Workers the injector killed (to be replaced).
     killed: Vec<WorkerId>,
+    /// The next stretch of a [`Fault::StopNodes`].
+    stretch: usize,
+    /// Nodes stopped now.
+    outage: Option<Stopped>,
+    /// The quiet phase at the end of an outage of a majority.
+    quiet: Option<Quiet>,
     notes: Vec<String>,
 }
 
@@ -127,8 +289,9 @@ impl Injector {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn server(&self) -> MutexGuard<'_, RedisServer> {
-        self.server.lock().unwrap_or_else(|e| e.into_inner())
+    /// The Redis servers: one, or the Redlock nodes.
+    fn servers(&self) -> MutexGuard<'_, Vec<RedisServer>> {
+        self.servers.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn record(&self, kind: FaultKind, target: Option<(WorkerId, u64)>) -> u64 {
@@ -139,16 +302,35 @@ impl Injector {
 
     /// Called from the holder's connection thread while it waits for the answer.
     fn on_holding(&self, worker: WorkerId, fence: u64) -> Reply {
-        {
+        let stretch = {
             let mut st = self.state();
             let now = Instant::now();
-            // Leave three TTLs at the end for the aftermath to show.
-            if now < st.next_arm || now + self.ttl * 3 > self.end || st.restore.is_some() {
+            if now < st.next_arm || st.restore.is_some() || st.outage.is_some() {
                 return Reply::Go;
             }
+            let stretch = match self.fault {
+                Fault::StopNodes(stretches) => match stretches.get(st.stretch) {
+                    Some(stop) => Some(*stop),
+                    None => return Reply::Go,
+                },
+                _ => None,
+            };
+            // Leave time at the end for the aftermath to show.
+            let aftermath = match stretch {
+                Some(stop) if self.nodes_down(stop, 0).majority_down() => {
+                    self.ttl * (NODES_DOWN_TTLS + 3)
+                }
+                Some(_) => self.ttl * (NODES_DOWN_TTLS + 1),
+                None => self.ttl * 3,
+            };
+            if now + aftermath > self.end {
+                return Reply::Go;
+            }
+            st.stretch += 1;
             st.injected += 1;
             st.next_arm = Instant::now() + self.ttl * 30;
-        }
+            stretch
+        };
         let target = Some((worker, fence));
         let wait_other = self.ttl * WAIT_FOR_OTHER_TTLS;
         let reply = match self.fault {
@@ -184,7 +366,7 @@ impl Injector {
             }
             Fault::RestartEmpty => {
                 self.record(FaultKind::RestartEmpty, target);
-                self.server().restart_without_persistence();
+                self.servers()[0].restart_without_persistence();
                 if !self.view.wait_for_write_above(fence, wait_other) {
                     self.note(format!(
                         "no other holder wrote after the restart (fence {fence})"
@@ -194,7 +376,7 @@ impl Injector {
             }
             Fault::RestartAof => {
                 self.record(FaultKind::RestartAof, target);
-                self.server().restart();
+                self.servers()[0].restart();
                 // Hold across at least one renewal against the restarted server.
                 std::thread::sleep(self.ttl / 2);
                 Reply::Go
@@ -205,8 +387,12 @@ impl Injector {
                 }
                 self.record(FaultKind::Blackhole, target);
                 self.state().restore = Some((worker, fence, Instant::now() + self.ttl * 3));
-                Reply::Hold(u64::try_from((self.ttl * 3).as_millis()).unwrap_or(u64::MAX))
+                Reply::Hold(millis(self.ttl * 3))
             }
+            Fault::StopNodes(_) => match stretch {
+                Some(stop) => self.stop_nodes(stop, target),
+                None => Reply::Go,
+            },
             Fault::None | Fault::ScriptFlush => Reply::Go,
         };
         self.state().next_arm = Instant::now() + self.ttl * 2;
@@ -217,9 +403,156 @@ impl Injector {
         self.state().notes.push(note);
     }
 
-    /// Periodic work from the runner's loop: heal a blackhole once the
-    /// holder reported the loss (or gave up), flush scripts.
+    /// The fault event of stopping `stop` under a holder whose lease is on
+    /// `holder_on` of the nodes left running.
+    fn nodes_down(&self, stop: NodeStop, holder_on: u32) -> FaultKind {
+        FaultKind::NodesDown {
+            killed: count(stop.killed.len()),
+            paused: count(stop.paused.len()),
+            nodes: count(self.servers().len()),
+            holder_on,
+        }
+    }
+
+    /// How many nodes that `stop` leaves running store the lease of
+    /// `worker`'s `fence`.
+    fn holder_on(&self, worker: WorkerId, fence: u64, stop: NodeStop) -> u32 {
+        let (Some(reader), Some(token)) = (&self.reader, self.view.token_of(worker, fence)) else {
+            return 0;
+        };
+        let live = (0..reader.clients.len()).filter(|i| !stop.stops(*i));
+        let mut on = 0;
+        for i in live {
+            match reader.read(i) {
+                Ok(Some(holder)) if token.starts_with(holder.as_str()) => on += 1,
+                Ok(_) => {}
+                Err(e) => self.note(format!("cannot read node {i} under the holder: {e}")),
+            }
+        }
+        on
+    }
+
+    /// Stops the nodes of `stop` under the holder `target`. If its lease
+    /// stays on a quorum of nodes it holds across a renewal, which must
+    /// succeed; if not (Redlock renews only where the lease is, and an
+    /// acquisition needs only a quorum) it holds until `lost()` fires.
+    fn stop_nodes(&self, stop: NodeStop, target: Option<(WorkerId, u64)>) -> Reply {
+        let holder_on = target.map_or(0, |(w, f)| self.holder_on(w, f, stop));
+        {
+            let mut servers = self.servers();
+            for &i in stop.killed {
+                servers[i].kill();
+            }
+            for &i in stop.paused {
+                servers[i].pause();
+            }
+        }
+        let kind = self.nodes_down(stop, holder_on);
+        self.record(kind, target);
+        self.state().outage = Some(Stopped {
+            stop,
+            back_at: Instant::now() + self.ttl * NODES_DOWN_TTLS,
+            majority: kind.majority_down(),
+        });
+        if !kind.lease_survives() {
+            Reply::Hold(millis(self.ttl * 3))
+        } else {
+            // The watchdog renews at a third of the TTL.
+            std::thread::sleep(self.ttl / 2);
+            Reply::Go
+        }
+    }
+
+    /// Called when a worker's `acquire()` failed: during the quiet phase it
+    /// is told to stay out of `acquire()` until the nodes are back.
+    fn on_failed(&self, worker: WorkerId) -> Reply {
+        let mut st = self.state();
+        match &mut st.quiet {
+            Some(quiet) => {
+                quiet.held.insert(worker);
+                let left = quiet.wake.saturating_duration_since(Instant::now());
+                Reply::Hold(millis(left).max(1))
+            }
+            None => Reply::Ok,
+        }
+    }
+
+    /// Ends an outage that is due: a minority comes back at once; for a
+    /// majority, the workers are first kept out of `acquire()` and the
+    /// live nodes read.
+    fn end_outage(&self) {
+        let Some(outage) = self.state().outage else {
+            return;
+        };
+        let now = Instant::now();
+        if now < outage.back_at {
+            return;
+        }
+        if outage.majority {
+            let mut st = self.state();
+            let Some(quiet) = &st.quiet else {
+                let deadline = now + self.wait + Duration::from_millis(300);
+                st.quiet = Some(Quiet {
+                    deadline,
+                    wake: deadline + Duration::from_millis(100),
+                    held: BTreeSet::new(),
+                });
+                return;
+            };
+            let all = quiet.held.len() >= self.workers;
+            if !all && now < quiet.deadline {
+                return;
+            }
+            drop(st);
+            if all {
+                self.read_live_nodes(outage.stop);
+            } else {
+                self.note(
+                    "not every worker could be kept out of acquire(), so the live nodes were \
+                     not read"
+                        .to_owned(),
+                );
+            }
+        }
+        self.record(FaultKind::NodesBack, None);
+        {
+            let mut servers = self.servers();
+            for &i in outage.stop.killed {
+                servers[i].restart();
+            }
+            for &i in outage.stop.paused {
+                servers[i].resume();
+            }
+        }
+        let mut st = self.state();
+        st.outage = None;
+        st.quiet = None;
+        st.next_arm = Instant::now() + self.ttl;
+    }
+
+    /// Records what the nodes that were not stopped store for the lock.
+    fn read_live_nodes(&self, stop: NodeStop) {
+        let Some(reader) = &self.reader else { return };
+        let live = (0..reader.clients.len()).filter(|i| !stop.stops(*i));
+        for node in live {
+            let (holder, error) = match reader.read(node) {
+                Ok(holder) => (holder, None),
+                Err(e) => (None, Some(e)),
+            };
+            self.view.record_node_check(NodeCheck {
+                t: now_us(),
+                node,
+                holder,
+                error,
+            });
+        }
+    }
+
+    /// Periodic work from the runner's loop: bring stopped nodes back, heal
+    /// a blackhole once the holder reported the loss (or gave up), flush
+    /// scripts.
     fn tick(&self, next_flush: &mut Instant) {
+        self.end_outage();
         let restore = self.state().restore;
         if let (Some((worker, fence, deadline)), Some(proxy)) = (restore, &self.proxy) {
             if self.view.has_lost(worker, fence) || Instant::now() >= deadline {
@@ -232,7 +565,7 @@ impl Injector {
             }
         }
         if self.fault == Fault::ScriptFlush && Instant::now() >= *next_flush {
-            let mut con = self.server().connection();
+            let mut con = self.servers()[0].connection();
             let flushed: redis::RedisResult<()> = redis::cmd("SCRIPT").arg("FLUSH").query(&mut con);
             if flushed.is_ok() {
                 self.record(FaultKind::ScriptFlush, None);
@@ -251,16 +584,22 @@ impl Injector {
 /// message says how to install Redis), or a worker cannot reach the
 /// resource.
 pub fn run(scenario: &Scenario, options: &RunOptions) -> Report {
-    let Topology::Single = scenario.topology;
     let ttl = scenario.ttl;
-    let server = match scenario.fault {
-        Fault::RestartAof => RedisServer::builder().appendonly(true).start(),
-        _ => RedisServer::start(),
+    let (servers, wait) = match scenario.topology {
+        Topology::Single => {
+            let server = match scenario.fault {
+                Fault::RestartAof => RedisServer::builder().appendonly(true).start(),
+                _ => RedisServer::start(),
+            };
+            (vec![server], SINGLE_WAIT)
+        }
+        Topology::Redlock { nodes } => (start_servers(nodes), ttl / REDLOCK_WAIT_DIVISOR),
     };
     let resource = Resource::start();
-    let proxy = (scenario.fault == Fault::Blackhole).then(|| Proxy::start(server.port()));
+    let proxy = (scenario.fault == Fault::Blackhole).then(|| Proxy::start(servers[0].port()));
     let proxy_url = proxy.as_ref().map(Proxy::url);
-    let direct_url = server.url();
+    let direct_urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let workers = options.workers.max(1);
     let procs = Arc::new(Procs::new(options.worker_exe.clone()));
     let started = Instant::now();
     let end = started + options.duration;
@@ -271,13 +610,20 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Report {
         end,
         view: resource.view(),
         procs: Arc::clone(&procs),
-        server: Mutex::new(server),
+        servers: Mutex::new(servers),
         proxy,
+        workers: workers as usize,
+        reader: matches!(scenario.topology, Topology::Redlock { .. })
+            .then(|| NodeReader::connect(&direct_urls)),
+        wait,
         state: Mutex::new(InjectorState {
             next_arm: started + WARM_UP.max(ttl),
             injected: 0,
             restore: None,
             killed: Vec::new(),
+            stretch: 0,
+            outage: None,
+            quiet: None,
             notes: Vec::new(),
         }),
     });
@@ -289,16 +635,23 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Report {
             injector.upgrade().map_or(Reply::Go, |i| i.on_holding(w, f))
         }));
     }
+    {
+        let injector = Arc::downgrade(&injector);
+        resource.view().set_failed_hook(Arc::new(move |w| {
+            injector.upgrade().map_or(Reply::Ok, |i| i.on_failed(w))
+        }));
+    }
     let holder_faults = !matches!(scenario.fault, Fault::None | Fault::ScriptFlush);
     let config = |id: WorkerId, slot: u32| WorkerConfig {
         id,
-        url: match (&proxy_url, slot) {
-            (Some(url), 0) => url.clone(),
-            _ => direct_url.clone(),
+        urls: match (&proxy_url, slot) {
+            (Some(url), 0) => vec![url.clone()],
+            _ => direct_urls.clone(),
         },
         resource_port: resource.port(),
-        lock: "chaos".into(),
+        lock: LOCK.into(),
         ttl,
+        wait,
         command_timeout: command_timeout(ttl),
         until,
         seed: options.seed,
@@ -307,7 +660,7 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Report {
     };
     let mut slots: BTreeMap<WorkerId, u32> = BTreeMap::new();
     let mut next_id: WorkerId = 1;
-    for slot in 0..options.workers.max(1) {
+    for slot in 0..workers {
         procs.spawn(&config(next_id, slot));
         slots.insert(next_id, slot);
         next_id += 1;
@@ -330,7 +683,7 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Report {
         }
     }
     // Workers finish their iteration (an acquire may wait several TTLs).
-    let (stragglers, failed) = procs.finish(ttl * 6 + Duration::from_secs(3));
+    let (stragglers, failed) = procs.finish(wait + ttl * 3 + Duration::from_secs(1));
     injector.tick(&mut next_flush);
     for id in failed
         .into_iter()
@@ -356,6 +709,11 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Report {
     let mut all_failures = verdict(scenario, &violations, stale_rejected, injected);
     all_failures.extend(failures);
     all_failures.extend(
+        unproven_outages(&history.acquire_errors, &history.faults)
+            .into_iter()
+            .map(|n| format!("fault did not play out: {n}")),
+    );
+    all_failures.extend(
         injector
             .state()
             .notes
@@ -377,14 +735,14 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Report {
 /// The results table (Markdown) for a set of reports.
 pub fn table(reports: &[Report]) -> String {
     let mut s = String::from(
-        "| scenario | class | acquisitions | faults injected | violations caught (unfenced / other) | stale ops rejected | result |\n\
-         |---|---|---:|---:|---:|---:|---|\n",
+        "| scenario | class | acquisitions | faults injected | violations caught (unfenced / other) | stale ops rejected | QuorumNotReached | result |\n\
+         |---|---|---:|---:|---:|---:|---:|---|\n",
     );
     for r in reports {
         let unfenced = r.unfenced_violations();
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} / {} | {} | {} |",
+            "| {} | {} | {} | {} | {} / {} | {} | {} | {} |",
             r.scenario,
             r.class,
             r.acquisitions,
@@ -392,8 +750,17 @@ pub fn table(reports: &[Report]) -> String {
             unfenced,
             r.violations.len() - unfenced,
             r.stale_rejected,
+            r.quorum_errors(),
             if r.passed() { "pass" } else { "FAIL" }
         );
     }
     s
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }

@@ -57,20 +57,51 @@ pub enum Fault {
     Blackhole,
     /// `SCRIPT FLUSH` every 250 ms.
     ScriptFlush,
+    /// Redlock: stop nodes, one stretch after another (see [`NodeStop`]).
+    ///
+    /// A stretch starts when a holder announces (its lease is then on every
+    /// node), lasts two TTLs, and ends with the killed nodes restarted with
+    /// an empty dataset (later than a TTL, as Redlock's delayed restart
+    /// requires) and the frozen ones continued; the next stretch starts a
+    /// TTL later. While a quorum is left, the holder holds across a renewal
+    /// and must keep its lease, and the others must keep getting the lock.
+    /// Without a quorum, the holder holds on until `lost()` fires, which
+    /// must be within its validity; no acquisition may be granted; some
+    /// must fail with `QuorumNotReached`; at the end of the stretch the
+    /// workers are kept out of `acquire()` while the live nodes are read,
+    /// and neither may still store a lease; once the nodes are back the
+    /// lock must work again.
+    StopNodes(&'static [NodeStop]),
+}
+
+/// One stretch of a [`Fault::StopNodes`]: which Redlock nodes stop, by index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeStop {
+    /// Killed with kill -9.
+    pub killed: &'static [usize],
+    /// Frozen with SIGSTOP: slow nodes whose connections stay open while
+    /// nothing is answered (requests pile up and run when they continue).
+    pub paused: &'static [usize],
+}
+
+impl NodeStop {
+    /// Whether node `i` stops.
+    pub fn stops(&self, i: usize) -> bool {
+        self.killed.contains(&i) || self.paused.contains(&i)
+    }
 }
 
 /// The Redis deployment the workers use.
-///
-/// Extension point for Redlock: once `Client::redlock` exists, add a
-/// `Redlock { nodes: 5 }` variant (the runner starts the nodes with
-/// `leasehold_testkit::start_servers` and passes every URL to the workers),
-/// a `Fault::StopNodes(k)` that SIGSTOPs `k` of them, and the scenarios
-/// "1, 2 and 3 of 5 nodes stopped" (safe with 1 and 2 stopped; with 3 no
-/// quorum, so acquisitions must fail rather than overlap).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Topology {
     /// One Redis server.
     Single,
+    /// Independent Redis masters; the workers use `Client::redlock` with
+    /// every node's URL.
+    Redlock {
+        /// How many.
+        nodes: usize,
+    },
 }
 
 /// One scenario of the fault matrix.
@@ -95,6 +126,7 @@ pub struct Scenario {
 }
 
 const TTL: Duration = Duration::from_secs(1);
+const REDLOCK: Topology = Topology::Redlock { nodes: 5 };
 
 /// Every scenario, in the order of the results table.
 pub const SCENARIOS: &[Scenario] = &[
@@ -184,6 +216,74 @@ pub const SCENARIOS: &[Scenario] = &[
         ci_duration: Duration::from_secs(5),
         checks: "scripts reloaded after SCRIPT FLUSH (NOSCRIPT) without a failed acquisition \
                  turning into a violation",
+    },
+    Scenario {
+        name: "redlock-no-faults",
+        class: Class::Safe,
+        fault: Fault::None,
+        topology: REDLOCK,
+        deterministic: true,
+        ttl: TTL,
+        ci_duration: Duration::from_secs(4),
+        checks: "Redlock over 5 nodes: mutual exclusion, no lost increment, unique and \
+                 increasing fences (one machine, one clock), released tokens cannot release or \
+                 extend",
+    },
+    Scenario {
+        name: "redlock-1-of-5-stopped",
+        class: Class::Safe,
+        fault: Fault::StopNodes(&[
+            NodeStop {
+                killed: &[0],
+                paused: &[],
+            },
+            NodeStop {
+                killed: &[],
+                paused: &[1],
+            },
+        ]),
+        topology: REDLOCK,
+        deterministic: true,
+        ttl: TTL,
+        ci_duration: Duration::from_secs(8),
+        checks: "one node killed, later one frozen: the holder keeps its lease if it is still \
+                 on a quorum (else is told lost() in time), the others get the lock within \
+                 TTL + 1 s, everything of no-faults",
+    },
+    Scenario {
+        name: "redlock-2-of-5-stopped",
+        class: Class::Safe,
+        fault: Fault::StopNodes(&[
+            NodeStop {
+                killed: &[0, 1],
+                paused: &[],
+            },
+            NodeStop {
+                killed: &[2],
+                paused: &[3],
+            },
+        ]),
+        topology: REDLOCK,
+        deterministic: true,
+        ttl: TTL,
+        ci_duration: Duration::from_secs(8),
+        checks: "two nodes killed, later one killed and one frozen (the quorum then needs the \
+                 restarted ones): as redlock-1-of-5-stopped",
+    },
+    Scenario {
+        name: "redlock-3-of-5-stopped",
+        class: Class::Safe,
+        fault: Fault::StopNodes(&[NodeStop {
+            killed: &[0, 1, 2],
+            paused: &[],
+        }]),
+        topology: REDLOCK,
+        deterministic: true,
+        ttl: TTL,
+        ci_duration: Duration::from_secs(7),
+        checks: "no quorum: no acquisition granted, acquisitions fail with QuorumNotReached, \
+                 the holder learns it lost the lease within its validity, nothing left held on \
+                 the 2 live nodes; after the restart the lock works again",
     },
 ];
 

@@ -25,14 +25,16 @@ use crate::rng::Rng;
 pub struct WorkerConfig {
     /// This worker's id.
     pub id: WorkerId,
-    /// The Redis URL (possibly a fault proxy).
-    pub url: String,
+    /// The Redis URL (possibly a fault proxy); several: the Redlock nodes.
+    pub urls: Vec<String>,
     /// The resource server's loopback port.
     pub resource_port: u16,
     /// The lock every worker contends for.
     pub lock: String,
     /// Lease TTL.
     pub ttl: Duration,
+    /// How long one `acquire()` waits for the lock.
+    pub wait: Duration,
     /// The client's command timeout.
     pub command_timeout: Duration,
     /// Stop starting new acquisitions at this `CLOCK_MONOTONIC` time.
@@ -45,8 +47,8 @@ pub struct WorkerConfig {
     pub announce: bool,
 }
 
-/// How long a worker waits for the lock per attempt.
-const WAIT: Duration = Duration::from_secs(5);
+/// Longest pause the checker may impose after a failed `acquire()`.
+const MAX_HOLD_MS: u64 = 10_000;
 /// One in this many iterations probes with the last released token.
 const PROBE_EVERY: u64 = 8;
 
@@ -103,13 +105,16 @@ pub async fn run(config: WorkerConfig) -> Result<(), String> {
     let mut resource = Resource::connect(config.resource_port, config.id)
         .await
         .map_err(|e| format!("cannot reach the resource: {e}"))?;
-    let client = Client::builder()
-        .url(&config.url)
+    let builder = match config.urls.as_slice() {
+        [url] => Client::builder().url(url),
+        urls => Client::builder().redlock(urls.iter().cloned()),
+    };
+    let client = builder
         .command_timeout(config.command_timeout)
         .build()
         .await
         .map_err(|e| format!("cannot build the client: {e}"))?;
-    let lock = client.lock(&config.lock).ttl(config.ttl).wait(WAIT);
+    let lock = client.lock(&config.lock).ttl(config.ttl).wait(config.wait);
     let mut rng = Rng::new(config.seed ^ u64::from(config.id).wrapping_mul(0x9E37_79B9));
     let mut released: Option<(u64, String)> = None;
     let io = |e: std::io::Error| format!("resource connection: {e}");
@@ -121,12 +126,17 @@ pub async fn run(config: WorkerConfig) -> Result<(), String> {
             Ok(guard) => guard,
             Err(e) => {
                 let t = now_us();
+                let quorum = matches!(e, Error::QuorumNotReached { .. });
                 let error = e.to_string().replace('\n', " ");
-                resource
-                    .call(&Request::AcquireFailed { t, error })
+                let reply = resource
+                    .call(&Request::AcquireFailed { t, quorum, error })
                     .await
                     .map_err(io)?;
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                let pause = match reply {
+                    Reply::Hold(ms) => Duration::from_millis(ms.min(MAX_HOLD_MS)),
+                    _ => Duration::from_millis(20),
+                };
+                tokio::time::sleep(pause).await;
                 continue;
             }
         };
