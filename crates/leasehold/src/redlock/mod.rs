@@ -236,9 +236,11 @@ impl Redlock {
                     unsettled,
                 })
             }
-            // A split vote: others hold some nodes. Back off a random
-            // moment so two contenders do not split again in step.
-            Verdict::Undecided if refused > 0 => {
+            // A split vote among a quorum of answering nodes: others hold
+            // some of them. Back off a random moment so two contenders do
+            // not split again in step. (With fewer than a quorum answering,
+            // the nodes are the problem, not the contention.)
+            Verdict::Undecided if refused > 0 && acquired + refused >= self.needed() => {
                 self.give_back(&taken, keys, token, ttl).await;
                 let spread = Duration::from_micros(rand::random_range(0..2000));
                 tokio::time::sleep(spread).await;
@@ -298,7 +300,7 @@ impl Redlock {
             )
             .await;
         let decided = self.tally(results.iter().map(|r| r.as_ref().ok().copied()));
-        self.decided_or_error(decided, &results)
+        self.decided_or_error(decided, &results, |o| *o == Owned::Done)
     }
 
     /// Renews leases of one kind on every node. Each lease's outcome is
@@ -368,7 +370,7 @@ impl Redlock {
                 .iter()
                 .map(|r| r.as_ref().ok().and_then(|v| v.first().copied())),
         );
-        self.decided_or_error(decided, &results)
+        self.decided_or_error(decided, &results, |v| v.first() == Some(&Owned::Done))
     }
 
     async fn extend_on_all(&self, kind: Kind, leases: &[Extension<'_>]) -> Vec<Result<Vec<Owned>>> {
@@ -383,9 +385,17 @@ impl Redlock {
         .await
     }
 
-    fn decided_or_error<T>(&self, decided: Option<Owned>, results: &[Result<T>]) -> Result<Owned> {
+    fn decided_or_error<T>(
+        &self,
+        decided: Option<Owned>,
+        results: &[Result<T>],
+        agreed: impl Fn(&T) -> bool,
+    ) -> Result<Owned> {
         decided.ok_or_else(|| Error::QuorumNotReached {
-            acquired: results.iter().filter(|r| r.is_ok()).count(),
+            acquired: results
+                .iter()
+                .filter(|r| r.as_ref().is_ok_and(&agreed))
+                .count(),
             needed: self.needed(),
             node_errors: self.node_errors(results),
         })
