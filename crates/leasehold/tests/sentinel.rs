@@ -59,6 +59,26 @@ async fn sentinel_client_follows_a_failover() {
     // The held guard either kept its lease (renewed at the new master) or
     // reports it lost; it never hangs.
     tokio::time::sleep(Duration::from_secs(3)).await;
+    let on_new_master: Option<String> = redis::cmd("GET")
+        .arg("leasehold:{across}:lock")
+        .query(
+            &mut set
+                .servers()
+                .iter()
+                .find(|s| s.port() == new_master)
+                .unwrap()
+                .connection(),
+        )
+        .unwrap();
+    // Past its 2 s TTL: only renewals at the new master can have kept it.
+    let kept = on_new_master.as_deref() == Some(held.token());
+    assert!(
+        kept || held.is_lost(),
+        "the guard neither kept its lease on the new master nor reports it lost"
+    );
     let outcome = tokio::time::timeout(Duration::from_secs(10), held.release()).await;
-    assert!(outcome.is_ok(), "release hung after the failover");
+    let released = outcome.expect("release hung after the failover");
+    if kept {
+        released.expect("a kept lease releases");
+    }
 }
