@@ -21,6 +21,8 @@ const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Debug)]
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
+    /// Replicas the cluster was created with (masters x replicas each).
+    replicas: usize,
     _bus_ports: Vec<PortGuard>,
 }
 
@@ -68,6 +70,7 @@ impl RedisCluster {
             });
         let cluster = RedisCluster {
             nodes,
+            replicas: masters * replicas,
             _bus_ports: bus_ports,
         };
         assert!(
@@ -141,20 +144,37 @@ impl RedisCluster {
     /// on one master per slot range, and every replica's link is up.
     pub fn wait_until_ok(&self) {
         let deadline = Instant::now() + SETTLE_TIMEOUT;
+        // A replica counts once its link to its master is up; right after
+        // `--cluster create` a node meant as a replica may still be a master.
+        let stopped = self.nodes.iter().filter(|n| !n.is_running()).count();
+        let replicas_expected = self.replicas.saturating_sub(stopped);
         loop {
-            let ok = self.nodes.iter().filter(|n| n.is_running()).all(|n| {
-                let mut con = n.connection();
-                let info: String = redis::cmd("CLUSTER")
-                    .arg("INFO")
-                    .query(&mut con)
-                    .unwrap_or_default();
-                let repl: String = redis::cmd("INFO")
-                    .arg("replication")
-                    .query(&mut con)
-                    .unwrap_or_default();
-                info.contains("cluster_state:ok")
-                    && (repl.contains("role:master") || repl.contains("master_link_status:up"))
-            });
+            let replicas_up = self
+                .nodes
+                .iter()
+                .filter(|n| n.is_running())
+                .filter(|n| {
+                    let repl: String = redis::cmd("INFO")
+                        .arg("replication")
+                        .query(&mut n.connection())
+                        .unwrap_or_default();
+                    repl.contains("role:slave") && repl.contains("master_link_status:up")
+                })
+                .count();
+            let ok = replicas_up >= replicas_expected
+                && self.nodes.iter().filter(|n| n.is_running()).all(|n| {
+                    let mut con = n.connection();
+                    let info: String = redis::cmd("CLUSTER")
+                        .arg("INFO")
+                        .query(&mut con)
+                        .unwrap_or_default();
+                    let repl: String = redis::cmd("INFO")
+                        .arg("replication")
+                        .query(&mut con)
+                        .unwrap_or_default();
+                    info.contains("cluster_state:ok")
+                        && (repl.contains("role:master") || repl.contains("master_link_status:up"))
+                });
             if ok {
                 return;
             }

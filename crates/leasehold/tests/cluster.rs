@@ -9,11 +9,21 @@ use leasehold::Client;
 use leasehold_testkit::RedisCluster;
 
 /// Ports of the replicas of the master on `port`, from its ROLE.
+/// The replicas a master reports, once it reports any (a replica's link may
+/// be up a moment before its master lists it).
 fn replicas_of(cluster: &RedisCluster, port: u16) -> Vec<u16> {
-    let role: (String, i64, Vec<(String, String, String)>) = redis::cmd("ROLE")
-        .query(&mut cluster.node(port).connection())
-        .expect("ROLE");
-    role.2.iter().map(|(_, p, _)| p.parse().unwrap()).collect()
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let role: (String, i64, Vec<(String, String, String)>) = redis::cmd("ROLE")
+            .query(&mut cluster.node(port).connection())
+            .expect("ROLE");
+        let replicas: Vec<u16> = role.2.iter().map(|(_, p, _)| p.parse().unwrap()).collect();
+        if !replicas.is_empty() {
+            return replicas;
+        }
+        assert!(Instant::now() < deadline, "master {port} lists no replica");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
