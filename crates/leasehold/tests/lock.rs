@@ -318,9 +318,15 @@ async fn dropping_a_guard_releases_in_the_background() {
     let client = client(&server).await;
     let lock = client.lock("dropped");
     let guard = lock.acquire().await.unwrap();
-    let started = Instant::now();
+    // With the server paused, a release that blocked would wait for the
+    // command timeout (2 s); a drop hands it to the background at once.
+    server.pause();
+    let dropping = Instant::now();
     drop(guard);
-    assert!(started.elapsed() < Duration::from_millis(5), "drop blocked");
+    let took = dropping.elapsed();
+    server.resume();
+    assert!(took < Duration::from_millis(200), "drop blocked for {took:?}");
+    let started = Instant::now();
     let again = lock
         .clone()
         .wait(Duration::from_secs(2))
