@@ -325,7 +325,10 @@ async fn dropping_a_guard_releases_in_the_background() {
     drop(guard);
     let took = dropping.elapsed();
     server.resume();
-    assert!(took < Duration::from_millis(200), "drop blocked for {took:?}");
+    assert!(
+        took < Duration::from_millis(200),
+        "drop blocked for {took:?}"
+    );
     let started = Instant::now();
     let again = lock
         .clone()
