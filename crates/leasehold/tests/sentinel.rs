@@ -26,6 +26,14 @@ async fn sentinel_client_follows_a_failover() {
     // acquisition may still reach the old master (a documented limit).
     tokio::time::sleep(Duration::from_millis(1200)).await;
 
+    let new_master_conn = || {
+        set.servers()
+            .iter()
+            .find(|s| s.port() == new_master)
+            .expect("the new master is one of the set")
+            .connection()
+    };
+
     // New acquisitions reach the new master, promptly.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -33,14 +41,7 @@ async fn sentinel_client_follows_a_failover() {
             Ok(Some(guard)) => {
                 let on_new: bool = redis::cmd("EXISTS")
                     .arg("leasehold:{after}:lock")
-                    .query(
-                        &mut set
-                            .servers()
-                            .iter()
-                            .find(|s| s.port() == new_master)
-                            .unwrap()
-                            .connection(),
-                    )
+                    .query(&mut new_master_conn())
                     .unwrap();
                 assert!(on_new, "the acquisition went to the new master");
                 guard.release().await.expect("release");
@@ -61,14 +62,7 @@ async fn sentinel_client_follows_a_failover() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let on_new_master: Option<String> = redis::cmd("GET")
         .arg("leasehold:{across}:lock")
-        .query(
-            &mut set
-                .servers()
-                .iter()
-                .find(|s| s.port() == new_master)
-                .unwrap()
-                .connection(),
-        )
+        .query(&mut new_master_conn())
         .unwrap();
     // Past its 2 s TTL: only renewals at the new master can have kept it.
     let kept = on_new_master.as_deref() == Some(held.token());
