@@ -1,16 +1,14 @@
 //! The fair lock against real redis-server processes.
 
+mod common;
+
+use common::client;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use leasehold::{Client, FairLock};
 use leasehold_testkit::{Proxy, ProxyMode, RedisServer};
-
-async fn client(server: &RedisServer) -> Client {
-    Client::connect(&server.url())
-        .await
-        .expect("connect to the test server")
-}
 
 /// Waits until `n` waiters are queued for `lock`.
 async fn queued(lock: &FairLock, n: usize) {

@@ -1,17 +1,15 @@
 //! The lease lock against real redis-server processes.
 
+mod common;
+
+use common::client;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold::{Client, Error};
 use leasehold_testkit::RedisServer;
 use redis::Commands;
-
-async fn client(server: &RedisServer) -> Client {
-    Client::connect(&server.url())
-        .await
-        .expect("connect to the test server")
-}
 
 fn exists(server: &RedisServer, key: &str) -> bool {
     server.connection().exists(key).expect("EXISTS")

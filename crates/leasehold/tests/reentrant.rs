@@ -1,5 +1,9 @@
 //! The reentrant lock against real redis-server processes.
 
+mod common;
+
+use common::client;
+
 use std::time::{Duration, Instant};
 
 use leasehold::{Client, Error};
@@ -7,12 +11,6 @@ use leasehold_testkit::RedisServer;
 use redis::Commands;
 
 const KEY: &str = "leasehold:{job}:lock";
-
-async fn client(server: &RedisServer) -> Client {
-    Client::connect(&server.url())
-        .await
-        .expect("connect to the test server")
-}
 
 /// The number of holds stored for the lock `job`.
 fn holds(server: &RedisServer) -> usize {

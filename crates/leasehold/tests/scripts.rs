@@ -56,6 +56,11 @@ fn acquire(conn: &mut Connection, token: &str, ttl_ms: u64) -> (i64, i64) {
 }
 
 fn release(conn: &mut Connection, token: &str) -> i64 {
+    lock_release(conn, token, false)
+}
+
+/// lock_release.lua; `publish_free` as a Redlock node runs it (ARGV[3]).
+fn lock_release(conn: &mut Connection, token: &str, publish_free: bool) -> i64 {
     redis::Script::new(RELEASE)
         .key(LOCK)
         .key(CHANNEL)
@@ -63,6 +68,7 @@ fn release(conn: &mut Connection, token: &str) -> i64 {
         .key(ALIVE)
         .arg(token)
         .arg(500)
+        .arg(if publish_free { "1" } else { "0" })
         .invoke(conn)
         .unwrap()
 }
@@ -85,20 +91,6 @@ fn redlock_node_acquire(conn: &mut Connection, token: &str) -> (i64, i64) {
         .unwrap()
 }
 
-/// lock_release.lua as one Redlock node runs it: publishes when freed.
-fn redlock_node_release(conn: &mut Connection, token: &str) -> i64 {
-    redis::Script::new(RELEASE)
-        .key(LOCK)
-        .key(CHANNEL)
-        .key(QUEUE)
-        .key(ALIVE)
-        .arg(token)
-        .arg(500)
-        .arg("1")
-        .invoke(conn)
-        .unwrap()
-}
-
 #[test]
 fn redlock_nodes_raise_fences_to_their_clock_and_publish_every_release() {
     let server = RedisServer::start();
@@ -114,7 +106,7 @@ fn redlock_nodes_raise_fences_to_their_clock_and_publish_every_release() {
     let mut sub_conn = server.connection();
     let mut pubsub = sub_conn.as_pubsub();
     pubsub.subscribe(CHANNEL).unwrap();
-    assert_eq!(redlock_node_release(&mut conn, "a"), 1);
+    assert_eq!(lock_release(&mut conn, "a", true), 1);
     pubsub
         .set_read_timeout(Some(std::time::Duration::from_secs(2)))
         .unwrap();

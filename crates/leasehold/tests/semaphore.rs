@@ -1,5 +1,9 @@
 //! The semaphore against real redis-server processes.
 
+mod common;
+
+use common::client;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -9,12 +13,6 @@ use leasehold_testkit::{Proxy, ProxyMode, RedisServer};
 use redis::Commands;
 
 const KEY: &str = "leasehold:{exports}:lock";
-
-async fn client(server: &RedisServer) -> Client {
-    Client::connect(&server.url())
-        .await
-        .expect("connect to the test server")
-}
 
 /// The permits' members with their expiry scores.
 fn permits(server: &RedisServer) -> Vec<(String, i64)> {

@@ -6,6 +6,14 @@
 use std::time::{Duration, Instant};
 
 use leasehold::{Client, Error};
+use leasehold_testkit::RedisServer;
+
+/// A client on the test server `server`.
+pub async fn client(server: &RedisServer) -> Client {
+    Client::connect(&server.url())
+        .await
+        .expect("connect to the test server")
+}
 
 /// Lock, ReentrantLock and RwLock on `client`, under names starting with `tag`.
 pub async fn lock_suite(client: &Client, tag: &str) {
