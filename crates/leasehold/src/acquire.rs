@@ -36,6 +36,9 @@ pub(crate) struct Target<'a> {
     /// [`QUEUE_HEARTBEAT`] to stay queued, and leaves the queue when it
     /// gives up.
     pub(crate) queues: bool,
+    /// The channel whose messages wake this caller: its client's hand-off
+    /// channel for the lock when it queues, else the lock's release channel.
+    pub(crate) channel: String,
 }
 
 /// Calls `attempt` until it acquires or, with `wait: Some`, until the wait
@@ -60,7 +63,11 @@ where
         armed: false,
         queued: false,
     };
-    let mut subscription: Option<Subscription> = None;
+    // A waiting caller of a lock whose channel is subscribed already (it
+    // was waited for moments ago) registers before its first attempt, so a
+    // refused first attempt needs no second one after subscribing.
+    let mut subscription: Option<Subscription> =
+        deadline.and_then(|_| inner.events.subscribed(&target.channel, target.hold));
     let mut backoff = Duration::from_millis(10);
     loop {
         // Register for the wake-ups before trying, so a release that lands
@@ -107,11 +114,7 @@ where
                     return Ok(None);
                 }
                 if subscription.is_none() {
-                    match inner
-                        .events
-                        .subscribe(&target.keys.channel, target.hold)
-                        .await
-                    {
+                    match inner.events.subscribe(&target.channel, target.hold).await {
                         Ok(s) => {
                             subscription = Some(s);
                             continue;
@@ -275,6 +278,10 @@ impl Handle {
 
     /// A target for [`acquire`] of `kind`, known to the scripts as `hold`.
     pub(crate) fn target<'a>(&'a self, kind: Kind, hold: &'a str) -> Target<'a> {
+        let handoff = match kind {
+            Kind::Lock => self.client.inner.servers.handoff_channel(&self.keys),
+            _ => None,
+        };
         Target {
             client: &self.client,
             name: &self.name,
@@ -282,7 +289,8 @@ impl Handle {
             kind,
             hold,
             ttl: self.ttl,
-            queues: kind == Kind::Lock && self.client.inner.servers.queues(),
+            queues: handoff.is_some(),
+            channel: handoff.unwrap_or_else(|| self.keys.channel.clone()),
         }
     }
 

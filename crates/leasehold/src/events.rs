@@ -126,6 +126,44 @@ impl Events {
     /// Dropping the future drops the registration; the channel is
     /// unsubscribed later if nobody else uses it.
     pub(crate) async fn subscribe(&self, channel: &str, waiter: &str) -> Result<Subscription> {
+        let (subscription, subscribed) = self.register(channel, waiter);
+        if !subscribed {
+            let (done, confirmed) = oneshot::channel();
+            let shut_down = || Error::InvalidArgument("the client was shut down".into());
+            self.tx
+                .send(Ensure {
+                    channel: channel.to_owned(),
+                    done,
+                })
+                .map_err(|_| shut_down())?;
+            confirmed.await.map_err(|_| shut_down())??;
+        }
+        Ok(subscription)
+    }
+
+    /// Registers `waiter` on `channel` without asking the server, if the
+    /// channel is already subscribed there (a lock waited for moments ago):
+    /// a waiter that registers before its first attempt misses no release,
+    /// and a refused attempt needs no second try after subscribing.
+    pub(crate) fn subscribed(&self, channel: &str, waiter: &str) -> Option<Subscription> {
+        if !self
+            .shared
+            .channels()
+            .get(channel)
+            .is_some_and(|e| e.subscribed)
+        {
+            return None;
+        }
+        match self.register(channel, waiter) {
+            (subscription, true) => Some(subscription),
+            // Swept in between: dropping the registration undoes it.
+            (_, false) => None,
+        }
+    }
+
+    /// Adds `waiter` to `channel`'s registry; says whether the server
+    /// confirmed the channel's subscription already.
+    fn register(&self, channel: &str, waiter: &str) -> (Subscription, bool) {
         let own = Arc::new(Notify::new());
         let (notify, subscribed) = {
             let mut channels = self.shared.channels();
@@ -147,18 +185,7 @@ impl Events {
             notify,
             own,
         };
-        if !subscribed {
-            let (done, confirmed) = oneshot::channel();
-            let shut_down = || Error::InvalidArgument("the client was shut down".into());
-            self.tx
-                .send(Ensure {
-                    channel: channel.to_owned(),
-                    done,
-                })
-                .map_err(|_| shut_down())?;
-            confirmed.await.map_err(|_| shut_down())??;
-        }
-        Ok(subscription)
+        (subscription, subscribed)
     }
 }
 

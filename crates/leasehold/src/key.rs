@@ -89,6 +89,19 @@ pub(crate) fn name_of_lock_key(prefix: &str, key: &str) -> Option<String> {
     (LockKeys::new(prefix, name).lock == key).then(|| name.to_owned())
 }
 
+/// `text` as a glob pattern that matches only itself (for SCAN's MATCH or
+/// PUBSUB CHANNELS): every glob character is escaped.
+pub(crate) fn glob_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// Glob match with `*` (any run) and `?` (any one character), as SCAN's MATCH.
 pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
     let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
@@ -156,6 +169,12 @@ pub(crate) fn slot(key: &str) -> u16 {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn glob_escape_escapes_every_glob_character() {
+        assert_eq!(glob_escape("a*b?[c]\\d"), "a\\*b\\?\\[c\\]\\\\d");
+        assert_eq!(glob_escape("plain:{name}"), "plain:{name}");
+    }
 
     #[test]
     fn slots_match_cluster_keyslot() {

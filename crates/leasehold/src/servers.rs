@@ -41,10 +41,14 @@ impl Servers {
         }
     }
 
-    /// Whether waiters of a lease lock may queue for a hand-off: only on
+    /// Where leases of the lock `keys` handed to this client's waiters are
+    /// announced, if waiters of a lease lock queue for a hand-off: only on
     /// one server, since queues on separate nodes could disagree.
-    pub(crate) fn queues(&self) -> bool {
-        matches!(self, Servers::One(_))
+    pub(crate) fn handoff_channel(&self, keys: &LockKeys) -> Option<String> {
+        match self {
+            Servers::One(backend) => Some(backend.handoff_channel(keys)),
+            Servers::Quorum(_) => None,
+        }
     }
 
     /// Whether keys of different slots may live on different masters, so

@@ -601,6 +601,44 @@ async fn a_release_wakes_one_waiter_per_client_and_all_get_their_turn() {
 }
 
 #[tokio::test]
+async fn status_counts_each_waiting_client_once_and_only_for_its_lock() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    // Glob characters in the name must not make other locks' waiters count.
+    let (name, lookalike) = ("odd*[name]?", "oddXXnQ");
+    let held = [
+        holder.lock(name).acquire().await.unwrap(),
+        holder.lock(lookalike).acquire().await.unwrap(),
+    ];
+    let mut waiting = Vec::new();
+    for (lock_name, waiters) in [(name, 2), (lookalike, 1)] {
+        let c = client(&server).await;
+        for _ in 0..waiters {
+            let lock = c.lock(lock_name).wait(Duration::from_secs(10));
+            waiting.push(tokio::spawn(async move { lock.acquire().await }));
+        }
+    }
+    let other = client(&server).await;
+    let lock = other.lock(name).wait(Duration::from_secs(10));
+    waiting.push(tokio::spawn(async move { lock.acquire().await }));
+    let status = loop {
+        let status = holder.lock(name).status().await.unwrap();
+        if status.waiters == 3 {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // Three waiters in two clients; the lookalike's client is not counted.
+    assert_eq!(status.waiting_clients, 2);
+    for guard in held {
+        guard.release().await.unwrap();
+    }
+    for task in waiting {
+        task.await.unwrap().unwrap().release().await.unwrap();
+    }
+}
+
+#[tokio::test]
 async fn the_releasing_holder_cannot_barge_ahead_of_a_waiter() {
     let server = RedisServer::start();
     let holder = client(&server).await;

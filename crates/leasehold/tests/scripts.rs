@@ -14,6 +14,10 @@ const FENCE: &str = "t:{n}:fence";
 const CHANNEL: &str = "t:{n}:released";
 const QUEUE: &str = "t:{n}:queue";
 const ALIVE: &str = "t:{n}:alive";
+/// The connection id the helpers pass: waiters queue as `<id>:<token>`,
+/// and leases handed to them are announced on `HANDOFF`.
+const CONN: &str = "conn1";
+const HANDOFF: &str = "t:{n}:released:conn1";
 
 /// lock_acquire.lua; `window_ms` 0 means "do not queue".
 fn lock_acquire(
@@ -48,6 +52,7 @@ fn lock_attempt(
         .arg(if already_queued { "1" } else { "0" })
         .arg("0")
         .arg(if fair { "1" } else { "0" })
+        .arg(CONN)
         .invoke(conn)
 }
 
@@ -69,6 +74,7 @@ fn lock_release(conn: &mut Connection, token: &str, publish_free: bool) -> i64 {
         .arg(token)
         .arg(500)
         .arg(if publish_free { "1" } else { "0" })
+        .arg(CONN)
         .invoke(conn)
         .unwrap()
 }
@@ -87,6 +93,7 @@ fn redlock_node_acquire(conn: &mut Connection, token: &str) -> (i64, i64) {
         .arg("0")
         .arg("1")
         .arg("0")
+        .arg(CONN)
         .invoke(conn)
         .unwrap()
 }
@@ -120,8 +127,17 @@ fn redlock_nodes_raise_fences_to_their_clock_and_publish_every_release() {
     assert!(next > fence);
 }
 
+/// The queued waiters' tokens, in order (members are `<CONN>:<token>`).
 fn queued(conn: &mut Connection) -> Vec<String> {
-    conn.zrange(QUEUE, 0, -1).unwrap()
+    let members: Vec<String> = conn.zrange(QUEUE, 0, -1).unwrap();
+    members
+        .into_iter()
+        .map(|m| {
+            m.strip_prefix(&format!("{CONN}:"))
+                .expect("queued under the connection id")
+                .to_owned()
+        })
+        .collect()
 }
 
 fn extend(conn: &mut Connection, leases: &[(&str, &str, u64)]) -> Vec<i64> {
@@ -199,7 +215,12 @@ fn release_hands_the_lease_to_the_first_live_waiter_and_wakes_only_it() {
     let mut conn = server.connection();
     let mut sub_conn = server.connection();
     let mut pubsub = sub_conn.as_pubsub();
-    pubsub.subscribe(CHANNEL).unwrap();
+    // The waiter's connection's channel, another connection's, and the
+    // lock's own: only the first may hear of the hand-off.
+    let other = "t:{n}:released:conn2";
+    for channel in [HANDOFF, other, CHANNEL] {
+        pubsub.subscribe(channel).unwrap();
+    }
     let (_, first) = acquire(&mut conn, "a", 10_000);
     // Refused waiters queue in arrival order, each once.
     assert_eq!(
@@ -229,8 +250,16 @@ fn release_hands_the_lease_to_the_first_live_waiter_and_wakes_only_it() {
         .set_read_timeout(Some(std::time::Duration::from_secs(2)))
         .unwrap();
     let msg = pubsub.get_message().unwrap();
-    assert_eq!(msg.get_channel_name(), CHANNEL);
+    assert_eq!(msg.get_channel_name(), HANDOFF);
     assert_eq!(msg.get_payload::<String>().unwrap(), "b");
+    // Nothing else was published: the next message is a marker sent now.
+    let _: () = conn.publish(other, "marker").unwrap();
+    let msg = pubsub.get_message().unwrap();
+    assert_eq!(
+        (msg.get_channel_name(), msg.get_payload::<String>().unwrap()),
+        (other, "marker".to_owned()),
+        "the hand-off woke another connection"
+    );
 
     // The releasing owner cannot barge in; the chosen waiter takes it.
     assert_eq!(

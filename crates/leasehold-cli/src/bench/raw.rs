@@ -3,9 +3,7 @@
 //! `ConnectionManager`), with no library around them.
 //!
 //! The calls pass the scripts' full KEYS and ARGV as the library does, for
-//! a caller that does not wait (queue window 0). Lua ignores KEYS and ARGV a
-//! script does not read, so the same calls also fit the earlier two-key
-//! versions of the scripts.
+//! a caller that does not wait (queue window 0) on one server.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -29,6 +27,9 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
+/// The id in hand-off channels and queue entries; the raw loop never
+/// queues, so one fixed id does.
+const CONNECTION_ID: &str = "raw";
 /// The fence key's TTL the library passes (1 h).
 const FENCE_TTL_MS: u64 = 3_600_000;
 /// How long a handed-off lease waits for its new owner, as the library passes.
@@ -98,9 +99,13 @@ pub(crate) async fn acquire(
         .arg(token)
         .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
         .arg(FENCE_TTL_MS)
-        // Queue window 0 (never waits, never queues), never queued before.
+        // Queue window 0 (never waits, never queues), never queued before,
+        // one server (no clock fence), not fair, this connection's id.
         .arg(0)
         .arg("0")
+        .arg("0")
+        .arg("0")
+        .arg(CONNECTION_ID)
         .invoke_async(con)
         .await
         .map_err(|e| redis_failure(e, "in the raw acquire"))?;
@@ -120,6 +125,9 @@ pub(crate) async fn release(
         .key(&keys.alive)
         .arg(token)
         .arg(HANDOFF_GRACE_MS)
+        // No message when freed with nobody queued (one server).
+        .arg("0")
+        .arg(CONNECTION_ID)
         .invoke_async::<i64>(con)
         .await
         .map_err(|e| redis_failure(e, "in the raw release"))?;

@@ -82,6 +82,11 @@ impl TlsOptions {
 pub(crate) struct Backend {
     conn: Conn,
     addr: String,
+    /// A random id for this connection's hand-off channels: a lease handed
+    /// to one of its waiters is published on `<lock channel>:<id>`, which
+    /// only this connection subscribes to, so a release wakes one process,
+    /// not every process with a waiter.
+    id: Arc<str>,
 }
 
 #[derive(Clone)]
@@ -132,6 +137,26 @@ impl std::fmt::Debug for Backend {
 }
 
 impl Backend {
+    fn new(conn: Conn, addr: String) -> Backend {
+        let id = crate::token::Token::random();
+        Backend {
+            conn,
+            addr,
+            id: id.as_str().into(),
+        }
+    }
+
+    /// The id in this connection's hand-off channels and queue entries.
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The channel on which leases of the lock `keys` handed to this
+    /// connection's waiters are announced.
+    pub(crate) fn handoff_channel(&self, keys: &crate::key::LockKeys) -> String {
+        format!("{}:{}", keys.channel, self.id)
+    }
+
     /// Connects to `url` and checks the server answers (and accepts the
     /// credentials in the URL). Pub/sub messages go to `on_push`.
     pub(crate) async fn connect(
@@ -143,10 +168,7 @@ impl Backend {
         let manager = ConnectionManager::new_with_config(client, config)
             .await
             .map_err(|e| Error::from_redis(e, &addr, ""))?;
-        let backend = Backend {
-            conn: Conn::Single(manager),
-            addr,
-        };
+        let backend = Backend::new(Conn::Single(manager), addr);
         backend.check_server().await?;
         Ok(backend)
     }
@@ -162,10 +184,7 @@ impl Backend {
         let (client, config, addr) = prepare(url, options, Arc::new(on_push))?;
         match ConnectionManager::new_with_config(client.clone(), config.clone()).await {
             Ok(manager) => {
-                let backend = Backend {
-                    conn: Conn::Single(manager),
-                    addr,
-                };
+                let backend = Backend::new(Conn::Single(manager), addr);
                 backend.check_server().await?;
                 Ok((backend, None))
             }
@@ -173,10 +192,7 @@ impl Backend {
                 e @ Error::Unreachable { .. } => {
                     let manager = ConnectionManager::new_lazy_with_config(client, config)
                         .map_err(|e| Error::from_redis(e, &addr, ""))?;
-                    let backend = Backend {
-                        conn: Conn::Single(manager),
-                        addr,
-                    };
+                    let backend = Backend::new(Conn::Single(manager), addr);
                     Ok((backend, Some(e)))
                 }
                 e => Err(e),
@@ -227,10 +243,7 @@ impl Backend {
             .get_async_connection()
             .await
             .map_err(|e| Error::from_redis(e, &addr, ""))?;
-        let backend = Backend {
-            conn: Conn::Cluster(conn),
-            addr,
-        };
+        let backend = Backend::new(Conn::Cluster(conn), addr);
         backend.check_server().await?;
         Ok(backend)
     }
@@ -245,10 +258,7 @@ impl Backend {
         let addr = format!("sentinel master {:?}", target.master_name);
         let followed =
             sentinel::Followed::connect(target, options.clone(), Arc::new(on_push)).await?;
-        let backend = Backend {
-            conn: Conn::Sentinel(followed),
-            addr,
-        };
+        let backend = Backend::new(Conn::Sentinel(followed), addr);
         backend.check_server().await?;
         Ok(backend)
     }

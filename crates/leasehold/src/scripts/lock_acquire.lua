@@ -11,6 +11,8 @@
 --         so fences from different servers are comparable (Redlock); costs two calls
 -- ARGV[7] '1' for a fair lock: a free lease goes to the caller only if no live waiter is
 --         ahead of it in the queue; waiters past their deadline are pruned first
+-- ARGV[8] the caller's connection id: a queued waiter is the member '<id>:<token>', and a
+--         lease handed to it is announced on '<release channel>:<id>' (lock_release.lua)
 -- Returns {1, fence} when the caller holds the lease now, {0, pttl} when another owner
 -- holds it (pttl: the holder's remaining ms, -1 if the key has no expiry).
 --
@@ -19,13 +21,14 @@
 -- earlier fence is at most its seed plus the acquisitions since, and an acquisition takes
 -- far more than a µs of server time, so the new seed is above all of them as long as the
 -- server clock does not go back.
+local member = ARGV[8] .. ':' .. ARGV[1]
 local function refuse()
   local window = tonumber(ARGV[4])
   if window > 0 then
     local now = redis.call('TIME')
-    redis.call('ZADD', KEYS[3], 'NX', now[1] .. string.format('%06d', now[2]), ARGV[1])
+    redis.call('ZADD', KEYS[3], 'NX', now[1] .. string.format('%06d', now[2]), member)
     local deadline = now[1] * 1000 + math.floor(now[2] / 1000) + window
-    redis.call('ZADD', KEYS[4], string.format('%d', deadline), ARGV[1])
+    redis.call('ZADD', KEYS[4], string.format('%d', deadline), member)
     redis.call('PEXPIRE', KEYS[3], window)
     redis.call('PEXPIRE', KEYS[4], window)
   end
@@ -39,7 +42,7 @@ if ARGV[7] == '1' and not redis.call('GET', KEYS[1]) then
     redis.call('ZREM', KEYS[4], dead)
   end
   local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  if head and head ~= ARGV[1] then
+  if head and head ~= member then
     return refuse()
   end
 end
@@ -69,7 +72,7 @@ end
 -- A queued caller that found the lease free leaves the queue; one it was handed to was
 -- taken out of the queue by the release already.
 if ARGV[5] == '1' and not holder then
-  redis.call('ZREM', KEYS[3], ARGV[1])
-  redis.call('ZREM', KEYS[4], ARGV[1])
+  redis.call('ZREM', KEYS[3], member)
+  redis.call('ZREM', KEYS[4], member)
 end
 return {1, fence}

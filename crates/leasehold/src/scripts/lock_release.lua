@@ -5,17 +5,21 @@
 -- ARGV[1] owner token   ARGV[2] how long a handed-off lease waits for its new owner, in ms
 -- ARGV[3] '1' to publish an empty message when the lease is freed with nobody queued (for
 --         waiters that do not queue: Redlock's, which retry on any node's release)
+-- ARGV[4] the caller's connection id (its queue member is '<id>:<token>')
 -- Returns 1 if released, 0 if the lease was missing (expired or released), -1 if another
 -- owner holds it (then the lease is not changed).
 --
 -- The hand-off sets the lock to the next waiter's token for a short time and publishes that
--- token: only that waiter wakes, and its next attempt finds the lease already its own. No
--- one can barge in between, the releasing owner included. A waiter whose deadline passed is
--- skipped; if the chosen one died since, its reservation simply expires.
+-- token on the waiter's connection's own channel: only that waiter's process hears it and
+-- only that waiter wakes; its next attempt finds the lease already its own. No one can barge
+-- in between, the releasing owner included. A waiter whose deadline passed is skipped; if
+-- the chosen one died since, its reservation simply expires. A member without an id (written
+-- by hand) is a bare token, announced on the release channel itself.
 local holder = redis.call('GET', KEYS[1])
 if holder ~= ARGV[1] then
-  redis.call('ZREM', KEYS[3], ARGV[1])
-  redis.call('ZREM', KEYS[4], ARGV[1])
+  local member = ARGV[4] .. ':' .. ARGV[1]
+  redis.call('ZREM', KEYS[3], member)
+  redis.call('ZREM', KEYS[4], member)
   if holder then
     return -1
   end
@@ -34,9 +38,14 @@ while true do
   local deadline = redis.call('ZSCORE', KEYS[4], head)
   redis.call('ZREM', KEYS[3], head)
   redis.call('ZREM', KEYS[4], head)
-  if head ~= ARGV[1] and deadline and tonumber(deadline) > now_ms then
-    redis.call('SET', KEYS[1], head, 'PX', ARGV[2])
-    redis.call('PUBLISH', KEYS[2], head)
+  local channel, waiter = KEYS[2], head
+  local split = string.find(head, ':', 1, true)
+  if split then
+    channel, waiter = KEYS[2] .. ':' .. string.sub(head, 1, split - 1), string.sub(head, split + 1)
+  end
+  if waiter ~= ARGV[1] and deadline and tonumber(deadline) > now_ms then
+    redis.call('SET', KEYS[1], waiter, 'PX', ARGV[2])
+    redis.call('PUBLISH', channel, waiter)
     return 1
   end
 end

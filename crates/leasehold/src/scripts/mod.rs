@@ -143,7 +143,8 @@ pub(crate) async fn lock_acquire(
         .arg(window)
         .arg(if already { "1" } else { "0" })
         .arg(if spread == Spread::Quorum { "1" } else { "0" })
-        .arg(if fair { "1" } else { "0" });
+        .arg(if fair { "1" } else { "0" })
+        .arg(backend.id());
     acquire_reply(backend, &invocation, keys, "string").await
 }
 
@@ -195,7 +196,8 @@ pub(crate) async fn lock_release(
                 .key(&keys.alive)
                 .arg(token)
                 .arg(millis(HANDOFF_GRACE))
-                .arg(if spread == Spread::Quorum { "1" } else { "0" }),
+                .arg(if spread == Spread::Quorum { "1" } else { "0" })
+                .arg(backend.id()),
             &keys.lock,
         )
         .await?;
@@ -505,13 +507,23 @@ pub(crate) async fn lock_status(backend: &Backend, keys: &LockKeys) -> Result<St
     })
 }
 
-/// How many connections are subscribed to `channel` (clients waiting for
-/// a release, or that did so in the last seconds).
+/// How many connections listen for the releases of the lock whose release
+/// channel is `channel` (clients waiting for it, or that did so in the last
+/// seconds): those on the channel itself, and one per hand-off channel
+/// `<channel>:<connection id>` (each belongs to one connection).
 pub(crate) async fn subscribers(backend: &Backend, channel: &str) -> Result<usize> {
-    let (_, count): (String, usize) = backend
+    let (_, on_channel): (String, usize) = backend
         .query(redis::cmd("PUBSUB").arg("NUMSUB").arg(channel), "")
         .await?;
-    Ok(count)
+    let handoff: Vec<String> = backend
+        .query(
+            redis::cmd("PUBSUB")
+                .arg("CHANNELS")
+                .arg(format!("{}:*", crate::key::glob_escape(channel))),
+            "",
+        )
+        .await?;
+    Ok(on_channel + handoff.len())
 }
 
 /// Every key matching the glob `pattern`, by SCAN (never KEYS, which
