@@ -91,6 +91,18 @@ pub(crate) async fn acquire(
     token: &str,
     ttl: Duration,
 ) -> Result<bool, Failure> {
+    acquire_on(con, keys, token, ttl, false).await
+}
+
+/// [`acquire`] as on one Redlock node when `redlock_node` (fences raised to
+/// the server clock).
+pub(crate) async fn acquire_on(
+    con: &mut ConnectionManager,
+    keys: &RawKeys,
+    token: &str,
+    ttl: Duration,
+    redlock_node: bool,
+) -> Result<bool, Failure> {
     let (acquired, _): (i64, i64) = ACQUIRE
         .key(&keys.lock)
         .key(&keys.fence)
@@ -100,10 +112,10 @@ pub(crate) async fn acquire(
         .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
         .arg(FENCE_TTL_MS)
         // Queue window 0 (never waits, never queues), never queued before,
-        // one server (no clock fence), not fair, this connection's id.
+        // the clock fence of a Redlock node, not fair, this connection's id.
         .arg(0)
         .arg("0")
-        .arg("0")
+        .arg(if redlock_node { "1" } else { "0" })
         .arg("0")
         .arg(CONNECTION_ID)
         .invoke_async(con)
@@ -118,6 +130,17 @@ pub(crate) async fn release(
     keys: &RawKeys,
     token: &str,
 ) -> Result<(), Failure> {
+    release_on(con, keys, token, false).await
+}
+
+/// [`release`] as on one Redlock node when `redlock_node` (a message when
+/// the lease is freed, for waiters that do not queue).
+pub(crate) async fn release_on(
+    con: &mut ConnectionManager,
+    keys: &RawKeys,
+    token: &str,
+    redlock_node: bool,
+) -> Result<(), Failure> {
     RELEASE
         .key(&keys.lock)
         .key(&keys.channel)
@@ -125,8 +148,8 @@ pub(crate) async fn release(
         .key(&keys.alive)
         .arg(token)
         .arg(HANDOFF_GRACE_MS)
-        // No message when freed with nobody queued (one server).
-        .arg("0")
+        // A message when freed with nobody queued only on a Redlock node.
+        .arg(if redlock_node { "1" } else { "0" })
         .arg(CONNECTION_ID)
         .invoke_async::<i64>(con)
         .await

@@ -8,11 +8,16 @@
 //! node compared against is one of the same five, so both sides run on the
 //! same kind of server).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use leasehold::{Client, Lock};
+use redis::aio::ConnectionManager;
 use serde_json::json;
 
+use super::raw::{self, RawKeys};
 use super::report::{Figure, Goal, Row, Section, Unit};
 use super::uncontended::{mean, p50, p99, stats, timed};
 use super::{Context, Series};
@@ -94,6 +99,108 @@ impl Samples {
     }
 }
 
+/// The floor without the library: the same scripts sent raw, to one node,
+/// or to every node at once, each step done once a quorum has answered
+/// (what the machine itself charges for a fan-out to five servers).
+struct Floor {
+    /// One connection per node.
+    nodes: Vec<ConnectionManager>,
+    /// The lock's keys.
+    keys: Arc<RawKeys>,
+    /// Acquire + release on the first node alone.
+    one: Vec<Duration>,
+    /// Acquire + release on all nodes, waiting for a quorum each time.
+    quorum: Vec<Duration>,
+}
+
+impl Floor {
+    async fn connect(urls: &[String], prefix: &str) -> Result<Floor, Failure> {
+        let mut nodes = Vec::with_capacity(urls.len());
+        for url in urls {
+            nodes.push(raw::connection(url).await?);
+        }
+        Ok(Floor {
+            nodes,
+            keys: Arc::new(RawKeys::new(prefix, "bench:redlock-raw")),
+            one: Vec::new(),
+            quorum: Vec::new(),
+        })
+    }
+
+    /// Runs `ops` of each, for at most `cap` each; keeps the times when `keep`.
+    async fn measure(&mut self, ops: usize, cap: Duration, keep: bool) -> Result<(), Failure> {
+        let (keys, first) = (&self.keys, &self.nodes[0]);
+        let one = timed(ops, cap, async |i| {
+            let (mut con, token) = (first.clone(), format!("one-{i}"));
+            if !raw::acquire(&mut con, keys, &token, TTL).await? {
+                return Err(held_elsewhere());
+            }
+            raw::release(&mut con, keys, &token).await
+        })
+        .await?;
+        let nodes = &self.nodes;
+        let needed = nodes.len() / 2 + 1;
+        let quorum = timed(ops, cap, async |i| {
+            let token: Arc<str> = format!("quorum-{i}").into();
+            let taken = on_quorum(nodes, needed, |mut con| {
+                let (keys, token) = (Arc::clone(keys), Arc::clone(&token));
+                async move { raw::acquire_on(&mut con, &keys, &token, TTL, true).await }
+            })
+            .await?;
+            if taken.iter().any(|ok| !ok) {
+                return Err(held_elsewhere());
+            }
+            on_quorum(nodes, needed, |mut con| {
+                let (keys, token) = (Arc::clone(keys), Arc::clone(&token));
+                async move { raw::release_on(&mut con, &keys, &token, true).await }
+            })
+            .await?;
+            Ok(())
+        })
+        .await?;
+        if keep {
+            self.one.extend(one);
+            self.quorum.extend(quorum);
+        }
+        Ok(())
+    }
+}
+
+/// Sends `op` to every node at once and returns the first `needed` answers;
+/// the rest finish in a task of their own, as the library's do (a request
+/// dropped before it is written would never reach its node).
+async fn on_quorum<T, F, Fut>(
+    nodes: &[ConnectionManager],
+    needed: usize,
+    op: F,
+) -> Result<Vec<T>, Failure>
+where
+    T: Send + 'static,
+    F: Fn(ConnectionManager) -> Fut,
+    Fut: Future<Output = Result<T, Failure>> + Send + 'static,
+{
+    let mut pending: FuturesUnordered<_> = nodes.iter().map(|con| op(con.clone())).collect();
+    let mut answers = Vec::with_capacity(needed);
+    while answers.len() < needed {
+        match pending.next().await {
+            Some(answer) => answers.push(answer?),
+            None => break,
+        }
+    }
+    if !pending.is_empty() {
+        tokio::spawn(async move { while pending.next().await.is_some() {} });
+    }
+    Ok(answers)
+}
+
+/// A free lock of the raw floor was held.
+fn held_elsewhere() -> Failure {
+    Failure::with_code(
+        crate::exit::SOFTWARE,
+        "the raw Redlock floor's free lock was held; is another bench running?",
+    )
+}
+
 /// Runs scenario 5 on `nodes`.
 pub(crate) async fn run(
     ctx: &Context<'_>,
@@ -110,6 +217,7 @@ pub(crate) async fn run(
     let one_lock = single.lock("bench:redlock-one").ttl(TTL);
     let quorum_lock = redlock.lock("bench:redlock").ttl(TTL);
 
+    let mut floor = Floor::connect(&urls, ctx.prefix).await?;
     let (mut one, mut quorum) = (Samples::default(), Samples::default());
     // Interleaved rounds, so a burst of load from elsewhere hits both alike.
     for round in 0..=s.redlock_rounds {
@@ -121,17 +229,26 @@ pub(crate) async fn run(
         let cap = s.uncontended_round_cap;
         one.measure(&one_lock, ops, cap, keep).await?;
         quorum.measure(&quorum_lock, ops, cap, keep).await?;
+        floor.measure(ops, cap, keep).await?;
     }
     one.sort();
     quorum.sort();
-    Ok(report(ctx, &one, &quorum))
+    floor.one.sort();
+    floor.quorum.sort();
+    Ok(report(ctx, &one, &quorum, &floor))
 }
 
 /// The section and the latency distributions.
-fn report(ctx: &Context<'_>, one: &Samples, quorum: &Samples) -> (Section, Vec<Series>) {
+fn report(
+    ctx: &Context<'_>,
+    one: &Samples,
+    quorum: &Samples,
+    floor: &Floor,
+) -> (Section, Vec<Series>) {
     let ratio = |a: Figure, b: Figure| Figure::new(a.value / b.value, Unit::Times);
     let acquire_ratio = ratio(p50(&quorum.acquire), p50(&one.acquire));
     let both_ratio = ratio(p50(&quorum.both), p50(&one.both));
+    let floor_ratio = ratio(p50(&floor.quorum), p50(&floor.one));
     let rows = vec![
         Row::plain("acquire p50", p50(&quorum.acquire)).beside(p50(&one.acquire)),
         Row::plain("acquire p99", p99(&quorum.acquire)).beside(p99(&one.acquire)),
@@ -148,6 +265,11 @@ fn report(ctx: &Context<'_>, one: &Samples, quorum: &Samples) -> (Section, Vec<S
             both_ratio,
             Goal::at_most(MAX_RATIO, Unit::Times),
         ),
+        Row::plain("raw floor: acquire+release p50", p50(&floor.quorum)).beside(p50(&floor.one)),
+        Row::plain(
+            format!("raw floor: {NODES} nodes / 1 node, acquire+release p50"),
+            floor_ratio,
+        ),
     ];
     let section = Section {
         key: "redlock",
@@ -160,6 +282,11 @@ fn report(ctx: &Context<'_>, one: &Samples, quorum: &Samples) -> (Section, Vec<S
                  them; leasehold Lock on both, watchdog on"
             ),
             format!(
+                "raw floor = the same scripts as each node runs them, sent with plain redis-rs \
+                 to one node, or to all {NODES} at once waiting for a quorum of answers per step: \
+                 what this machine charges for the fan-out itself"
+            ),
+            format!(
                 "{} rounds of {} ops each, interleaved",
                 ctx.settings.redlock_rounds, ctx.settings.redlock_ops
             ),
@@ -170,6 +297,11 @@ fn report(ctx: &Context<'_>, one: &Samples, quorum: &Samples) -> (Section, Vec<S
             "one_node": {"acquire": stats(&one.acquire), "acquire_release": stats(&one.both)},
             "ratio_acquire_p50": acquire_ratio.value,
             "ratio_acquire_release_p50": both_ratio.value,
+            "raw_floor": {
+                "quorum_acquire_release": stats(&floor.quorum),
+                "one_acquire_release": stats(&floor.one),
+                "ratio_p50": floor_ratio.value,
+            },
         }),
     };
     let panel = "5. Redlock: acquire+release latency";
