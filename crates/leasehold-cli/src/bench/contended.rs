@@ -30,6 +30,9 @@ const FLAT_FACTOR: f64 = 1.25;
 const P99_AT_16_US: f64 = 10_000.0;
 /// Wait p99 at 64 waiters, in us.
 const P99_AT_64_US: f64 = 40_000.0;
+/// How often the RTT is sampled during a run, and at most how many times.
+const PING_EVERY: Duration = Duration::from_millis(2);
+const MAX_PINGS: usize = 100_000;
 /// Fairness at 16 waiters.
 const MIN_FAIRNESS: f64 = 0.7;
 
@@ -58,6 +61,9 @@ pub(crate) struct Run {
     by_name: server::CommandStats,
     /// Acquisitions that timed out.
     timeouts: u64,
+    /// PING p50 sampled by the bench process during the run, under the
+    /// same load as the hand-offs: the unit of its hand-off gaps.
+    rtt: Duration,
 }
 
 impl Run {
@@ -90,8 +96,17 @@ impl Run {
         percentile(&self.gaps, p).map_or(f64::NAN, |ns| ns as f64 / 1e3)
     }
 
+    /// A gap percentile in units of the run's RTT.
+    fn gap_rtt(&self, p: f64) -> f64 {
+        self.gap_us(p) / self.rtt_us()
+    }
+
+    fn rtt_us(&self) -> f64 {
+        self.rtt.as_secs_f64() * 1e6
+    }
+
     /// The run as JSON.
-    fn to_json(&self, rtt_us: f64) -> Value {
+    fn to_json(&self) -> Value {
         let (top, total) = self.per_acquisition();
         json!({
             "library": library_name(self.library),
@@ -100,7 +115,8 @@ impl Run {
             "acquisitions_per_s": self.per_second,
             "wait_us": {"p50": self.wait_us(50.0), "p99": self.wait_us(99.0), "max": self.wait_us(100.0)},
             "handoff_gap_us": {"p50": self.gap_us(50.0), "p99": self.gap_us(99.0)},
-            "handoff_gap_rtt": {"p50": self.gap_us(50.0) / rtt_us, "p99": self.gap_us(99.0) / rtt_us},
+            "rtt_us": self.rtt_us(),
+            "handoff_gap_rtt": {"p50": self.gap_rtt(50.0), "p99": self.gap_rtt(99.0)},
             "commands_per_acquisition": {"client_calls": top, "including_lua_internal": total},
             "commands": self.by_name,
             "acquisitions_per_waiter": self.per_waiter,
@@ -157,18 +173,41 @@ async fn one(
     server::reset_stats(admin, ctx.private).await?;
     let before = server::command_stats(admin).await?;
     workers.go().await?;
+    let pings = tokio::spawn(sample_rtt(admin.clone(), s.contended_run));
     let results = workers
         .results(Instant::now() + s.contended_run + GRACE + Duration::from_secs(10))
         .await?;
+    let mut pings = pings.await.unwrap_or_default();
+    pings.sort();
+    let rtt = percentile(&pings, 50.0).unwrap_or(ctx.rtt);
     let after = server::command_stats(admin).await?;
     let by_name = server::difference(&before, &after);
-    Ok(analyse(
-        library,
-        waiters,
-        &results,
-        server::classify(library, &by_name),
-        by_name,
-    ))
+    let commands = server::classify(library, &by_name);
+    Ok(Run {
+        rtt,
+        ..analyse(library, waiters, &results, commands, by_name)
+    })
+}
+
+/// PINGs sent every [`PING_EVERY`] for `run` (at most [`MAX_PINGS`]), each
+/// timed: the round trip under the run's load, from a process that sleeps
+/// between requests as a waiter does. PING is left out of the command counts.
+async fn sample_rtt(mut con: redis::aio::MultiplexedConnection, run: Duration) -> Vec<Duration> {
+    let end = Instant::now() + run;
+    let mut times = Vec::new();
+    while Instant::now() < end && times.len() < MAX_PINGS {
+        let sent = Instant::now();
+        if redis::cmd("PING")
+            .query_async::<()>(&mut con)
+            .await
+            .is_err()
+        {
+            break;
+        }
+        times.push(sent.elapsed());
+        tokio::time::sleep(PING_EVERY).await;
+    }
+    times
 }
 
 /// Turns the workers' records into a run's figures.
@@ -212,12 +251,12 @@ fn analyse(
         commands,
         by_name,
         timeouts,
+        rtt: Duration::ZERO,
     }
 }
 
 /// The section and the wait distributions.
 fn report(ctx: &Context<'_>, runs: &[Run]) -> (Section, Vec<Series>) {
-    let rtt_us = ctx.rtt.as_secs_f64() * 1e6;
     let find = |library, waiters| {
         runs.iter()
             .find(|r| r.library == library && r.waiters == waiters)
@@ -270,18 +309,22 @@ fn report(ctx: &Context<'_>, runs: &[Run]) -> (Section, Vec<Series>) {
         );
         rows.push(
             Row::goal(
-                format!("{n} waiters: hand-off gap p50 ({:.0}us)", l.gap_us(50.0)),
-                Figure::new(l.gap_us(50.0) / rtt_us, Unit::Rtt),
+                format!(
+                    "{n} waiters: hand-off gap p50 ({:.0}us; RTT {:.0}us)",
+                    l.gap_us(50.0),
+                    l.rtt_us()
+                ),
+                Figure::new(l.gap_rtt(50.0), Unit::Rtt),
                 Goal::at_most(MAX_GAP_RTT, Unit::Rtt),
             )
-            .beside(Figure::new(r.gap_us(50.0) / rtt_us, Unit::Rtt)),
+            .beside(Figure::new(r.gap_rtt(50.0), Unit::Rtt)),
         );
         rows.push(
             Row::plain(
                 format!("{n} waiters: hand-off gap p99 ({:.0}us)", l.gap_us(99.0)),
-                Figure::new(l.gap_us(99.0) / rtt_us, Unit::Rtt),
+                Figure::new(l.gap_rtt(99.0), Unit::Rtt),
             )
-            .beside(Figure::new(r.gap_us(99.0) / rtt_us, Unit::Rtt)),
+            .beside(Figure::new(r.gap_rtt(99.0), Unit::Rtt)),
         );
         rows.push(
             Row::goal(
@@ -347,15 +390,14 @@ fn report(ctx: &Context<'_>, runs: &[Run]) -> (Section, Vec<Series>) {
         peer: Some("rslock"),
         rows,
         notes: vec![
-            format!("RTT (PING p50 in this run) = {rtt_us:.1}us; hand-off gap = one holder's release call -> the next holder's acquisition (CLOCK_MONOTONIC across processes)"),
+            "RTT = PING p50 sampled every 2 ms by the bench process during each run (the same load as the hand-offs; idle-machine RTT in the header); hand-off gap = one holder's release call -> the next holder's acquisition (CLOCK_MONOTONIC across processes)".into(),
             "client calls = commands the clients sent (EVALSHA, SUBSCRIBE, ...; rslock: SET NX PX, EVALSHA); incl. Lua-internal = also the GET/SET/TIME/PUBLISH/... scripts ran, as INFO commandstats counts them".into(),
             "rslock = LockManager::lock at its defaults (3 tries, 0-200ms apart), called again until acquired; the wait counts from the first try".into(),
         ],
         data: json!({
-            "rtt_us": rtt_us,
             "hold_us": ctx.settings.hold.as_micros(),
             "run_ms": ctx.settings.contended_run.as_millis(),
-            "runs": runs.iter().map(|r| r.to_json(rtt_us)).collect::<Vec<_>>(),
+            "runs": runs.iter().map(Run::to_json).collect::<Vec<_>>(),
         }),
     };
     let series = runs

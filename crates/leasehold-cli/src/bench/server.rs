@@ -117,13 +117,17 @@ pub(crate) fn classify(library: Library, counted: &CommandStats) -> Commands {
     Commands { top_level, total }
 }
 
-/// The median of `samples` PINGs on `con`.
+/// PINGs sent and not timed before [`round_trip`] times its samples: the
+/// first ones after a pause, or on a server just started, are slower.
+const WARM_UP_PINGS: usize = 200;
+
+/// The median of `samples` PINGs on `con`, after a warm-up.
 pub(crate) async fn round_trip(
     con: &mut MultiplexedConnection,
     samples: usize,
 ) -> Result<Duration, Failure> {
-    let mut times = Vec::with_capacity(samples);
-    for _ in 0..samples {
+    let mut times = Vec::with_capacity(samples + WARM_UP_PINGS);
+    for _ in 0..samples + WARM_UP_PINGS {
         let sent = Instant::now();
         redis::cmd("PING")
             .query_async::<()>(con)
@@ -131,6 +135,7 @@ pub(crate) async fn round_trip(
             .map_err(|e| redis_failure(e, "on PING"))?;
         times.push(sent.elapsed());
     }
+    let mut times = times.split_off(WARM_UP_PINGS);
     times.sort();
     Ok(percentile(&times, 50.0).unwrap_or_default())
 }
