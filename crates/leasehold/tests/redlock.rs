@@ -1,5 +1,7 @@
 //! Redlock over five real, independent redis-server processes.
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -288,4 +290,101 @@ async fn primitives_that_need_one_server_are_refused() {
         client.rw_lock("rw").read().await,
         Err(Error::Unsupported(_))
     ));
+}
+
+fn lock_value(server: &RedisServer, name: &str) -> Option<String> {
+    server
+        .connection()
+        .get(format!("leasehold:{{{name}}}:lock"))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn renewal_takes_back_the_copies_of_nodes_that_restarted_empty() {
+    let mut servers = start_servers(5);
+    let client = redlock(&servers).await;
+    let ttl = Duration::from_millis(900);
+    let guard = client.lock("retake").ttl(ttl).acquire().await.unwrap();
+    let ours = Some(guard.token().to_owned());
+    // The fastest quorum decided the acquisition; the others follow.
+    common::wait_until(
+        "all five nodes hold the lease",
+        Duration::from_secs(5),
+        || servers.iter().all(|s| lock_value(s, "retake") == ours),
+    )
+    .await;
+    // Three restarts without persistence, one at a time: each time the
+    // nodes that still hold the lease renew it and the restarted one takes
+    // it back. Without that, the third would leave two of five and the
+    // lease would be lost.
+    for i in 0..3 {
+        servers[i].restart_without_persistence();
+        common::wait_until(
+            &format!("restarted node {i} holds the lease again"),
+            Duration::from_secs(5),
+            || lock_value(&servers[i], "retake") == ours,
+        )
+        .await;
+        assert!(!guard.is_lost(), "lost after restart {i}");
+    }
+    guard.release().await.unwrap();
+    for server in &servers {
+        assert_eq!(lock_value(server, "retake"), None);
+    }
+}
+
+#[tokio::test]
+async fn a_lease_the_quorum_no_longer_holds_is_never_taken_back() {
+    let servers = start_servers(5);
+    let client = redlock(&servers).await;
+    let ttl = Duration::from_millis(900);
+    let guard = client.lock("lapsed").ttl(ttl).acquire().await.unwrap();
+    let ours = Some(guard.token().to_owned());
+    common::wait_until(
+        "all five nodes hold the lease",
+        Duration::from_secs(5),
+        || servers.iter().all(|s| lock_value(s, "lapsed") == ours),
+    )
+    .await;
+    // The lease vanishes from a majority (as if it lapsed there): the next
+    // renewal must report it lost, not recreate it on those nodes.
+    for server in &servers[..3] {
+        let _: () = server.connection().del("leasehold:{lapsed}:lock").unwrap();
+    }
+    tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("lost() at the renewal that finds a majority gone");
+    tokio::time::sleep(ttl).await;
+    for server in &servers[..3] {
+        assert_eq!(lock_value(server, "lapsed"), None, "taken back anew");
+    }
+}
+
+#[tokio::test]
+async fn status_reports_how_long_a_quorum_holds_not_the_shortest_node() {
+    let servers = start_servers(5);
+    let client = redlock(&servers).await;
+    let lock = client.lock("status").ttl(Duration::from_secs(20));
+    let guard = lock.acquire().await.unwrap();
+    let ours = Some(guard.token().to_owned());
+    common::wait_until(
+        "all five nodes hold the lease",
+        Duration::from_secs(5),
+        || servers.iter().all(|s| lock_value(s, "status") == ours),
+    )
+    .await;
+    // Two nodes missed an extension: their copies end much sooner.
+    for server in &servers[..2] {
+        let _: () = server
+            .connection()
+            .pexpire("leasehold:{status}:lock", 1_000)
+            .unwrap();
+    }
+    let status = lock.status().await.unwrap();
+    let remaining = status.remaining.expect("held");
+    assert!(
+        remaining > Duration::from_secs(15),
+        "three nodes hold it for ~20 s, yet status says {remaining:?}"
+    );
+    guard.release().await.unwrap();
 }

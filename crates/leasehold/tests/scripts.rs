@@ -8,6 +8,7 @@ const ACQUIRE: &str = include_str!("../src/scripts/lock_acquire.lua");
 const RELEASE: &str = include_str!("../src/scripts/lock_release.lua");
 const EXTEND: &str = include_str!("../src/scripts/lock_extend.lua");
 const STATUS: &str = include_str!("../src/scripts/lock_status.lua");
+const RETAKE: &str = include_str!("../src/scripts/lock_retake.lua");
 
 const LOCK: &str = "t:{n}:lock";
 const FENCE: &str = "t:{n}:fence";
@@ -983,4 +984,35 @@ fn a_fair_acquire_prunes_waiters_past_their_deadline() {
         lock_acquire(&mut conn, "y", 10_000, 3000, false).unwrap().0,
         1
     );
+}
+
+#[test]
+fn retake_sets_only_free_keys_and_leaves_every_other_untouched() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let _: () = conn.set("t:{taken}:lock", "someone-else").unwrap();
+    let _: () = conn.hset("t:{hash}:lock", "owner", "x").unwrap();
+    let taken: Vec<i64> = redis::Script::new(RETAKE)
+        .key("t:{free}:lock")
+        .arg("ours")
+        .arg(5_000)
+        .key("t:{taken}:lock")
+        .arg("ours")
+        .arg(5_000)
+        .key("t:{hash}:lock")
+        .arg("ours")
+        .arg(5_000)
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(taken, [1, 0, 0]);
+    let value: String = conn.get("t:{free}:lock").unwrap();
+    assert_eq!(value, "ours");
+    let pttl: i64 = conn.pttl("t:{free}:lock").unwrap();
+    assert!(pttl > 4_000 && pttl <= 5_000, "pttl {pttl}");
+    let other: String = conn.get("t:{taken}:lock").unwrap();
+    assert_eq!(other, "someone-else");
+    let pttl: i64 = conn.pttl("t:{taken}:lock").unwrap();
+    assert_eq!(pttl, -1, "the other owner's key keeps its (lack of) expiry");
+    let owner: String = conn.hget("t:{hash}:lock", "owner").unwrap();
+    assert_eq!(owner, "x");
 }

@@ -326,7 +326,7 @@ impl Redlock {
         for error in self.node_errors(&results) {
             tracing::warn!(%error, "Redlock renewal failed on a node");
         }
-        Ok((0..leases.len())
+        let verdicts: Vec<Option<Owned>> = (0..leases.len())
             .map(|i| {
                 self.tally(
                     results
@@ -334,7 +334,62 @@ impl Redlock {
                         .map(|r| r.as_ref().ok().and_then(|v| v.get(i).copied())),
                 )
             })
-            .collect())
+            .collect();
+        self.retake_missing(kind, leases, &results, &verdicts).await;
+        Ok(verdicts)
+    }
+
+    /// Restores the redundancy of lock leases a quorum has just renewed: each
+    /// node that answered that it no longer has one (it restarted without
+    /// persistence, or its copy expired early) takes it back where the key
+    /// is free. Without this a holder loses a node's copy at every such
+    /// restart, and the lease at the restart that leaves less than a quorum.
+    ///
+    /// Decided by the holds that existed before the renewal only: a lease
+    /// the quorum did not renew is never taken anew, since it may have
+    /// lapsed while another owner held the lock. A failed re-take changes
+    /// nothing; the next renewal tries again.
+    async fn retake_missing(
+        &self,
+        kind: Kind,
+        leases: &[Extension<'_>],
+        results: &[Result<Vec<Owned>>],
+        verdicts: &[Option<Owned>],
+    ) {
+        if kind != Kind::Lock {
+            return;
+        }
+        let retakes = self.nodes.iter().zip(results).filter_map(|(node, result)| {
+            let answers = result.as_ref().ok()?;
+            let missing: Vec<Extension<'_>> = leases
+                .iter()
+                .zip(answers)
+                .zip(verdicts)
+                .filter(|((_, answer), verdict)| {
+                    **answer == Owned::Missing && **verdict == Some(Owned::Done)
+                })
+                .map(|((lease, _), _)| *lease)
+                .collect();
+            (!missing.is_empty()).then(|| async move {
+                let shortest = missing.iter().map(|l| l.ttl).min().unwrap_or_default();
+                let outcome = tokio::time::timeout(
+                    self.timeout_for(shortest),
+                    scripts::lock_retake(node, &missing),
+                )
+                .await;
+                match outcome {
+                    Ok(Ok(taken)) => tracing::info!(
+                        node = node.addr(),
+                        taken = taken.iter().filter(|t| **t).count(),
+                        missing = missing.len(),
+                        "Redlock node had lost leases a quorum holds; took them back"
+                    ),
+                    Ok(Err(e)) => tracing::debug!(node = node.addr(), error = %e, "re-take failed"),
+                    Err(_) => tracing::debug!(node = node.addr(), "re-take timed out"),
+                }
+            })
+        });
+        futures_util::future::join_all(retakes).await;
     }
 
     /// Renews one lease on every node.
@@ -375,6 +430,8 @@ impl Redlock {
                 .iter()
                 .map(|r| r.as_ref().ok().and_then(|v| v.first().copied())),
         );
+        self.retake_missing(kind, &[lease], &results, &[decided])
+            .await;
         self.decided_or_error(decided, &results, |v| v.first() == Some(&Owned::Done))
     }
 
@@ -448,12 +505,17 @@ impl Redlock {
                 .count();
             (agree >= self.needed()).then(|| h.clone())
         });
+        // How long a quorum still holds it: the quorum-th longest of the
+        // agreeing nodes' TTLs (a node that missed the last extension must
+        // not make the whole lease look shorter).
         let remaining = holder.as_ref().and_then(|h| {
-            answers
+            let mut left: Vec<Duration> = answers
                 .iter()
                 .filter(|s| s.holder.as_ref() == Some(h))
                 .filter_map(|s| s.remaining)
-                .min()
+                .collect();
+            left.sort_unstable_by(|a, b| b.cmp(a));
+            left.get(self.needed() - 1).copied()
         });
         Ok(Status {
             holder,

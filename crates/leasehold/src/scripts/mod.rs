@@ -20,6 +20,8 @@ static LOCK_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lock_release.lua")));
 static LOCK_EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lock_extend.lua")));
+static LOCK_RETAKE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lock_retake.lua")));
 static LOCK_STATUS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lock_status.lua")));
 static REENTRANT_ACQUIRE: LazyLock<Script> =
@@ -207,6 +209,7 @@ pub(crate) async fn lock_release(
 /// One lease to renew: its key, its identity in its kind's scripts (the
 /// owner token of a lock, the hold id of a reentrant lock, the member of an
 /// RwLock) and its new TTL.
+#[derive(Clone, Copy)]
 pub(crate) struct Extension<'a> {
     pub(crate) key: &'a str,
     pub(crate) hold: &'a str,
@@ -221,14 +224,34 @@ pub(crate) async fn extend(
     kind: Kind,
     leases: &[Extension<'_>],
 ) -> Result<Vec<Owned>> {
-    let Some(first) = leases.first() else {
-        return Ok(Vec::new());
-    };
     let script: &Script = match kind {
         Kind::Lock => &LOCK_EXTEND,
         Kind::Reentrant => &REENTRANT_EXTEND,
         // A permit is an entry of a sorted set, as an RwLock hold.
         Kind::Rw | Kind::Semaphore => &RW_EXTEND,
+    };
+    let codes = per_lease(backend, script, leases, &format!("{kind:?} renewal")).await?;
+    Ok(codes.into_iter().map(Owned::from_code).collect())
+}
+
+/// Sets lock leases that are missing on this server (a Redlock node that
+/// lost them) back to their owner for their TTL; a key that exists is left
+/// alone. Says, per lease, whether it was taken back.
+pub(crate) async fn lock_retake(backend: &Backend, leases: &[Extension<'_>]) -> Result<Vec<bool>> {
+    let codes = per_lease(backend, &LOCK_RETAKE, leases, "lock re-take").await?;
+    Ok(codes.into_iter().map(|code| code == 1).collect())
+}
+
+/// Runs `script` over `leases` (KEYS: each lease's key; ARGV: its hold and
+/// TTL), which answers one code per lease.
+async fn per_lease(
+    backend: &Backend,
+    script: &Script,
+    leases: &[Extension<'_>],
+    what: &str,
+) -> Result<Vec<i64>> {
+    let Some(first) = leases.first() else {
+        return Ok(Vec::new());
     };
     let mut invocation = script.prepare_invoke();
     for lease in leases {
@@ -240,12 +263,12 @@ pub(crate) async fn extend(
     let codes: Vec<i64> = backend.invoke(&invocation, first.key).await?;
     if codes.len() != leases.len() {
         return Err(Error::Unsupported(format!(
-            "the {kind:?} renewal returned {} results for {} leases",
+            "the {what} returned {} results for {} leases",
             codes.len(),
             leases.len()
         )));
     }
-    Ok(codes.into_iter().map(Owned::from_code).collect())
+    Ok(codes)
 }
 
 /// Gives back one lease of any kind by its identity (see [`Extension`]),

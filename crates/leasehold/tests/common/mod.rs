@@ -87,3 +87,13 @@ pub async fn waiter_wakes_on_release(client: &Client, name: &str) {
         "the waiter took {woke_after:?} to wake"
     );
 }
+
+/// Polls `done` every 10 ms until it holds, failing the test with `what`
+/// after `within`.
+pub async fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
