@@ -317,12 +317,12 @@ async fn renewal_takes_back_the_copies_of_nodes_that_restarted_empty() {
     // nodes that still hold the lease renew it and the restarted one takes
     // it back. Without that, the third would leave two of five and the
     // lease would be lost.
-    for i in 0..3 {
-        servers[i].restart_without_persistence();
+    for (i, server) in servers.iter_mut().take(3).enumerate() {
+        server.restart_without_persistence();
         common::wait_until(
             &format!("restarted node {i} holds the lease again"),
             Duration::from_secs(5),
-            || lock_value(&servers[i], "retake") == ours,
+            || lock_value(server, "retake") == ours,
         )
         .await;
         assert!(!guard.is_lost(), "lost after restart {i}");

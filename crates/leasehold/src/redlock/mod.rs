@@ -370,7 +370,7 @@ impl Redlock {
                 })
                 .map(|((lease, _), _)| *lease)
                 .collect();
-            (!missing.is_empty()).then(|| async move {
+            (!missing.is_empty()).then_some(async move {
                 let shortest = missing.iter().map(|l| l.ttl).min().unwrap_or_default();
                 let outcome = tokio::time::timeout(
                     self.timeout_for(shortest),
