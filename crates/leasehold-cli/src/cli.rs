@@ -45,6 +45,12 @@ pub(crate) struct Global {
     #[arg(long = "url", value_name = "URL", global = true)]
     pub(crate) urls: Vec<String>,
 
+    /// Redlock only (three or more --url): how long one node may take to
+    /// answer a request before it counts as failed, e.g. 50ms. Keep it far
+    /// below --ttl (it is capped at half of it). Defaults to 200ms.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, global = true)]
+    pub(crate) node_timeout: Option<Duration>,
+
     /// Prefix of every Redis key and channel leasehold uses.
     #[arg(long, value_name = "P", default_value = leasehold::DEFAULT_PREFIX, global = true)]
     pub(crate) prefix: String,
@@ -351,6 +357,9 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     match humantime::parse_duration(s) {
         Ok(d) if d.is_zero() => Err("must be above zero".to_owned()),
         Ok(d) => Ok(d),
+        Err(humantime::DurationError::NumberOverflow) => Err(
+            "too large, or finer than 1ns; expected a duration like 500ms, 30s or 2m".to_owned(),
+        ),
         Err(_) => Err("expected a duration like 500ms, 30s or 2m".to_owned()),
     }
 }
@@ -382,7 +391,10 @@ where
 {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
     match Cli::try_parse_from(&args) {
-        Ok(cli) => Ok(Parsed::Run(Box::new(cli))),
+        Ok(cli) => {
+            cli.global.check_node_timeout()?;
+            Ok(Parsed::Run(Box::new(cli)))
+        }
         Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
             // Printing help can only fail on a closed stdout; nothing to add then.
             let _ = e.print();
@@ -455,6 +467,25 @@ impl Global {
         )
     }
 
+    /// Refuses `--node-timeout` unless the URLs name a Redlock, the only
+    /// topology that sends each request to several nodes.
+    ///
+    /// # Errors
+    ///
+    /// A usage failure for `--node-timeout` with fewer than three URLs.
+    fn check_node_timeout(&self) -> Result<(), Failure> {
+        if self.node_timeout.is_none() {
+            return Ok(());
+        }
+        match self.servers()? {
+            Servers::Redlock(_) => Ok(()),
+            Servers::One(_) => Err(Failure::usage(
+                "--node-timeout is for Redlock (three or more --url), but one Redis is given; \
+                 drop --node-timeout, or pass three or more --url",
+            )),
+        }
+    }
+
     /// The one server URL to connect to.
     ///
     /// # Errors
@@ -515,6 +546,11 @@ mod tests {
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("0").is_err());
         assert!(parse_duration("banana").is_err());
+        assert!(
+            parse_duration("99999999999999999999999s")
+                .unwrap_err()
+                .contains("too large")
+        );
         assert!(parse_duration("").is_err());
     }
 
@@ -560,6 +596,32 @@ mod tests {
         let err = single(Servers::Redlock(urls(3))).unwrap_err();
         assert_eq!(err.code, exit::USAGE);
         assert!(err.message.contains("Redlock"), "{}", err.message);
+    }
+
+    #[test]
+    fn node_timeout_is_for_redlock_only() {
+        let with = |urls: usize, timeout: &str| {
+            let mut args = vec!["leasehold".to_owned()];
+            for i in 0..urls {
+                args.extend(["--url".to_owned(), format!("redis://n{i}")]);
+            }
+            args.extend(["--node-timeout", timeout, "status", "x"].map(str::to_owned));
+            parse(args)
+        };
+        match with(3, "50ms") {
+            Ok(Parsed::Run(cli)) => {
+                assert_eq!(cli.global.node_timeout, Some(Duration::from_millis(50)));
+            }
+            other => panic!("{other:?}"),
+        }
+        let err = with(1, "50ms").unwrap_err();
+        assert_eq!(err.code, exit::USAGE);
+        assert!(err.message.contains("Redlock"), "{}", err.message);
+        let err = with(2, "50ms").unwrap_err();
+        assert!(err.message.contains("at least 3"), "{}", err.message);
+        let err = with(3, "0s").unwrap_err();
+        assert_eq!(err.code, exit::USAGE);
+        assert!(err.message.contains("above zero"), "{}", err.message);
     }
 
     #[test]

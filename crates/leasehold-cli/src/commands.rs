@@ -31,11 +31,13 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<u8, Failure> {
 pub(crate) async fn connect(global: &Global) -> Result<Client, Failure> {
     match global.servers()? {
         Servers::One(url) => connect_to(&url, &global.prefix).await,
-        Servers::Redlock(urls) => Ok(Client::builder()
-            .redlock(urls)
-            .prefix(&global.prefix)
-            .build()
-            .await?),
+        Servers::Redlock(urls) => {
+            let mut builder = Client::builder().redlock(urls).prefix(&global.prefix);
+            if let Some(timeout) = global.node_timeout {
+                builder = builder.node_timeout(timeout);
+            }
+            Ok(builder.build().await?)
+        }
     }
 }
 

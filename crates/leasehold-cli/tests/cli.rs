@@ -773,6 +773,70 @@ fn run_acquire_extend_release_and_status_work_on_redlock() {
 }
 
 #[test]
+fn node_timeout_is_passed_to_redlock_for_acquire_and_release() {
+    let servers = leasehold_testkit::start_servers(3);
+    let urls = urls_of(&servers);
+    for timeout in ["50ms", "1000h"] {
+        let global = ["--node-timeout", timeout];
+        let out = run_on(
+            &urls,
+            &[&global[..], &["--json", "acquire", "nt", "--ttl", "30s"]].concat(),
+        );
+        assert_eq!(out.code(), 0, "{timeout}: {out:?}");
+        let token = out.json()["token"].as_str().expect("token").to_owned();
+        // On a quorum at least: under load a node may miss a 50 ms bound.
+        let holding = servers
+            .iter()
+            .filter(|server| {
+                let holder: Option<String> = redis::cmd("GET")
+                    .arg("leasehold:{nt}:lock")
+                    .query(&mut server.connection())
+                    .expect("GET");
+                holder.as_deref() == Some(token.as_str())
+            })
+            .count();
+        assert!(
+            holding >= 2,
+            "{timeout}: the lease is on {holding} of 3 nodes"
+        );
+        let out = run_on(&urls, &[&global[..], &["release", "nt", &token]].concat());
+        assert_eq!(out.code(), 0, "{timeout}: {out:?}");
+        let status = run_on(&urls, &[&global[..], &["--json", "status", "nt"]].concat());
+        assert_eq!(status.code(), 0, "{timeout}: {status:?}");
+        assert_eq!(status.json()["held"], false, "{timeout}: {status:?}");
+    }
+}
+
+#[test]
+fn node_timeout_without_redlock_or_at_zero_exits_64_with_one_line() {
+    let server = RedisServer::start();
+    let servers = leasehold_testkit::start_servers(3);
+    let three = urls_of(&servers);
+    let cases: [(&[String], &str, &str); 5] = [
+        (&[server.url()], "50ms", "is for Redlock"),
+        (&[], "50ms", "is for Redlock"),
+        (&three, "0s", "above zero"),
+        (&three, "0", "above zero"),
+        (&three, "99999999999999999999999s", "too large"),
+    ];
+    for (urls, timeout, says) in cases {
+        let out = run_on(urls, &["--node-timeout", timeout, "acquire", "nt"]);
+        assert_eq!(out.code(), 64, "{urls:?} {timeout}: {out:?}");
+        out.assert_one_error_line();
+        assert!(out.stderr.contains(says), "{urls:?} {timeout}: {out:?}");
+        assert!(out.stdout.is_empty(), "{out:?}");
+    }
+    // Nothing was taken on any server.
+    for s in servers.iter().chain([&server]) {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("leasehold:*")
+            .query(&mut s.connection())
+            .unwrap();
+        assert!(keys.is_empty(), "{keys:?}");
+    }
+}
+
+#[test]
 fn redlock_without_a_quorum_exits_69_with_one_line() {
     let mut servers = leasehold_testkit::start_servers(3);
     let urls = urls_of(&servers);

@@ -1,5 +1,7 @@
 //! The fair lock: the lease lock, taken in strict arrival order.
 
+use std::time::Duration;
+
 use crate::acquire::{Handle, handle_api};
 use crate::client::Client;
 use crate::error::Result;
@@ -108,6 +110,51 @@ impl FairLock {
     /// ```
     pub async fn try_acquire(&self) -> Result<Option<LockGuard>> {
         self.lock().try_acquire().await
+    }
+
+    /// Releases the lease held under `token`, for holders that kept only
+    /// the token (for example across processes); see
+    /// [`Lock::release_by_token`]. As with [`LockGuard::release`], the lock
+    /// is handed straight to the first live waiter in the queue.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotOwner`](crate::Error::NotOwner) when another owner holds
+    /// the lock (nothing is changed); [`Error::Lost`](crate::Error::Lost)
+    /// when nobody holds it; connection errors.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client, token: String) -> Result<(), leasehold::Error> {
+    /// client.fair_lock("payouts").release_by_token(&token).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn release_by_token(&self, token: &str) -> Result<()> {
+        self.lock().release_by_token(token).await
+    }
+
+    /// Sets the lease held under `token` to end `ttl` from now; see
+    /// [`Lock::extend_by_token`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotOwner`](crate::Error::NotOwner) when another owner holds
+    /// the lock (nothing is changed); [`Error::Lost`](crate::Error::Lost)
+    /// when nobody holds it;
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a TTL
+    /// out of bounds; connection errors.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client, token: String) -> Result<(), leasehold::Error> {
+    /// use std::time::Duration;
+    /// client.fair_lock("payouts").extend_by_token(&token, Duration::from_secs(60)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn extend_by_token(&self, token: &str, ttl: Duration) -> Result<()> {
+        self.lock().extend_by_token(token, ttl).await
     }
 
     /// Reads who holds the lock and how many wait for it; see

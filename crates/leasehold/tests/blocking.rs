@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use leasehold::Error;
 use leasehold::blocking::Client;
-use leasehold_testkit::RedisServer;
+use leasehold_testkit::{RedisCluster, RedisServer, SentinelSet, start_servers};
 use redis::Commands;
 
 fn client(server: &RedisServer) -> Client {
@@ -156,6 +156,101 @@ fn semaphore_rwlock_fair_and_reentrant_locks_work_from_threads() {
     assert_eq!(first.fence(), second.fence());
     second.release().unwrap();
     first.release().unwrap();
+}
+
+#[test]
+fn a_lock_is_extended_listed_and_released_by_its_token() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let lock = client.lock("deploy").ttl(Duration::from_secs(2));
+    let token = lock.acquire().unwrap().detach();
+    lock.extend_by_token(&token, Duration::from_secs(60))
+        .unwrap();
+    let ttl: i64 = server.connection().pttl("leasehold:{deploy}:lock").unwrap();
+    assert!(ttl > 50_000, "extend to 60 s left {ttl} ms");
+    assert!(matches!(
+        lock.extend_by_token(&token, Duration::ZERO),
+        Err(Error::InvalidArgument(_))
+    ));
+    let held = client.list("dep*").unwrap();
+    assert_eq!(held.len(), 1);
+    assert_eq!(held[0].name, "deploy");
+    assert!(client.list("orders:*").unwrap().is_empty());
+    let other = "0123456789abcdef0123456789abcdef";
+    assert!(matches!(
+        lock.extend_by_token(other, Duration::from_secs(1)),
+        Err(Error::NotOwner { .. })
+    ));
+    lock.release_by_token(&token).unwrap();
+    assert!(client.list("*").unwrap().is_empty());
+    assert!(matches!(
+        lock.extend_by_token(&token, Duration::from_secs(1)),
+        Err(Error::Lost { .. })
+    ));
+}
+
+#[test]
+fn a_fair_lock_released_by_its_token_goes_to_the_waiting_thread() {
+    let server = RedisServer::start();
+    let holder = client(&server);
+    let fair = holder.fair_lock("payouts").ttl(Duration::from_secs(2));
+    let token = fair.acquire().unwrap().detach();
+    let waiter = client(&server)
+        .fair_lock("payouts")
+        .wait(Duration::from_secs(60));
+    let thread = std::thread::spawn(move || {
+        let guard = waiter.acquire().unwrap();
+        let token = guard.token().to_owned();
+        guard.release().unwrap();
+        token
+    });
+    wait_until("the waiter queued", || fair.status().unwrap().waiters == 1);
+    fair.extend_by_token(&token, Duration::from_secs(60))
+        .unwrap();
+    let status = fair.status().unwrap();
+    assert!(
+        status
+            .remaining
+            .is_some_and(|r| r > Duration::from_secs(50)),
+        "{status:?}"
+    );
+    fair.release_by_token(&token).unwrap();
+    let theirs = thread.join().unwrap();
+    assert_ne!(theirs, token);
+    assert!(matches!(
+        fair.release_by_token(&token),
+        Err(Error::Lost { .. })
+    ));
+    assert_eq!(fair.status().unwrap().holder, None);
+}
+
+#[test]
+fn redlock_cluster_and_sentinel_clients_are_made_from_a_thread() {
+    let nodes = start_servers(3);
+    let redlock = Client::redlock(nodes.iter().map(|n| n.url())).unwrap();
+    let guard = redlock.lock("orders:42").acquire().unwrap();
+    for node in &nodes {
+        let holder: Option<String> = node.connection().get("leasehold:{orders:42}:lock").unwrap();
+        assert!(holder.is_some(), "Redlock acquires on every live node");
+    }
+    assert_eq!(redlock.list("*").unwrap().len(), 1);
+    guard.release().unwrap();
+
+    let cluster = RedisCluster::start(3, 0);
+    let client = Client::cluster(cluster.urls()).unwrap();
+    let guard = client.lock("orders:42").acquire().unwrap();
+    assert!(client.lock("orders:42").try_acquire().unwrap().is_none());
+    guard.release().unwrap();
+
+    let set = SentinelSet::start("mymaster", 0, 1);
+    let client = Client::sentinel(set.sentinel_urls(), set.name()).unwrap();
+    let guard = client.lock("orders:42").acquire().unwrap();
+    let holder: String = set.servers()[0]
+        .connection()
+        .get("leasehold:{orders:42}:lock")
+        .unwrap();
+    assert_eq!(holder, guard.token());
+    guard.release().unwrap();
 }
 
 #[tokio::test]

@@ -7,8 +7,12 @@ use common::client;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use leasehold::{Client, FairLock};
+use leasehold::{Client, Error, FairLock};
 use leasehold_testkit::{Proxy, ProxyMode, RedisServer};
+use redis::Commands;
+
+/// The key of the fair lock "queue" under the default prefix.
+const KEY: &str = "leasehold:{queue}:lock";
 
 /// Waits until `n` waiters are queued for `lock`.
 async fn queued(lock: &FairLock, n: usize) {
@@ -140,7 +144,7 @@ async fn a_waiter_that_gives_up_leaves_the_queue_at_once() {
     let impatient = lock.clone().wait(Duration::from_millis(300));
     assert!(matches!(
         impatient.acquire().await,
-        Err(leasehold::Error::Timeout { .. })
+        Err(Error::Timeout { .. })
     ));
     queued(&lock, 0).await;
     guard.release().await.unwrap();
@@ -150,4 +154,119 @@ async fn a_waiter_that_gives_up_leaves_the_queue_at_once() {
         .unwrap()
         .expect("free, nobody waits");
     next.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_by_token_hands_the_lock_to_the_queued_waiters_in_order() {
+    let server = RedisServer::start();
+    let first = client(&server).await;
+    let second = client(&server).await;
+    let lock = first.fair_lock("queue").wait(Duration::from_secs(60));
+    // The holder keeps only the token, as another process would.
+    let token = lock.acquire().await.unwrap().detach();
+    let log: Log = Arc::default();
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let c = if i % 2 == 0 { &first } else { &second };
+        tasks.push(waiter(
+            c.fair_lock("queue").wait(Duration::from_secs(60)),
+            i,
+            &log,
+        ));
+        queued(&lock, i + 1).await;
+    }
+    lock.release_by_token(&token).await.unwrap();
+    // Handed to the first waiter, not left free for a newcomer.
+    assert!(lock.try_acquire().await.unwrap().is_none());
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(60), task)
+            .await
+            .expect("every waiter gets its turn")
+            .unwrap();
+    }
+    let order: Vec<usize> = log.lock().unwrap().iter().map(|(i, _)| *i).collect();
+    assert_eq!(order, [0, 1, 2, 3]);
+    assert!(matches!(
+        lock.release_by_token(&token).await,
+        Err(Error::Lost { .. })
+    ));
+}
+
+#[tokio::test]
+async fn release_and_extend_by_another_token_leave_the_holder_untouched() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.fair_lock("queue");
+    let guard = lock.acquire().await.unwrap();
+    let other = "0123456789abcdef0123456789abcdef";
+    assert!(matches!(
+        lock.release_by_token(other).await,
+        Err(Error::NotOwner { .. })
+    ));
+    assert!(matches!(
+        lock.extend_by_token(other, Duration::from_secs(600)).await,
+        Err(Error::NotOwner { .. })
+    ));
+    let holder: String = server.connection().get(KEY).unwrap();
+    assert_eq!(holder, guard.token());
+    let ttl: i64 = server.connection().pttl(KEY).unwrap();
+    assert!(
+        ttl > 0 && ttl <= 30_000,
+        "the other token's extend must not change the TTL: {ttl}"
+    );
+    guard.release().await.unwrap();
+    assert!(matches!(
+        lock.release_by_token(other).await,
+        Err(Error::Lost { .. })
+    ));
+    assert!(matches!(
+        lock.extend_by_token(other, Duration::from_secs(1)).await,
+        Err(Error::Lost { .. })
+    ));
+}
+
+#[tokio::test]
+async fn extend_by_token_sets_the_remaining_lease() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.fair_lock("queue").ttl(Duration::from_secs(2));
+    let token = lock.acquire().await.unwrap().detach();
+    lock.extend_by_token(&token, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let ttl: i64 = server.connection().pttl(KEY).unwrap();
+    assert!(
+        (50_000..=60_000).contains(&ttl),
+        "extend to 60 s left {ttl} ms"
+    );
+    lock.extend_by_token(&token, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let ttl: i64 = server.connection().pttl(KEY).unwrap();
+    assert!((1..=5_000).contains(&ttl), "extend to 5 s left {ttl} ms");
+    lock.release_by_token(&token).await.unwrap();
+    assert!(!server.connection().exists::<_, bool>(KEY).unwrap());
+}
+
+#[tokio::test]
+async fn extend_by_token_out_of_bounds_is_refused_before_anything_changes() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.fair_lock("queue");
+    let guard = lock.acquire().await.unwrap();
+    for ttl in [Duration::ZERO, Duration::from_secs(25 * 3600)] {
+        assert!(
+            matches!(
+                lock.extend_by_token(guard.token(), ttl).await,
+                Err(Error::InvalidArgument(_))
+            ),
+            "{ttl:?}"
+        );
+    }
+    let ttl: i64 = server.connection().pttl(KEY).unwrap();
+    assert!(
+        ttl > 0 && ttl <= 30_000,
+        "a refused extend changed the TTL: {ttl}"
+    );
+    guard.release().await.unwrap();
 }

@@ -170,6 +170,50 @@ async fn a_slow_node_costs_at_most_the_node_timeout() {
 }
 
 #[tokio::test]
+async fn a_zero_node_timeout_is_refused_and_a_huge_one_is_capped() {
+    let servers = start_servers(3);
+    let zero = Client::builder()
+        .redlock(urls(&servers))
+        .node_timeout(Duration::ZERO)
+        .build()
+        .await;
+    match zero {
+        Err(Error::InvalidArgument(message)) => {
+            assert!(message.contains("node timeout"), "{message}");
+        }
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    // Capped at half the TTL: with no quorum, an attempt waits that long
+    // for the paused nodes, not an hour (nor the 20 s command timeout).
+    let huge = Client::builder()
+        .redlock(urls(&servers))
+        .node_timeout(Duration::from_secs(3600))
+        .command_timeout(Duration::from_secs(20))
+        .build()
+        .await
+        .unwrap();
+    servers[1].pause();
+    servers[2].pause();
+    let started = Instant::now();
+    let attempt = huge
+        .lock("capped")
+        .ttl(Duration::from_millis(600))
+        .try_acquire()
+        .await;
+    let took = started.elapsed();
+    servers[1].resume();
+    servers[2].resume();
+    assert!(
+        matches!(attempt, Err(Error::QuorumNotReached { .. })),
+        "{attempt:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_secs(5),
+        "took {took:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_lease_whose_acquisition_outlived_its_ttl_is_never_handed_out() {
     // Every reply is delayed past the lease's whole TTL: the lock is taken on
     // the server, but the client cannot know it held it for any time at all.

@@ -182,6 +182,95 @@ impl Client {
         Ok(Client { inner, rt })
     }
 
+    /// Connects to independent Redis masters for Redlock; see
+    /// [`crate::Client::redlock`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Client::redlock`]; [`Error::Unsupported`] if the runtime
+    /// thread cannot be started.
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime: use [`crate::Client::redlock`] there.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn run() -> Result<(), leasehold::Error> {
+    /// let client = leasehold::blocking::Client::redlock([
+    ///     "redis://10.0.0.1:6379",
+    ///     "redis://10.0.0.2:6379",
+    ///     "redis://10.0.0.3:6379",
+    /// ])?;
+    /// # Ok(()) }
+    /// ```
+    #[track_caller]
+    pub fn redlock<I, S>(urls: I) -> Result<Client>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Client::build(crate::Client::builder().redlock(urls))
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes; see
+    /// [`crate::Client::cluster`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Client::cluster`]; [`Error::Unsupported`] if the runtime
+    /// thread cannot be started.
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime: use [`crate::Client::cluster`] there.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn run() -> Result<(), leasehold::Error> {
+    /// let client = leasehold::blocking::Client::cluster(["redis://10.0.0.1:7000"])?;
+    /// # Ok(()) }
+    /// ```
+    #[track_caller]
+    pub fn cluster<I, S>(urls: I) -> Result<Client>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Client::build(crate::Client::builder().cluster(urls))
+    }
+
+    /// Connects to the master that Redis Sentinel monitors as
+    /// `master_name`, and follows it through failovers; see
+    /// [`crate::Client::sentinel`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Client::sentinel`]; [`Error::Unsupported`] if the runtime
+    /// thread cannot be started.
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime: use [`crate::Client::sentinel`] there.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn run() -> Result<(), leasehold::Error> {
+    /// let client = leasehold::blocking::Client::sentinel(["redis://10.0.0.1:26379"], "mymaster")?;
+    /// # Ok(()) }
+    /// ```
+    #[track_caller]
+    pub fn sentinel<I, S>(sentinel_urls: I, master_name: &str) -> Result<Client>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Client::build(crate::Client::builder().sentinel(sentinel_urls, master_name))
+    }
+
     /// A handle to the lease lock `name`; see [`crate::Client::lock`].
     ///
     /// # Example
@@ -263,6 +352,31 @@ impl Client {
             inner: self.inner.fair_lock(name),
             rt: self.rt.clone(),
         }
+    }
+
+    /// The held locks whose names match the glob `pattern`; see
+    /// [`crate::Client::list`].
+    ///
+    /// # Errors
+    ///
+    /// As the async method.
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn run(client: leasehold::blocking::Client) -> Result<(), leasehold::Error> {
+    /// for status in client.list("orders:*")? {
+    ///     println!("{} {:?}", status.name, status.remaining);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    #[track_caller]
+    pub fn list(&self, pattern: &str) -> Result<Vec<LockStatus>> {
+        self.rt.block_on(self.inner.list(pattern))
     }
 
     /// The key prefix every key and channel of this client starts with.
@@ -566,6 +680,30 @@ impl Lock {
         self.rt.block_on(self.inner.release_by_token(token))
     }
 
+    /// Sets the lease held under `token` to end `ttl` from now; see
+    /// [`crate::Lock::extend_by_token`].
+    ///
+    /// # Errors
+    ///
+    /// As the async method.
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn run(client: leasehold::blocking::Client, token: String) -> Result<(), leasehold::Error> {
+    /// use std::time::Duration;
+    /// client.lock("deploy").extend_by_token(&token, Duration::from_secs(60))?;
+    /// # Ok(()) }
+    /// ```
+    #[track_caller]
+    pub fn extend_by_token(&self, token: &str, ttl: Duration) -> Result<()> {
+        self.rt.block_on(self.inner.extend_by_token(token, ttl))
+    }
+
     /// Reads who holds the lock; see [`crate::Lock::status`].
     ///
     /// # Errors
@@ -737,4 +875,74 @@ impl FairLock {
         "Takes the lock if it is free and nobody waits for it: `Ok(None)` otherwise.",
         "let maybe = client.fair_lock(\"payouts\").try_acquire()?;"
     );
+
+    /// Releases the lease held under `token` and hands the lock to the next
+    /// waiter in line; see [`crate::FairLock::release_by_token`].
+    ///
+    /// # Errors
+    ///
+    /// As the async method.
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn run(client: leasehold::blocking::Client, token: String) -> Result<(), leasehold::Error> {
+    /// client.fair_lock("payouts").release_by_token(&token)?;
+    /// # Ok(()) }
+    /// ```
+    #[track_caller]
+    pub fn release_by_token(&self, token: &str) -> Result<()> {
+        self.rt.block_on(self.inner.release_by_token(token))
+    }
+
+    /// Sets the lease held under `token` to end `ttl` from now; see
+    /// [`crate::FairLock::extend_by_token`].
+    ///
+    /// # Errors
+    ///
+    /// As the async method.
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn run(client: leasehold::blocking::Client, token: String) -> Result<(), leasehold::Error> {
+    /// use std::time::Duration;
+    /// client.fair_lock("payouts").extend_by_token(&token, Duration::from_secs(60))?;
+    /// # Ok(()) }
+    /// ```
+    #[track_caller]
+    pub fn extend_by_token(&self, token: &str, ttl: Duration) -> Result<()> {
+        self.rt.block_on(self.inner.extend_by_token(token, ttl))
+    }
+
+    /// Reads who holds the lock and how many wait for it; see
+    /// [`crate::FairLock::status`].
+    ///
+    /// # Errors
+    ///
+    /// As the async method.
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn run(client: leasehold::blocking::Client) -> Result<(), leasehold::Error> {
+    /// println!("{} waiting", client.fair_lock("payouts").status()?.waiters);
+    /// # Ok(()) }
+    /// ```
+    #[track_caller]
+    pub fn status(&self) -> Result<LockStatus> {
+        self.rt.block_on(self.inner.status())
+    }
 }
