@@ -181,8 +181,9 @@ impl RwLock {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for a bad name; [`Error::WrongType`] when
-    /// the name is in use by another kind of lock; [`Error::Unsupported`] on
-    /// a Redlock client; connection errors.
+    /// the name is in use by another kind of lock (a
+    /// [`Semaphore`](crate::Semaphore) too); [`Error::Unsupported`] on a
+    /// Redlock client; connection errors.
     ///
     /// # Example
     ///
@@ -224,8 +225,13 @@ impl RwLock {
                     status.readers = holds.collect();
                     status.reader_count = group.count;
                 }
-                // 'i', a blocked writer (rw_acquire.lua writes no other kind).
-                _ => status.waiting_writers += group.count,
+                "i" => status.waiting_writers = group.count,
+                // A semaphore's set has the same shape; its members start with a number.
+                _ => {
+                    return Err(Error::WrongType {
+                        key: self.h.keys.lock.clone(),
+                    });
+                }
             }
         }
         Ok(status)

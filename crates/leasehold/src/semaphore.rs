@@ -124,8 +124,9 @@ impl Semaphore {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for a bad name; [`Error::WrongType`] when
-    /// the name is in use by another kind of lock; [`Error::Unsupported`] on
-    /// a Redlock client; connection errors.
+    /// the name is in use by another kind of lock (an
+    /// [`RwLock`](crate::RwLock) too); [`Error::Unsupported`] on a Redlock
+    /// client; connection errors.
     ///
     /// # Example
     ///
@@ -142,11 +143,21 @@ impl Semaphore {
         validate_name(&self.h.name)?;
         let servers = &self.h.client.inner.servers;
         let stored = servers.set_status("Semaphore", &self.h.keys).await?;
+        // Members start with the N their permit counted; an RwLock's set has
+        // the same shape, but its members start with a letter.
+        let counted = stored
+            .groups
+            .iter()
+            .map(|g| g.prefix.parse::<u32>())
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|_| Error::WrongType {
+                key: self.h.keys.lock.clone(),
+            })?;
         let holders = stored.groups.iter().flat_map(|g| &g.entries);
         Ok(SemaphoreStatus {
             name: self.h.name.clone(),
             // Every live permit was taken counting the same N (sem_acquire.lua).
-            permits: stored.groups.first().and_then(|g| g.prefix.parse().ok()),
+            permits: counted.first().copied(),
             held: stored.groups.iter().map(|g| g.count).sum(),
             holders: holders
                 .take(STATUS_MOST_ENTRIES)

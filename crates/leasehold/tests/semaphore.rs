@@ -287,4 +287,27 @@ async fn status_of_a_key_of_another_type_is_wrong_type_and_changes_nothing() {
         other => panic!("expected WrongType, got {other:?}"),
     }
     assert_eq!(common::snapshot(&server, KEY), before);
+
+    // An RwLock's set has the same Redis type, but not a semaphore's members.
+    let read = client.rw_lock("shared").read().await.unwrap();
+    let rw_key = "leasehold:{shared}:lock";
+    let before: Vec<(String, i64)> = server
+        .connection()
+        .zrange_withscores(rw_key, 0, -1)
+        .unwrap();
+    match client.semaphore("shared", 2).status().await {
+        Err(Error::WrongType { key }) => assert_eq!(key, rw_key),
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+    let after: Vec<(String, i64)> = server
+        .connection()
+        .zrange_withscores(rw_key, 0, -1)
+        .unwrap();
+    assert_eq!(after, before);
+    let permit = client.semaphore("counted", 2).acquire().await.unwrap();
+    match client.rw_lock("counted").status().await {
+        Err(Error::WrongType { key }) => assert_eq!(key, "leasehold:{counted}:lock"),
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+    drop((read, permit));
 }
