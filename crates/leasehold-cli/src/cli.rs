@@ -22,7 +22,7 @@ pub(crate) const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
     after_help = "Exit codes: the command's own for `run` (128+N if it died by signal N); \
                   64 usage error (also: semaphore users that disagree on --permits); 65 a lock \
                   key holds another data type; 69 Redis or the Redlock quorum unreachable, or \
-                  unsupported (--read/--write/--permits on Redlock); 70 lease lost; 75 lock busy, \
+                  unsupported (--read/--write/--permits/--reentrant on Redlock); 70 lease lost; 75 lock busy, \
                   wait timed out or not the owner; 77 authentication or permission refused."
 )]
 pub(crate) struct Cli {
@@ -40,8 +40,9 @@ pub(crate) struct Cli {
 pub(crate) struct Global {
     /// Redis server, redis://[user:password@]host:port[/db]. Defaults to
     /// $LEASEHOLD_URL, else redis://127.0.0.1:6379. Three or more (independent
-    /// masters) mean Redlock, for the plain lock only: run (without
-    /// --read/--write/--permits), acquire, extend, release, status, list.
+    /// masters) mean Redlock, for the plain lock only: run and status
+    /// (without --read/--write/--permits/--reentrant), acquire, extend,
+    /// release, list.
     #[arg(long = "url", value_name = "URL", global = true)]
     pub(crate) urls: Vec<String>,
 
@@ -90,6 +91,11 @@ pub(crate) enum Command {
     Release(ReleaseArgs),
 
     /// Show a lock's holder (token prefix), remaining TTL, last fence and waiters.
+    ///
+    /// With --read or --write NAME is a read-write lock: its writer, readers
+    /// and waiting writers; with --permits N a semaphore: the permits held
+    /// and by whom; with --reentrant a reentrant lock: its owner (id prefix)
+    /// and holds. Only live holds count. Nothing is changed.
     Status(StatusArgs),
 
     /// List the locks held under the prefix whose names match PATTERN.
@@ -163,26 +169,27 @@ pub(crate) struct RunArgs {
     pub(crate) command: Vec<OsString>,
 }
 
-/// What `run` holds: the plain lock unless one of these is given.
+/// Which primitive NAME is (`run` holds it, `status` shows it): the plain
+/// lock unless one of these is given.
 #[derive(Debug, Args)]
 pub(crate) struct HoldArgs {
-    /// Hold a read lock of the read-write lock NAME: many readers at once,
-    /// none while a writer holds it or waits for it.
+    /// NAME is a read-write lock; `run` holds a read lock of it: many
+    /// readers at once, none while a writer holds it or waits for it.
     #[arg(long, conflicts_with_all = ["write", "permits"])]
     pub(crate) read: bool,
 
-    /// Hold the write lock of the read-write lock NAME: alone, once the
-    /// readers left; new readers wait while it waits.
+    /// NAME is a read-write lock; `run` holds its write lock: alone, once
+    /// the readers left; new readers wait while it waits.
     #[arg(long, conflicts_with = "permits")]
     pub(crate) write: bool,
 
-    /// Hold one of N permits of the semaphore NAME: up to N commands at once.
-    /// Everyone using NAME must pass the same N.
+    /// NAME is a semaphore of N permits; `run` holds one of them: up to N
+    /// commands at once. Everyone using NAME must pass the same N.
     #[arg(long, value_name = "N", value_parser = parse_permits)]
     pub(crate) permits: Option<u32>,
 }
 
-/// Which primitive `run` holds.
+/// Which primitive `run` holds or `status` shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
     /// The plain lease lock.
@@ -247,6 +254,15 @@ pub(crate) struct ReleaseArgs {
 pub(crate) struct StatusArgs {
     /// The lock name.
     pub(crate) name: String,
+
+    /// Which primitive NAME is: the plain lock, a read-write lock or a
+    /// semaphore.
+    #[command(flatten)]
+    pub(crate) hold: HoldArgs,
+
+    /// NAME is a reentrant lock (the library's ReentrantLock).
+    #[arg(long, conflicts_with_all = ["read", "write", "permits"])]
+    pub(crate) reentrant: bool,
 }
 
 /// Arguments of `list`.

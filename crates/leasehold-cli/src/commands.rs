@@ -1,10 +1,10 @@
 //! Dispatch, and the one-shot commands: acquire, extend, release, status, list.
 
 use leasehold::{Client, Lock, LockGuard};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::cli::{
-    AcquireArgs, Cli, Command, ExtendArgs, Global, LeaseArgs, ListArgs, ReleaseArgs, Servers,
+    AcquireArgs, Cli, Command, ExtendArgs, Global, LeaseArgs, ListArgs, Mode, ReleaseArgs, Servers,
     StatusArgs,
 };
 use crate::exit::{self, Failure};
@@ -143,16 +143,63 @@ async fn release(global: &Global, args: ReleaseArgs) -> Result<u8, Failure> {
     Ok(0)
 }
 
-/// `leasehold status`: one lock's state.
+/// `leasehold status`: one lock's state, of the kind the flags name.
 async fn status(global: &Global, args: StatusArgs) -> Result<u8, Failure> {
     let client = connect(global).await?;
-    let status = client.lock(&args.name).status().await?;
+    let (json, human) = read_status(&client, &args).await.map_err(|err| {
+        let wrong_type = matches!(err, leasehold::Error::WrongType { .. });
+        let failure = Failure::from(err);
+        if wrong_type {
+            Failure::with_code(
+                failure.code,
+                format!(
+                    "{}; or NAME is another kind of lock: pass --read, --permits N or \
+                     --reentrant, or none of them for a plain lock",
+                    failure.message
+                ),
+            )
+        } else {
+            failure
+        }
+    })?;
     if global.json {
-        emit_json(&output::status_json(&status));
+        emit_json(&json);
     } else {
-        emit(&output::status_human(&status));
+        emit(&human);
     }
     Ok(0)
+}
+
+/// The status of the lock `args` names, as JSON and as human text.
+async fn read_status(client: &Client, args: &StatusArgs) -> leasehold::Result<(Value, String)> {
+    let name = args.name.as_str();
+    if args.reentrant {
+        let status = client.reentrant_lock(name).status().await?;
+        return Ok((
+            output::reentrant_status_json(&status),
+            output::reentrant_status_human(&status),
+        ));
+    }
+    Ok(match args.hold.mode() {
+        Mode::Lock => {
+            let status = client.lock(name).status().await?;
+            (output::status_json(&status), output::status_human(&status))
+        }
+        Mode::Read | Mode::Write => {
+            let status = client.rw_lock(name).status().await?;
+            (
+                output::rw_status_json(&status),
+                output::rw_status_human(&status),
+            )
+        }
+        Mode::Permits(n) => {
+            let status = client.semaphore(name, n).status().await?;
+            (
+                output::semaphore_status_json(&status),
+                output::semaphore_status_human(&status),
+            )
+        }
+    })
 }
 
 /// `leasehold list`: the held locks whose names match the pattern.

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use leasehold::LockStatus;
+use leasehold::{HoldStatus, LockStatus, ReentrantStatus, RwLockStatus, SemaphoreStatus};
 use serde_json::{Value, json};
 
 /// Writes `text` and a newline to stdout. A closed stdout (`| head`) is not
@@ -55,14 +55,129 @@ pub(crate) fn status_human(status: &LockStatus) -> String {
         Some(h) => format!("{h}… (token prefix)"),
         None => "none (the lock is free)".to_owned(),
     };
-    let remaining = status.remaining.map_or_else(|| "-".to_owned(), short);
-    let fence = status
-        .fence
-        .map_or_else(|| "- (none issued yet)".to_owned(), |f| f.to_string());
+    let remaining = remaining_human(status.remaining);
     format!(
-        "lock       {}\nholder     {holder}\nremaining  {remaining}\nlast fence {fence}\nwaiting    {} client(s)",
-        status.name, status.waiting_clients
+        "lock       {}\nholder     {holder}\nremaining  {remaining}\nlast fence {}\nwaiting    {} client(s)",
+        status.name,
+        fence_human(status.fence),
+        status.waiting_clients
     )
+}
+
+/// A read-write lock's status as a JSON object.
+pub(crate) fn rw_status_json(status: &RwLockStatus) -> Value {
+    json!({
+        "name": status.name,
+        "writer": status.writer.as_ref().map(hold_json),
+        "readers": status.readers.iter().map(hold_json).collect::<Vec<_>>(),
+        "reader_count": status.reader_count,
+        "waiting_writers": status.waiting_writers,
+        "fence": status.fence,
+    })
+}
+
+/// A read-write lock's status as `key value` lines.
+pub(crate) fn rw_status_human(status: &RwLockStatus) -> String {
+    let writer = status.writer.as_ref().map_or_else(
+        || "none".to_owned(),
+        |w| format!("{} (owner prefix)", hold_human(w)),
+    );
+    format!(
+        "rwlock     {}\nwriter     {writer}\nreaders    {} read hold(s){}\nwaiting    {} writer(s)\nlast fence {}",
+        status.name,
+        status.reader_count,
+        holds_human(&status.readers, status.reader_count),
+        status.waiting_writers,
+        fence_human(status.fence)
+    )
+}
+
+/// A semaphore's status as a JSON object.
+pub(crate) fn semaphore_status_json(status: &SemaphoreStatus) -> Value {
+    json!({
+        "name": status.name,
+        "permits": status.permits,
+        "held": status.held,
+        "holders": status.holders.iter().map(hold_json).collect::<Vec<_>>(),
+        "fence": status.fence,
+    })
+}
+
+/// A semaphore's status as `key value` lines.
+pub(crate) fn semaphore_status_human(status: &SemaphoreStatus) -> String {
+    let of = status
+        .permits
+        .map_or_else(String::new, |n| format!(" of {n}"));
+    format!(
+        "semaphore  {}\nheld       {}{of} permit(s){}\nlast fence {}",
+        status.name,
+        status.held,
+        holds_human(&status.holders, status.held),
+        fence_human(status.fence)
+    )
+}
+
+/// A reentrant lock's status as a JSON object.
+pub(crate) fn reentrant_status_json(status: &ReentrantStatus) -> Value {
+    json!({
+        "name": status.name,
+        "held": status.owner.is_some(),
+        "owner": status.owner,
+        "holds": status.holds,
+        "remaining_ms": status.remaining.map(millis),
+        "fence": status.fence,
+    })
+}
+
+/// A reentrant lock's status as `key value` lines.
+pub(crate) fn reentrant_status_human(status: &ReentrantStatus) -> String {
+    let owner = match &status.owner {
+        Some(o) => format!("{o}… (owner id prefix), {} hold(s)", status.holds),
+        None => "none (the lock is free)".to_owned(),
+    };
+    format!(
+        "reentrant  {}\nowner      {owner}\nremaining  {}\nlast fence {}",
+        status.name,
+        remaining_human(status.remaining),
+        fence_human(status.fence)
+    )
+}
+
+/// One hold of a read-write lock or semaphore as a JSON object.
+fn hold_json(hold: &HoldStatus) -> Value {
+    json!({ "holder": hold.holder, "remaining_ms": millis(hold.remaining) })
+}
+
+/// The most holds listed in human output; `--json` lists up to the library's cap.
+const HUMAN_MOST_HOLDS: usize = 10;
+
+/// One hold: its holder's prefix and time left.
+fn hold_human(hold: &HoldStatus) -> String {
+    format!("{}… {} left", hold.holder, short(hold.remaining))
+}
+
+/// The first holds of `total`, one indented line each, and how many more.
+fn holds_human(holds: &[HoldStatus], total: usize) -> String {
+    let mut out = String::new();
+    for hold in holds.iter().take(HUMAN_MOST_HOLDS) {
+        out.push_str("\n           ");
+        out.push_str(&hold_human(hold));
+    }
+    let shown = holds.len().min(HUMAN_MOST_HOLDS);
+    if total > shown {
+        out.push_str(&format!("\n           … and {} more", total - shown));
+    }
+    out
+}
+
+/// A remaining lease, or `-` for none.
+fn remaining_human(remaining: Option<Duration>) -> String {
+    remaining.map_or_else(|| "-".to_owned(), short)
+}
+
+/// The last fence, or a note that none was issued.
+fn fence_human(fence: Option<u64>) -> String {
+    fence.map_or_else(|| "- (none issued yet)".to_owned(), |f| f.to_string())
 }
 
 /// Held locks as an aligned table, one per line under a header.

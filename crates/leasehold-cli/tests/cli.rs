@@ -352,6 +352,9 @@ fn bad_command_lines_exit_64_with_one_line() {
         &["run", "x", "--permits", "0", "--", "true"],
         &["run", "x", "--read", "--write", "--", "true"],
         &["run", "x", "--write", "--permits", "2", "--", "true"],
+        &["status", "x", "--reentrant", "--read"],
+        &["status", "x", "--permits", "2", "--reentrant"],
+        &["status", "x", "--permits", "0"],
         &["--url", "not a url", "status", "x"],
         &[
             "--prefix",
@@ -770,6 +773,12 @@ fn run_acquire_extend_release_and_status_work_on_redlock() {
         out.assert_one_error_line();
         assert!(out.stderr.contains("Redlock"), "{out:?}");
     }
+    for mode in ["--read", "--reentrant"] {
+        let out = run_on(&urls, &["status", "rl", mode]);
+        assert_eq!(out.code(), 69, "{mode}: {out:?}");
+        out.assert_one_error_line();
+        assert!(out.stderr.contains("Redlock"), "{out:?}");
+    }
 }
 
 #[test]
@@ -967,4 +976,91 @@ fn a_semaphore_used_with_another_permit_count_exits_64() {
     std::fs::write(dir.path().join("go"), "go\n").unwrap();
     let out = holder.finish();
     assert_eq!(out.code(), 0, "{out:?}");
+}
+
+/// Starts `leasehold run NAME FLAGS -- ...` in `dir`: the command writes its
+/// token and fence to `<tag>.token` and `<tag>.fence`, then waits for `go`.
+fn hold_until_go(dir: &Path, urls: &[String], name: &str, flags: &[&str], tag: &str) -> Proc {
+    let script = format!(
+        "{WAIT_FOR}echo $LEASEHOLD_FENCE > {tag}.fence; echo $LEASEHOLD_TOKEN > {tag}.token; wait_for go"
+    );
+    let args = [&["run", name][..], flags, &["--", "sh", "-c", &script]].concat();
+    spawn_in(dir, urls, &args)
+}
+
+#[test]
+fn status_shows_the_readers_of_a_read_write_lock_and_the_holders_of_a_semaphore() {
+    let server = RedisServer::start();
+    let urls = vec![server.url()];
+    let dir = temp_dir();
+    let reader = hold_until_go(dir.path(), &urls, "rw", &["--read", "--ttl", "60s"], "r");
+    let permit = hold_until_go(
+        dir.path(),
+        &urls,
+        "sem",
+        &["--permits", "3", "--ttl", "60s"],
+        "p",
+    );
+    let token = |tag: &str| wait_for_file(&dir.path().join(format!("{tag}.token")));
+    let fence = |tag: &str| -> u64 {
+        wait_for_file(&dir.path().join(format!("{tag}.fence")))
+            .parse()
+            .expect("numeric fence")
+    };
+    let within_ttl = |ms: &Value| {
+        let ms = ms.as_u64().expect("remaining_ms");
+        ms > 30_000 && ms <= 60_000
+    };
+
+    for flag in ["--read", "--write"] {
+        let out = run_on(&urls, &["--json", "status", "rw", flag]);
+        assert_eq!(out.code(), 0, "{out:?}");
+        let status = out.json();
+        assert_eq!(status["name"], "rw", "{status}");
+        assert_eq!(status["writer"], Value::Null, "{status}");
+        assert_eq!(status["reader_count"], 1, "{status}");
+        assert_eq!(status["waiting_writers"], 0, "{status}");
+        assert_eq!(status["readers"][0]["holder"], token("r")[..8], "{status}");
+        assert!(
+            within_ttl(&status["readers"][0]["remaining_ms"]),
+            "{status}"
+        );
+        assert_eq!(status["fence"], fence("r"), "{status}");
+    }
+    let out = run_on(&urls, &["status", "rw", "--read"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(out.stdout.contains("1 read hold(s)"), "{out:?}");
+    assert!(out.stdout.contains(&token("r")[..8]), "{out:?}");
+
+    let out = run_on(&urls, &["--json", "status", "sem", "--permits", "3"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let status = out.json();
+    assert_eq!(status["permits"], 3, "{status}");
+    assert_eq!(status["held"], 1, "{status}");
+    assert_eq!(status["holders"][0]["holder"], token("p")[..8], "{status}");
+    assert!(
+        within_ttl(&status["holders"][0]["remaining_ms"]),
+        "{status}"
+    );
+    assert_eq!(status["fence"], fence("p"), "{status}");
+    let out = run_on(&urls, &["status", "sem", "--permits", "3"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(out.stdout.contains("1 of 3 permit(s)"), "{out:?}");
+
+    // The wrong kind of lock for a name: exit 65, with a hint at the flags.
+    let out = run_on(&urls, &["status", "sem", "--reentrant"]);
+    assert_eq!(out.code(), 65, "{out:?}");
+    out.assert_one_error_line();
+    assert!(out.stderr.contains("--permits N"), "{out:?}");
+    let out = run_on(&urls, &["--json", "status", "free", "--reentrant"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert_eq!(out.json()["held"], false, "{out:?}");
+
+    std::fs::write(dir.path().join("go"), "go\n").unwrap();
+    for holder in [reader, permit] {
+        let out = holder.finish();
+        assert_eq!(out.code(), 0, "{out:?}");
+    }
+    let status = run_on(&urls, &["--json", "status", "rw", "--read"]).json();
+    assert_eq!(status["reader_count"], 0, "{status}");
 }

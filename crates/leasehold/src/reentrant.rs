@@ -9,7 +9,7 @@ use crate::guard::{Held, guard_api};
 use crate::key::{MAX_NAME_LEN, validate_name};
 use crate::lease::Kind;
 use crate::scripts::{self, Owned};
-use crate::token::Token;
+use crate::token::{Token, redact};
 
 /// A handle to one named reentrant lock; made by [`Client::reentrant_lock`].
 ///
@@ -139,6 +139,43 @@ impl ReentrantLock {
         }
     }
 
+    /// Reads which owner holds the lock, with how many holds, for how much
+    /// longer, and its fencing token. Changes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name; [`Error::WrongType`] when
+    /// the name is in use by another kind of lock; [`Error::Unsupported`] on
+    /// a Redlock client; connection errors.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let status = client.reentrant_lock("orders:42").status().await?;
+    /// if let Some(owner) = &status.owner {
+    ///     println!("{owner}… holds it {} times, {:?} left", status.holds, status.remaining);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn status(&self) -> Result<ReentrantStatus> {
+        validate_name(&self.h.name)?;
+        let stored = self
+            .h
+            .client
+            .inner
+            .servers
+            .reentrant_status(&self.h.keys)
+            .await?;
+        Ok(ReentrantStatus {
+            name: self.h.name.clone(),
+            owner: stored.owner.as_deref().map(|o| redact(o).to_owned()),
+            holds: stored.holds,
+            remaining: stored.remaining,
+            fence: stored.fence,
+        })
+    }
+
     async fn acquire_within(&self, wait: Option<Duration>) -> Result<Option<ReentrantGuard>> {
         self.h.validate()?;
         validate_owner(self.owner.as_str())?;
@@ -161,6 +198,27 @@ impl ReentrantLock {
             }
         }))
     }
+}
+
+/// A reentrant lock's state at one moment, from [`ReentrantLock::status`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReentrantStatus {
+    /// The lock name.
+    pub name: String,
+    /// The first 8 characters of the owner id, or `None` when free. Owner
+    /// ids are chosen by users and may be guessable, and anyone who knows
+    /// one can take and release the lock as that owner, so it is never
+    /// shown whole.
+    pub owner: Option<String>,
+    /// How many holds the owner has (each acquisition is one); 0 when free.
+    pub holds: usize,
+    /// The lock's remaining lease (shared by the owner's holds), or `None`
+    /// when free.
+    pub remaining: Option<Duration>,
+    /// The fencing token of the owner's holds while held; when free, the
+    /// last one issued for this name, if remembered.
+    pub fence: Option<u64>,
 }
 
 /// Checks an owner id: non-empty and at most [`MAX_NAME_LEN`] bytes.

@@ -7,11 +7,11 @@ use crate::acquire::{Handle, acquire, handle_api, owner_api};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{Held, guard_api};
-use crate::key::LockKeys;
+use crate::key::{LockKeys, validate_name};
 use crate::lease::{Kind, Lease};
 use crate::reentrant::validate_owner;
 use crate::scripts::{self, Acquire, Mode, Owned, RwAcquire, RwAttempt};
-use crate::token::Token;
+use crate::token::{Token, redact};
 
 /// A handle to one named read-write lock; made by [`Client::rw_lock`].
 ///
@@ -173,6 +173,70 @@ impl RwLock {
         Ok(held.map(|held| WriteGuard { held }))
     }
 
+    /// Reads who holds the lock: the writer, the readers (at most 100
+    /// listed, all counted), whether writers wait, and the last fencing
+    /// token. Only live holds count: one whose lease ended is left out
+    /// (and left in place: this changes nothing).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name; [`Error::WrongType`] when
+    /// the name is in use by another kind of lock (a
+    /// [`Semaphore`](crate::Semaphore) too); [`Error::Unsupported`] on a
+    /// Redlock client; connection errors.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let status = client.rw_lock("catalog").status().await?;
+    /// if let Some(writer) = &status.writer {
+    ///     println!("written by {}…, {:?} left", writer.holder, writer.remaining);
+    /// }
+    /// println!("{} read holds, {} writers waiting", status.reader_count, status.waiting_writers);
+    /// # Ok(()) }
+    /// ```
+    pub async fn status(&self) -> Result<RwLockStatus> {
+        validate_name(&self.h.name)?;
+        let servers = &self.h.client.inner.servers;
+        let stored = servers.set_status("RwLock", &self.h.keys).await?;
+        let mut status = RwLockStatus {
+            name: self.h.name.clone(),
+            writer: None,
+            readers: Vec::new(),
+            reader_count: 0,
+            waiting_writers: 0,
+            fence: stored.fence,
+        };
+        for group in stored.groups {
+            let holds = group.entries.iter().map(|(rest, left)| HoldStatus {
+                // A hold's member ends `<hold id>:<owner>`; hold ids have no ':'.
+                holder: redact(
+                    rest.split_once(':')
+                        .map_or(rest.as_str(), |(_, owner)| owner),
+                )
+                .to_owned(),
+                remaining: *left,
+            });
+            match group.prefix.as_str() {
+                // One owner writes at a time; its last write hold to end counts.
+                "w" => status.writer = holds.max_by_key(|h| h.remaining),
+                "r" => {
+                    status.readers = holds.collect();
+                    status.reader_count = group.count;
+                }
+                "i" => status.waiting_writers = group.count,
+                // A semaphore's set has the same shape; its members start with a number.
+                _ => {
+                    return Err(Error::WrongType {
+                        key: self.h.keys.lock.clone(),
+                    });
+                }
+            }
+        }
+        Ok(status)
+    }
+
     async fn take(&self, mode: Mode, wait: Option<Duration>) -> Result<Option<Held>> {
         self.h.validate()?;
         validate_owner(self.owner.as_str())?;
@@ -208,6 +272,41 @@ impl RwLock {
         let id = (Kind::Rw, self.owner.clone(), member);
         Ok(Some(self.h.held(id, fence, sent)))
     }
+}
+
+/// An RwLock's state at one moment, from [`RwLock::status`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RwLockStatus {
+    /// The lock name.
+    pub name: String,
+    /// The owner that writes, and when its last write hold ends; `None`
+    /// when nobody writes.
+    pub writer: Option<HoldStatus>,
+    /// The read holds, soonest to end first: at most 100 (see
+    /// [`reader_count`](RwLockStatus::reader_count) for all). An owner that
+    /// read several times is listed once per hold.
+    pub readers: Vec<HoldStatus>,
+    /// How many read holds are live.
+    pub reader_count: usize,
+    /// Blocked writers waiting for the lock; while there are any, owners
+    /// that hold nothing yet cannot start reading.
+    pub waiting_writers: usize,
+    /// The last fencing token issued for this name, if remembered.
+    pub fence: Option<u64>,
+}
+
+/// One live hold of an [`RwLock`] or one [`Permit`](crate::Permit) of a
+/// [`Semaphore`](crate::Semaphore), as a status shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HoldStatus {
+    /// The first 8 characters of the holder's id, as its guard's `token()`
+    /// gives it: the owner id of an RwLock hold, the permit's token of a
+    /// semaphore. Never the whole id: a token is a capability.
+    pub holder: String,
+    /// How long the hold's lease has left.
+    pub remaining: Duration,
 }
 
 /// One attempt, shaped for the shared wait loop.

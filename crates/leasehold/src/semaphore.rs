@@ -6,9 +6,11 @@ use crate::acquire::{Handle, acquire, handle_api};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{Held, guard_api};
+use crate::key::validate_name;
 use crate::lease::Kind;
-use crate::scripts::{self, SemAcquire};
-use crate::token::Token;
+use crate::rwlock::HoldStatus;
+use crate::scripts::{self, STATUS_MOST_ENTRIES, SemAcquire};
+use crate::token::{Token, redact};
 
 /// A handle to one named semaphore of N permits; made by
 /// [`Client::semaphore`].
@@ -114,6 +116,60 @@ impl Semaphore {
         self.take(None).await
     }
 
+    /// Reads how many permits are held now and by whom (at most 100
+    /// listed, all counted), the number of permits the holders count, and
+    /// the last fencing token. Only live permits count: one whose lease
+    /// ended is left out (and left in place: this changes nothing).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name; [`Error::WrongType`] when
+    /// the name is in use by another kind of lock (an
+    /// [`RwLock`](crate::RwLock) too); [`Error::Unsupported`] on a Redlock
+    /// client; connection errors.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let status = client.semaphore("exports", 4).status().await?;
+    /// println!("{} of {:?} permits held", status.held, status.permits);
+    /// for permit in &status.holders {
+    ///     println!("{}… {:?} left", permit.holder, permit.remaining);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn status(&self) -> Result<SemaphoreStatus> {
+        validate_name(&self.h.name)?;
+        let servers = &self.h.client.inner.servers;
+        let stored = servers.set_status("Semaphore", &self.h.keys).await?;
+        // Members start with the N their permit counted; an RwLock's set has
+        // the same shape, but its members start with a letter.
+        let counted = stored
+            .groups
+            .iter()
+            .map(|g| g.prefix.parse::<u32>())
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|_| Error::WrongType {
+                key: self.h.keys.lock.clone(),
+            })?;
+        let holders = stored.groups.iter().flat_map(|g| &g.entries);
+        Ok(SemaphoreStatus {
+            name: self.h.name.clone(),
+            // Every live permit was taken counting the same N (sem_acquire.lua).
+            permits: counted.first().copied(),
+            held: stored.groups.iter().map(|g| g.count).sum(),
+            holders: holders
+                .take(STATUS_MOST_ENTRIES)
+                .map(|(hold, left)| HoldStatus {
+                    holder: redact(hold).to_owned(),
+                    remaining: *left,
+                })
+                .collect(),
+            fence: stored.fence,
+        })
+    }
+
     async fn take(&self, wait: Option<Duration>) -> Result<Option<Permit>> {
         self.h.validate()?;
         if self.permits == 0 {
@@ -151,6 +207,25 @@ impl Semaphore {
                 .held((Kind::Semaphore, hold, member.clone()), fence, sent),
         }))
     }
+}
+
+/// A semaphore's state at one moment, from [`Semaphore::status`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SemaphoreStatus {
+    /// The semaphore name.
+    pub name: String,
+    /// The number of permits (N) the current holders counted when they
+    /// took theirs, as stored; `None` when no permit is held (then the next
+    /// caller's N counts).
+    pub permits: Option<u32>,
+    /// How many permits are held now.
+    pub held: usize,
+    /// The permits held, soonest to end first: at most 100 (see
+    /// [`held`](SemaphoreStatus::held) for all).
+    pub holders: Vec<HoldStatus>,
+    /// The last fencing token issued for this name, if remembered.
+    pub fence: Option<u64>,
 }
 
 /// One permit of a [`Semaphore`]; its lease is renewed while it lives.

@@ -12,7 +12,9 @@ use crate::error::{Error, Result};
 use crate::key::LockKeys;
 use crate::lease::Kind;
 use crate::redlock::Redlock;
-use crate::scripts::{self, Acquire, Extension, Owned, Queueing, Spread, Status};
+use crate::scripts::{
+    self, Acquire, Extension, Owned, Queueing, ReentrantState, SetStatus, Spread, Status,
+};
 
 /// The servers of one client.
 #[derive(Clone)]
@@ -133,6 +135,17 @@ impl Servers {
             Servers::One(backend) => scripts::lock_status(backend, keys).await,
             Servers::Quorum(redlock) => redlock.lock_status(keys).await,
         }
+    }
+
+    /// Reads the live entries of the RwLock or semaphore (`primitive`, for
+    /// the refusal on Redlock, which offers neither) whose keys are `keys`.
+    pub(crate) async fn set_status(&self, primitive: &str, keys: &LockKeys) -> Result<SetStatus> {
+        scripts::rw_status(self.single(primitive)?, keys).await
+    }
+
+    /// Reads a reentrant lock's state (refused on Redlock, as its acquire is).
+    pub(crate) async fn reentrant_status(&self, keys: &LockKeys) -> Result<ReentrantState> {
+        scripts::reentrant_status(self.single("ReentrantLock")?, keys).await
     }
 
     /// Subscribes every server's connection to `channel`. A release on

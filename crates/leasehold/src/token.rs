@@ -47,9 +47,13 @@ impl fmt::Debug for Token {
     }
 }
 
-/// The first 8 characters of a token, safe to log.
+/// The first 8 characters of a token, safe to log. Owner ids chosen by
+/// users may hold any text, so the cut is by characters, not bytes.
 pub(crate) fn redact(token: &str) -> &str {
-    token.get(..8).unwrap_or(token)
+    token
+        .char_indices()
+        .nth(8)
+        .map_or(token, |(end, _)| &token[..end])
 }
 
 #[cfg(test)]
@@ -71,5 +75,13 @@ mod tests {
         let shown = format!("{t:?}");
         assert!(!shown.contains(t.as_str()));
         assert!(shown.starts_with(&t.as_str()[..8]));
+    }
+
+    #[test]
+    fn redact_keeps_eight_characters_of_any_text() {
+        assert_eq!(redact("0123456789abcdef"), "01234567");
+        assert_eq!(redact("job-7"), "job-7");
+        // Byte 8 falls inside a character here: never show the whole id.
+        assert_eq!(redact("aéééééééé-secret"), "aééééééé");
     }
 }

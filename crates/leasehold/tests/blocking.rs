@@ -127,9 +127,17 @@ fn semaphore_rwlock_fair_and_reentrant_locks_work_from_threads() {
     }
     assert!(most.load(Ordering::SeqCst) <= 2);
 
+    let permit = client.semaphore("exports", 2).acquire().unwrap();
+    let status = client.semaphore("exports", 2).status().unwrap();
+    assert_eq!((status.permits, status.held), (Some(2), 1));
+    assert_eq!(status.fence, Some(permit.fence()));
+    permit.release().unwrap();
+
     let rw = client.rw_lock("catalog");
     let write = rw.clone().owner("w").write().unwrap();
     assert!(rw.clone().owner("r").try_read().unwrap().is_none());
+    let status = rw.status().unwrap();
+    assert_eq!(status.writer.map(|w| w.holder).as_deref(), Some("w"));
     let read = write.downgrade().unwrap();
     let other = rw
         .clone()
@@ -154,6 +162,9 @@ fn semaphore_rwlock_fair_and_reentrant_locks_work_from_threads() {
     let first = re.acquire().unwrap();
     let second = re.try_acquire().unwrap().expect("reentrant");
     assert_eq!(first.fence(), second.fence());
+    let status = re.status().unwrap();
+    assert_eq!((status.owner.as_deref(), status.holds), (Some("job-7"), 2));
+    assert_eq!(status.fence, Some(first.fence()));
     second.release().unwrap();
     first.release().unwrap();
 }

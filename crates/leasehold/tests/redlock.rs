@@ -334,6 +334,19 @@ async fn primitives_that_need_one_server_are_refused() {
         client.rw_lock("rw").read().await,
         Err(Error::Unsupported(_))
     ));
+    // Their status too: their state lives on one server.
+    assert!(matches!(
+        client.reentrant_lock("r").status().await,
+        Err(Error::Unsupported(msg)) if msg.contains("ReentrantLock")
+    ));
+    assert!(matches!(
+        client.rw_lock("rw").status().await,
+        Err(Error::Unsupported(msg)) if msg.contains("RwLock")
+    ));
+    assert!(matches!(
+        client.semaphore("s", 2).status().await,
+        Err(Error::Unsupported(msg)) if msg.contains("Semaphore")
+    ));
 }
 
 fn lock_value(server: &RedisServer, name: &str) -> Option<String> {

@@ -308,3 +308,79 @@ async fn cancelled_acquires_take_back_only_their_own_hold() {
     kept.release().await.unwrap();
     assert!(!server.connection().exists::<_, bool>(KEY).unwrap());
 }
+
+#[tokio::test]
+async fn status_shows_the_owner_prefix_its_holds_and_fence_and_changes_nothing() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    // No renewals: nothing but the calls under test touches the key.
+    let lock = client
+        .reentrant_lock("job")
+        .owner("job-owner-seven")
+        .ttl(Duration::from_secs(60))
+        .watchdog(false);
+
+    let free = lock.status().await.unwrap();
+    assert_eq!(free.name, "job");
+    assert_eq!(
+        (free.owner, free.holds, free.remaining, free.fence),
+        (None, 0, None, None)
+    );
+
+    let first = lock.acquire().await.unwrap();
+    let second = lock.acquire().await.unwrap();
+    let before = common::snapshot(&server, KEY);
+    let status = lock.status().await.unwrap();
+    let after = common::snapshot(&server, KEY);
+    assert_eq!(after.0, before.0, "the hash changed");
+    assert!(after.1 <= before.1, "the expiry grew");
+    assert_eq!(status.owner.as_deref(), Some("job-owne"));
+    assert_eq!(status.holds, 2);
+    let left = status.remaining.expect("an expiry");
+    assert!(
+        left > Duration::from_secs(30) && left <= Duration::from_secs(60),
+        "{left:?}"
+    );
+    assert_eq!(status.fence, Some(first.fence()));
+    second.release().await.unwrap();
+    assert_eq!(lock.status().await.unwrap().holds, 1);
+    first.release().await.unwrap();
+
+    // A lock whose lease ended is free; its last fence is still known.
+    let short = lock
+        .clone()
+        .ttl(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let status = lock.status().await.unwrap();
+    assert_eq!(
+        (status.owner, status.holds, status.remaining),
+        (None, 0, None)
+    );
+    assert_eq!(status.fence, Some(short.fence()));
+    drop(short);
+}
+
+#[tokio::test]
+async fn status_of_a_key_of_another_type_is_wrong_type_and_changes_nothing() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let read = client.rw_lock("job").read().await.unwrap();
+    let before: Vec<String> = server.connection().zrange(KEY, 0, -1).unwrap();
+    match client.reentrant_lock("job").status().await {
+        Err(Error::WrongType { key }) => assert_eq!(key, KEY),
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+    let after: Vec<String> = server.connection().zrange(KEY, 0, -1).unwrap();
+    assert_eq!(after, before);
+    read.release().await.unwrap();
+
+    let fence = "leasehold:{other}:fence";
+    let _: () = server.connection().hset(fence, "f", "v").unwrap();
+    match client.reentrant_lock("other").status().await {
+        Err(Error::WrongType { key }) => assert_eq!(key, fence),
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+}

@@ -577,3 +577,108 @@ async fn every_key_written_has_a_ttl_and_dropped_guards_release() {
     let write = other.wait(Duration::from_secs(2)).write().await.unwrap();
     write.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn status_shows_the_writer_live_readers_and_waiting_writers_and_changes_nothing() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    // No renewals: nothing but the calls under test touches the key.
+    let lock = client
+        .rw_lock("catalog")
+        .ttl(Duration::from_secs(60))
+        .watchdog(false);
+    let within_ttl =
+        |left: Duration| left > Duration::from_secs(30) && left <= Duration::from_secs(60);
+
+    let free = lock.status().await.unwrap();
+    assert_eq!(free.name, "catalog");
+    assert_eq!(free.writer, None);
+    assert!(free.readers.is_empty());
+    assert_eq!((free.reader_count, free.waiting_writers), (0, 0));
+    assert_eq!(free.fence, None);
+
+    let write = lock.clone().owner("writer-owner-1").write().await.unwrap();
+    let status = lock.status().await.unwrap();
+    let writer = status.writer.expect("a writer");
+    assert_eq!(writer.holder, "writer-o", "only a prefix of the owner id");
+    assert!(within_ttl(writer.remaining), "{writer:?}");
+    assert_eq!(status.reader_count, 0);
+    assert_eq!(status.fence, Some(write.fence()));
+    write.release().await.unwrap();
+
+    // A reader, and a writer of another client waiting for it.
+    let long = lock.clone().owner("long-reader").read().await.unwrap();
+    let other = Client::connect(&server.url()).await.unwrap();
+    let waiting = other
+        .rw_lock("catalog")
+        .owner("waiting-writer")
+        .wait(Duration::from_secs(60));
+    let waiter = tokio::spawn(async move { waiting.write().await });
+    wait_until("the writer waits", || {
+        entries(&server).iter().any(|(m, _)| m.starts_with("i:"))
+    })
+    .await;
+    let status = lock.status().await.unwrap();
+    assert_eq!(status.writer, None);
+    assert_eq!(status.waiting_writers, 1);
+    assert_eq!(status.reader_count, 1);
+    assert_eq!(status.readers[0].holder, "long-rea");
+    assert!(within_ttl(status.readers[0].remaining), "{status:?}");
+    assert_eq!(status.fence, Some(long.fence()));
+    waiter.abort();
+    wait_until("the writer withdrew", || {
+        !entries(&server).iter().any(|(m, _)| m.starts_with("i:"))
+    })
+    .await;
+
+    // A reader whose lease ended stays in the set until the next change;
+    // status leaves it there and does not count it.
+    let short = lock
+        .clone()
+        .owner("short-reader")
+        .ttl(Duration::from_millis(300))
+        .read()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let before = common::snapshot(&server, KEY);
+    let status = lock.status().await.unwrap();
+    assert_eq!(
+        common::snapshot(&server, KEY).0,
+        before.0,
+        "the set changed"
+    );
+    assert!(
+        common::snapshot(&server, KEY).1 <= before.1,
+        "the expiry grew"
+    );
+    assert_eq!(entries(&server).len(), 2, "the expired reader was pruned");
+    assert_eq!(status.reader_count, 1, "{status:?}");
+    assert_eq!(status.readers.len(), 1);
+    assert_eq!(status.readers[0].holder, "long-rea");
+    assert_eq!(status.waiting_writers, 0);
+    assert_eq!(status.fence, Some(short.fence()));
+    drop((short, long));
+}
+
+#[tokio::test]
+async fn status_of_a_key_of_another_type_is_wrong_type_and_changes_nothing() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let _: () = server.connection().set(KEY, "not a lock").unwrap();
+    let before = common::snapshot(&server, KEY);
+    match client.rw_lock("catalog").status().await {
+        Err(Error::WrongType { key }) => assert_eq!(key, KEY),
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+    assert_eq!(common::snapshot(&server, KEY), before);
+
+    let fence = "leasehold:{other}:fence";
+    let _: () = server.connection().rpush(fence, "x").unwrap();
+    match client.rw_lock("other").status().await {
+        Err(Error::WrongType { key }) => assert_eq!(key, fence),
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+    let len: usize = server.connection().llen(fence).unwrap();
+    assert_eq!(len, 1);
+}

@@ -1016,3 +1016,115 @@ fn retake_sets_only_free_keys_and_leaves_every_other_untouched() {
     let owner: String = conn.hget("t:{hash}:lock", "owner").unwrap();
     assert_eq!(owner, "x");
 }
+
+const RW_STATUS: &str = include_str!("../src/scripts/rw_status.lua");
+const RE_STATUS: &str = include_str!("../src/scripts/reentrant_status.lua");
+
+/// One group of rw_status.lua: the member prefix, the count, the entries listed.
+type Group = (String, i64, Vec<(String, i64)>);
+
+/// rw_status.lua listing at most `most` entries per group.
+fn rw_status(conn: &mut Connection, most: usize) -> redis::RedisResult<(Option<i64>, Vec<Group>)> {
+    redis::Script::new(RW_STATUS)
+        .key(LOCK)
+        .key(FENCE)
+        .arg(most)
+        .invoke(conn)
+}
+
+/// The lock key as stored, with its remaining ms.
+fn stored(conn: &mut Connection) -> (Option<Vec<u8>>, i64) {
+    let dump: Option<Vec<u8>> = redis::cmd("DUMP").arg(LOCK).query(conn).unwrap();
+    let pttl: i64 = conn.pttl(LOCK).unwrap();
+    (dump, pttl)
+}
+
+#[test]
+fn rw_status_groups_live_entries_caps_the_list_and_writes_nothing() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    assert_eq!(rw_status(&mut conn, 10).unwrap(), (None, vec![]));
+    for (owner, hold) in [("a", "1"), ("b", "2"), ("c", "3")] {
+        rw(&mut conn, "r", owner, hold, 10_000, true);
+    }
+    let (_, fence) = rw(&mut conn, "r", "a", "4", 20_000, true);
+    rw(&mut conn, "w", "w", "5", 10_000, true);
+    // An entry whose lease ended, not pruned yet.
+    let _: () = conn.zadd(LOCK, "r:6:gone", 1).unwrap();
+    let before = stored(&mut conn);
+    let (last, groups) = rw_status(&mut conn, 2).unwrap();
+    assert_eq!(stored(&mut conn).0, before.0);
+    assert!(stored(&mut conn).1 <= before.1);
+    assert_eq!(last, Some(fence));
+    assert_eq!(groups.len(), 2, "{groups:?}");
+    // Groups come in order of their first entry's expiry; ties break by member.
+    let group = |kind: &str| groups.iter().find(|g| g.0 == kind).expect(kind).clone();
+    let (_, count, listed) = group("r");
+    assert_eq!(count, 4);
+    let rest: Vec<&str> = listed.iter().map(|(r, _)| r.as_str()).collect();
+    assert_eq!(rest.len(), 2, "capped");
+    assert!(
+        rest.iter().all(|r| ["1:a", "2:b", "3:c"].contains(r)),
+        "{rest:?}"
+    );
+    assert!(listed.iter().all(|(_, ms)| *ms > 0 && *ms <= 10_000));
+    let (_, count, listed) = group("i");
+    assert_eq!((count, listed[0].0.as_str()), (1, "5:w"));
+
+    let _: () = conn.del(LOCK).unwrap();
+    let _: () = conn.set(LOCK, "plain").unwrap();
+    let err = rw_status(&mut conn, 2).unwrap_err();
+    assert_eq!(err.code(), Some("WRONGTYPE"));
+    let value: String = conn.get(LOCK).unwrap();
+    assert_eq!(value, "plain");
+}
+
+#[test]
+fn rw_status_reads_a_semaphore_grouped_by_its_permits() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    sem(&mut conn, 3, "h1", 10_000);
+    let (_, fence) = sem(&mut conn, 3, "h2", 10_000);
+    let (last, groups) = rw_status(&mut conn, 100).unwrap();
+    assert_eq!(last, Some(fence));
+    assert_eq!(groups.len(), 1);
+    let (permits, count, listed) = &groups[0];
+    assert_eq!((permits.as_str(), *count), ("3", 2));
+    let mut holds: Vec<&str> = listed.iter().map(|(h, _)| h.as_str()).collect();
+    holds.sort_unstable();
+    assert_eq!(holds, ["h1", "h2"]);
+}
+
+/// reentrant_status.lua: owner, holds, pttl, fence.
+fn re_status(conn: &mut Connection) -> redis::RedisResult<(Option<String>, i64, i64, Option<i64>)> {
+    redis::Script::new(RE_STATUS)
+        .key(LOCK)
+        .key(FENCE)
+        .invoke(conn)
+}
+
+#[test]
+fn reentrant_status_reads_owner_holds_and_fence_and_writes_nothing() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    assert_eq!(re_status(&mut conn).unwrap(), (None, 0, -2, None));
+    let (_, fence) = re_acquire(&mut conn, "o", "1", 10_000);
+    re_acquire(&mut conn, "o", "2", 10_000);
+    let before = stored(&mut conn);
+    let (owner, holds, pttl, stored_fence) = re_status(&mut conn).unwrap();
+    assert_eq!(stored(&mut conn).0, before.0);
+    assert_eq!(
+        (owner.as_deref(), holds, stored_fence),
+        (Some("o"), 2, Some(fence))
+    );
+    assert!(pttl > 0 && pttl <= 10_000);
+    re_release(&mut conn, "o", "1");
+    re_release(&mut conn, "o", "2");
+    assert_eq!(re_status(&mut conn).unwrap(), (None, 0, -2, Some(fence)));
+
+    let _: () = conn.rpush(LOCK, "x").unwrap();
+    let err = re_status(&mut conn).unwrap_err();
+    assert_eq!(err.code(), Some("WRONGTYPE"));
+    let len: i64 = conn.llen(LOCK).unwrap();
+    assert_eq!(len, 1);
+}

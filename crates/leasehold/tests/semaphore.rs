@@ -223,3 +223,91 @@ async fn permits_are_renewed_have_ttls_and_go_back_when_dropped() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+#[tokio::test]
+async fn status_counts_live_permits_only_and_changes_nothing() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    // No renewals: nothing but the calls under test touches the key.
+    let sem = client
+        .semaphore("exports", 3)
+        .ttl(Duration::from_secs(60))
+        .watchdog(false);
+
+    let free = sem.status().await.unwrap();
+    assert_eq!(free.name, "exports");
+    assert_eq!((free.permits, free.held, free.fence), (None, 0, None));
+    assert!(free.holders.is_empty());
+
+    let short = sem
+        .clone()
+        .ttl(Duration::from_secs(2))
+        .acquire()
+        .await
+        .unwrap();
+    let long = sem.acquire().await.unwrap();
+    let status = sem.status().await.unwrap();
+    assert_eq!((status.permits, status.held), (Some(3), 2), "{status:?}");
+    let shown: Vec<&str> = status.holders.iter().map(|h| h.holder.as_str()).collect();
+    assert_eq!(
+        shown,
+        [&short.token()[..8], &long.token()[..8]],
+        "soonest first"
+    );
+    let left = status.holders[1].remaining;
+    assert!(
+        left > Duration::from_secs(30) && left <= Duration::from_secs(60),
+        "{left:?}"
+    );
+    assert_eq!(status.fence, Some(long.fence()));
+
+    // The short permit's lease ends; its entry stays until the next change,
+    // and status neither counts nor removes it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = common::snapshot(&server, KEY);
+    let status = sem.status().await.unwrap();
+    let after = common::snapshot(&server, KEY);
+    assert_eq!(after.0, before.0, "the set changed");
+    assert!(after.1 <= before.1, "the expiry grew");
+    assert_eq!(permits(&server).len(), 2, "the expired permit was pruned");
+    assert_eq!((status.permits, status.held), (Some(3), 1), "{status:?}");
+    assert_eq!(status.holders.len(), 1);
+    assert_eq!(status.holders[0].holder, long.token()[..8]);
+    drop((short, long));
+}
+
+#[tokio::test]
+async fn status_of_a_key_of_another_type_is_wrong_type_and_changes_nothing() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let _: () = server.connection().hset(KEY, "f", "v").unwrap();
+    let before = common::snapshot(&server, KEY);
+    match client.semaphore("exports", 2).status().await {
+        Err(Error::WrongType { key }) => assert_eq!(key, KEY),
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+    assert_eq!(common::snapshot(&server, KEY), before);
+
+    // An RwLock's set has the same Redis type, but not a semaphore's members.
+    let read = client.rw_lock("shared").read().await.unwrap();
+    let rw_key = "leasehold:{shared}:lock";
+    let before: Vec<(String, i64)> = server
+        .connection()
+        .zrange_withscores(rw_key, 0, -1)
+        .unwrap();
+    match client.semaphore("shared", 2).status().await {
+        Err(Error::WrongType { key }) => assert_eq!(key, rw_key),
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+    let after: Vec<(String, i64)> = server
+        .connection()
+        .zrange_withscores(rw_key, 0, -1)
+        .unwrap();
+    assert_eq!(after, before);
+    let permit = client.semaphore("counted", 2).acquire().await.unwrap();
+    match client.rw_lock("counted").status().await {
+        Err(Error::WrongType { key }) => assert_eq!(key, "leasehold:{counted}:lock"),
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+    drop((read, permit));
+}

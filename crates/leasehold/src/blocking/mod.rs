@@ -30,7 +30,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::lock::LockStatus;
 
 /// The runtime a blocking client and its guards share.
 #[derive(Clone)]
@@ -375,7 +374,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     #[track_caller]
-    pub fn list(&self, pattern: &str) -> Result<Vec<LockStatus>> {
+    pub fn list(&self, pattern: &str) -> Result<Vec<crate::LockStatus>> {
         self.rt.block_on(self.inner.list(pattern))
     }
 
@@ -635,6 +634,37 @@ macro_rules! blocking_acquire {
     };
 }
 
+/// A blocking `status` method calling the async one of `$handle`, with its docs.
+macro_rules! blocking_status {
+    ($handle:ident, $status:ident, $example:literal) => {
+        #[doc = concat!(
+                                            "Reads who holds it; changes nothing. See [`crate::",
+                                            stringify!($handle),
+                                            "::status`]."
+                                        )]
+        ///
+        /// # Errors
+        ///
+        /// As the async method.
+        ///
+        /// # Panics
+        ///
+        /// Inside an async runtime.
+        ///
+        /// # Example
+        ///
+        /// ```no_run
+        /// # fn run(client: leasehold::blocking::Client) -> Result<(), leasehold::Error> {
+        #[doc = $example]
+        /// # Ok(()) }
+        /// ```
+        #[track_caller]
+        pub fn status(&self) -> Result<crate::$status> {
+            self.rt.block_on(self.inner.status())
+        }
+    };
+}
+
 blocking_handle!(Lock, Lock, "blocking::Client::lock");
 blocking_guard!(
     LockGuard,
@@ -704,27 +734,11 @@ impl Lock {
         self.rt.block_on(self.inner.extend_by_token(token, ttl))
     }
 
-    /// Reads who holds the lock; see [`crate::Lock::status`].
-    ///
-    /// # Errors
-    ///
-    /// As the async method.
-    ///
-    /// # Panics
-    ///
-    /// Inside an async runtime.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn run(client: leasehold::blocking::Client) -> Result<(), leasehold::Error> {
-    /// println!("{:?}", client.lock("deploy").status()?.remaining);
-    /// # Ok(()) }
-    /// ```
-    #[track_caller]
-    pub fn status(&self) -> Result<LockStatus> {
-        self.rt.block_on(self.inner.status())
-    }
+    blocking_status!(
+        Lock,
+        LockStatus,
+        "println!(\"{:?}\", client.lock(\"deploy\").status()?.remaining);"
+    );
 }
 
 impl LockGuard {
@@ -760,6 +774,11 @@ impl ReentrantLock {
         ReentrantGuard,
         "Takes a hold if the lock is free or this owner's, without waiting.",
         "let maybe = client.reentrant_lock(\"orders:42\").try_acquire()?;"
+    );
+    blocking_status!(
+        ReentrantLock,
+        ReentrantStatus,
+        "println!(\"{:?}\", client.reentrant_lock(\"orders:42\").status()?.owner);"
     );
 }
 
@@ -802,6 +821,11 @@ impl RwLock {
         WriteGuard,
         "Takes the write hold without waiting: `Ok(None)` while another owner holds it.",
         "let maybe = client.rw_lock(\"catalog\").try_write()?;"
+    );
+    blocking_status!(
+        RwLock,
+        RwLockStatus,
+        "println!(\"{:?}\", client.rw_lock(\"catalog\").status()?.reader_count);"
     );
 }
 
@@ -852,6 +876,12 @@ impl Semaphore {
         Permit,
         "Takes a permit if one is free, without waiting: `Ok(None)` when all are held.",
         "let maybe = client.semaphore(\"exports\", 4).try_acquire()?;"
+    );
+
+    blocking_status!(
+        Semaphore,
+        SemaphoreStatus,
+        "println!(\"{:?}\", client.semaphore(\"exports\", 4).status()?.held);"
     );
 
     /// The number of permits this handle counts.
@@ -923,26 +953,9 @@ impl FairLock {
         self.rt.block_on(self.inner.extend_by_token(token, ttl))
     }
 
-    /// Reads who holds the lock and how many wait for it; see
-    /// [`crate::FairLock::status`].
-    ///
-    /// # Errors
-    ///
-    /// As the async method.
-    ///
-    /// # Panics
-    ///
-    /// Inside an async runtime.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn run(client: leasehold::blocking::Client) -> Result<(), leasehold::Error> {
-    /// println!("{} waiting", client.fair_lock("payouts").status()?.waiters);
-    /// # Ok(()) }
-    /// ```
-    #[track_caller]
-    pub fn status(&self) -> Result<LockStatus> {
-        self.rt.block_on(self.inner.status())
-    }
+    blocking_status!(
+        FairLock,
+        LockStatus,
+        "println!(\"{} waiting\", client.fair_lock(\"payouts\").status()?.waiters);"
+    );
 }

@@ -37,6 +37,9 @@ static RW_DOWNGRADE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("rw_downgrade.lua")));
 static SEM_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("sem_acquire.lua")));
+static RW_STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("rw_status.lua")));
+static REENTRANT_STATUS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("reentrant_status.lua")));
 
 /// How long the fence key outlives its last acquisition. After it expires
 /// the server clock alone keeps fences increasing.
@@ -158,10 +161,22 @@ async fn acquire_reply(
     keys: &LockKeys,
     lock_type: &str,
 ) -> Result<Acquire> {
+    invoke_typed(backend, invocation, keys, lock_type)
+        .await
+        .map(Acquire::from_pair)
+}
+
+/// Runs a script that reads the lock key (of type `lock_type`) and the
+/// fence key; a WRONGTYPE reply names the key that has the wrong type.
+async fn invoke_typed<T: redis::FromRedisValue>(
+    backend: &Backend,
+    invocation: &redis::ScriptInvocation<'_>,
+    keys: &LockKeys,
+    lock_type: &str,
+) -> Result<T> {
     match backend.invoke(invocation, &keys.lock).await {
         Err(Error::WrongType { .. }) => Err(which_wrong_type(backend, keys, lock_type).await),
-        Ok(pair) => Ok(Acquire::from_pair(pair)),
-        Err(e) => Err(e),
+        other => other,
     }
 }
 
@@ -394,12 +409,9 @@ pub(crate) async fn rw_acquire(
         .arg(millis(ttl))
         .arg(millis(FENCE_KEY_TTL.max(ttl * 2)))
         .arg(if waits { "1" } else { "0" });
-    let reply = backend.invoke::<(i64, i64)>(&invocation, &keys.lock).await;
-    match reply {
-        Err(Error::WrongType { .. }) => Err(which_wrong_type(backend, keys, "zset").await),
-        Ok((-1, _)) => Ok(RwAcquire::Upgrade),
-        Ok(pair) => Ok(RwAcquire::Lock(Acquire::from_pair(pair))),
-        Err(e) => Err(e),
+    match invoke_typed::<(i64, i64)>(backend, &invocation, keys, "zset").await? {
+        (-1, _) => Ok(RwAcquire::Upgrade),
+        pair => Ok(RwAcquire::Lock(Acquire::from_pair(pair))),
     }
 }
 
@@ -456,12 +468,9 @@ pub(crate) async fn sem_acquire(
         .arg(hold)
         .arg(millis(ttl))
         .arg(millis(FENCE_KEY_TTL.max(ttl * 2)));
-    let reply = backend.invoke::<(i64, i64)>(&invocation, &keys.lock).await;
-    match reply {
-        Err(Error::WrongType { .. }) => Err(which_wrong_type(backend, keys, "zset").await),
-        Ok((-1, theirs)) => Ok(SemAcquire::Mismatch(u64::try_from(theirs).unwrap_or(0))),
-        Ok(pair) => Ok(SemAcquire::Lock(Acquire::from_pair(pair))),
-        Err(e) => Err(e),
+    match invoke_typed::<(i64, i64)>(backend, &invocation, keys, "zset").await? {
+        (-1, theirs) => Ok(SemAcquire::Mismatch(u64::try_from(theirs).unwrap_or(0))),
+        pair => Ok(SemAcquire::Lock(Acquire::from_pair(pair))),
     }
 }
 
@@ -530,6 +539,85 @@ pub(crate) async fn lock_status(backend: &Backend, keys: &LockKeys) -> Result<St
     })
 }
 
+/// The most entries of one kind [`rw_status`] lists (it counts them all):
+/// enough to see who holds, small enough for one reply.
+pub(crate) const STATUS_MOST_ENTRIES: usize = 100;
+
+/// The live entries of an RwLock or a semaphore, from [`rw_status`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SetStatus {
+    /// The last fencing token issued.
+    pub(crate) fence: Option<u64>,
+    /// The entries, grouped by the text before the first `:` of their
+    /// member: an RwLock's kind (`r`, `w`, `i`), a semaphore's permits.
+    pub(crate) groups: Vec<EntryGroup>,
+}
+
+/// Live entries whose members start alike, from [`rw_status`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct EntryGroup {
+    /// What their members start with, up to the first `:`.
+    pub(crate) prefix: String,
+    /// How many there are.
+    pub(crate) count: usize,
+    /// The first [`STATUS_MOST_ENTRIES`] of them, soonest to expire first:
+    /// the rest of the member (after `prefix:`) and the time left.
+    pub(crate) entries: Vec<(String, Duration)>,
+}
+
+/// Reads the live entries of an RwLock or a semaphore and the last fence;
+/// changes nothing (expired entries are skipped, not pruned).
+pub(crate) async fn rw_status(backend: &Backend, keys: &LockKeys) -> Result<SetStatus> {
+    type Group = (String, usize, Vec<(String, u64)>);
+    let mut invocation = RW_STATUS.prepare_invoke();
+    invocation
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .arg(STATUS_MOST_ENTRIES);
+    let (fence, groups): (Option<u64>, Vec<Group>) =
+        invoke_typed(backend, &invocation, keys, "zset").await?;
+    let groups = groups
+        .into_iter()
+        .map(|(prefix, count, entries)| EntryGroup {
+            prefix,
+            count,
+            entries: entries
+                .into_iter()
+                .map(|(rest, left)| (rest, Duration::from_millis(left)))
+                .collect(),
+        })
+        .collect();
+    Ok(SetStatus { fence, groups })
+}
+
+/// A reentrant lock's state as stored, from [`reentrant_status`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ReentrantState {
+    /// The owner id.
+    pub(crate) owner: Option<String>,
+    /// The owner's holds.
+    pub(crate) holds: usize,
+    /// The lock's remaining time, if held with an expiry.
+    pub(crate) remaining: Option<Duration>,
+    /// The owner's fence while held, else the last one issued.
+    pub(crate) fence: Option<u64>,
+}
+
+/// Reads a reentrant lock's owner, holds, remaining lease and fence;
+/// changes nothing.
+pub(crate) async fn reentrant_status(backend: &Backend, keys: &LockKeys) -> Result<ReentrantState> {
+    let mut invocation = REENTRANT_STATUS.prepare_invoke();
+    invocation.key(&keys.lock).key(&keys.fence);
+    let (owner, holds, pttl, fence): (Option<String>, usize, i64, Option<u64>) =
+        invoke_typed(backend, &invocation, keys, "hash").await?;
+    Ok(ReentrantState {
+        owner,
+        holds,
+        remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
+        fence,
+    })
+}
+
 /// How many connections listen for the releases of the lock whose release
 /// channel is `channel` (clients waiting for it, or that did so in the last
 /// seconds): those on the channel itself, and one per hand-off channel
@@ -583,7 +671,7 @@ pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
-/// The acquire scripts read two keys; find out which one has the wrong type
+/// The acquire and status scripts read two keys; find out which one has the wrong type
 /// (only on this error path, so the hot path stays one call). The lock key
 /// should be of type `expected`; the fence key is always a string.
 async fn which_wrong_type(backend: &Backend, keys: &LockKeys, expected: &str) -> Error {

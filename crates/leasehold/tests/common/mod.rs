@@ -15,6 +15,15 @@ pub async fn client(server: &RedisServer) -> Client {
         .expect("connect to the test server")
 }
 
+/// `key` as stored (`DUMP`; `None` when missing) and its remaining time in
+/// ms (`PTTL`), to show that a call left it exactly as it was.
+pub fn snapshot(server: &RedisServer, key: &str) -> (Option<Vec<u8>>, i64) {
+    let mut con = server.connection();
+    let dump: Option<Vec<u8>> = redis::cmd("DUMP").arg(key).query(&mut con).unwrap();
+    let pttl: i64 = redis::cmd("PTTL").arg(key).query(&mut con).unwrap();
+    (dump, pttl)
+}
+
 /// Lock, ReentrantLock and RwLock on `client`, under names starting with `tag`.
 pub async fn lock_suite(client: &Client, tag: &str) {
     // Lock: exclusive, fenced, owner-checked.
