@@ -364,11 +364,9 @@ async fn renewal_takes_back_the_copies_of_nodes_that_restarted_empty() {
     let guard = client.lock("retake").ttl(ttl).acquire().await.unwrap();
     let ours = Some(guard.token().to_owned());
     // The fastest quorum decided the acquisition; the others follow.
-    common::wait_until(
-        "all five nodes hold the lease",
-        Duration::from_secs(5),
-        || servers.iter().all(|s| lock_value(s, "retake") == ours),
-    )
+    common::wait_until("all five nodes hold the lease", || {
+        servers.iter().all(|s| lock_value(s, "retake") == ours)
+    })
     .await;
     // Three restarts without persistence, one at a time: each time the
     // nodes that still hold the lease renew it and the restarted one takes
@@ -376,11 +374,9 @@ async fn renewal_takes_back_the_copies_of_nodes_that_restarted_empty() {
     // lease would be lost.
     for (i, server) in servers.iter_mut().take(3).enumerate() {
         server.restart_without_persistence();
-        common::wait_until(
-            &format!("restarted node {i} holds the lease again"),
-            Duration::from_secs(5),
-            || lock_value(server, "retake") == ours,
-        )
+        common::wait_until(&format!("restarted node {i} holds the lease again"), || {
+            lock_value(server, "retake") == ours
+        })
         .await;
         assert!(!guard.is_lost(), "lost after restart {i}");
     }
@@ -397,11 +393,9 @@ async fn a_lease_the_quorum_no_longer_holds_is_never_taken_back() {
     let ttl = Duration::from_millis(900);
     let guard = client.lock("lapsed").ttl(ttl).acquire().await.unwrap();
     let ours = Some(guard.token().to_owned());
-    common::wait_until(
-        "all five nodes hold the lease",
-        Duration::from_secs(5),
-        || servers.iter().all(|s| lock_value(s, "lapsed") == ours),
-    )
+    common::wait_until("all five nodes hold the lease", || {
+        servers.iter().all(|s| lock_value(s, "lapsed") == ours)
+    })
     .await;
     // The lease vanishes from a majority (as if it lapsed there): the next
     // renewal must report it lost, not recreate it on those nodes.
@@ -424,11 +418,9 @@ async fn status_reports_how_long_a_quorum_holds_not_the_shortest_node() {
     let lock = client.lock("status").ttl(Duration::from_secs(20));
     let guard = lock.acquire().await.unwrap();
     let ours = Some(guard.token().to_owned());
-    common::wait_until(
-        "all five nodes hold the lease",
-        Duration::from_secs(5),
-        || servers.iter().all(|s| lock_value(s, "status") == ours),
-    )
+    common::wait_until("all five nodes hold the lease", || {
+        servers.iter().all(|s| lock_value(s, "status") == ours)
+    })
     .await;
     // Two nodes missed an extension: their copies end much sooner.
     for server in &servers[..2] {

@@ -19,14 +19,6 @@ fn entries(server: &RedisServer) -> Vec<(String, i64)> {
     server.connection().zrange_withscores(KEY, 0, -1).unwrap()
 }
 
-async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 #[tokio::test]
 async fn eight_readers_then_a_writer_that_holds_back_new_readers() {
     let server = RedisServer::start();
@@ -55,7 +47,7 @@ async fn eight_readers_then_a_writer_that_holds_back_new_readers() {
             (Instant::now(), guard)
         })
     };
-    wait_until("the writer waits", || {
+    common::wait_until("the writer waits", || {
         entries(&server).iter().any(|(m, _)| m.starts_with("i:"))
     })
     .await;
@@ -450,7 +442,7 @@ async fn a_writer_that_gives_up_or_dies_stops_holding_back_readers() {
         .owner("w")
         .wait(Duration::from_millis(300));
     assert!(matches!(writer.write().await, Err(Error::Timeout { .. })));
-    wait_until("the block is withdrawn", || {
+    common::wait_until("the block is withdrawn", || {
         entries(&server).iter().all(|(m, _)| !m.starts_with("i:"))
     })
     .await;
@@ -476,7 +468,7 @@ async fn a_writer_that_gives_up_or_dies_stops_holding_back_readers() {
             .wait(Duration::from_secs(30));
         tokio::spawn(async move { lock.write().await })
     };
-    wait_until("the writer waits", || {
+    common::wait_until("the writer waits", || {
         entries(&server).iter().any(|(m, _)| m.starts_with("i:"))
     })
     .await;
@@ -614,7 +606,7 @@ async fn status_shows_the_writer_live_readers_and_waiting_writers_and_changes_no
         .owner("waiting-writer")
         .wait(Duration::from_secs(60));
     let waiter = tokio::spawn(async move { waiting.write().await });
-    wait_until("the writer waits", || {
+    common::wait_until("the writer waits", || {
         entries(&server).iter().any(|(m, _)| m.starts_with("i:"))
     })
     .await;
@@ -626,7 +618,7 @@ async fn status_shows_the_writer_live_readers_and_waiting_writers_and_changes_no
     assert!(within_ttl(status.readers[0].remaining), "{status:?}");
     assert_eq!(status.fence, Some(long.fence()));
     waiter.abort();
-    wait_until("the writer withdrew", || {
+    common::wait_until("the writer withdrew", || {
         !entries(&server).iter().any(|(m, _)| m.starts_with("i:"))
     })
     .await;

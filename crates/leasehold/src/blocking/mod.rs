@@ -634,6 +634,57 @@ macro_rules! blocking_acquire {
     };
 }
 
+/// Blocking `release_by_token` and `extend_by_token` calling the async ones
+/// of `$handle`, with their docs; `$make` is example code yielding a handle.
+macro_rules! blocking_by_token {
+    ($handle:ident, $make:literal) => {
+        #[doc = concat!("Releases the lease held under `token`; see [`crate::", stringify!($handle), "::release_by_token`].")]
+        ///
+        /// # Errors
+        ///
+        /// As the async method.
+        ///
+        /// # Panics
+        ///
+        /// Inside an async runtime.
+        ///
+        /// # Example
+        ///
+        /// ```no_run
+        /// # fn run(client: leasehold::blocking::Client, token: String) -> Result<(), leasehold::Error> {
+        #[doc = concat!($make, ".release_by_token(&token)?;")]
+        /// # Ok(()) }
+        /// ```
+        #[track_caller]
+        pub fn release_by_token(&self, token: &str) -> Result<()> {
+            self.rt.block_on(self.inner.release_by_token(token))
+        }
+
+        #[doc = concat!("Sets the lease held under `token` to end `ttl` from now; see [`crate::", stringify!($handle), "::extend_by_token`].")]
+        ///
+        /// # Errors
+        ///
+        /// As the async method.
+        ///
+        /// # Panics
+        ///
+        /// Inside an async runtime.
+        ///
+        /// # Example
+        ///
+        /// ```no_run
+        /// # fn run(client: leasehold::blocking::Client, token: String) -> Result<(), leasehold::Error> {
+        /// use std::time::Duration;
+        #[doc = concat!($make, ".extend_by_token(&token, Duration::from_secs(60))?;")]
+        /// # Ok(()) }
+        /// ```
+        #[track_caller]
+        pub fn extend_by_token(&self, token: &str, ttl: Duration) -> Result<()> {
+            self.rt.block_on(self.inner.extend_by_token(token, ttl))
+        }
+    };
+}
+
 /// A blocking `status` method calling the async one of `$handle`, with its docs.
 macro_rules! blocking_status {
     ($handle:ident, $status:ident, $example:literal) => {
@@ -687,52 +738,7 @@ impl Lock {
         "let maybe = client.lock(\"orders:42\").try_acquire()?;"
     );
 
-    /// Releases the lease held under `token`; see
-    /// [`crate::Lock::release_by_token`].
-    ///
-    /// # Errors
-    ///
-    /// As the async method.
-    ///
-    /// # Panics
-    ///
-    /// Inside an async runtime.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn run(client: leasehold::blocking::Client, token: String) -> Result<(), leasehold::Error> {
-    /// client.lock("deploy").release_by_token(&token)?;
-    /// # Ok(()) }
-    /// ```
-    #[track_caller]
-    pub fn release_by_token(&self, token: &str) -> Result<()> {
-        self.rt.block_on(self.inner.release_by_token(token))
-    }
-
-    /// Sets the lease held under `token` to end `ttl` from now; see
-    /// [`crate::Lock::extend_by_token`].
-    ///
-    /// # Errors
-    ///
-    /// As the async method.
-    ///
-    /// # Panics
-    ///
-    /// Inside an async runtime.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn run(client: leasehold::blocking::Client, token: String) -> Result<(), leasehold::Error> {
-    /// use std::time::Duration;
-    /// client.lock("deploy").extend_by_token(&token, Duration::from_secs(60))?;
-    /// # Ok(()) }
-    /// ```
-    #[track_caller]
-    pub fn extend_by_token(&self, token: &str, ttl: Duration) -> Result<()> {
-        self.rt.block_on(self.inner.extend_by_token(token, ttl))
-    }
+    blocking_by_token!(Lock, "client.lock(\"deploy\")");
 
     blocking_status!(
         Lock,
@@ -906,52 +912,7 @@ impl FairLock {
         "let maybe = client.fair_lock(\"payouts\").try_acquire()?;"
     );
 
-    /// Releases the lease held under `token` and hands the lock to the next
-    /// waiter in line; see [`crate::FairLock::release_by_token`].
-    ///
-    /// # Errors
-    ///
-    /// As the async method.
-    ///
-    /// # Panics
-    ///
-    /// Inside an async runtime.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn run(client: leasehold::blocking::Client, token: String) -> Result<(), leasehold::Error> {
-    /// client.fair_lock("payouts").release_by_token(&token)?;
-    /// # Ok(()) }
-    /// ```
-    #[track_caller]
-    pub fn release_by_token(&self, token: &str) -> Result<()> {
-        self.rt.block_on(self.inner.release_by_token(token))
-    }
-
-    /// Sets the lease held under `token` to end `ttl` from now; see
-    /// [`crate::FairLock::extend_by_token`].
-    ///
-    /// # Errors
-    ///
-    /// As the async method.
-    ///
-    /// # Panics
-    ///
-    /// Inside an async runtime.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn run(client: leasehold::blocking::Client, token: String) -> Result<(), leasehold::Error> {
-    /// use std::time::Duration;
-    /// client.fair_lock("payouts").extend_by_token(&token, Duration::from_secs(60))?;
-    /// # Ok(()) }
-    /// ```
-    #[track_caller]
-    pub fn extend_by_token(&self, token: &str, ttl: Duration) -> Result<()> {
-        self.rt.block_on(self.inner.extend_by_token(token, ttl))
-    }
+    blocking_by_token!(FairLock, "client.fair_lock(\"payouts\")");
 
     blocking_status!(
         FairLock,
