@@ -381,9 +381,11 @@ async fn renewal_takes_back_the_copies_of_nodes_that_restarted_empty() {
         assert!(!guard.is_lost(), "lost after restart {i}");
     }
     guard.release().await.unwrap();
-    for server in &servers {
-        assert_eq!(lock_value(server, "retake"), None);
-    }
+    // Decided by the fastest quorum; the others are released just after.
+    common::wait_until("every node is released", || {
+        servers.iter().all(|s| lock_value(s, "retake").is_none())
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -411,6 +411,9 @@ pub(crate) async fn rw_acquire(
         .arg(if waits { "1" } else { "0" });
     match invoke_typed::<(i64, i64)>(backend, &invocation, keys, "zset").await? {
         (-1, _) => Ok(RwAcquire::Upgrade),
+        (-2, _) => Err(Error::WrongType {
+            key: keys.lock.clone(),
+        }),
         pair => Ok(RwAcquire::Lock(Acquire::from_pair(pair))),
     }
 }
@@ -470,6 +473,9 @@ pub(crate) async fn sem_acquire(
         .arg(millis(FENCE_KEY_TTL.max(ttl * 2)));
     match invoke_typed::<(i64, i64)>(backend, &invocation, keys, "zset").await? {
         (-1, theirs) => Ok(SemAcquire::Mismatch(u64::try_from(theirs).unwrap_or(0))),
+        (-2, _) => Err(Error::WrongType {
+            key: keys.lock.clone(),
+        }),
         pair => Ok(SemAcquire::Lock(Acquire::from_pair(pair))),
     }
 }

@@ -5,7 +5,8 @@
 -- ARGV[5] fence key ttl in ms   ARGV[6] '1' if a blocked writer waits (leaves an 'i' entry)
 -- Returns {1, fence} when the hold is taken, {0, ms} when blocked (ms: until the first
 -- blocking entry expires), {-1, 0} for a write by an owner that holds only reads (an upgrade,
--- refused: two upgrading readers would wait for each other forever).
+-- refused: two upgrading readers would wait for each other forever), {-2, 0} when the set
+-- belongs to another kind of lock (a semaphore's: nothing is written).
 -- Holds of the same owner never block each other (reentrancy; a writer may also read). A
 -- writer that is blocked leaves an 'i' entry lasting ttl, renewed by its retries: while it
 -- lives, owners that hold nothing yet cannot start reading. Every entry expires on its own
@@ -14,6 +15,11 @@ local key, mode, owner = KEYS[1], ARGV[1], ARGV[2]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[4])
+-- A semaphore's set has the same type; its members start with a number, not a kind.
+local first = redis.call('ZRANGE', key, 0, 0)[1]
+if first and not string.find(first, '^[rwi]:[^:]*:') then
+  return {-2, 0}
+end
 -- Fails on a key of another type before anything is written.
 redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
 local mine_r, mine_w = false, false

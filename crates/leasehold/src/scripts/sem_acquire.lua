@@ -5,21 +5,26 @@
 -- ARGV[4] fence key ttl in ms
 -- Returns {1, fence} when the permit is taken (or was already this hold's: a retry after a
 -- lost reply), {0, ms} when all N are held (ms: until the first of them expires), {-1, n}
--- when live permits were taken by clients that count n permits, not N (nothing is written).
+-- when live permits were taken by clients that count n permits, not N, {-2, 0} when the set
+-- belongs to another kind of lock (an RwLock's); nothing is written in either case.
 -- Every permit is its own lease: expired ones are pruned here, and the key expires with
 -- the last. N travels in each member, so it lives exactly as long as a permit does: once
 -- every permit is gone, the next caller's N counts.
 local key, permits = KEYS[1], ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- Fails on a key of another type before anything is written.
+-- An RwLock's set has the same type; its members start with a kind letter, not a number.
+-- (ZRANGE also fails on a key of another type before anything is written.)
+local oldest = redis.call('ZRANGE', key, 0, 0)[1]
+if oldest and not string.find(oldest, '^%d+:') then
+  return {-2, 0}
+end
 redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
 local first = redis.call('ZRANGE', key, 0, 0)[1]
 if first then
-  local colon = string.find(first, ':', 1, true)
-  local theirs = colon and string.sub(first, 1, colon - 1) or ''
+  local theirs = string.sub(first, 1, string.find(first, ':', 1, true) - 1)
   if theirs ~= permits then
-    return {-1, tonumber(theirs) or 0}
+    return {-1, tonumber(theirs)}
   end
 end
 local member = permits .. ':' .. ARGV[2]
