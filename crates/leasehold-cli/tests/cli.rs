@@ -1011,6 +1011,8 @@ fn status_shows_the_readers_of_a_read_write_lock_and_the_holders_of_a_semaphore(
         let ms = ms.as_u64().expect("remaining_ms");
         ms > 30_000 && ms <= 60_000
     };
+    // Both holders hold once their token files are written.
+    let (r_token, p_token) = (token("r"), token("p"));
 
     for flag in ["--read", "--write"] {
         let out = run_on(&urls, &["--json", "status", "rw", flag]);
@@ -1020,7 +1022,7 @@ fn status_shows_the_readers_of_a_read_write_lock_and_the_holders_of_a_semaphore(
         assert_eq!(status["writer"], Value::Null, "{status}");
         assert_eq!(status["reader_count"], 1, "{status}");
         assert_eq!(status["waiting_writers"], 0, "{status}");
-        assert_eq!(status["readers"][0]["holder"], token("r")[..8], "{status}");
+        assert_eq!(status["readers"][0]["holder"], r_token[..8], "{status}");
         assert!(
             within_ttl(&status["readers"][0]["remaining_ms"]),
             "{status}"
@@ -1030,14 +1032,14 @@ fn status_shows_the_readers_of_a_read_write_lock_and_the_holders_of_a_semaphore(
     let out = run_on(&urls, &["status", "rw", "--read"]);
     assert_eq!(out.code(), 0, "{out:?}");
     assert!(out.stdout.contains("1 read hold(s)"), "{out:?}");
-    assert!(out.stdout.contains(&token("r")[..8]), "{out:?}");
+    assert!(out.stdout.contains(&r_token[..8]), "{out:?}");
 
     let out = run_on(&urls, &["--json", "status", "sem", "--permits", "3"]);
     assert_eq!(out.code(), 0, "{out:?}");
     let status = out.json();
     assert_eq!(status["permits"], 3, "{status}");
     assert_eq!(status["held"], 1, "{status}");
-    assert_eq!(status["holders"][0]["holder"], token("p")[..8], "{status}");
+    assert_eq!(status["holders"][0]["holder"], p_token[..8], "{status}");
     assert!(
         within_ttl(&status["holders"][0]["remaining_ms"]),
         "{status}"
