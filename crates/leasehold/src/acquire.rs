@@ -203,7 +203,7 @@ impl PendingAttempt<'_, '_> {
         };
         let acked = inner
             .servers
-            .wait_replicas(&t.keys.lock, needed, timeout)
+            .wait_replicas(t.keys.lock(), needed, timeout)
             .await?;
         if acked >= needed {
             return Ok(());
@@ -290,7 +290,7 @@ impl Handle {
             hold,
             ttl: self.ttl,
             queues: handoff.is_some(),
-            channel: handoff.unwrap_or_else(|| self.keys.channel.clone()),
+            channel: handoff.unwrap_or_else(|| self.keys.channel().to_owned()),
         }
     }
 

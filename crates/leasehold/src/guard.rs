@@ -82,7 +82,7 @@ impl Held {
         }
         let sent = Instant::now();
         let extension = Extension {
-            key: &self.lease.keys.lock,
+            key: self.lease.keys.lock(),
             hold: &self.lease.hold,
             ttl,
         };

@@ -151,7 +151,7 @@ impl Lock {
     pub async fn extend_by_token(&self, token: &str, ttl: Duration) -> Result<()> {
         self.clone().ttl(ttl).h.validate()?;
         let extension = Extension {
-            key: &self.h.keys.lock,
+            key: self.h.keys.lock(),
             hold: token,
             ttl,
         };
@@ -200,7 +200,7 @@ impl Lock {
         let servers = &self.h.client.inner.servers;
         let stored = servers.lock_status(&self.h.keys).await?;
         let waiting_clients = match servers.single("status") {
-            Ok(backend) => scripts::subscribers(backend, &self.h.keys.channel).await?,
+            Ok(backend) => scripts::subscribers(backend, self.h.keys.channel()).await?,
             Err(_) => 0,
         };
         Ok(LockStatus {

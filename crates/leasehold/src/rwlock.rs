@@ -229,7 +229,7 @@ impl RwLock {
                 // A semaphore's set has the same shape; its members start with a number.
                 _ => {
                     return Err(Error::WrongType {
-                        key: self.h.keys.lock.clone(),
+                        key: self.h.keys.lock().to_owned(),
                     });
                 }
             }

@@ -151,7 +151,7 @@ impl Semaphore {
             .map(|g| g.prefix.parse::<u32>())
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(|_| Error::WrongType {
-                key: self.h.keys.lock.clone(),
+                key: self.h.keys.lock().to_owned(),
             })?;
         let holders = stored.groups.iter().flat_map(|g| &g.entries);
         Ok(SemaphoreStatus {

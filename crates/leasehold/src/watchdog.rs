@@ -126,7 +126,7 @@ impl State {
             Command::Untrack(id) => self.untrack(id),
             Command::Release { kind, keys, hold } => {
                 if let Err(e) = self.servers.release(kind, &keys, &hold).await {
-                    tracing::warn!(key = %keys.lock, error = %e,
+                    tracing::warn!(key = %keys.lock(), error = %e,
                         "background release failed; the lease will expire by its TTL");
                 }
             }
@@ -176,10 +176,10 @@ impl State {
         }
         // On a cluster one call may only touch keys of one slot.
         let cluster = self.servers.is_cluster();
-        due.sort_by_key(|(lease, _)| (lease.kind, cluster.then(|| slot(&lease.keys.lock))));
+        due.sort_by_key(|(lease, _)| (lease.kind, cluster.then(|| slot(lease.keys.lock()))));
         let batches: Vec<&[(Arc<Lease>, Snapshot)]> = due
             .chunk_by(|(a, _), (b, _)| {
-                a.kind == b.kind && (!cluster || slot(&a.keys.lock) == slot(&b.keys.lock))
+                a.kind == b.kind && (!cluster || slot(a.keys.lock()) == slot(b.keys.lock()))
             })
             .flat_map(|same_kind| same_kind.chunks(MAX_BATCH))
             .collect();
@@ -242,7 +242,7 @@ async fn renew_batch(
     let extensions: Vec<Extension<'_>> = batch
         .iter()
         .map(|(lease, snap)| Extension {
-            key: &lease.keys.lock,
+            key: lease.keys.lock(),
             hold: &lease.hold,
             ttl: snap.ttl,
         })
@@ -260,8 +260,8 @@ mod tests {
         // Every key of one lock shares a slot; different names spread out.
         let a = LockKeys::new("leasehold", "orders:1");
         let b = LockKeys::new("leasehold", "orders:2");
-        assert_eq!(slot(&a.lock), slot(&a.fence));
-        assert_eq!(slot(&a.lock), slot(&a.channel));
-        assert_ne!(slot(&a.lock), slot(&b.lock));
+        assert_eq!(slot(a.lock()), slot(a.fence()));
+        assert_eq!(slot(a.lock()), slot(a.channel()));
+        assert_ne!(slot(a.lock()), slot(b.lock()));
     }
 }

@@ -154,7 +154,7 @@ impl Backend {
     /// The channel on which leases of the lock `keys` handed to this
     /// connection's waiters are announced.
     pub(crate) fn handoff_channel(&self, keys: &crate::key::LockKeys) -> String {
-        format!("{}:{}", keys.channel, self.id)
+        format!("{}:{}", keys.channel(), self.id)
     }
 
     /// Connects to `url` and checks the server answers (and accepts the

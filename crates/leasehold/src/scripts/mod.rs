@@ -119,7 +119,7 @@ pub(crate) enum Spread {
     Quorum,
 }
 
-/// Takes the lease `keys.lock` for `token` if it is free or already
+/// Takes the lease `keys.lock()` for `token` if it is free or already
 /// `token`'s (a retry, or a hand-off), issuing a new fencing token; when
 /// refused and waiting, joins the queue. With `fair`, a free lease goes to
 /// the caller only if no live waiter is ahead of it in the queue.
@@ -138,10 +138,10 @@ pub(crate) async fn lock_acquire(
     };
     let mut invocation = LOCK_ACQUIRE.prepare_invoke();
     invocation
-        .key(&keys.lock)
-        .key(&keys.fence)
-        .key(&keys.queue)
-        .key(&keys.alive)
+        .key(keys.lock())
+        .key(keys.fence())
+        .key(keys.queue())
+        .key(keys.alive())
         .arg(token)
         .arg(millis(ttl))
         .arg(millis(FENCE_KEY_TTL.max(ttl * 2)))
@@ -174,7 +174,7 @@ async fn invoke_typed<T: redis::FromRedisValue>(
     keys: &LockKeys,
     lock_type: &str,
 ) -> Result<T> {
-    match backend.invoke(invocation, &keys.lock).await {
+    match backend.invoke(invocation, keys.lock()).await {
         Err(Error::WrongType { .. }) => Err(which_wrong_type(backend, keys, lock_type).await),
         other => other,
     }
@@ -207,15 +207,15 @@ pub(crate) async fn lock_release(
     let code: i64 = backend
         .invoke(
             LOCK_RELEASE
-                .key(&keys.lock)
-                .key(&keys.channel)
-                .key(&keys.queue)
-                .key(&keys.alive)
+                .key(keys.lock())
+                .key(keys.channel())
+                .key(keys.queue())
+                .key(keys.alive())
                 .arg(token)
                 .arg(millis(HANDOFF_GRACE))
                 .arg(if spread == Spread::Quorum { "1" } else { "0" })
                 .arg(backend.id()),
-            &keys.lock,
+            keys.lock(),
         )
         .await?;
     Ok(Owned::from_code(code))
@@ -314,8 +314,8 @@ pub(crate) async fn reentrant_acquire(
 ) -> Result<Acquire> {
     let mut invocation = REENTRANT_ACQUIRE.prepare_invoke();
     invocation
-        .key(&keys.lock)
-        .key(&keys.fence)
+        .key(keys.lock())
+        .key(keys.fence())
         .arg(owner)
         .arg(hold)
         .arg(millis(ttl))
@@ -335,11 +335,11 @@ pub(crate) async fn reentrant_release(
     let code: i64 = backend
         .invoke(
             REENTRANT_RELEASE
-                .key(&keys.lock)
-                .key(&keys.channel)
+                .key(keys.lock())
+                .key(keys.channel())
                 .arg(owner)
                 .arg(hold),
-            &keys.lock,
+            keys.lock(),
         )
         .await?;
     Ok(Owned::from_code(code))
@@ -401,8 +401,8 @@ pub(crate) async fn rw_acquire(
 ) -> Result<RwAcquire> {
     let mut invocation = RW_ACQUIRE.prepare_invoke();
     invocation
-        .key(&keys.lock)
-        .key(&keys.fence)
+        .key(keys.lock())
+        .key(keys.fence())
         .arg(mode.code())
         .arg(owner)
         .arg(hold)
@@ -412,7 +412,7 @@ pub(crate) async fn rw_acquire(
     match invoke_typed::<(i64, i64)>(backend, &invocation, keys, "zset").await? {
         (-1, _) => Ok(RwAcquire::Upgrade),
         (-2, _) => Err(Error::WrongType {
-            key: keys.lock.clone(),
+            key: keys.lock().to_owned(),
         }),
         pair => Ok(RwAcquire::Lock(Acquire::from_pair(pair))),
     }
@@ -434,11 +434,11 @@ async fn zset_release(
     let code: i64 = backend
         .invoke(
             RW_RELEASE
-                .key(&keys.lock)
-                .key(&keys.channel)
+                .key(keys.lock())
+                .key(keys.channel())
                 .arg(member)
                 .arg(payload),
-            &keys.lock,
+            keys.lock(),
         )
         .await?;
     Ok(Owned::from_code(code))
@@ -465,8 +465,8 @@ pub(crate) async fn sem_acquire(
 ) -> Result<SemAcquire> {
     let mut invocation = SEM_ACQUIRE.prepare_invoke();
     invocation
-        .key(&keys.lock)
-        .key(&keys.fence)
+        .key(keys.lock())
+        .key(keys.fence())
         .arg(permits)
         .arg(hold)
         .arg(millis(ttl))
@@ -474,7 +474,7 @@ pub(crate) async fn sem_acquire(
     match invoke_typed::<(i64, i64)>(backend, &invocation, keys, "zset").await? {
         (-1, theirs) => Ok(SemAcquire::Mismatch(u64::try_from(theirs).unwrap_or(0))),
         (-2, _) => Err(Error::WrongType {
-            key: keys.lock.clone(),
+            key: keys.lock().to_owned(),
         }),
         pair => Ok(SemAcquire::Lock(Acquire::from_pair(pair))),
     }
@@ -502,12 +502,12 @@ pub(crate) async fn rw_downgrade(
     let code: i64 = backend
         .invoke(
             RW_DOWNGRADE
-                .key(&keys.lock)
-                .key(&keys.channel)
+                .key(keys.lock())
+                .key(keys.channel())
                 .arg(write)
                 .arg(read)
                 .arg(millis(ttl)),
-            &keys.lock,
+            keys.lock(),
         )
         .await?;
     Ok(Owned::from_code(code))
@@ -531,10 +531,10 @@ pub(crate) async fn lock_status(backend: &Backend, keys: &LockKeys) -> Result<St
     let (holder, pttl, fence, waiters): (Option<String>, i64, Option<u64>, usize) = backend
         .invoke(
             LOCK_STATUS
-                .key(&keys.lock)
-                .key(&keys.fence)
-                .key(&keys.alive),
-            &keys.lock,
+                .key(keys.lock())
+                .key(keys.fence())
+                .key(keys.alive()),
+            keys.lock(),
         )
         .await?;
     Ok(Status {
@@ -577,8 +577,8 @@ pub(crate) async fn rw_status(backend: &Backend, keys: &LockKeys) -> Result<SetS
     type Group = (String, usize, Vec<(String, u64)>);
     let mut invocation = RW_STATUS.prepare_invoke();
     invocation
-        .key(&keys.lock)
-        .key(&keys.fence)
+        .key(keys.lock())
+        .key(keys.fence())
         .arg(STATUS_MOST_ENTRIES);
     let (fence, groups): (Option<u64>, Vec<Group>) =
         invoke_typed(backend, &invocation, keys, "zset").await?;
@@ -613,7 +613,7 @@ pub(crate) struct ReentrantState {
 /// changes nothing.
 pub(crate) async fn reentrant_status(backend: &Backend, keys: &LockKeys) -> Result<ReentrantState> {
     let mut invocation = REENTRANT_STATUS.prepare_invoke();
-    invocation.key(&keys.lock).key(&keys.fence);
+    invocation.key(keys.lock()).key(keys.fence());
     let (owner, holds, pttl, fence): (Option<String>, usize, i64, Option<u64>) =
         invoke_typed(backend, &invocation, keys, "hash").await?;
     Ok(ReentrantState {
@@ -681,10 +681,12 @@ pub(crate) fn millis(d: Duration) -> u64 {
 /// (only on this error path, so the hot path stays one call). The lock key
 /// should be of type `expected`; the fence key is always a string.
 async fn which_wrong_type(backend: &Backend, keys: &LockKeys, expected: &str) -> Error {
-    let lock_type: Result<String> = backend.query(redis::cmd("TYPE").arg(&keys.lock), "").await;
+    let lock_type: Result<String> = backend.query(redis::cmd("TYPE").arg(keys.lock()), "").await;
     let key = match lock_type.as_deref() {
-        Ok(t) if t == expected || t == "none" => &keys.fence,
-        _ => &keys.lock,
+        Ok(t) if t == expected || t == "none" => keys.fence(),
+        _ => keys.lock(),
     };
-    Error::WrongType { key: key.clone() }
+    Error::WrongType {
+        key: key.to_owned(),
+    }
 }
