@@ -987,34 +987,32 @@ fn a_fair_acquire_prunes_waiters_past_their_deadline() {
 }
 
 #[test]
-fn retake_sets_only_free_keys_and_leaves_every_other_untouched() {
+fn retake_sets_the_lease_back_over_a_missing_or_other_token_but_never_another_type() {
     let server = RedisServer::start();
     let mut conn = server.connection();
-    let _: () = conn.set("t:{taken}:lock", "someone-else").unwrap();
+    let _: () = conn.set("t:{attempt}:lock", "a-waiters-attempt").unwrap();
+    let _: () = conn.set("t:{ours}:lock", "ours").unwrap();
     let _: () = conn.hset("t:{hash}:lock", "owner", "x").unwrap();
-    let taken: Vec<i64> = redis::Script::new(RETAKE)
-        .key("t:{free}:lock")
-        .arg("ours")
-        .arg(5_000)
-        .key("t:{taken}:lock")
-        .arg("ours")
-        .arg(5_000)
-        .key("t:{hash}:lock")
-        .arg("ours")
-        .arg(5_000)
-        .invoke(&mut conn)
-        .unwrap();
-    assert_eq!(taken, [1, 0, 0]);
-    let value: String = conn.get("t:{free}:lock").unwrap();
-    assert_eq!(value, "ours");
-    let pttl: i64 = conn.pttl("t:{free}:lock").unwrap();
-    assert!(pttl > 4_000 && pttl <= 5_000, "pttl {pttl}");
-    let other: String = conn.get("t:{taken}:lock").unwrap();
-    assert_eq!(other, "someone-else");
-    let pttl: i64 = conn.pttl("t:{taken}:lock").unwrap();
-    assert_eq!(pttl, -1, "the other owner's key keeps its (lack of) expiry");
+    let script = redis::Script::new(RETAKE);
+    let mut call = script.prepare_invoke();
+    for key in [
+        "t:{free}:lock",
+        "t:{attempt}:lock",
+        "t:{ours}:lock",
+        "t:{hash}:lock",
+    ] {
+        call.key(key).arg("ours").arg(5_000);
+    }
+    let set: Vec<i64> = call.invoke(&mut conn).unwrap();
+    assert_eq!(set, [1, 1, 0, 0]);
+    for key in ["t:{free}:lock", "t:{attempt}:lock"] {
+        let value: String = conn.get(key).unwrap();
+        assert_eq!(value, "ours", "{key}");
+        let pttl: i64 = conn.pttl(key).unwrap();
+        assert!(pttl > 4_000 && pttl <= 5_000, "{key}: pttl {pttl}");
+    }
     let owner: String = conn.hget("t:{hash}:lock", "owner").unwrap();
-    assert_eq!(owner, "x");
+    assert_eq!(owner, "x", "a key of another type is left alone");
 }
 
 const RW_STATUS: &str = include_str!("../src/scripts/rw_status.lua");

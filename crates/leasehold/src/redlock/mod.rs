@@ -341,14 +341,19 @@ impl Redlock {
 
     /// Restores the redundancy of lock leases a quorum has just renewed: each
     /// node that answered that it no longer has one (it restarted without
-    /// persistence, or its copy expired early) takes it back where the key
-    /// is free. Without this a holder loses a node's copy at every such
-    /// restart, and the lease at the restart that leaves less than a quorum.
+    /// persistence, or its copy expired early) or that another token holds
+    /// it there gets it back. Without this a holder loses a node's copy at
+    /// every such restart, and the lease at the restart that leaves less
+    /// than a quorum, after which the nodes it lost are a quorum for others.
     ///
-    /// Decided by the holds that existed before the renewal only: a lease
-    /// the quorum did not renew is never taken anew, since it may have
-    /// lapsed while another owner held the lock. A failed re-take changes
-    /// nothing; the next renewal tries again.
+    /// Another token on such a node is a waiter's attempt that cannot
+    /// succeed (no one else reaches a quorum while this one holds), and
+    /// waiters keep free nodes busy with those attempts, so the re-take
+    /// replaces them (a key of another type is left alone). Decided by the
+    /// holds that existed before the renewal only: a lease the quorum did
+    /// not renew is never taken anew, since it may have lapsed while another
+    /// owner held the lock. A failed re-take changes nothing; the next
+    /// renewal tries again.
     async fn retake_missing(
         &self,
         kind: Kind,
@@ -366,7 +371,7 @@ impl Redlock {
                 .zip(answers)
                 .zip(verdicts)
                 .filter(|((_, answer), verdict)| {
-                    **answer == Owned::Missing && **verdict == Some(Owned::Done)
+                    **answer != Owned::Done && **verdict == Some(Owned::Done)
                 })
                 .map(|((lease, _), _)| *lease)
                 .collect();
@@ -382,7 +387,7 @@ impl Redlock {
                         node = node.addr(),
                         taken = taken.iter().filter(|t| **t).count(),
                         missing = missing.len(),
-                        "Redlock node had lost leases a quorum holds; took them back"
+                        "Redlock node lacked leases a quorum holds; set them back"
                     ),
                     Ok(Err(e)) => tracing::debug!(node = node.addr(), error = %e, "re-take failed"),
                     Err(_) => tracing::debug!(node = node.addr(), "re-take timed out"),

@@ -249,9 +249,10 @@ pub(crate) async fn extend(
     Ok(codes.into_iter().map(Owned::from_code).collect())
 }
 
-/// Sets lock leases that are missing on this server (a Redlock node that
-/// lost them) back to their owner for their TTL; a key that exists is left
-/// alone. Says, per lease, whether it was taken back.
+/// Sets lock leases back to their owner for their TTL on this server (a
+/// Redlock node that lost them or where a waiter's attempt holds the key);
+/// only for leases a quorum of the other nodes holds. A key of another type
+/// is left alone. Says, per lease, whether it was set back.
 pub(crate) async fn lock_retake(backend: &Backend, leases: &[Extension<'_>]) -> Result<Vec<bool>> {
     let codes = per_lease(backend, &LOCK_RETAKE, leases, "lock re-take").await?;
     Ok(codes.into_iter().map(|code| code == 1).collect())
