@@ -279,6 +279,8 @@ pub fn non_owner_successes(probes: &[Probe]) -> Vec<Violation> {
 /// After a holder was killed or frozen, another worker must get the lock
 /// within the TTL plus slack (its lease was renewed at the latest at the
 /// fault); so too after a minority of Redlock nodes stopped under a holder.
+/// After a Redlock node restarted with no holder held across it, some
+/// worker must get the lock within the same bound.
 ///
 /// Faults too close to the end of the history to be judged are skipped.
 pub fn liveness(acquisitions: &[Acquisition], faults: &[Fault], bounds: Bounds) -> Vec<Violation> {
@@ -286,17 +288,22 @@ pub fn liveness(acquisitions: &[Acquisition], faults: &[Fault], bounds: Bounds) 
     let end = acquisitions.iter().map(|a| a.t).max().unwrap_or(0);
     let mut out = Vec::new();
     for fault in faults {
-        let minority =
-            matches!(fault.kind, FaultKind::NodesDown { .. }) && !fault.kind.majority_down();
-        if !matches!(fault.kind, FaultKind::Kill | FaultKind::PauseLong) && !minority {
-            continue;
-        }
-        let Some((victim, fence)) = fault.target else {
-            continue;
+        let (victim, what) = match (fault.kind, fault.target) {
+            (FaultKind::Kill | FaultKind::PauseLong, Some((w, fence))) => {
+                (Some(w), format!("its holder (fence {fence}) stopped"))
+            }
+            (FaultKind::NodesDown { .. }, Some((w, fence))) if !fault.kind.majority_down() => (
+                Some(w),
+                format!("nodes stopped under the holder of fence {fence}"),
+            ),
+            (FaultKind::NodeRestarted { node, .. }, None) => {
+                (None, format!("node {node} restarted empty"))
+            }
+            _ => continue,
         };
         let next = acquisitions
             .iter()
-            .filter(|a| a.worker != victim && a.t > fault.t)
+            .filter(|a| Some(a.worker) != victim && a.t > fault.t)
             .map(|a| a.t)
             .min();
         match next {
@@ -305,8 +312,7 @@ pub fn liveness(acquisitions: &[Acquisition], faults: &[Fault], bounds: Bounds) 
                 Property::Liveness,
                 None,
                 format!(
-                    "lock of fence {fence} free again only {} ms after its holder stopped \
-                     (bound {} ms)",
+                    "lock free again only {} ms after {what} (bound {} ms)",
                     (t - fault.t) / 1000,
                     limit / 1000
                 ),
@@ -314,7 +320,7 @@ pub fn liveness(acquisitions: &[Acquisition], faults: &[Fault], bounds: Bounds) 
             None if end > fault.t + limit => out.push(Violation::new(
                 Property::Liveness,
                 None,
-                format!("nobody got the lock after the holder of fence {fence} stopped"),
+                format!("nobody got the lock after {what}"),
             )),
             None => {}
         }
@@ -367,11 +373,18 @@ pub fn lost_notices(lost: &[LostEvent], faults: &[Fault], bounds: Bounds) -> Vec
 /// restart of Redis from an fsynced AOF, or across a renewal while Redlock
 /// nodes are stopped but its lease is still on a quorum, keeps its lease:
 /// no lost notice, and its release succeeds.
+///
+/// So does a holder held across a rolling restart of Redlock nodes (one at
+/// a time, each restarted empty at once, at least two renewal periods
+/// apart): each renewal a quorum grants takes the lease back on the node
+/// that restarted, so before each restart the lease must still be on a
+/// quorum of the other nodes. Fewer is a violation by itself: the nodes
+/// without it are then a quorum another client can take the lock on.
 pub fn kept_leases(lost: &[LostEvent], releases: &[Release], faults: &[Fault]) -> Vec<Violation> {
     let mut out = Vec::new();
     for fault in faults {
         let keeps = match fault.kind {
-            FaultKind::PauseShort | FaultKind::RestartAof => true,
+            FaultKind::PauseShort | FaultKind::RestartAof | FaultKind::NodeRestarted { .. } => true,
             FaultKind::NodesDown { .. } => fault.kind.lease_survives(),
             _ => false,
         };
@@ -381,6 +394,25 @@ pub fn kept_leases(lost: &[LostEvent], releases: &[Release], faults: &[Fault]) -
         let Some((worker, fence)) = fault.target else {
             continue;
         };
+        if let FaultKind::NodeRestarted {
+            node,
+            nodes,
+            holder_on,
+        } = fault.kind
+        {
+            if !fault.kind.lease_survives() {
+                out.push(Violation::new(
+                    Property::LeaseKept,
+                    None,
+                    format!(
+                        "the lease of worker {worker}'s fence {fence} was on only {holder_on} of \
+                         the {} other nodes when node {node} restarted: not taken back on the \
+                         nodes restarted before, so the nodes without it are a quorum",
+                        nodes - 1
+                    ),
+                ));
+            }
+        }
         if lost.iter().any(|l| l.worker == worker && l.fence == fence) {
             out.push(Violation::new(
                 Property::LeaseKept,
@@ -900,6 +932,79 @@ mod tests {
         let never = recoveries(&before, &[failed(6_000 * MS, false)], &faults, bounds());
         assert_eq!(never.len(), 1);
         assert!(recoveries(&before, &[failed(3_500 * MS, false)], &faults, bounds()).is_empty());
+    }
+
+    fn restart(t: u64, node: u32, holder_on: u32, target: Option<(u32, u64)>) -> Fault {
+        Fault {
+            t,
+            kind: FaultKind::NodeRestarted {
+                node,
+                nodes: 5,
+                holder_on,
+            },
+            target,
+        }
+    }
+
+    #[test]
+    fn holder_held_across_a_rolling_restart_must_keep_its_lease() {
+        let held = Some((1, 10));
+        let lost = |t| LostEvent {
+            worker: 1,
+            t,
+            fence: 10,
+        };
+        let release = |outcome| Release {
+            worker: 1,
+            t: 3_000 * MS,
+            fence: 10,
+            outcome,
+        };
+        // Taken back on each restarted node: on 4, then 3 or 4, of the
+        // other nodes before each restart; no lost(), release ok.
+        let kept = [
+            restart(0, 0, 4, held),
+            restart(700 * MS, 1, 3, held),
+            restart(1_400 * MS, 2, 4, held),
+        ];
+        assert!(kept_leases(&[], &[release(Outcome::Ok)], &kept).is_empty());
+        assert!(!kept[1].kind.majority_down());
+        // Not taken back: on 2 of the others at the third restart, which
+        // is a violation even before the holder hears of it.
+        let eroded = [
+            restart(0, 0, 4, held),
+            restart(700 * MS, 1, 3, held),
+            restart(1_400 * MS, 2, 2, held),
+        ];
+        let found = kept_leases(&[], &[release(Outcome::Ok)], &eroded);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].property, Property::LeaseKept);
+        assert!(found[0].detail.contains("only 2 of the 4"), "{}", found[0]);
+        // Told lost() or a failed release after a restart under the holder.
+        let found = kept_leases(&[lost(900 * MS)], &[release(Outcome::Lost)], &kept[..1]);
+        assert_eq!(found.len(), 2, "{found:?}");
+        // A restart no holder was held across asks nothing of anyone.
+        let free = [restart(0, 3, 0, None)];
+        assert!(kept_leases(&[lost(10)], &[release(Outcome::Lost)], &free).is_empty());
+        assert!(lost_notices(&[], &free, bounds()).is_empty());
+    }
+
+    #[test]
+    fn lock_not_granted_soon_after_a_restart_nobody_held_across_is_reported() {
+        let free = [restart(1_000 * MS, 3, 0, None)];
+        // Any worker counts, even the one that held last.
+        let soon = [acq(1, 0, 500 * MS, 9), acq(1, 1_000 * MS, 1_900 * MS, 10)];
+        assert!(liveness(&soon, &free, bounds()).is_empty());
+        let late = [acq(1, 0, 500 * MS, 9), acq(2, 1_000 * MS, 3_100 * MS, 10)];
+        let found = liveness(&late, &free, bounds());
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].property, Property::Liveness);
+        assert!(found[0].detail.contains("node 3 restarted"), "{}", found[0]);
+        // Nothing granted after it yet: too close to the end to judge.
+        assert!(liveness(&soon[..1], &free, bounds()).is_empty());
+        // A restart under a held holder: the others wait for it on purpose.
+        let held = [restart(1_000 * MS, 3, 4, Some((1, 9)))];
+        assert!(liveness(&late, &held, bounds()).is_empty());
     }
 
     #[test]

@@ -189,6 +189,19 @@ pub enum FaultKind {
     /// The stopped nodes are about to come back (restart, SIGCONT).
     /// Recorded before the first of them does.
     NodesBack,
+    /// One Redlock node was killed with kill -9 and started again at once
+    /// with an empty dataset (no delayed restart), one of a rolling
+    /// restart. Recorded once it is dead, before it starts again.
+    NodeRestarted {
+        /// The node's index.
+        node: u32,
+        /// Nodes in the deployment.
+        nodes: u32,
+        /// Other nodes (left running) that stored the lease of the holder
+        /// the node restarted under, read just before the kill; 0 with no
+        /// holder.
+        holder_on: u32,
+    },
 }
 
 impl FaultKind {
@@ -206,11 +219,15 @@ impl FaultKind {
         }
     }
 
-    /// For [`FaultKind::NodesDown`]: whether the holder's lease is still on
-    /// a quorum of nodes, so it can be renewed and must be kept.
+    /// For [`FaultKind::NodesDown`] and [`FaultKind::NodeRestarted`]:
+    /// whether the holder's lease is still on a quorum of the running
+    /// nodes, so it can be renewed and must be kept.
     pub fn lease_survives(self) -> bool {
         match self {
             FaultKind::NodesDown {
+                nodes, holder_on, ..
+            }
+            | FaultKind::NodeRestarted {
                 nodes, holder_on, ..
             } => holder_on >= quorum(nodes),
             _ => false,

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use crate::clock::now_us;
 use crate::history::{
-    AcquireError, Acquisition, Fault, History, LostEvent, NodeCheck, Op, OpKind, Probe, Register,
-    Release, WorkerId,
+    AcquireError, Acquisition, Fault, History, LostEvent, Micros, NodeCheck, Op, OpKind, Probe,
+    Register, Release, WorkerId,
 };
 use crate::proto::{Reply, Request};
 
@@ -305,6 +305,15 @@ impl ResourceView {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
+    }
+
+    /// When `worker`'s acquisition of `fence` returned, as it reported.
+    pub(crate) fn acquired_at(&self, worker: WorkerId, fence: u64) -> Option<Micros> {
+        let state = self.state();
+        let mut acquisitions = state.history.acquisitions.iter().rev();
+        acquisitions
+            .find(|a| a.worker == worker && a.fence == fence)
+            .map(|a| a.t)
     }
 
     /// The owner token of `worker`'s acquisition of `fence`.

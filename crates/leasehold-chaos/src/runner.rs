@@ -12,7 +12,7 @@ use nix::sys::signal::Signal;
 
 use crate::check::{Bounds, Outage, Violation, check_all, outages, unproven_outages};
 use crate::clock::now_us;
-use crate::history::{self, FaultKind, History, NodeCheck, WorkerId};
+use crate::history::{self, FaultKind, History, Micros, NodeCheck, WorkerId};
 use crate::procs::Procs;
 use crate::proto::Reply;
 use crate::resource::{Resource, ResourceView};
@@ -82,6 +82,9 @@ impl Report {
         for o in outages(&self.history.faults) {
             let _ = writeln!(s, "  {}", self.describe(&o));
         }
+        for line in self.describe_restarts() {
+            let _ = writeln!(s, "  {line}");
+        }
         for v in self.violations.iter().take(5) {
             let _ = writeln!(s, "  violation: {v}");
         }
@@ -100,6 +103,89 @@ impl Report {
             .iter()
             .filter(|e| e.quorum)
             .count()
+    }
+
+    /// One line per node restart of a rolling restart, then one per holder
+    /// held across restarts.
+    fn describe_restarts(&self) -> Vec<String> {
+        let h = &self.history;
+        let mut restarts: Vec<&history::Fault> = h
+            .faults
+            .iter()
+            .filter(|f| matches!(f.kind, FaultKind::NodeRestarted { .. }))
+            .collect();
+        restarts.sort_by_key(|f| f.t);
+        let Some(first) = restarts.first().map(|f| f.t) else {
+            return Vec::new();
+        };
+        let mut lines = Vec::new();
+        let mut holders: Vec<(WorkerId, u64, usize)> = Vec::new();
+        for (i, f) in restarts.iter().enumerate() {
+            let FaultKind::NodeRestarted {
+                node,
+                nodes,
+                holder_on,
+            } = f.kind
+            else {
+                continue;
+            };
+            let next = restarts.get(i + 1).map(|n| n.t);
+            let granted = h
+                .acquisitions
+                .iter()
+                .filter(|a| a.t > f.t && next.is_none_or(|n| a.t <= n))
+                .count();
+            let mut line = format!(
+                "node {node} restarted empty at +{} ms",
+                (f.t - first) / 1000
+            );
+            if let Some((w, fence)) = f.target {
+                let _ = write!(
+                    line,
+                    " under the holder of fence {fence} (its lease on {holder_on} of the {} \
+                     other nodes)",
+                    nodes - 1
+                );
+                match holders
+                    .iter_mut()
+                    .find(|(hw, hf, _)| (*hw, *hf) == (w, fence))
+                {
+                    Some(held) => held.2 += 1,
+                    None => holders.push((w, fence, 1)),
+                }
+            }
+            let _ = write!(line, ", {granted} acquisition(s) granted until the next");
+            lines.push(line);
+        }
+        for (w, fence, n) in holders {
+            let since = restarts
+                .iter()
+                .find(|f| f.target == Some((w, fence)))
+                .map_or(first, |f| f.t);
+            let lost = h.lost.iter().find(|l| l.worker == w && l.fence == fence);
+            let release = h
+                .releases
+                .iter()
+                .find(|r| r.worker == w && r.fence == fence);
+            // Others granted the lock while it still held it, as far as it
+            // knew (before its lost() notice, or its release).
+            let until = lost.map(|l| l.t).or(release.map(|r| r.t));
+            let others = h
+                .acquisitions
+                .iter()
+                .filter(|a| a.worker != w && a.t > since && until.is_some_and(|u| a.t < u))
+                .count();
+            lines.push(format!(
+                "holder of fence {fence} (worker {w}) held across {n} restart(s): {}, release {}, \
+                 {others} acquisition(s) by others granted before it knew",
+                lost.map_or("never told lost()".to_owned(), |l| format!(
+                    "told lost() {} ms after the first",
+                    l.t.saturating_sub(since) / 1000
+                )),
+                release.map_or("missing", |r| r.outcome.as_str()),
+            ));
+        }
+        lines
     }
 
     /// One line on what happened during an outage of Redlock nodes.
@@ -174,6 +260,14 @@ const SINGLE_WAIT: Duration = Duration::from_secs(5);
 /// Bound on how long a long pause or an empty restart waits for another
 /// holder's write, in TTLs.
 const WAIT_FOR_OTHER_TTLS: u32 = 5;
+/// Rolling restart: time between two node restarts, in tenths of the TTL.
+/// Two renewal periods (the watchdog renews every third of the TTL) and a
+/// little more, so that a renewal granted by a quorum takes the lease back
+/// on the restarted node before the next one goes down.
+const ROLLING_SPACING_TENTHS: u32 = 7;
+/// Rolling restart: how many restarts a holder is held across (then a TTL
+/// more). Without the re-take, the third leaves its lease on two nodes.
+const ROLLING_HELD_RESTARTS: u32 = 3;
 
 struct Injector {
     fault: Fault,
@@ -190,6 +284,9 @@ struct Injector {
     /// Longest `acquire()` of a worker.
     wait: Duration,
     state: Mutex<InjectorState>,
+    /// Held through each rolling restart, so a hold cannot end halfway
+    /// through one (its lease read, then released).
+    rolling: Mutex<()>,
 }
 
 /// One-server clients of each Redlock node, to read what it stores for
@@ -281,7 +378,22 @@ struct InjectorState {
     outage: Option<Stopped>,
     /// The quiet phase at the end of an outage of a majority.
     quiet: Option<Quiet>,
+    /// The schedule of a [`Fault::RollingRestart`], once it has begun.
+    rolling: Option<Rolling>,
+    /// The holder a rolling restart is going on under.
+    held: Option<(WorkerId, u64)>,
     notes: Vec<String>,
+}
+
+/// The next restart of a [`Fault::RollingRestart`].
+#[derive(Clone, Copy)]
+struct Rolling {
+    /// Which node.
+    node: usize,
+    /// When it is due.
+    at: Instant,
+    /// When the last one began (its fault's time).
+    last: Option<Micros>,
 }
 
 impl Injector {
@@ -305,7 +417,8 @@ impl Injector {
         let stretch = {
             let mut st = self.state();
             let now = Instant::now();
-            if now < st.next_arm || st.restore.is_some() || st.outage.is_some() {
+            if now < st.next_arm || st.restore.is_some() || st.outage.is_some() || st.held.is_some()
+            {
                 return Reply::Go;
             }
             let stretch = match self.fault {
@@ -321,13 +434,34 @@ impl Injector {
                     self.ttl * (NODES_DOWN_TTLS + 3)
                 }
                 Some(_) => self.ttl * (NODES_DOWN_TTLS + 1),
+                None if self.fault == Fault::RollingRestart => {
+                    self.rolling_hold() + self.spacing() + self.ttl
+                }
                 None => self.ttl * 3,
             };
             if now + aftermath > self.end {
                 return Reply::Go;
             }
+            if self.fault == Fault::RollingRestart {
+                // Held across restarts from its acquisition on: a restart
+                // between the two would have no holder recorded.
+                let last = st.rolling.and_then(|r| r.last);
+                let acquired = self.view.acquired_at(worker, fence);
+                if last.is_some_and(|last| acquired.is_none_or(|a| a <= last)) {
+                    return Reply::Go;
+                }
+                st.held = Some((worker, fence));
+                st.rolling.get_or_insert(Rolling {
+                    node: 0,
+                    at: now,
+                    last: None,
+                });
+            }
             st.stretch += 1;
-            st.injected += 1;
+            // A rolling restart counts its restarts, not its holders.
+            if self.fault != Fault::RollingRestart {
+                st.injected += 1;
+            }
             st.next_arm = Instant::now() + self.ttl * 30;
             stretch
         };
@@ -393,6 +527,18 @@ impl Injector {
                 Some(stop) => self.stop_nodes(stop, target),
                 None => Reply::Go,
             },
+            Fault::RollingRestart => {
+                // The first restart at once; a later holder waits for the
+                // next one due. Held (then it writes) across the restarts
+                // the runner's loop does, and a TTL more.
+                let first = self.state().rolling.map_or(Instant::now(), |r| r.at);
+                self.roll();
+                let until = first.max(Instant::now()) + self.rolling_hold();
+                std::thread::sleep(until.saturating_duration_since(Instant::now()));
+                let _between_restarts = self.rolling.lock().unwrap_or_else(|e| e.into_inner());
+                self.state().held = None;
+                Reply::Go
+            }
             Fault::None | Fault::ScriptFlush => Reply::Go,
         };
         self.state().next_arm = Instant::now() + self.ttl * 2;
@@ -414,13 +560,13 @@ impl Injector {
         }
     }
 
-    /// How many nodes that `stop` leaves running store the lease of
+    /// How many nodes that `stops` leaves running store the lease of
     /// `worker`'s `fence`.
-    fn holder_on(&self, worker: WorkerId, fence: u64, stop: NodeStop) -> u32 {
+    fn holder_on(&self, worker: WorkerId, fence: u64, stops: impl Fn(usize) -> bool) -> u32 {
         let (Some(reader), Some(token)) = (&self.reader, self.view.token_of(worker, fence)) else {
             return 0;
         };
-        let live = (0..reader.clients.len()).filter(|i| !stop.stops(*i));
+        let live = (0..reader.clients.len()).filter(|i| !stops(*i));
         let mut on = 0;
         for i in live {
             match reader.read(i) {
@@ -437,7 +583,7 @@ impl Injector {
     /// succeed; if not (Redlock renews only where the lease is, and an
     /// acquisition needs only a quorum) it holds until `lost()` fires.
     fn stop_nodes(&self, stop: NodeStop, target: Option<(WorkerId, u64)>) -> Reply {
-        let holder_on = target.map_or(0, |(w, f)| self.holder_on(w, f, stop));
+        let holder_on = target.map_or(0, |(w, f)| self.holder_on(w, f, |i| stop.stops(i)));
         {
             let mut servers = self.servers();
             for &i in stop.killed {
@@ -461,6 +607,56 @@ impl Injector {
             std::thread::sleep(self.ttl / 2);
             Reply::Go
         }
+    }
+
+    /// Time between two restarts of a [`Fault::RollingRestart`].
+    fn spacing(&self) -> Duration {
+        self.ttl * ROLLING_SPACING_TENTHS / 10
+    }
+
+    /// How long a holder is held from the first restart under it.
+    fn rolling_hold(&self) -> Duration {
+        self.spacing() * (ROLLING_HELD_RESTARTS - 1) + self.ttl
+    }
+
+    /// Restarts the next node of a rolling restart if it is due (and the
+    /// run is not about to end): kill -9, then a start with an empty
+    /// dataset at once. Under a holder, first reads how many of the other
+    /// nodes store its lease.
+    fn roll(&self) {
+        let _one_at_a_time = self.rolling.lock().unwrap_or_else(|e| e.into_inner());
+        let (node, target, t) = {
+            let mut st = self.state();
+            let now = Instant::now();
+            let Some(rolling) = &mut st.rolling else {
+                return;
+            };
+            if now < rolling.at || now + self.ttl > self.end {
+                return;
+            }
+            let node = rolling.node;
+            rolling.node = (node + 1) % self.servers().len();
+            rolling.at = now + self.spacing();
+            // Stamped with the holder it goes on under: a holder that
+            // acquires later is only held across later restarts.
+            let t = now_us();
+            rolling.last = Some(t);
+            st.injected += 1;
+            (node, st.held, t)
+        };
+        let holder_on = target.map_or(0, |(w, f)| self.holder_on(w, f, |i| i == node));
+        let mut servers = self.servers();
+        servers[node].kill();
+        self.view.record_fault(history::Fault {
+            t,
+            kind: FaultKind::NodeRestarted {
+                node: count(node),
+                nodes: count(servers.len()),
+                holder_on,
+            },
+            target,
+        });
+        servers[node].restart_without_persistence();
     }
 
     /// Called when a worker's `acquire()` failed: during the quiet phase it
@@ -553,6 +749,7 @@ impl Injector {
     /// scripts.
     fn tick(&self, next_flush: &mut Instant) {
         self.end_outage();
+        self.roll();
         let restore = self.state().restore;
         if let (Some((worker, fence, deadline)), Some(proxy)) = (restore, &self.proxy) {
             if self.view.has_lost(worker, fence) || Instant::now() >= deadline {
@@ -624,8 +821,11 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Report {
             stretch: 0,
             outage: None,
             quiet: None,
+            rolling: None,
+            held: None,
             notes: Vec::new(),
         }),
+        rolling: Mutex::new(()),
     });
     {
         // Weak: the injector owns the view, so a strong reference would be a

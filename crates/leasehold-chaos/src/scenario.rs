@@ -72,6 +72,21 @@ pub enum Fault {
     /// and neither may still store a lease; once the nodes are back the
     /// lock must work again.
     StopNodes(&'static [NodeStop]),
+    /// Redlock: restart the nodes one at a time, in turn (0, 1, …, 0, …)
+    /// while the run lasts, each killed with kill -9 and started again at
+    /// once with an empty dataset (no delayed restart), 0.7 TTL apart (two
+    /// renewal periods and a little more).
+    ///
+    /// The first restart happens when a holder announces; it is held across
+    /// three restarts and a TTL more, then writes. A renewal granted by a
+    /// quorum takes the lease back on the node that restarted, so before
+    /// each restart the lease must be on a quorum of the other nodes, and
+    /// the holder must keep it (no `lost()`, release ok); without the
+    /// re-take it is on two nodes after the third restart, and the three
+    /// empty ones grant the lock to another worker. After each restart no
+    /// holder is held across, some worker must get the lock within
+    /// TTL + 1 s.
+    RollingRestart,
 }
 
 /// One stretch of a [`Fault::StopNodes`]: which Redlock nodes stop, by index.
@@ -284,6 +299,20 @@ pub const SCENARIOS: &[Scenario] = &[
         checks: "no quorum: no acquisition granted, acquisitions fail with QuorumNotReached, \
                  the holder learns it lost the lease within its validity, nothing left held on \
                  the 2 live nodes; after the restart the lock works again",
+    },
+    Scenario {
+        name: "redlock-rolling-restart",
+        class: Class::Safe,
+        fault: Fault::RollingRestart,
+        topology: REDLOCK,
+        deterministic: true,
+        ttl: TTL,
+        ci_duration: Duration::from_secs(6),
+        checks: "nodes restarted empty one at a time, 0.7 TTL apart, starting under a holder \
+                 held across three restarts: its lease is taken back on each restarted node \
+                 (on a quorum of the others before every restart), it keeps it (no lost(), \
+                 release ok), no overlap or lost update, the others get the lock within \
+                 TTL + 1 s of each later restart",
     },
 ];
 

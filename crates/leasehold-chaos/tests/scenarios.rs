@@ -286,3 +286,59 @@ fn redlock_with_three_of_five_nodes_killed_grants_nothing_and_recovers() {
         "only {after} acquisitions after the nodes came back"
     );
 }
+
+/// Nodes restarted empty one at a time, 0.7 TTL apart, the first three
+/// under one holder: each renewal the quorum grants takes the lease back on
+/// the restarted node, so the holder keeps it and nobody else gets the lock
+/// meanwhile; after the holder lets go, the others get it between restarts.
+///
+/// Ignored while it fails: with four workers, three contenders' failed
+/// attempts (each give-back publishes a release that wakes the other
+/// waiters, which try again at once) keep the nodes that lack the holder's
+/// lease taken nearly all the time, so the re-take (SET NX) seldom finds
+/// them free; the lease erodes one restart at a time, and another worker is
+/// granted the lock while the holder still holds it. Passes with one or two
+/// workers.
+#[test]
+#[ignore = "fails on the current library under contention: see the doc comment"]
+fn redlock_rolling_restart_keeps_the_lease_on_a_quorum() {
+    let report = run_ci("redlock-rolling-restart");
+    let restarts: Vec<_> = report
+        .history
+        .faults
+        .iter()
+        .filter_map(|f| match f.kind {
+            FaultKind::NodeRestarted {
+                node, holder_on, ..
+            } => Some((f.t, node, holder_on, f.target)),
+            _ => None,
+        })
+        .collect();
+    let mut nodes: Vec<u32> = restarts.iter().map(|r| r.1).collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    assert_eq!(nodes, [0, 1, 2, 3, 4], "{}", report.summary());
+    let held: Vec<_> = restarts.iter().filter(|r| r.3.is_some()).collect();
+    assert!(held.len() >= 3, "{}", report.summary());
+    for &&(_, node, holder_on, target) in &held {
+        assert!(holder_on >= 3, "node {node}: lease on {holder_on} others");
+        let (worker, fence) = target.expect("held");
+        assert_eq!(lost_at(&report, worker, fence), None);
+        assert_eq!(released(&report, worker, fence), Outcome::Ok);
+    }
+    let free_from = restarts
+        .iter()
+        .find(|r| r.3.is_none())
+        .expect("restarts after the holder let go")
+        .0;
+    let after = report
+        .history
+        .acquisitions
+        .iter()
+        .filter(|a| a.t > free_from)
+        .count();
+    assert!(
+        after >= 20,
+        "only {after} acquisitions after the holder let go"
+    );
+}
