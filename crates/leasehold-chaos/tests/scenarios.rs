@@ -288,19 +288,12 @@ fn redlock_with_three_of_five_nodes_killed_grants_nothing_and_recovers() {
 }
 
 /// Nodes restarted empty one at a time, 0.7 TTL apart, the first three
-/// under one holder: each renewal the quorum grants takes the lease back on
-/// the restarted node, so the holder keeps it and nobody else gets the lock
-/// meanwhile; after the holder lets go, the others get it between restarts.
-///
-/// Ignored while it fails: with four workers, three contenders' failed
-/// attempts (each give-back publishes a release that wakes the other
-/// waiters, which try again at once) keep the nodes that lack the holder's
-/// lease taken nearly all the time, so the re-take (SET NX) seldom finds
-/// them free; the lease erodes one restart at a time, and another worker is
-/// granted the lock while the holder still holds it. Passes with one or two
-/// workers.
+/// under one holder: each renewal the quorum grants puts the lease back on
+/// the restarted node (over a contender's failed attempt if need be), so
+/// the holder keeps it and nobody else gets the lock meanwhile; after the
+/// holder lets go, the others get it between restarts. With the re-take
+/// disabled it fails with any number of workers.
 #[test]
-#[ignore = "fails on the current library under contention: see the doc comment"]
 fn redlock_rolling_restart_keeps_the_lease_on_a_quorum() {
     let report = run_ci("redlock-rolling-restart");
     let restarts: Vec<_> = report
