@@ -13,7 +13,6 @@ use crate::redlock::Redlock;
 use crate::redlock::quorum::quorum;
 use crate::reentrant::ReentrantLock;
 use crate::rwlock::RwLock;
-use crate::scripts;
 use crate::semaphore::Semaphore;
 use crate::servers::Servers;
 use crate::watchdog::Watchdog;
@@ -354,9 +353,13 @@ impl Client {
     /// ```
     pub async fn list(&self, pattern: &str) -> Result<Vec<LockStatus>> {
         let prefix = &self.inner.prefix;
-        // On Redlock, any node lists the names; status asks the quorum.
-        let any_node = &self.inner.servers.all()[0];
-        let keys = scripts::scan_strings(any_node, &format!("{prefix}:{{*:lock")).await?;
+        // Every master of a cluster, a quorum of Redlock nodes; status then
+        // asks the quorum.
+        let keys = self
+            .inner
+            .servers
+            .scan(&format!("{prefix}:{{*:lock"), "string")
+            .await?;
         let mut out = Vec::new();
         for key in keys {
             let Some(name) = name_of_lock_key(prefix, &key) else {

@@ -148,6 +148,16 @@ impl Servers {
         scripts::reentrant_status(self.single("ReentrantLock")?, keys).await
     }
 
+    /// Every lock key matching the glob `pattern` whose type is `kind`: on
+    /// every master of a cluster; on Redlock, on every node that answers,
+    /// which must be a quorum, so that a lease a quorum holds is on one of them.
+    pub(crate) async fn scan(&self, pattern: &str, kind: &str) -> Result<Vec<String>> {
+        match self {
+            Servers::One(backend) => backend.scan(pattern, kind).await,
+            Servers::Quorum(redlock) => redlock.scan(pattern, kind).await,
+        }
+    }
+
     /// Subscribes every server's connection to `channel`. A release on
     /// any node wakes waiters, so on Redlock the first confirmation is
     /// enough: the other nodes go on in the background, and a dead or

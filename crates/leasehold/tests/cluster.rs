@@ -43,6 +43,9 @@ async fn cluster_runs_the_locks_spread_over_every_master() {
         guards.push(client.lock(name).ttl(ttl).acquire().await.expect("acquire"));
     }
     assert_eq!(masters.len(), 3, "locks live on every master");
+    // list scans every master, not the one a keyless command lands on.
+    let listed = client.list("spread:*").await.expect("list");
+    assert_eq!(listed.len(), 48, "listed {} of 48", listed.len());
     tokio::time::sleep(ttl * 3).await;
     for guard in &guards {
         assert!(!guard.is_lost(), "the watchdog kept every lease");

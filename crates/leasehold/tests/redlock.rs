@@ -439,3 +439,27 @@ async fn status_reports_how_long_a_quorum_holds_not_the_shortest_node() {
     );
     guard.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn list_reads_a_quorum_of_nodes_and_finds_leases_on_any_of_them() {
+    let mut servers = start_servers(5);
+    let client = redlock(&servers).await;
+    let guard = client.lock("listed").acquire().await.unwrap();
+    let ours = Some(guard.token().to_owned());
+    common::wait_until("all five nodes hold the lease", || {
+        servers.iter().all(|s| lock_value(s, "listed") == ours)
+    })
+    .await;
+    // The first node, which list used to read alone, is down.
+    servers[0].kill();
+    let names =
+        |list: Vec<leasehold::LockStatus>| list.into_iter().map(|s| s.name).collect::<Vec<_>>();
+    assert_eq!(names(client.list("*").await.unwrap()), ["listed"]);
+    // Without a quorum of answers a listing could miss a held lease.
+    servers[1].kill();
+    servers[2].kill();
+    match client.list("*").await {
+        Err(Error::QuorumNotReached { needed: 3, .. }) => {}
+        other => panic!("expected QuorumNotReached, got {other:?}"),
+    }
+}

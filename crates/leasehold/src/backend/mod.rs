@@ -15,6 +15,7 @@
 
 mod sentinel;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -380,6 +381,89 @@ impl Backend {
                 .await
                 .map_err(|e| self.error(e, key)),
         }
+    }
+
+    /// Every key matching the glob `pattern` whose type is `kind`, by SCAN
+    /// (never KEYS, which blocks the server); on a cluster, on every master.
+    /// Sorted, without repeats.
+    pub(crate) async fn scan(&self, pattern: &str, kind: &str) -> Result<Vec<String>> {
+        let mut keys = Vec::new();
+        match self.live() {
+            Live::Cluster(mut c) => {
+                for slot in self.one_slot_per_master(&mut c).await? {
+                    let route = Route::new(slot, SlotAddr::Master);
+                    let routing =
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                    let page = async |cmd: &redis::Cmd| {
+                        c.route_command(cmd.clone(), routing.clone()).await
+                    };
+                    self.scan_node(page, pattern, kind, &mut keys).await?;
+                }
+            }
+            mut live => {
+                let page = async |cmd: &redis::Cmd| cmd.query_async(&mut live).await;
+                self.scan_node(page, pattern, kind, &mut keys).await?;
+            }
+        }
+        keys.sort();
+        keys.dedup();
+        Ok(keys)
+    }
+
+    /// Runs one SCAN to its end through `page`, adding the keys to `keys`.
+    async fn scan_node(
+        &self,
+        mut page: impl AsyncFnMut(&redis::Cmd) -> redis::RedisResult<Value>,
+        pattern: &str,
+        kind: &str,
+        keys: &mut Vec<String>,
+    ) -> Result<()> {
+        let mut cursor: u64 = 0;
+        loop {
+            let mut cmd = redis::cmd("SCAN");
+            cmd.arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .arg("TYPE")
+                .arg(kind);
+            let reply = page(&cmd).await.map_err(|e| self.error(e, ""))?;
+            let (next, batch): (u64, Vec<String>) =
+                FromRedisValue::from_redis_value(reply).map_err(|e| self.error(e.into(), ""))?;
+            keys.extend(batch);
+            if next == 0 {
+                return Ok(());
+            }
+            cursor = next;
+        }
+    }
+
+    /// The first slot of each master's first range (`CLUSTER SLOTS`): a
+    /// route to every master, one each.
+    async fn one_slot_per_master(&self, c: &mut ClusterConnection) -> Result<Vec<u16>> {
+        let ranges: Vec<Value> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async(c)
+            .await
+            .map_err(|e| self.error(e, ""))?;
+        let mut masters = HashSet::new();
+        let mut slots = Vec::new();
+        for range in ranges {
+            let Value::Array(range) = range else { continue };
+            let (Some(Value::Int(start)), Some(Value::Array(master))) =
+                (range.first(), range.get(2))
+            else {
+                continue;
+            };
+            let address = (master.first().cloned(), master.get(1).cloned());
+            if let Ok(slot) = u16::try_from(*start)
+                && masters.insert(format!("{address:?}"))
+            {
+                slots.push(slot);
+            }
+        }
+        Ok(slots)
     }
 
     /// Subscribes the shared connection to an exact channel (never a pattern).

@@ -488,6 +488,27 @@ impl Redlock {
         }
     }
 
+    /// The keys matching `pattern` of type `kind` on every node that
+    /// answers, which must be a quorum (any lease a quorum holds is then on
+    /// at least one of them).
+    pub(crate) async fn scan(&self, pattern: &str, kind: &str) -> Result<Vec<String>> {
+        let results = self
+            .on_all(self.node_timeout, |node| node.scan(pattern, kind))
+            .await;
+        let answered = results.iter().filter(|r| r.is_ok()).count();
+        if answered < self.needed() {
+            return Err(Error::QuorumNotReached {
+                acquired: answered,
+                needed: self.needed(),
+                node_errors: self.node_errors(&results),
+            });
+        }
+        let mut keys: Vec<String> = results.into_iter().flatten().flatten().collect();
+        keys.sort();
+        keys.dedup();
+        Ok(keys)
+    }
+
     /// The lock's state as a quorum sees it: a holder only if a quorum of
     /// nodes has the same one.
     pub(crate) async fn lock_status(&self, keys: &LockKeys) -> Result<Status> {

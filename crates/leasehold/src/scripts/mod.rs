@@ -644,35 +644,6 @@ pub(crate) async fn subscribers(backend: &Backend, channel: &str) -> Result<usiz
     Ok(on_channel + handoff.len())
 }
 
-/// Every key matching the glob `pattern`, by SCAN (never KEYS, which
-/// blocks the server). Only string keys: lock keys are strings.
-pub(crate) async fn scan_strings(backend: &Backend, pattern: &str) -> Result<Vec<String>> {
-    let mut cursor: u64 = 0;
-    let mut keys = Vec::new();
-    loop {
-        let (next, batch): (u64, Vec<String>) = backend
-            .query(
-                redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(pattern)
-                    .arg("COUNT")
-                    .arg(1000)
-                    .arg("TYPE")
-                    .arg("string"),
-                "",
-            )
-            .await?;
-        keys.extend(batch);
-        if next == 0 {
-            keys.sort();
-            keys.dedup();
-            return Ok(keys);
-        }
-        cursor = next;
-    }
-}
-
 /// Whole milliseconds, at least 1 (Redis refuses `PX 0`).
 pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
