@@ -435,7 +435,7 @@ impl Injector {
                 }
                 Some(_) => self.ttl * (NODES_DOWN_TTLS + 1),
                 None if self.fault == Fault::RollingRestart => {
-                    self.rolling_hold() + self.spacing() + self.ttl
+                    self.rolling_hold() + self.spacing() * 2 + self.ttl
                 }
                 None => self.ttl * 3,
             };
@@ -451,9 +451,13 @@ impl Injector {
                     return Reply::Go;
                 }
                 st.held = Some((worker, fence));
+                // The first restart a spacing after the announce: the lease
+                // may have been acquired on a bare quorum, and only its first
+                // renewal (at ttl/3) puts it back on the other nodes; no
+                // lease survives losing one of a bare quorum before that.
                 st.rolling.get_or_insert(Rolling {
                     node: 0,
-                    at: now,
+                    at: now + self.spacing(),
                     last: None,
                 });
             }
@@ -528,9 +532,9 @@ impl Injector {
                 None => Reply::Go,
             },
             Fault::RollingRestart => {
-                // The first restart at once; a later holder waits for the
-                // next one due. Held (then it writes) across the restarts
-                // the runner's loop does, and a TTL more.
+                // Held (then it writes) from the first restart due across
+                // the restarts the runner's loop does, and a TTL more; a
+                // later holder waits for the next one due.
                 let first = self.state().rolling.map_or(Instant::now(), |r| r.at);
                 self.roll();
                 let until = first.max(Instant::now()) + self.rolling_hold();

@@ -77,8 +77,11 @@ pub enum Fault {
     /// once with an empty dataset (no delayed restart), 0.7 TTL apart (two
     /// renewal periods and a little more).
     ///
-    /// The first restart happens when a holder announces; it is held across
-    /// three restarts and a TTL more, then writes. A renewal granted by a
+    /// The first restart happens 0.7 TTL after a holder announces (a lease
+    /// acquired on a bare quorum is put back on the other nodes only by its
+    /// first renewal, at ttl/3: no lease survives losing one node of a bare
+    /// quorum before that); the holder is held across three restarts and a
+    /// TTL more, then writes. A renewal granted by a
     /// quorum takes the lease back on the node that restarted, so before
     /// each restart the lease must be on a quorum of the other nodes, and
     /// the holder must keep it (no `lost()`, release ok); without the
@@ -307,9 +310,9 @@ pub const SCENARIOS: &[Scenario] = &[
         topology: REDLOCK,
         deterministic: true,
         ttl: TTL,
-        ci_duration: Duration::from_secs(6),
-        checks: "nodes restarted empty one at a time, 0.7 TTL apart, starting under a holder \
-                 held across three restarts: its lease is taken back on each restarted node \
+        ci_duration: Duration::from_secs(7),
+        checks: "nodes restarted empty one at a time, 0.7 TTL apart, starting 0.7 TTL after a \
+                 holder announced (after its first renewal) and under it for three restarts: its lease is taken back on each restarted node \
                  (on a quorum of the others before every restart), it keeps it (no lost(), \
                  release ok), no overlap or lost update, the others get the lock within \
                  TTL + 1 s of each later restart",
