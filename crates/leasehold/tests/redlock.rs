@@ -463,3 +463,32 @@ async fn list_reads_a_quorum_of_nodes_and_finds_leases_on_any_of_them() {
         other => panic!("expected QuorumNotReached, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn an_acquisition_refused_by_a_minority_takes_the_lease_there_at_once() {
+    let servers = start_servers(5);
+    let client = redlock(&servers).await;
+    // Two nodes hold a contender's attempt, which cannot win: three are free.
+    for server in &servers[..2] {
+        let _: () = redis::cmd("SET")
+            .arg("leasehold:{quick}:lock")
+            .arg("a-contenders-attempt")
+            .arg("PX")
+            .arg(30_000)
+            .query(&mut server.connection())
+            .unwrap();
+    }
+    let guard = client
+        .lock("quick")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    // On every node as acquire returns, not at the first renewal (10 s on):
+    // a restart of one of the three would otherwise lose it.
+    let ours = Some(guard.token().to_owned());
+    for server in &servers {
+        assert_eq!(lock_value(server, "quick"), ours);
+    }
+    guard.release().await.unwrap();
+}

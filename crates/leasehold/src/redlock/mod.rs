@@ -204,6 +204,7 @@ impl Redlock {
         let mut node_errors = Vec::new();
         let mut fatal = None;
         let mut taken = vec![false; self.nodes.len()];
+        let mut held_by_others = Vec::new();
         for ((node, result), taken) in self.nodes.iter().zip(results).zip(&mut taken) {
             match result {
                 Ok(Acquire::Acquired { fence: f }) => {
@@ -213,6 +214,7 @@ impl Redlock {
                 }
                 Ok(Acquire::Held { remaining: r, .. }) => {
                     refused += 1;
+                    held_by_others.push(node);
                     remaining = match (remaining, r) {
                         (Some(a), Some(b)) => Some(a.min(b)),
                         (a, b) => a.or(b),
@@ -231,7 +233,23 @@ impl Redlock {
         // A node without an answer may have taken the lease.
         let unsettled = !node_errors.is_empty();
         match verdict(self.nodes.len(), acquired, refused) {
-            Verdict::Agreed => Ok(Acquire::Acquired { fence }),
+            Verdict::Agreed => {
+                // Nodes that refused hold contenders' attempts, which cannot
+                // succeed while this lease is on a quorum: set it there at
+                // once, so it does not sit on a bare quorum until its first
+                // renewal (an empty restart of one of those nodes would
+                // lose it). A failed re-take is left to the renewals.
+                let lease = Extension {
+                    key: keys.lock(),
+                    hold: token,
+                    ttl,
+                };
+                let retakes = held_by_others
+                    .into_iter()
+                    .map(|node| self.retake_on(node, std::slice::from_ref(&lease)));
+                futures_util::future::join_all(retakes).await;
+                Ok(Acquire::Acquired { fence })
+            }
             Verdict::Refused => {
                 if acquired > 0 {
                     self.give_back(&taken, keys, token, ttl).await;
@@ -375,26 +393,31 @@ impl Redlock {
                 })
                 .map(|((lease, _), _)| *lease)
                 .collect();
-            (!missing.is_empty()).then_some(async move {
-                let shortest = missing.iter().map(|l| l.ttl).min().unwrap_or_default();
-                let outcome = tokio::time::timeout(
-                    self.timeout_for(shortest),
-                    scripts::lock_retake(node, &missing),
-                )
-                .await;
-                match outcome {
-                    Ok(Ok(taken)) => tracing::info!(
-                        node = node.addr(),
-                        taken = taken.iter().filter(|t| **t).count(),
-                        missing = missing.len(),
-                        "Redlock node lacked leases a quorum holds; set them back"
-                    ),
-                    Ok(Err(e)) => tracing::debug!(node = node.addr(), error = %e, "re-take failed"),
-                    Err(_) => tracing::debug!(node = node.addr(), "re-take timed out"),
-                }
-            })
+            (!missing.is_empty()).then_some(async move { self.retake_on(node, &missing).await })
         });
         futures_util::future::join_all(retakes).await;
+    }
+
+    /// Sets `leases`, which a quorum of the other nodes holds, on `node`
+    /// (see [`Redlock::retake_missing`]), within the node timeout; a failure
+    /// is only logged.
+    async fn retake_on(&self, node: &Backend, leases: &[Extension<'_>]) {
+        let shortest = leases.iter().map(|l| l.ttl).min().unwrap_or_default();
+        let outcome = tokio::time::timeout(
+            self.timeout_for(shortest),
+            scripts::lock_retake(node, leases),
+        )
+        .await;
+        match outcome {
+            Ok(Ok(taken)) => tracing::debug!(
+                node = node.addr(),
+                taken = taken.iter().filter(|t| **t).count(),
+                of = leases.len(),
+                "Redlock node lacked leases a quorum holds; set them back"
+            ),
+            Ok(Err(e)) => tracing::debug!(node = node.addr(), error = %e, "re-take failed"),
+            Err(_) => tracing::debug!(node = node.addr(), "re-take timed out"),
+        }
     }
 
     /// Renews one lease on every node.
