@@ -21,12 +21,10 @@ async fn redlock(servers: &[RedisServer]) -> Client {
 }
 
 fn lock_key_exists(server: &RedisServer, name: &str) -> bool {
-    server
-        .connection()
-        .exists(format!("leasehold:{{{name}}}:lock"))
-        .unwrap()
+    lock_value(server, name).is_some()
 }
 
+/// The lock key of `name` on `server` (a Redlock lock key is a string).
 /// 8 tasks on 2 clients increment a counter with a read-yield-write under
 /// the lock; the counter must come out exact.
 async fn count_under_contention(a: &Client, b: &Client) -> u64 {

@@ -16,7 +16,15 @@ const KEY: &str = "leasehold:{catalog}:lock";
 
 /// The lock's entries (`<kind>:<hold>:<owner>`) with their expiry scores.
 fn entries(server: &RedisServer) -> Vec<(String, i64)> {
-    server.connection().zrange_withscores(KEY, 0, -1).unwrap()
+    entries_of(server, "catalog")
+}
+
+/// The entries of the sorted set of lock `name` (an RwLock or a semaphore).
+fn entries_of(server: &RedisServer, name: &str) -> Vec<(String, i64)> {
+    server
+        .connection()
+        .zrange_withscores(format!("leasehold:{{{name}}}:lock"), 0, -1)
+        .unwrap()
 }
 
 #[tokio::test]
@@ -679,29 +687,31 @@ async fn status_of_a_key_of_another_type_is_wrong_type_and_changes_nothing() {
 async fn an_rwlock_and_a_semaphore_on_one_name_refuse_each_other_untouched() {
     let server = RedisServer::start();
     let client = client(&server).await;
-    let set = |name: &str| -> Vec<(String, i64)> {
-        server
-            .connection()
-            .zrange_withscores(format!("leasehold:{{{name}}}:lock"), 0, -1)
-            .unwrap()
-    };
     let wrong_type = |r: Result<(), Error>, name: &str| match r {
         Err(Error::WrongType { key }) => assert_eq!(key, format!("leasehold:{{{name}}}:lock")),
         other => panic!("expected WrongType for {name}, got {other:?}"),
     };
 
     let permit = client.semaphore("sem", 2).acquire().await.unwrap();
-    let before = set("sem");
+    let before = entries_of(&server, "sem");
     let rw = client.rw_lock("sem");
     wrong_type(rw.try_read().await.map(drop), "sem");
     wrong_type(rw.try_write().await.map(drop), "sem");
-    assert_eq!(set("sem"), before, "the semaphore's permits are untouched");
+    assert_eq!(
+        entries_of(&server, "sem"),
+        before,
+        "the semaphore's permits are untouched"
+    );
     permit.release().await.unwrap();
 
     let read = client.rw_lock("rw").read().await.unwrap();
-    let before = set("rw");
+    let before = entries_of(&server, "rw");
     let sem = client.semaphore("rw", 2);
     wrong_type(sem.try_acquire().await.map(drop), "rw");
-    assert_eq!(set("rw"), before, "the reader's hold is untouched");
+    assert_eq!(
+        entries_of(&server, "rw"),
+        before,
+        "the reader's hold is untouched"
+    );
     read.release().await.unwrap();
 }

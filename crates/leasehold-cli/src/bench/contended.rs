@@ -196,15 +196,10 @@ async fn sample_rtt(mut con: redis::aio::MultiplexedConnection, run: Duration) -
     let end = Instant::now() + run;
     let mut times = Vec::new();
     while Instant::now() < end && times.len() < MAX_PINGS {
-        let sent = Instant::now();
-        if redis::cmd("PING")
-            .query_async::<()>(&mut con)
-            .await
-            .is_err()
-        {
+        let Ok(took) = server::ping(&mut con).await else {
             break;
-        }
-        times.push(sent.elapsed());
+        };
+        times.push(took);
         tokio::time::sleep(PING_EVERY).await;
     }
     times

@@ -121,6 +121,16 @@ pub(crate) fn classify(library: Library, counted: &CommandStats) -> Commands {
 /// first ones after a pause, or on a server just started, are slower.
 const WARM_UP_PINGS: usize = 200;
 
+/// How long one PING takes on `con`.
+pub(crate) async fn ping(con: &mut MultiplexedConnection) -> Result<Duration, Failure> {
+    let sent = Instant::now();
+    redis::cmd("PING")
+        .query_async::<()>(con)
+        .await
+        .map_err(|e| redis_failure(e, "on PING"))?;
+    Ok(sent.elapsed())
+}
+
 /// The median of `samples` PINGs on `con`, after a warm-up.
 pub(crate) async fn round_trip(
     con: &mut MultiplexedConnection,
@@ -128,12 +138,7 @@ pub(crate) async fn round_trip(
 ) -> Result<Duration, Failure> {
     let mut times = Vec::with_capacity(samples + WARM_UP_PINGS);
     for _ in 0..samples + WARM_UP_PINGS {
-        let sent = Instant::now();
-        redis::cmd("PING")
-            .query_async::<()>(con)
-            .await
-            .map_err(|e| redis_failure(e, "on PING"))?;
-        times.push(sent.elapsed());
+        times.push(ping(con).await?);
     }
     let mut times = times.split_off(WARM_UP_PINGS);
     times.sort();
