@@ -90,8 +90,12 @@ where
             Ok(Acquire::Acquired { fence }) => {
                 if validity(target.ttl, sent.elapsed()).is_none() {
                     // The reply came too late to be sure of any validity:
-                    // give it back and try again.
-                    pending.release_in_background();
+                    // give it back before trying again. The give-back is
+                    // awaited here, never queued: the retry uses the same
+                    // hold, would find the lease "already ours", and a
+                    // give-back still queued behind it would then delete
+                    // the lease of the guard the retry returns.
+                    pending.give_back().await?;
                     Instant::now()
                 } else {
                     pending.replicated().await?;
@@ -223,6 +227,28 @@ impl PendingAttempt<'_, '_> {
             acked,
             needed,
         })
+    }
+
+    /// Releases a grant that came too late to use, and waits for the
+    /// server's answer, so that no release of this hold is left in flight
+    /// when the caller tries again with the same hold. If the answer does
+    /// not come, the release goes on in the background and the acquire
+    /// fails: a retry with this hold could race it.
+    async fn give_back(&mut self) -> Result<()> {
+        let t = self.target;
+        match t.client.inner.servers.release(t.kind, t.keys, t.hold).await {
+            Ok(_) => {
+                self.armed = false;
+                self.queued = false;
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(lock = %t.name, error = %e,
+                    "giving back a grant that came too late failed; retrying in the background");
+                self.release_in_background();
+                Err(e)
+            }
+        }
     }
 
     fn release_in_background(&mut self) {
