@@ -298,6 +298,9 @@ impl Handle {
 
     /// Checks the name and TTL before anything is sent.
     pub(crate) fn validate(&self) -> Result<()> {
+        if self.client.is_closed() {
+            return Err(Error::Closed);
+        }
         validate_name(&self.name)?;
         self.client.inner.check_ttl(self.ttl)
     }

@@ -52,6 +52,8 @@ pub(crate) struct Inner {
     /// `min_replicas(n, timeout)`: replicas that must acknowledge each
     /// acquisition.
     pub(crate) min_replicas: Option<(usize, Duration)>,
+    /// Set by [`Client::close`]: no more acquisitions.
+    pub(crate) closed: std::sync::atomic::AtomicBool,
 }
 
 impl Inner {
@@ -381,6 +383,49 @@ impl Client {
     pub fn prefix(&self) -> &str {
         &self.inner.prefix
     }
+
+    /// Gives back every lease this client (and every clone of it) holds,
+    /// finishes the releases of guards dropped earlier, and stops renewing;
+    /// returns once Redis has answered them all. Call it before a program
+    /// ends: a guard dropped as `main` returns is released by a background
+    /// task that the runtime's shutdown stops, which leaves its lock held
+    /// until the TTL runs out.
+    ///
+    /// Afterwards the client takes no more locks ([`Error::Closed`]), the
+    /// guards still alive report [`is_lost`](crate::LockGuard::is_lost), and
+    /// a lock acquired while `close` runs is given back at once. Calling it
+    /// again is harmless.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), leasehold::Error> {
+    /// let client = leasehold::Client::connect("redis://127.0.0.1:6379").await?;
+    /// let guard = client.lock("nightly-report").acquire().await?;
+    /// // ... work; `guard` may still be alive here ...
+    /// client.close().await?; // the lock is free for the next run now
+    /// # drop(guard);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::CloseIncomplete`] when some release got no answer (the
+    /// server is unreachable): those leases end by their TTL.
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped, the client is closed all the same and the releases go on
+    /// in the background.
+    pub async fn close(&self) -> Result<()> {
+        self.inner
+            .closed
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.inner.watchdog.close().await
+    }
+
+    /// Whether [`Client::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 /// Options for a [`Client`]; made by [`Client::builder`].
@@ -623,6 +668,7 @@ impl ClientBuilder {
                 min_ttl: self.min_ttl,
                 max_ttl: self.max_ttl,
                 min_replicas: self.min_replicas,
+                closed: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }

@@ -102,6 +102,23 @@ pub enum Error {
         node_errors: Vec<String>,
     },
 
+    /// The client was closed by [`Client::close`](crate::Client::close): it
+    /// takes no more locks.
+    #[error("this client was closed (Client::close) and takes no more locks; build a new client")]
+    Closed,
+
+    /// [`Client::close`](crate::Client::close) could not give back every
+    /// lease (the server did not answer); those expire by their TTL.
+    #[error(
+        "Client::close could not release {failed} lease(s); they expire by their TTL          (first error: {first})"
+    )]
+    CloseIncomplete {
+        /// How many releases failed.
+        failed: usize,
+        /// The first failure, as text.
+        first: String,
+    },
+
     /// An argument is out of range or malformed; nothing was sent to Redis.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -28,9 +28,8 @@ impl Held {
     /// Wraps a freshly acquired lease and, with `watchdog`, starts renewing it.
     pub(crate) fn new(client: &Client, lease: Lease, fence: u64, watchdog: bool) -> Held {
         let lease = Arc::new(lease);
-        if watchdog {
-            client.inner.watchdog.track(Arc::clone(&lease));
-        }
+        // On the books even when not renewed, so Client::close gives it back.
+        client.inner.watchdog.track(Arc::clone(&lease), watchdog);
         Held {
             client: client.clone(),
             lease,
@@ -80,6 +79,12 @@ impl Held {
         if self.lease.is_lost() {
             return Err(self.lost_error());
         }
+        // No renewal of this lease is in flight while the extend is, so none
+        // sent with the old TTL can land after it and cut the lease short.
+        let _changing = self.lease.change().await;
+        if self.lease.is_lost() {
+            return Err(self.lost_error());
+        }
         let sent = Instant::now();
         let extension = Extension {
             key: self.lease.keys.lock(),
@@ -90,7 +95,7 @@ impl Held {
         if result == Owned::Done {
             self.lease.extended(sent, ttl);
             if self.watchdog {
-                inner.watchdog.track(Arc::clone(&self.lease));
+                inner.watchdog.track(Arc::clone(&self.lease), true);
             }
             Ok(())
         } else {

@@ -51,6 +51,11 @@ pub(crate) struct Lease {
     /// lock, the hold id for a reentrant lock, the member for an RwLock.
     pub(crate) hold: String,
     timing: Mutex<Timing>,
+    /// Held by whoever changes the lease's expiry on the server (a renewal,
+    /// an extend), so the two never overlap: a renewal sent with the old
+    /// TTL cannot land after an extend and cut the lease short behind the
+    /// client's back.
+    changing: Arc<tokio::sync::Mutex<()>>,
     lost: AtomicBool,
     lost_notify: Notify,
 }
@@ -58,6 +63,10 @@ pub(crate) struct Lease {
 #[derive(Clone, Copy)]
 struct Timing {
     ttl: Duration,
+    /// When the command that last set the lease's expiry (its acquisition,
+    /// a renewal, an extend) was sent: the next renewal is due a third of
+    /// the TTL after it.
+    set_at: Instant,
     valid_until: Instant,
     /// Bumped by every explicit extend, so a renewal sent before it cannot
     /// overwrite the validity the extend set.
@@ -91,9 +100,11 @@ impl Lease {
             hold,
             timing: Mutex::new(Timing {
                 ttl,
+                set_at: sent,
                 valid_until: valid_until(sent, ttl),
                 generation: 0,
             }),
+            changing: Arc::new(tokio::sync::Mutex::new(())),
             lost: AtomicBool::new(false),
             lost_notify: Notify::new(),
         }
@@ -118,15 +129,42 @@ impl Lease {
         let mut t = self.timing();
         if t.generation == at.generation {
             t.valid_until = t.valid_until.max(valid_until(sent, at.ttl));
+            t.set_at = t.set_at.max(sent);
         }
+    }
+
+    /// When the next renewal is due: a third of the TTL after the lease's
+    /// expiry was last set (possibly already past).
+    pub(crate) fn renewal_due(&self) -> Instant {
+        let t = self.timing();
+        t.set_at + t.ttl / 3
+    }
+
+    /// Waits until no renewal or extend of this lease is in flight, and
+    /// keeps others out while the returned guard lives.
+    pub(crate) async fn change(&self) -> tokio::sync::OwnedMutexGuard<()> {
+        Arc::clone(&self.changing).lock_owned().await
+    }
+
+    /// Like [`Lease::change`], without waiting: `None` while an extend is in flight.
+    pub(crate) fn try_change(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        Arc::clone(&self.changing).try_lock_owned().ok()
     }
 
     /// An explicit extend to `ttl`, sent at `sent`, succeeded.
     pub(crate) fn extended(&self, sent: Instant, ttl: Duration) {
         let mut t = self.timing();
         t.ttl = ttl;
+        t.set_at = sent;
         t.valid_until = valid_until(sent, ttl);
         t.generation += 1;
+    }
+
+    /// Records that the lease was given back by [`Client::close`](crate::Client::close):
+    /// the guard reports it lost from now on, without a warning.
+    pub(crate) fn mark_closed(&self) {
+        self.lost.store(true, Ordering::Release);
+        self.lost_notify.notify_waiters();
     }
 
     /// True once the lease may have expired or was taken.

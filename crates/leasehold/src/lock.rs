@@ -239,7 +239,9 @@ impl Lock {
                     self.fair,
                 )
                 .await;
-            if queueing != Queueing::No && matches!(reply, Ok(Acquire::Held { .. })) {
+            // Refused, or no reply (it may have been refused and queued
+            // all the same): from now on, leave the queue on acquiring.
+            if queueing != Queueing::No && !matches!(reply, Ok(Acquire::Acquired { .. })) {
                 queued.store(true, Ordering::Relaxed);
             }
             reply

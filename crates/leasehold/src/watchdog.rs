@@ -1,22 +1,35 @@
 //! Renewal shared by every primitive: one task per client.
 //!
-//! Each held lease is renewed at a third of its TTL. Leases due at about
-//! the same time are renewed together: one script call per kind of lease
-//! (lock, reentrant hold, RwLock hold), each kind by its own script. A renewal that
-//! finds the lease missing or held by another owner marks it lost at once;
-//! one that cannot reach Redis is retried until the lease's `valid_until`,
-//! and then the lease is marked lost.
+//! Each held lease is renewed at a third of its TTL, counted from when the
+//! command that last set its expiry was sent (its acquisition, a renewal,
+//! an extend). Leases due at about the same time are renewed together: one
+//! script call per kind of lease (lock, reentrant hold, RwLock hold), each
+//! kind by its own script. A renewal that finds the lease missing or held
+//! by another owner marks it lost at once; one that cannot reach Redis is
+//! retried until the lease's `valid_until`, and then the lease is marked
+//! lost. A renewal never overlaps an extend of the same lease
+//! ([`Lease::change`]).
 //!
 //! The task also performs the releases of dropped guards, so `Drop` never
-//! blocks and never needs a runtime of its own.
+//! blocks and never needs a runtime of its own. Those run concurrently
+//! (at most [`MAX_RELEASES_IN_FLIGHT`] at once) and never hold up a
+//! renewal: a batch job that drops thousands of guards at once does not
+//! starve the leases that stay held.
+//!
+//! The task knows every lease its client holds, renewed or not, so that
+//! [`Watchdog::close`] can give them all back.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use tokio::sync::{OwnedMutexGuard, mpsc, oneshot};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 use crate::key::{LockKeys, slot};
 use crate::lease::{Kind, Lease, Snapshot};
@@ -29,18 +42,27 @@ const COALESCE: Duration = Duration::from_millis(20);
 const MAX_BATCH: usize = 512;
 /// Most renewal calls in flight at once.
 const MAX_BATCHES_IN_FLIGHT: usize = 16;
+/// Most background releases in flight at once; the rest wait their turn.
+const MAX_RELEASES_IN_FLIGHT: usize = 64;
 
 enum Command {
-    /// Renew this lease (again: its TTL may have changed).
-    Track(Arc<Lease>),
-    /// Stop renewing.
+    /// Keep this lease on the books and, with `renew`, renew it (again: its
+    /// TTL may have changed).
+    Track { lease: Arc<Lease>, renew: bool },
+    /// Forget the lease with this id: stop renewing it.
     Untrack(u64),
     /// Release a lease in the background, owner-checked.
-    Release {
-        kind: Kind,
-        keys: Arc<LockKeys>,
-        hold: String,
-    },
+    Release(Release),
+    /// Give back every lease on the books, stop renewing, and answer once
+    /// every release is done (with the first error, if any failed).
+    Close(oneshot::Sender<Result<()>>),
+}
+
+/// One background release.
+struct Release {
+    kind: Kind,
+    keys: Arc<LockKeys>,
+    hold: String,
 }
 
 /// Handle to the client's watchdog task. The task ends when every handle is dropped.
@@ -57,14 +79,15 @@ impl Watchdog {
     }
 
     // Sends below ignore a closed channel: the task only ends with the
-    // client, and then Redis expires the leases by their TTL.
+    // client (or its runtime), and then Redis expires the leases by their TTL.
 
-    /// Starts (or reschedules) renewal of `lease`.
-    pub(crate) fn track(&self, lease: Arc<Lease>) {
-        let _ = self.tx.send(Command::Track(lease));
+    /// Puts `lease` on the books and, with `renew`, starts (or reschedules)
+    /// its renewal.
+    pub(crate) fn track(&self, lease: Arc<Lease>, renew: bool) {
+        let _ = self.tx.send(Command::Track { lease, renew });
     }
 
-    /// Stops renewing the lease with this id.
+    /// Takes the lease with this id off the books: no more renewals.
     pub(crate) fn untrack(&self, id: u64) {
         let _ = self.tx.send(Command::Untrack(id));
     }
@@ -72,19 +95,46 @@ impl Watchdog {
     /// Releases in the background; never blocks. `hold` is the lease's
     /// identity in its kind's scripts (see [`Lease::hold`]).
     pub(crate) fn release(&self, kind: Kind, keys: Arc<LockKeys>, hold: String) {
-        let _ = self.tx.send(Command::Release { kind, keys, hold });
+        let _ = self.tx.send(Command::Release(Release { kind, keys, hold }));
+    }
+
+    /// Gives back every lease on the books and every release still queued,
+    /// and stops renewing; returns when all of them are done. Leases put
+    /// on the books later are given back at once.
+    pub(crate) async fn close(&self) -> Result<()> {
+        let (done, closed) = oneshot::channel();
+        if self.tx.send(Command::Close(done)).is_err() {
+            return Ok(());
+        }
+        closed.await.unwrap_or(Ok(()))
     }
 }
 
 struct Tracked {
     lease: Arc<Lease>,
-    due: Instant,
+    /// When its next renewal is due; `None` for a lease not renewed.
+    due: Option<Instant>,
 }
+
+type Releasing = Pin<Box<dyn Future<Output = Result<()>> + Send>>;
+
+/// A lease being renewed: its timing when the renewal was sent, and the
+/// guard that keeps an extend of it out until the outcome is recorded.
+type Renewing = (Arc<Lease>, Snapshot, OwnedMutexGuard<()>);
 
 struct State {
     servers: Servers,
     leases: HashMap<u64, Tracked>,
     queue: BTreeMap<(Instant, u64), ()>,
+    /// Background releases not started yet, oldest first.
+    backlog: VecDeque<Release>,
+    releasing: FuturesUnordered<Releasing>,
+    /// Set by [`Command::Close`]: everything is given back from now on.
+    closed: bool,
+    /// Callers of [`Watchdog::close`] waiting for the releases to finish.
+    closing: Vec<oneshot::Sender<Result<()>>>,
+    /// Releases that failed while a close waited, and the first error.
+    close_failures: (usize, Option<String>),
 }
 
 async fn run(servers: Servers, mut rx: mpsc::UnboundedReceiver<Command>) {
@@ -92,16 +142,36 @@ async fn run(servers: Servers, mut rx: mpsc::UnboundedReceiver<Command>) {
         servers,
         leases: HashMap::new(),
         queue: BTreeMap::new(),
+        backlog: VecDeque::new(),
+        releasing: FuturesUnordered::new(),
+        closed: false,
+        closing: Vec::new(),
+        close_failures: (0, None),
     };
     loop {
         let next = state.queue.first_key_value().map(|((due, _), ())| *due);
         tokio::select! {
-            command = rx.recv() => match command {
-                Some(command) => state.handle(command).await,
-                None => return,
-            },
+            // Renewals first: a lease that is due must not wait behind
+            // the commands queued meanwhile.
+            biased;
             () = sleep_until(next), if next.is_some() => state.renew_due().await,
+            Some(outcome) = state.releasing.next(), if !state.releasing.is_empty() => {
+                state.released(outcome);
+            }
+            command = rx.recv() => match command {
+                Some(command) => state.handle(command),
+                None => break,
+            },
         }
+        state.start_releases();
+        state.answer_close();
+    }
+    // Every handle is gone (the client was dropped): finish what was
+    // started, so a guard dropped last still frees its lock at once.
+    state.start_releases();
+    while let Some(outcome) = state.releasing.next().await {
+        state.released(outcome);
+        state.start_releases();
     }
 }
 
@@ -117,40 +187,105 @@ fn retry_delay(ttl: Duration) -> Duration {
 }
 
 impl State {
-    async fn handle(&mut self, command: Command) {
+    fn handle(&mut self, command: Command) {
         match command {
-            Command::Track(lease) => {
-                let due = Instant::now() + lease.snapshot().ttl / 3;
-                self.schedule(lease, due);
+            Command::Track { lease, renew } => {
+                if self.closed {
+                    // Acquired while the client closed: give it back.
+                    lease.mark_closed();
+                    self.backlog.push_back(Release::of(&lease));
+                } else if renew {
+                    let due = lease.renewal_due();
+                    self.schedule(lease, Some(due));
+                } else {
+                    self.schedule(lease, None);
+                }
             }
             Command::Untrack(id) => self.untrack(id),
-            Command::Release { kind, keys, hold } => {
-                if let Err(e) = self.servers.release(kind, &keys, &hold).await {
-                    tracing::warn!(key = %keys.lock(), error = %e,
-                        "background release failed; the lease will expire by its TTL");
+            Command::Release(release) => self.backlog.push_back(release),
+            Command::Close(done) => {
+                self.closed = true;
+                for (_, tracked) in self.leases.drain() {
+                    tracked.lease.mark_closed();
+                    self.backlog.push_back(Release::of(&tracked.lease));
                 }
+                self.queue.clear();
+                self.closing.push(done);
             }
         }
     }
 
-    fn schedule(&mut self, lease: Arc<Lease>, due: Instant) {
-        let id = lease.id;
-        if let Some(old) = self.leases.insert(id, Tracked { lease, due }) {
-            self.queue.remove(&(old.due, id));
+    /// Starts queued releases while fewer than the most allowed are in flight.
+    fn start_releases(&mut self) {
+        while self.releasing.len() < MAX_RELEASES_IN_FLIGHT {
+            let Some(Release { kind, keys, hold }) = self.backlog.pop_front() else {
+                return;
+            };
+            let servers = self.servers.clone();
+            self.releasing.push(Box::pin(async move {
+                match servers.release(kind, &keys, &hold).await {
+                    Ok(_) => Ok(()),
+                    Err(e) => {
+                        tracing::warn!(key = %keys.lock(), error = %e,
+                            "background release failed; the lease will expire by its TTL");
+                        Err(e)
+                    }
+                }
+            }));
         }
-        self.queue.insert((due, id), ());
+    }
+
+    fn released(&mut self, outcome: Result<()>) {
+        if let Err(e) = outcome
+            && !self.closing.is_empty()
+        {
+            let (failed, first) = &mut self.close_failures;
+            *failed += 1;
+            first.get_or_insert_with(|| e.to_string());
+        }
+    }
+
+    /// Answers the callers of close once nothing is left to release.
+    fn answer_close(&mut self) {
+        if self.closing.is_empty() || !self.backlog.is_empty() || !self.releasing.is_empty() {
+            return;
+        }
+        let (failed, first) = std::mem::take(&mut self.close_failures);
+        for done in self.closing.drain(..) {
+            let _ = done.send(match &first {
+                None => Ok(()),
+                Some(first) => Err(Error::CloseIncomplete {
+                    failed,
+                    first: first.clone(),
+                }),
+            });
+        }
+    }
+
+    fn schedule(&mut self, lease: Arc<Lease>, due: Option<Instant>) {
+        let id = lease.id;
+        if let Some(old) = self.leases.insert(id, Tracked { lease, due })
+            && let Some(old_due) = old.due
+        {
+            self.queue.remove(&(old_due, id));
+        }
+        if let Some(due) = due {
+            self.queue.insert((due, id), ());
+        }
     }
 
     fn untrack(&mut self, id: u64) {
-        if let Some(old) = self.leases.remove(&id) {
-            self.queue.remove(&(old.due, id));
+        if let Some(old) = self.leases.remove(&id)
+            && let Some(old_due) = old.due
+        {
+            self.queue.remove(&(old_due, id));
         }
     }
 
     /// Renews every lease that is due (or nearly due) now.
     async fn renew_due(&mut self) {
         let now = Instant::now();
-        let mut due: Vec<(Arc<Lease>, Snapshot)> = Vec::new();
+        let mut due: Vec<Renewing> = Vec::new();
         let horizon = now + COALESCE;
         let candidates: Vec<(Instant, u64)> = self
             .queue
@@ -161,24 +296,33 @@ impl State {
             let Some(tracked) = self.leases.get(&id) else {
                 continue;
             };
-            let snapshot = tracked.lease.snapshot();
+            let ttl = tracked.lease.snapshot().ttl;
             // Renew early only by a small part of the period.
-            if at > now + COALESCE.min(snapshot.ttl / 12) {
+            if at > now + COALESCE.min(ttl / 12) {
                 continue;
             }
             let lease = Arc::clone(&tracked.lease);
-            self.untrack(id);
             if lease.is_lost() {
+                self.untrack(id);
                 lease.mark_lost();
                 continue;
             }
-            due.push((lease, snapshot));
+            let Some(changing) = lease.try_change() else {
+                // An extend is in flight: it sets the expiry itself and
+                // reschedules; look again soon in case it fails.
+                self.schedule(Arc::clone(&lease), Some(now + retry_delay(ttl)));
+                continue;
+            };
+            // Taken after the extend guard, so it is the latest timing.
+            let snapshot = lease.snapshot();
+            self.schedule(Arc::clone(&lease), None);
+            due.push((lease, snapshot, changing));
         }
         // On a cluster one call may only touch keys of one slot.
         let cluster = self.servers.is_cluster();
-        due.sort_by_key(|(lease, _)| (lease.kind, cluster.then(|| slot(lease.keys.lock()))));
-        let batches: Vec<&[(Arc<Lease>, Snapshot)]> = due
-            .chunk_by(|(a, _), (b, _)| {
+        due.sort_by_key(|(lease, _, _)| (lease.kind, cluster.then(|| slot(lease.keys.lock()))));
+        let batches: Vec<&[Renewing]> = due
+            .chunk_by(|(a, _, _), (b, _, _)| {
                 a.kind == b.kind && (!cluster || slot(a.keys.lock()) == slot(b.keys.lock()))
             })
             .flat_map(|same_kind| same_kind.chunks(MAX_BATCH))
@@ -196,12 +340,7 @@ impl State {
     }
 
     /// Records the outcome of renewing `batch` (sent at `sent`).
-    fn renewed(
-        &mut self,
-        batch: &[(Arc<Lease>, Snapshot)],
-        sent: Instant,
-        outcome: Result<Vec<Option<Owned>>>,
-    ) {
+    fn renewed(&mut self, batch: &[Renewing], sent: Instant, outcome: Result<Vec<Option<Owned>>>) {
         let now = Instant::now();
         let results = match outcome {
             Ok(results) => results,
@@ -211,21 +350,29 @@ impl State {
                 vec![None; batch.len()]
             }
         };
-        for ((lease, snap), result) in batch.iter().zip(results) {
+        for ((lease, snap, _), result) in batch.iter().zip(results) {
+            if !self.leases.contains_key(&lease.id) {
+                // Released, handed on or closed meanwhile.
+                continue;
+            }
             match result {
                 Some(Owned::Done) => {
                     lease.renewed(sent, *snap);
-                    self.schedule(Arc::clone(lease), sent + snap.ttl / 3);
+                    self.schedule(Arc::clone(lease), Some(sent + snap.ttl / 3));
                 }
-                Some(Owned::Missing | Owned::OtherOwner) => lease.mark_lost(),
+                Some(Owned::Missing | Owned::OtherOwner) => {
+                    self.untrack(lease.id);
+                    lease.mark_lost();
+                }
                 // Not known: keep trying while the lease may still be valid.
                 None => {
                     let valid_until = lease.snapshot().valid_until;
                     if now >= valid_until {
+                        self.untrack(lease.id);
                         lease.mark_lost();
                     } else {
                         let retry = (now + retry_delay(snap.ttl)).min(valid_until);
-                        self.schedule(Arc::clone(lease), retry);
+                        self.schedule(Arc::clone(lease), Some(retry));
                     }
                 }
             }
@@ -233,15 +380,25 @@ impl State {
     }
 }
 
+impl Release {
+    fn of(lease: &Lease) -> Release {
+        Release {
+            kind: lease.kind,
+            keys: Arc::clone(&lease.keys),
+            hold: lease.hold.clone(),
+        }
+    }
+}
+
 /// Renews one batch of leases of one kind; returns when it was sent.
 async fn renew_batch(
     servers: &Servers,
-    batch: &[(Arc<Lease>, Snapshot)],
+    batch: &[Renewing],
 ) -> (Instant, Result<Vec<Option<Owned>>>) {
     let kind = batch[0].0.kind;
     let extensions: Vec<Extension<'_>> = batch
         .iter()
-        .map(|(lease, snap)| Extension {
+        .map(|(lease, snap, _)| Extension {
             key: lease.keys.lock(),
             hold: &lease.hold,
             ttl: snap.ttl,

@@ -119,8 +119,9 @@ async fn a_waiter_killed_in_the_middle_of_the_queue_is_skipped_within_the_bound(
         [0, 1, 2, 3, 4, 6, 7, 8, 9],
         "queued waiters in arrival order, the dead one skipped, nobody barging in"
     );
-    // The gap the dead waiter left: at most its queue window (3 s) or the
-    // hand-off grace (0.5 s) plus the next waiter's heartbeat (1 s), plus slack.
+    // The gap the dead waiter left: at most its queue window (3 s, which
+    // its reservation lasts at most) plus the next waiter's heartbeat (1 s),
+    // plus slack.
     let gap = log[5].1 - log[4].1;
     assert!(
         gap < Duration::from_millis(5500),

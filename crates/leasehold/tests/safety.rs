@@ -138,3 +138,96 @@ async fn thousands_of_dropped_guards_do_not_delay_a_renewal() {
     })
     .await;
 }
+
+/// Issue 13, item 8. `Client::close` gives back every lease the client
+/// holds (renewed or not), finishes queued background releases, and
+/// refuses new acquisitions; guards still alive report the lease lost.
+#[tokio::test]
+async fn close_gives_back_every_lease_and_takes_no_more_locks() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let renewed = client
+        .lock("close:renewed")
+        .acquire()
+        .await
+        .expect("acquire");
+    let unrenewed = client
+        .lock("close:unrenewed")
+        .watchdog(false)
+        .acquire()
+        .await
+        .expect("acquire");
+    let reader = client.rw_lock("close:rw").read().await.expect("read");
+    let dropped = hold_many(&client, "close:dropped", 100).await;
+    drop(dropped);
+
+    client.close().await.expect("close");
+
+    for name in ["close:renewed", "close:unrenewed"] {
+        assert_eq!(
+            get(&server, &lock_key(name)),
+            None,
+            "{name} was not released"
+        );
+    }
+    let readers: i64 = server
+        .connection()
+        .zcard(lock_key("close:rw"))
+        .expect("ZCARD");
+    assert_eq!(readers, 0, "the read hold was not released");
+    for i in 0..100 {
+        assert_eq!(get(&server, &lock_key(&format!("close:dropped:{i}"))), None);
+    }
+    assert!(renewed.is_lost() && unrenewed.is_lost() && reader.is_lost());
+    assert!(client.is_closed());
+    assert!(matches!(
+        client.lock("close:new").try_acquire().await,
+        Err(leasehold::Error::Closed)
+    ));
+    // Closing again is harmless; releasing a closed guard says it is gone.
+    client.close().await.expect("close again");
+    assert!(matches!(
+        renewed.release().await,
+        Err(leasehold::Error::Lost { .. })
+    ));
+}
+
+/// Issue 13, item 8. A short program drops its guard as `main` ends: the
+/// runtime shuts down before the watchdog task can release it, so the lock
+/// stays held for its TTL (the documented behaviour). With `close` before
+/// the end, the lock is free at once.
+#[test]
+fn a_program_that_ends_frees_its_lock_only_with_close() {
+    let server = RedisServer::start();
+    let run_program = |close: bool, name: &'static str| {
+        let url = server.url();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let client = Client::connect(&url).await.expect("connect");
+                let guard = client.lock(name).acquire().await.expect("acquire");
+                if close {
+                    client.close().await.expect("close");
+                }
+                drop(guard);
+            });
+            // `main` returns: the runtime and its tasks are dropped.
+        })
+        .join()
+        .expect("program");
+    };
+    run_program(false, "end:without-close");
+    run_program(true, "end:with-close");
+    let pttl: i64 = server
+        .connection()
+        .pttl(lock_key("end:without-close"))
+        .expect("PTTL");
+    assert!(
+        pttl > 20_000,
+        "without close the lock stays held until its TTL (documented): {pttl}"
+    );
+    assert_eq!(get(&server, &lock_key("end:with-close")), None);
+}

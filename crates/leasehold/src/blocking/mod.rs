@@ -382,6 +382,31 @@ impl Client {
     pub fn prefix(&self) -> &str {
         self.inner.prefix()
     }
+
+    /// Gives back every lease this client holds and stops renewing; see
+    /// [`crate::Client::close`]. Call it before the program ends.
+    ///
+    /// # Errors
+    ///
+    /// As the async method.
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn run(client: leasehold::blocking::Client) -> Result<(), leasehold::Error> {
+    /// let guard = client.lock("nightly-report").acquire()?;
+    /// // ... work ...
+    /// client.close()?; // frees the lock even though `guard` is still alive
+    /// # Ok(()) }
+    /// ```
+    #[track_caller]
+    pub fn close(&self) -> Result<()> {
+        self.rt.block_on(self.inner.close())
+    }
 }
 
 /// A blocking handle: wraps the async `$async`, with its setters.

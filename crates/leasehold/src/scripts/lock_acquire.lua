@@ -69,9 +69,9 @@ if fence == 1 or ARGV[6] == '1' then
     redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])
   end
 end
--- A queued caller that found the lease free leaves the queue; one it was handed to was
--- taken out of the queue by the release already.
-if ARGV[5] == '1' and not holder then
+-- A queued caller leaves the queue once it holds the lease, whether it found the lease free
+-- or handed to it (a waiter handed the lease keeps its place until it claims it).
+if ARGV[5] == '1' then
   redis.call('ZREM', KEYS[3], member)
   redis.call('ZREM', KEYS[4], member)
 end

@@ -45,9 +45,11 @@ static REENTRANT_STATUS: LazyLock<Script> =
 /// the server clock alone keeps fences increasing.
 const FENCE_KEY_TTL: Duration = Duration::from_secs(3600);
 
-/// How long a lease handed off at release waits for the waiter it was
-/// handed to. Normally that waiter takes it within a round trip; if it died
-/// since its last attempt, the lease is free again after this.
+/// The least a lease handed off at release waits for the waiter it was
+/// handed to. It waits until the waiter's queue deadline (a live waiter
+/// tries again before that, message or not), and at least this long.
+/// Normally the waiter takes it within a round trip; if it died since its
+/// last attempt, the lease is free again after its deadline.
 const HANDOFF_GRACE: Duration = Duration::from_millis(500);
 
 /// How long a waiter stays in a lock's queue without trying again. Waiters
