@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::key::LockKeys;
 use crate::lease::Kind;
 use crate::scripts::{self, Acquire, Extension, Owned, Queueing, Spread, Status};
-use quorum::{Verdict, verdict};
+use quorum::{Verdict, retake_in_time, verdict};
 
 /// The nodes of a Redlock client.
 pub(crate) struct Redlock {
@@ -173,6 +173,7 @@ impl Redlock {
         ttl: Duration,
     ) -> Result<Acquire> {
         let n = self.nodes.len();
+        let sent = Instant::now();
         let results = self
             .until_decided(
                 self.timeout_for(ttl),
@@ -244,10 +245,12 @@ impl Redlock {
                     hold: token,
                     ttl,
                 };
-                let retakes = held_by_others
-                    .into_iter()
-                    .map(|node| self.retake_on(node, std::slice::from_ref(&lease)));
-                futures_util::future::join_all(retakes).await;
+                if retake_in_time(ttl, sent.elapsed()) {
+                    let retakes = held_by_others
+                        .into_iter()
+                        .map(|node| self.retake_on(node, std::slice::from_ref(&lease)));
+                    futures_util::future::join_all(retakes).await;
+                }
                 Ok(Acquire::Acquired { fence })
             }
             Verdict::Refused => {
@@ -333,6 +336,7 @@ impl Redlock {
         kind: Kind,
         leases: &[Extension<'_>],
     ) -> Result<Vec<Option<Owned>>> {
+        let sent = Instant::now();
         let results = self.extend_on_all(kind, leases).await;
         if results.iter().all(Result::is_err) {
             return Err(Error::QuorumNotReached {
@@ -353,7 +357,8 @@ impl Redlock {
                 )
             })
             .collect();
-        self.retake_missing(kind, leases, &results, &verdicts).await;
+        self.retake_missing(kind, leases, sent, &results, &verdicts)
+            .await;
         Ok(verdicts)
     }
 
@@ -371,25 +376,31 @@ impl Redlock {
     /// holds that existed before the renewal only: a lease the quorum did
     /// not renew is never taken anew, since it may have lapsed while another
     /// owner held the lock. A failed re-take changes nothing; the next
-    /// renewal tries again.
+    /// renewal tries again. Nothing is re-taken on stale information: when
+    /// the renewal was sent (`sent`) more than half a TTL ago, or the
+    /// lease's validity is gone ([`retake_in_time`]).
     async fn retake_missing(
         &self,
         kind: Kind,
         leases: &[Extension<'_>],
+        sent: Instant,
         results: &[Result<Vec<Owned>>],
         verdicts: &[Option<Owned>],
     ) {
         if kind != Kind::Lock {
             return;
         }
+        let elapsed = sent.elapsed();
         let retakes = self.nodes.iter().zip(results).filter_map(|(node, result)| {
             let answers = result.as_ref().ok()?;
             let missing: Vec<Extension<'_>> = leases
                 .iter()
                 .zip(answers)
                 .zip(verdicts)
-                .filter(|((_, answer), verdict)| {
-                    **answer != Owned::Done && **verdict == Some(Owned::Done)
+                .filter(|((lease, answer), verdict)| {
+                    **answer != Owned::Done
+                        && **verdict == Some(Owned::Done)
+                        && retake_in_time(lease.ttl, elapsed)
                 })
                 .map(|((lease, _), _)| *lease)
                 .collect();
@@ -427,6 +438,7 @@ impl Redlock {
     /// [`Error::QuorumNotReached`] (with each node's error) when too few
     /// nodes answered to tell.
     pub(crate) async fn extend_one(&self, kind: Kind, lease: Extension<'_>) -> Result<Owned> {
+        let sent = Instant::now();
         let shortest = lease.ttl;
         let results = self
             .until_decided(
@@ -458,7 +470,7 @@ impl Redlock {
                 .iter()
                 .map(|r| r.as_ref().ok().and_then(|v| v.first().copied())),
         );
-        self.retake_missing(kind, &[lease], &results, &[decided])
+        self.retake_missing(kind, &[lease], sent, &results, &[decided])
             .await;
         self.decided_or_error(decided, &results, |v| v.first() == Some(&Owned::Done))
     }

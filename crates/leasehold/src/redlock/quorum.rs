@@ -18,6 +18,15 @@ pub(crate) fn validity(ttl: Duration, elapsed: Duration) -> Option<Duration> {
         .filter(|v| !v.is_zero())
 }
 
+/// Whether a re-take may still be sent for a lease of `ttl` whose renewal
+/// (or acquisition) was sent `elapsed` ago: only while the quorum's answer
+/// is fresh, at most half the TTL old and with validity left. A client
+/// starved longer may be acting on a lease that lapsed meanwhile, and its
+/// re-take would overwrite a new holder's token on the nodes it is sent to.
+pub(crate) fn retake_in_time(ttl: Duration, elapsed: Duration) -> bool {
+    elapsed <= ttl / 2 && validity(ttl, elapsed).is_some()
+}
+
 /// What the answers of `n` nodes to one request add up to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Verdict {
@@ -65,6 +74,19 @@ mod tests {
         );
         assert_eq!(validity(ttl, Duration::from_millis(9898)), None);
         assert_eq!(validity(ttl, Duration::from_secs(11)), None);
+    }
+
+    #[test]
+    fn a_retake_is_sent_only_on_a_fresh_answer() {
+        let ttl = Duration::from_secs(10);
+        assert!(retake_in_time(ttl, Duration::ZERO));
+        assert!(retake_in_time(ttl, Duration::from_secs(5)));
+        assert!(!retake_in_time(ttl, Duration::from_millis(5001)));
+        // Starved past the lease's validity: never.
+        assert!(!retake_in_time(ttl, Duration::from_secs(11)));
+        // A TTL so short that the drift eats half of it.
+        let tiny = Duration::from_millis(4);
+        assert!(!retake_in_time(tiny, Duration::from_millis(2)));
     }
 
     proptest! {

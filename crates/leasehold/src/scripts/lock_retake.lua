@@ -5,6 +5,11 @@
 -- reach a quorum), so another token here is a waiter's attempt that cannot succeed; waiters
 -- keep the free nodes busy with such attempts, so only replacing them restores the copy.
 -- A key of another type is never touched.
+-- Sent only on fresh information (the caller's rule, redlock::quorum::retake_in_time): at
+-- most half a TTL after the renewal or acquisition whose quorum it relies on was sent, and
+-- while that lease's validity lasts. Later, the lease may have lapsed and been taken by a
+-- new holder meanwhile, whose token this script would overwrite: it is then left to the
+-- next renewal, which asks the quorum afresh.
 -- KEYS[i] lock key of lease i
 -- ARGV[2i-1] owner token of lease i   ARGV[2i] its ttl in ms
 -- Returns a list with, for each lease: 1 if set back, 0 if left alone (ours already, or a
