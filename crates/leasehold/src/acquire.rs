@@ -7,7 +7,9 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use tokio::sync::Notify;
 
@@ -152,10 +154,10 @@ where
                 tokio::select! {
                     () = n => {}
                     () = h => {}
-                    () = tokio::time::sleep_until(retry_at.into()) => {}
+                    () = tokio::time::sleep_until(retry_at) => {}
                 }
             }
-            _ => tokio::time::sleep_until(retry_at.into()).await,
+            _ => tokio::time::sleep_until(retry_at).await,
         }
         if deadline.is_some_and(|d| Instant::now() >= d) && !pending.armed {
             // One last try at the deadline, so a release that woke us

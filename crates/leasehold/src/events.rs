@@ -20,7 +20,9 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{Notify, mpsc, oneshot};

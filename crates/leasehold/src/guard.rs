@@ -7,7 +7,9 @@
 //! methods from [`guard_api!`].
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::error::{Error, Result};

@@ -6,7 +6,9 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use tokio::sync::Notify;
 
@@ -197,7 +199,7 @@ impl Lease {
             }
             tokio::select! {
                 () = notified => {}
-                () = tokio::time::sleep_until(until.into()) => {}
+                () = tokio::time::sleep_until(until) => {}
             }
         }
     }

@@ -1,7 +1,9 @@
 //! The read-write lock: many readers or one writer, each hold its own lease.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::acquire::{Handle, acquire, handle_api, owner_api};
 use crate::client::Client;

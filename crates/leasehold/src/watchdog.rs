@@ -23,7 +23,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -65,6 +67,52 @@ struct Release {
     hold: String,
 }
 
+/// What the watchdog needs from the servers: [`Servers`] in a client, an
+/// in-process fake in the unit tests, which check the task's orderings on
+/// tokio's paused clock.
+pub(crate) trait Door: Clone + Send + Sync + 'static {
+    /// Releases one lease, owner-checked.
+    fn release(
+        &self,
+        kind: Kind,
+        keys: &LockKeys,
+        hold: &str,
+    ) -> impl Future<Output = Result<Owned>> + Send;
+
+    /// Renews leases of one kind; `None` where the outcome is not known.
+    fn extend(
+        &self,
+        kind: Kind,
+        leases: &[Extension<'_>],
+    ) -> impl Future<Output = Result<Vec<Option<Owned>>>> + Send;
+
+    /// Whether one call may only touch keys of one slot.
+    fn is_cluster(&self) -> bool;
+}
+
+impl Door for Servers {
+    fn release(
+        &self,
+        kind: Kind,
+        keys: &LockKeys,
+        hold: &str,
+    ) -> impl Future<Output = Result<Owned>> + Send {
+        Servers::release(self, kind, keys, hold)
+    }
+
+    fn extend(
+        &self,
+        kind: Kind,
+        leases: &[Extension<'_>],
+    ) -> impl Future<Output = Result<Vec<Option<Owned>>>> + Send {
+        Servers::extend(self, kind, leases)
+    }
+
+    fn is_cluster(&self) -> bool {
+        Servers::is_cluster(self)
+    }
+}
+
 /// Handle to the client's watchdog task. The task ends when every handle is dropped.
 #[derive(Clone)]
 pub(crate) struct Watchdog {
@@ -72,9 +120,9 @@ pub(crate) struct Watchdog {
 }
 
 impl Watchdog {
-    pub(crate) fn start(servers: Servers) -> Watchdog {
+    pub(crate) fn start(door: impl Door) -> Watchdog {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(servers, rx));
+        tokio::spawn(run(door, rx));
         Watchdog { tx }
     }
 
@@ -122,8 +170,8 @@ type Releasing = Pin<Box<dyn Future<Output = Result<()>> + Send>>;
 /// guard that keeps an extend of it out until the outcome is recorded.
 type Renewing = (Arc<Lease>, Snapshot, OwnedMutexGuard<()>);
 
-struct State {
-    servers: Servers,
+struct State<D> {
+    servers: D,
     leases: HashMap<u64, Tracked>,
     queue: BTreeMap<(Instant, u64), ()>,
     /// Background releases not started yet, oldest first.
@@ -137,7 +185,7 @@ struct State {
     close_failures: (usize, Option<String>),
 }
 
-async fn run(servers: Servers, mut rx: mpsc::UnboundedReceiver<Command>) {
+async fn run<D: Door>(servers: D, mut rx: mpsc::UnboundedReceiver<Command>) {
     let mut state = State {
         servers,
         leases: HashMap::new(),
@@ -177,7 +225,7 @@ async fn run(servers: Servers, mut rx: mpsc::UnboundedReceiver<Command>) {
 
 async fn sleep_until(at: Option<Instant>) {
     if let Some(at) = at {
-        tokio::time::sleep_until(at.into()).await;
+        tokio::time::sleep_until(at).await;
     }
 }
 
@@ -186,7 +234,7 @@ fn retry_delay(ttl: Duration) -> Duration {
     (ttl / 10).clamp(Duration::from_millis(5), Duration::from_millis(500))
 }
 
-impl State {
+impl<D: Door> State<D> {
     fn handle(&mut self, command: Command) {
         match command {
             Command::Track { lease, renew } => {
@@ -392,7 +440,7 @@ impl Release {
 
 /// Renews one batch of leases of one kind; returns when it was sent.
 async fn renew_batch(
-    servers: &Servers,
+    servers: &impl Door,
     batch: &[Renewing],
 ) -> (Instant, Result<Vec<Option<Owned>>>) {
     let kind = batch[0].0.kind;
@@ -410,7 +458,16 @@ async fn renew_batch(
 
 #[cfg(test)]
 mod tests {
+    //! The task's orderings, on tokio's paused clock against an in-process
+    //! fake server: deterministic, no timing luck.
+
+    use std::sync::Mutex;
+
+    use tokio::sync::Semaphore;
+
+    use super::*;
     use crate::key::{LockKeys, slot};
+    use crate::token::Token;
 
     #[test]
     fn renewal_batches_split_by_slot() {
@@ -420,5 +477,190 @@ mod tests {
         assert_eq!(slot(a.lock()), slot(a.fence()));
         assert_eq!(slot(a.lock()), slot(a.channel()));
         assert_ne!(slot(a.lock()), slot(b.lock()));
+    }
+
+    /// A server whose renewals wait for a permit each, and whose releases
+    /// never answer when `stuck`.
+    #[derive(Clone)]
+    struct Fake {
+        /// Every renewal sent: when, and the lease's hold.
+        renewals: Arc<Mutex<Vec<(Instant, String)>>>,
+        releases_sent: Arc<Mutex<usize>>,
+        renewal_permits: Arc<Semaphore>,
+        stuck: bool,
+    }
+
+    impl Fake {
+        fn new(renewals_answer: bool, stuck: bool) -> Fake {
+            let permits = if renewals_answer {
+                Semaphore::MAX_PERMITS
+            } else {
+                0
+            };
+            Fake {
+                renewals: Arc::default(),
+                releases_sent: Arc::default(),
+                renewal_permits: Arc::new(Semaphore::new(permits)),
+                stuck,
+            }
+        }
+
+        fn renewals_of(&self, hold: &str) -> Vec<Instant> {
+            let renewals = self.renewals.lock().unwrap();
+            renewals
+                .iter()
+                .filter(|(_, h)| h == hold)
+                .map(|(at, _)| *at)
+                .collect()
+        }
+    }
+
+    impl Door for Fake {
+        fn release(
+            &self,
+            _kind: Kind,
+            _keys: &LockKeys,
+            _hold: &str,
+        ) -> impl Future<Output = Result<Owned>> + Send {
+            let (sent, stuck) = (Arc::clone(&self.releases_sent), self.stuck);
+            async move {
+                *sent.lock().unwrap() += 1;
+                if stuck {
+                    std::future::pending::<()>().await;
+                }
+                Ok(Owned::Done)
+            }
+        }
+
+        fn extend(
+            &self,
+            _kind: Kind,
+            leases: &[Extension<'_>],
+        ) -> impl Future<Output = Result<Vec<Option<Owned>>>> + Send {
+            let now = Instant::now();
+            self.renewals
+                .lock()
+                .unwrap()
+                .extend(leases.iter().map(|l| (now, l.hold.to_owned())));
+            let (n, permits) = (leases.len(), Arc::clone(&self.renewal_permits));
+            async move {
+                permits.acquire().await.expect("open").forget();
+                Ok(vec![Some(Owned::Done); n])
+            }
+        }
+
+        fn is_cluster(&self) -> bool {
+            false
+        }
+    }
+
+    /// A lock lease known as `hold`, acquired by a command sent at `sent`.
+    fn lease(hold: &str, ttl: Duration, sent: Instant) -> Arc<Lease> {
+        let keys = Arc::new(LockKeys::new("t", hold));
+        let token = Token::random();
+        Arc::new(Lease::new(
+            hold.to_owned(),
+            keys,
+            Kind::Lock,
+            token,
+            hold.to_owned(),
+            ttl,
+            sent,
+        ))
+    }
+
+    const TTL: Duration = Duration::from_millis(300);
+
+    /// Issue 13, item 6: releases that never answer (a batch of dropped
+    /// guards on a slow server) do not hold up the renewal of a lease that
+    /// stays held; at most `MAX_RELEASES_IN_FLIGHT` are in flight.
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_is_not_held_up_by_releases_that_hang() {
+        let fake = Fake::new(true, true);
+        let watchdog = Watchdog::start(fake.clone());
+        let start = Instant::now();
+        for i in 0..1000 {
+            let keys = Arc::new(LockKeys::new("t", &format!("dropped:{i}")));
+            watchdog.release(Kind::Lock, keys, format!("dropped:{i}"));
+        }
+        let held = lease("held", TTL, start);
+        watchdog.track(Arc::clone(&held), true);
+        tokio::time::sleep(TTL).await;
+        let renewals = fake.renewals_of("held");
+        assert!(
+            renewals.first() == Some(&(start + TTL / 3)),
+            "renewed at {:?} (due at {:?})",
+            renewals.iter().map(|at| *at - start).collect::<Vec<_>>(),
+            TTL / 3
+        );
+        assert!(!held.is_lost());
+        assert_eq!(*fake.releases_sent.lock().unwrap(), MAX_RELEASES_IN_FLIGHT);
+    }
+
+    /// Issue 13, item 6: a lease whose registration reaches the watchdog
+    /// late (behind a queue of commands) is due a third of its TTL after
+    /// its acquisition was sent, not after the registration: here at once.
+    #[tokio::test(start_paused = true)]
+    async fn the_first_renewal_is_due_from_the_acquisition_not_the_registration() {
+        let fake = Fake::new(true, false);
+        let watchdog = Watchdog::start(fake.clone());
+        let sent = Instant::now();
+        let held = lease("late", TTL, sent);
+        tokio::time::advance(Duration::from_millis(250)).await;
+        watchdog.track(Arc::clone(&held), true);
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        let renewals = fake.renewals_of("late");
+        assert_eq!(
+            renewals.first().map(|at| *at - sent),
+            Some(Duration::from_millis(250)),
+            "renewed as soon as it was registered"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(!held.is_lost(), "the lease lapsed before its first renewal");
+    }
+
+    /// Issue 13, item 4: an extend waits while a renewal of its lease is in
+    /// flight, so the renewal (sent with the old TTL) cannot land after it.
+    #[tokio::test(start_paused = true)]
+    async fn an_extend_waits_for_a_renewal_in_flight() {
+        let fake = Fake::new(false, false);
+        let watchdog = Watchdog::start(fake.clone());
+        let held = lease("held", TTL, Instant::now());
+        watchdog.track(Arc::clone(&held), true);
+        tokio::time::sleep(TTL / 3 + Duration::from_millis(1)).await;
+        assert_eq!(
+            fake.renewals_of("held").len(),
+            1,
+            "the renewal is in flight"
+        );
+        let waited = tokio::time::timeout(Duration::from_secs(10), held.change()).await;
+        assert!(
+            waited.is_err(),
+            "an extend went out beside a renewal in flight"
+        );
+        fake.renewal_permits.add_permits(1);
+        let _extending = tokio::time::timeout(Duration::from_secs(1), held.change())
+            .await
+            .expect("the extend goes out once the renewal answered");
+    }
+
+    /// Issue 13, item 4: a renewal falling due while an extend of its lease
+    /// is in flight waits, and goes out once the extend is done.
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_waits_for_an_extend_in_flight() {
+        let fake = Fake::new(true, false);
+        let watchdog = Watchdog::start(fake.clone());
+        let sent = Instant::now();
+        let held = lease("held", TTL, sent);
+        let extending = held.change().await;
+        watchdog.track(Arc::clone(&held), true);
+        tokio::time::sleep(TTL / 2).await;
+        assert!(
+            fake.renewals_of("held").is_empty(),
+            "a renewal went out beside an extend in flight"
+        );
+        drop(extending);
+        tokio::time::sleep(retry_delay(TTL) + Duration::from_millis(1)).await;
+        assert_eq!(fake.renewals_of("held").len(), 1);
     }
 }

@@ -13,7 +13,9 @@
 pub(crate) mod quorum;
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -118,7 +120,7 @@ impl Redlock {
         let mut soft_deadline: Option<Instant> = None;
         loop {
             let next = match soft_deadline {
-                Some(at) => match tokio::time::timeout_at(at.into(), pending.next()).await {
+                Some(at) => match tokio::time::timeout_at(at, pending.next()).await {
                     Ok(next) => next,
                     Err(_) => break,
                 },
