@@ -28,5 +28,6 @@ fn main() -> Result<(), leasehold::Error> {
         }
         None => println!("cleanup already runs elsewhere"),
     }
-    Ok(())
+    // Before the program ends: gives back anything still held.
+    client.close()
 }

@@ -27,12 +27,12 @@ async fn main() -> Result<(), leasehold::Error> {
     // lease's validity, or the key taken by someone else).
     tokio::select! {
         () = work(guard.fence()) => println!("done"),
-        () = guard.lost() => {
-            eprintln!("lost the lock; stopping");
-            return Ok(());
-        }
+        () = guard.lost() => eprintln!("lost the lock; stopping"),
     }
-    guard.release().await
+    // Gives back whatever is still held before `main` returns: a guard
+    // merely dropped at the end would be released by a background task
+    // that the runtime's shutdown stops, leaving the lock held for its TTL.
+    client.close().await
 }
 
 /// Stands for work on a shared resource. Passing `fence` along lets the

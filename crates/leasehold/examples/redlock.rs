@@ -27,5 +27,6 @@ async fn main() -> Result<(), leasehold::Error> {
     // Redlock fences are best-effort: the quorum's largest, raised to the
     // nodes' clocks (see Client::redlock).
     println!("holding on a quorum with fence {}", guard.fence());
-    guard.release().await
+    guard.release().await?;
+    client.close().await
 }

@@ -34,5 +34,7 @@ async fn main() -> Result<(), leasehold::Error> {
 
     // Done writing but still reading: keep the lock without a gap.
     let read = write.downgrade().await?;
-    read.release().await
+    read.release().await?;
+    // Before `main` returns: gives back anything still held (here, nothing).
+    client.close().await
 }

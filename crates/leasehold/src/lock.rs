@@ -280,8 +280,14 @@ pub struct LockStatus {
 /// Proof of holding a [`Lock`]; the lease is renewed while it lives.
 ///
 /// Dropping the guard stops renewal and releases the lease in the background
-/// (never blocking, never panicking). Call [`LockGuard::release`] instead to
-/// learn whether the lease was still held.
+/// (never blocking, never panicking): the client's watchdog task sends the
+/// release. Call [`LockGuard::release`] instead to learn whether the lease
+/// was still held.
+///
+/// When the runtime is shutting down (a guard dropped as `main` returns, or
+/// after the runtime was dropped), that task no longer runs: the release is
+/// not sent and the lock stays held until its TTL ends. Release the guard,
+/// or call [`Client::close`](crate::Client::close), before the program ends.
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
     held: Held,

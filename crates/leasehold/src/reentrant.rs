@@ -237,6 +237,9 @@ pub(crate) fn validate_owner(owner: &str) -> Result<()> {
 /// [`token`](ReentrantGuard::token) is the owner id. Dropping the guard
 /// stops its renewal and gives back its hold in the background; the lock is
 /// free once every hold of the owner is given back.
+///
+/// A release left to a runtime that is shutting down is never sent; see
+/// [`LockGuard`](crate::LockGuard) and [`Client::close`](crate::Client::close).
 #[must_use = "dropping the guard gives back its hold at once"]
 pub struct ReentrantGuard {
     held: Held,

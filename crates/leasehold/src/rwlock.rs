@@ -359,6 +359,9 @@ impl Drop for WithdrawOnDrop<'_> {
 /// Its lease is its own: renewing it, or its expiring, changes no other
 /// reader's. Dropping the guard stops renewal and releases it in the
 /// background.
+///
+/// A release left to a runtime that is shutting down is never sent; see
+/// [`LockGuard`](crate::LockGuard) and [`Client::close`](crate::Client::close).
 #[must_use = "dropping the guard releases the read hold at once"]
 pub struct ReadGuard {
     held: Held,
@@ -373,6 +376,9 @@ guard_api!(
 /// The write hold on an [`RwLock`]; renewed while it lives.
 ///
 /// Dropping the guard stops renewal and releases it in the background.
+///
+/// A release left to a runtime that is shutting down is never sent; see
+/// [`LockGuard`](crate::LockGuard) and [`Client::close`](crate::Client::close).
 #[must_use = "dropping the guard releases the write hold at once"]
 pub struct WriteGuard {
     held: Held,

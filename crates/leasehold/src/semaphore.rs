@@ -233,6 +233,9 @@ pub struct SemaphoreStatus {
 /// Its lease is its own: renewing it, or its expiring, changes no other
 /// permit. Dropping the permit stops renewal and gives it back in the
 /// background (never blocking, never panicking).
+///
+/// A release left to a runtime that is shutting down is never sent; see
+/// [`LockGuard`](crate::LockGuard) and [`Client::close`](crate::Client::close).
 #[must_use = "dropping the permit gives it back at once"]
 pub struct Permit {
     held: Held,
