@@ -88,6 +88,11 @@ impl RedisCluster {
         &self.nodes
     }
 
+    /// Every node, to inject faults (kill, pause, restart).
+    pub fn nodes_mut(&mut self) -> &mut [RedisServer] {
+        &mut self.nodes
+    }
+
     /// `redis://127.0.0.1:PORT` of every node.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()

@@ -170,7 +170,6 @@ fn violations(holds: &[(usize, Hold)]) -> (Vec<String>, Vec<String>) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "fails on this commit: the cluster connection's resubscription crosses replies (issue 13, item 3)"]
 async fn live_reshard_crosses_no_replies_and_overlaps_no_holds() {
     let began = Instant::now();
     let cluster = Arc::new(RedisCluster::start(3, 0));
@@ -271,4 +270,136 @@ async fn live_reshard_crosses_no_replies_and_overlaps_no_holds() {
             .unwrap_or_else(|e| panic!("release {} after the reshards: {e}\n{summary}", name(i)));
     }
     eprintln!("whole test: {:?}", began.elapsed());
+}
+
+/// The nodes (by port) whose PUBSUB CHANNELS list a channel starting with
+/// `prefix`.
+fn subscribed_on(cluster: &RedisCluster, prefix: &str) -> Vec<u16> {
+    cluster
+        .nodes()
+        .iter()
+        .filter(|n| n.is_running())
+        .filter(|n| {
+            let channels: Vec<String> = redis::cmd("PUBSUB")
+                .arg("CHANNELS")
+                .arg(format!("{prefix}*"))
+                .query(&mut n.connection())
+                .unwrap_or_default();
+            !channels.is_empty()
+        })
+        .map(|n| n.port())
+        .collect()
+}
+
+/// Waits (bounded) until exactly one running node has a subscription to a
+/// channel starting with `prefix`; returns its port.
+async fn wait_subscribed(cluster: &RedisCluster, prefix: &str) -> u16 {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let [port] = subscribed_on(cluster, prefix)[..] {
+            return port;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no node subscribed to {prefix}* in time"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pubsub_moves_to_another_node_when_its_node_dies() {
+    let mut cluster = RedisCluster::start(3, 1);
+    let holder = Client::cluster(cluster.urls()).await.expect("connect");
+    let waiter = Client::cluster(cluster.urls()).await.expect("connect");
+
+    // A first wait puts the waiter's pub/sub connection on some node.
+    let probe = holder.lock("probe").acquire().await.expect("acquire");
+    let probing = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move {
+            waiter
+                .lock("probe")
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        })
+    };
+    let node = wait_subscribed(&cluster, "leasehold:{probe}:released").await;
+    probe.release().await.expect("release");
+    probing
+        .await
+        .expect("task")
+        .expect("probe acquired")
+        .release()
+        .await
+        .expect("release");
+
+    // A lock on another master than that node, so its death moves only
+    // the subscriptions, not the lease.
+    let name = (0..100)
+        .map(|i| format!("wake:{i}"))
+        .find(|n| cluster.master_of(&format!("leasehold:{{{n}}}:lock")) != node)
+        .expect("a name on another master");
+    let guard = holder
+        .lock(name.as_str())
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("acquire");
+    let waiting = {
+        let (waiter, name) = (waiter.clone(), name.clone());
+        tokio::spawn(async move {
+            let got = waiter
+                .lock(name)
+                .wait(Duration::from_secs(40))
+                .acquire()
+                .await;
+            (got, Instant::now())
+        })
+    };
+    let prefix = format!("leasehold:{{{name}}}:released");
+    assert_eq!(
+        wait_subscribed(&cluster, &prefix).await,
+        node,
+        "the waiter subscribes on its client's one pub/sub node"
+    );
+
+    let port = node;
+    let index = cluster
+        .nodes()
+        .iter()
+        .position(|n| n.port() == port)
+        .expect("node");
+    let killed = Instant::now();
+    cluster.nodes_mut()[index].kill();
+    let moved_to = wait_subscribed(&cluster, &prefix).await;
+    assert_ne!(moved_to, node, "subscribed again on a live node");
+    eprintln!(
+        "pub/sub moved from {node} to {moved_to} in {:?}",
+        killed.elapsed()
+    );
+    let cluster = Arc::new(cluster);
+    let settle = Arc::clone(&cluster);
+    tokio::task::spawn_blocking(move || settle.wait_until_ok())
+        .await
+        .expect("cluster ok again");
+
+    // The waiter's attempts failed while the cluster was down; once it is
+    // ok again, one heartbeat (at most a second) puts it back in the queue.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let released = Instant::now();
+    guard.release().await.expect("release");
+    let (got, at) = waiting.await.expect("task");
+    let got = got.expect("the waiter gets the lock after the release");
+    eprintln!("waiter took the lock {:?} after the release", at - released);
+    assert!(at >= released, "not before the release");
+    // Woken by the hand-off message on the new node; without it the
+    // waiter's next heartbeat (up to a second later) would find the lease.
+    assert!(
+        at - released < Duration::from_millis(500),
+        "the waiter was woken by the release message ({:?})",
+        at - released
+    );
+    got.release().await.expect("release");
 }
