@@ -1,13 +1,17 @@
 //! How leasehold talks to Redis. Knows nothing about locks.
 //!
-//! One connection per client, whatever the deployment:
+//! One connection per client (two on a cluster), whatever the deployment:
 //!
 //! - one server: a [`ConnectionManager`], a multiplexed RESP3 connection that
 //!   reconnects on its own, carries every command, and delivers pub/sub
 //!   messages as push frames, so the whole client needs one socket;
-//! - a cluster: redis-rs's async cluster connection (one multiplexed RESP3
-//!   connection per node, MOVED/ASK and slot migration followed by the
-//!   driver), each call routed by its first key;
+//! - a cluster: redis-rs's async cluster connection for commands (one
+//!   multiplexed RESP3 connection per node, MOVED/ASK and slot migration
+//!   followed by the driver), each call routed by its first key, built
+//!   without a push sender so it carries no subscription; pub/sub on a
+//!   connection of its own to one node, moved to another when it drops
+//!   (see [`subscriber`] for why: the driver's resubscription crossed
+//!   replies between commands);
 //! - Sentinel: a [`ConnectionManager`] to the master the sentinels name,
 //!   replaced when they name another one (see [`sentinel`]).
 //!
