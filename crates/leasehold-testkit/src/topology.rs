@@ -88,6 +88,11 @@ impl RedisCluster {
         &self.nodes
     }
 
+    /// Every node, to inject faults (kill, pause, restart).
+    pub fn nodes_mut(&mut self) -> &mut [RedisServer] {
+        &mut self.nodes
+    }
+
     /// `redis://127.0.0.1:PORT` of every node.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
@@ -138,6 +143,72 @@ impl RedisCluster {
             }
         }
         panic!("leasehold-testkit: no master serves slot {slot}")
+    }
+
+    /// The cluster node id of the node on `port` (`CLUSTER MYID`).
+    pub fn node_id(&self, port: u16) -> String {
+        redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query(&mut self.node(port).connection())
+            .expect("CLUSTER MYID")
+    }
+
+    /// How many slots the master on `port` serves now (`CLUSTER SLOTS`).
+    pub fn slot_count(&self, port: u16) -> usize {
+        let slots: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query(&mut self.node(port).connection())
+            .expect("CLUSTER SLOTS");
+        slots
+            .iter()
+            .filter_map(|range| match range.as_slice() {
+                [
+                    redis::Value::Int(start),
+                    redis::Value::Int(end),
+                    redis::Value::Array(master),
+                    ..,
+                ] if master.get(1) == Some(&redis::Value::Int(i64::from(port))) => {
+                    usize::try_from(end - start + 1).ok()
+                }
+                _ => None,
+            })
+            .sum()
+    }
+
+    /// Moves `slots` slots, with their keys, from the master on `from` to
+    /// the master on `to` (`redis-cli --cluster reshard`, which migrates
+    /// slot by slot while the cluster serves clients), then waits until the
+    /// cluster is ok again. Blocks until done; from async code run it on
+    /// a blocking thread. Panics (with redis-cli's output) if it fails.
+    pub fn reshard(&self, from: u16, to: u16, slots: usize) {
+        let (from_id, to_id) = (self.node_id(from), self.node_id(to));
+        let out = Command::new("redis-cli")
+            .args([
+                "--cluster",
+                "reshard",
+                &format!("127.0.0.1:{from}"),
+                "--cluster-from",
+                &from_id,
+                "--cluster-to",
+                &to_id,
+                "--cluster-slots",
+                &slots.to_string(),
+                "--cluster-yes",
+            ])
+            .output()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "leasehold-testkit: cannot run redis-cli: {e}\ninstall it with: {}",
+                    crate::INSTALL_HINT
+                )
+            });
+        assert!(
+            out.status.success(),
+            "leasehold-testkit: redis-cli --cluster reshard {from} -> {to} failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.wait_until_ok();
     }
 
     /// Waits until every running node reports `cluster_state:ok` and agrees

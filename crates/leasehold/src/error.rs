@@ -233,7 +233,11 @@ impl Error {
         if err.kind() == redis::ErrorKind::AuthenticationFailed {
             return Error::Auth { source: err };
         }
+        // The cluster driver has no connection for the slot (its slot map
+        // is being rebuilt after a move or a failover): a later try, after
+        // a back-off, may find one.
         if err.is_io_error()
+            || err.kind() == redis::ErrorKind::ClusterConnectionNotFound
             || err.is_timeout()
             || err.is_connection_refusal()
             || err.is_connection_dropped()
@@ -290,5 +294,23 @@ fn node_error_list(errors: &[String]) -> String {
         String::new()
     } else {
         format!(" (node errors: {})", errors.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+
+    #[test]
+    fn a_cluster_without_a_connection_for_the_slot_is_transient() {
+        let err = redis::RedisError::from((
+            redis::ErrorKind::ClusterConnectionNotFound,
+            "No connections found",
+        ));
+        let mapped = Error::from_redis(err, "cluster", "k");
+        assert!(
+            matches!(mapped, Error::Unreachable { .. }) && mapped.is_transient(),
+            "{mapped:?}"
+        );
     }
 }

@@ -1,19 +1,24 @@
 //! How leasehold talks to Redis. Knows nothing about locks.
 //!
-//! One connection per client, whatever the deployment:
+//! One connection per client (two on a cluster), whatever the deployment:
 //!
 //! - one server: a [`ConnectionManager`], a multiplexed RESP3 connection that
 //!   reconnects on its own, carries every command, and delivers pub/sub
 //!   messages as push frames, so the whole client needs one socket;
-//! - a cluster: redis-rs's async cluster connection (one multiplexed RESP3
-//!   connection per node, MOVED/ASK and slot migration followed by the
-//!   driver), each call routed by its first key;
+//! - a cluster: redis-rs's async cluster connection for commands (one
+//!   multiplexed RESP3 connection per node, MOVED/ASK and slot migration
+//!   followed by the driver), each call routed by its first key, built
+//!   without a push sender so it carries no subscription; pub/sub on a
+//!   connection of its own to one node, moved to another when it drops
+//!   (see [`subscriber`] for why: the driver's resubscription crossed
+//!   replies between commands);
 //! - Sentinel: a [`ConnectionManager`] to the master the sentinels name,
 //!   replaced when they name another one (see [`sentinel`]).
 //!
 //! TLS (`rediss://`) uses rustls with certificate verification always on.
 
 mod sentinel;
+mod subscriber;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -93,7 +98,9 @@ pub(crate) struct Backend {
 #[derive(Clone)]
 enum Conn {
     Single(ConnectionManager),
-    Cluster(ClusterConnection),
+    /// Commands on the driver's cluster connection (without push sender,
+    /// so without subscriptions); pub/sub on a connection of its own.
+    Cluster(ClusterConnection, Arc<subscriber::Subscriber>),
     Sentinel(Arc<sentinel::Followed>),
 }
 
@@ -223,17 +230,13 @@ impl Backend {
         let tls = infos
             .iter()
             .any(|i| matches!(i.addr(), redis::ConnectionAddr::TcpTls { .. }));
-        let mut builder = redis::cluster::ClusterClientBuilder::new(infos)
+        // No push sender: the driver then tracks no subscriptions and never
+        // resends them on this connection (see `subscriber`).
+        let mut builder = redis::cluster::ClusterClientBuilder::new(infos.clone())
             .use_protocol(ProtocolVersion::RESP3)
             .connection_timeout(options.command_timeout)
             .response_timeout(options.command_timeout)
-            .retries(3)
-            .push_sender(
-                move |info: PushInfo| -> std::result::Result<(), std::convert::Infallible> {
-                    on_push(info);
-                    Ok(())
-                },
-            );
+            .retries(3);
         if tls {
             builder = builder.certs(options.tls.certificates());
         }
@@ -244,7 +247,9 @@ impl Backend {
             .get_async_connection()
             .await
             .map_err(|e| Error::from_redis(e, &addr, ""))?;
-        let backend = Backend::new(Conn::Cluster(conn), addr);
+        let subscriber =
+            subscriber::Subscriber::start(infos, options.clone(), Arc::new(on_push), conn.clone());
+        let backend = Backend::new(Conn::Cluster(conn, subscriber), addr);
         backend.check_server().await?;
         Ok(backend)
     }
@@ -272,7 +277,7 @@ impl Backend {
     fn live(&self) -> Live {
         match &self.conn {
             Conn::Single(m) => Live::Single(m.clone()),
-            Conn::Cluster(c) => Live::Cluster(c.clone()),
+            Conn::Cluster(c, _) => Live::Cluster(c.clone()),
             Conn::Sentinel(f) => Live::Single(f.current()),
         }
     }
@@ -472,7 +477,7 @@ impl Backend {
             Conn::Single(m) => m.clone().subscribe(channel).await,
             // A PUBLISH on a cluster reaches every node (over the cluster
             // bus), so the subscription may live on any one of them.
-            Conn::Cluster(c) => c.clone().subscribe(channel).await,
+            Conn::Cluster(_, s) => return s.subscribe(channel).await,
             Conn::Sentinel(f) => return f.subscribe(channel).await,
         }
         .map_err(|e| self.error(e, channel))
@@ -482,7 +487,7 @@ impl Backend {
     pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<()> {
         match &self.conn {
             Conn::Single(m) => m.clone().unsubscribe(channel).await,
-            Conn::Cluster(c) => c.clone().unsubscribe(channel).await,
+            Conn::Cluster(_, s) => return s.unsubscribe(channel).await,
             Conn::Sentinel(f) => return f.unsubscribe(channel).await,
         }
         .map_err(|e| self.error(e, channel))
@@ -491,7 +496,7 @@ impl Backend {
     /// Whether keys of different hash slots may live on different servers
     /// (then one call may only touch keys of one slot).
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self.conn, Conn::Cluster(_))
+        matches!(self.conn, Conn::Cluster(..))
     }
 }
 
