@@ -91,3 +91,38 @@ async fn a_timed_out_shortening_extend_leaves_a_guard_that_says_held_while_anoth
         "two holders: the second client got the lock while the first guard says it holds"
     );
 }
+
+/// `lost()` sleeps until the `valid_until` it read; a successful extend to a
+/// SHORTER TTL moves `valid_until` earlier without waking it, so (with no
+/// watchdog to mark the lease lost) `lost()` resolves at the old end, long
+/// after `is_lost()` turned true and another client took the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_resolves_when_a_shortening_extend_runs_out() {
+    let server = RedisServer::start();
+    let client = common::client(&server).await;
+    let other = common::client(&server).await;
+    let guard = std::sync::Arc::new(
+        client
+            .lock("shorten3")
+            .ttl(Duration::from_secs(30))
+            .watchdog(false)
+            .acquire()
+            .await
+            .expect("acquire"),
+    );
+    let watching = {
+        let guard = std::sync::Arc::clone(&guard);
+        tokio::spawn(async move { guard.lost().await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    guard.extend(Duration::from_millis(300)).await.expect("extend");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(guard.is_lost(), "is_lost() sees the short TTL run out");
+    let second = other.lock("shorten3").try_acquire().await.expect("try");
+    assert!(second.is_some(), "another client holds the lock now");
+    let resolved = tokio::time::timeout(Duration::from_secs(2), watching).await;
+    assert!(
+        resolved.is_ok(),
+        "guard.lost() still pending 2 s after the lease ran out and another client took it"
+    );
+}
