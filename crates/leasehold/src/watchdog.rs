@@ -710,13 +710,17 @@ mod tests {
         }
     }
 
-    /// REVIEW: `biased` puts renewals before commands. When a renewal round
-    /// takes longer (RTT, 30 ms) than the coalescing window (20 ms) and the
-    /// client holds enough leases that one is always due by the time a
-    /// round ends (here 200 leases of 3 s, due one every 5 ms), the loop
-    /// never polls its command channel again: a new lease is never put on
-    /// the books (never renewed, lost at the end of its first TTL), dropped
-    /// guards are never released, and `close` never returns.
+    /// REVIEW: `biased` puts renewals before commands, and a renewal round
+    /// is awaited inside the select arm. When a round takes longer (RTT,
+    /// 25 ms) than the coalescing window (20 ms) and the client holds enough
+    /// leases that one is always due by the time a round ends (here 200
+    /// leases of 3 s, due one every 5 ms), the loop does not poll its
+    /// command channel again: a new lease is not put on the books (not
+    /// renewed, lost at the end of its first TTL), dropped guards are not
+    /// released, and `close` does not return. On the paused clock with
+    /// ttl/3 an exact multiple of the RTT this lasts forever; with real
+    /// jitter a gap opens about once per renewal period (ttl/3), so in
+    /// practice commands wait up to ~ttl/3 rather than forever.
     #[tokio::test(start_paused = true)]
     async fn commands_are_not_starved_by_a_steady_stream_of_due_renewals() {
         let door = Distant {
