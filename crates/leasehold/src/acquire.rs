@@ -9,7 +9,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
+use crate::clock::Instant;
 
 use tokio::sync::Notify;
 
@@ -72,6 +72,14 @@ where
         deadline.and_then(|_| inner.events.subscribed(&target.channel, target.hold));
     let mut backoff = Duration::from_millis(10);
     loop {
+        // Client::close wakes the waiters; registered before the check, so
+        // a close between the two is not missed.
+        let closing = inner.closing.notified();
+        tokio::pin!(closing);
+        closing.as_mut().enable();
+        if target.client.is_closed() {
+            return Err(Error::Closed);
+        }
         // Register for the wake-ups before trying, so a release that lands
         // between a failed attempt and the wait is not missed.
         let notify = subscription.as_ref().map(Subscription::notify);
@@ -99,6 +107,12 @@ where
                     // the lease of the guard the retry returns.
                     pending.give_back().await?;
                     Instant::now()
+                } else if target.client.is_closed() {
+                    // Closed while the attempt was in flight: the client's
+                    // watchdog gives back nothing it is told of from now
+                    // on but in the background, so give it back here.
+                    pending.give_back().await?;
+                    return Err(Error::Closed);
                 } else {
                     pending.replicated().await?;
                     pending.armed = false;
@@ -154,10 +168,19 @@ where
                 tokio::select! {
                     () = n => {}
                     () = h => {}
-                    () = tokio::time::sleep_until(retry_at) => {}
+                    () = &mut closing => {}
+                    () = crate::clock::sleep_until(retry_at) => {}
                 }
             }
-            _ => tokio::time::sleep_until(retry_at).await,
+            _ => {
+                tokio::select! {
+                    () = &mut closing => {}
+                    () = crate::clock::sleep_until(retry_at) => {}
+                }
+            }
+        }
+        if target.client.is_closed() {
+            continue;
         }
         if deadline.is_some_and(|d| Instant::now() >= d) && !pending.armed {
             // One last try at the deadline, so a release that woke us

@@ -54,6 +54,8 @@ pub(crate) struct Inner {
     pub(crate) min_replicas: Option<(usize, Duration)>,
     /// Set by [`Client::close`]: no more acquisitions.
     pub(crate) closed: std::sync::atomic::AtomicBool,
+    /// Wakes the callers waiting to acquire when the client is closed.
+    pub(crate) closing: tokio::sync::Notify,
 }
 
 impl Inner {
@@ -391,10 +393,13 @@ impl Client {
     /// task that the runtime's shutdown stops, which leaves its lock held
     /// until the TTL runs out.
     ///
-    /// Afterwards the client takes no more locks ([`Error::Closed`]), the
-    /// guards still alive report [`is_lost`](crate::LockGuard::is_lost), and
-    /// a lock acquired while `close` runs is given back at once. Calling it
-    /// again is harmless.
+    /// Afterwards the client takes no more locks ([`Error::Closed`]): callers
+    /// waiting to acquire get that error at once, and an attempt in flight
+    /// gives back what it took. The guards still alive report
+    /// [`is_lost`](crate::LockGuard::is_lost). Calling it again is harmless.
+    ///
+    /// Against a server that does not answer, each release waits out the
+    /// command timeout, 64 at a time.
     ///
     /// ```no_run
     /// # async fn run() -> Result<(), leasehold::Error> {
@@ -419,6 +424,7 @@ impl Client {
         self.inner
             .closed
             .store(true, std::sync::atomic::Ordering::Release);
+        self.inner.closing.notify_waiters();
         self.inner.watchdog.close().await
     }
 
@@ -669,6 +675,7 @@ impl ClientBuilder {
                 max_ttl: self.max_ttl,
                 min_replicas: self.min_replicas,
                 closed: std::sync::atomic::AtomicBool::new(false),
+                closing: tokio::sync::Notify::new(),
             }),
         })
     }

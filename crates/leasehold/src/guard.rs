@@ -9,8 +9,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
@@ -78,32 +76,20 @@ impl Held {
     pub(crate) async fn extend(&self, ttl: Duration) -> Result<()> {
         let inner = &self.client.inner;
         inner.check_ttl(ttl)?;
-        if self.lease.is_lost() {
-            return Err(self.lost_error());
-        }
-        // No renewal of this lease is in flight while the extend is, so none
-        // sent with the old TTL can land after it and cut the lease short.
-        let _changing = self.lease.change().await;
-        if self.lease.is_lost() {
-            return Err(self.lost_error());
-        }
-        let sent = Instant::now();
+        let lease = &self.lease;
         let extension = Extension {
-            key: self.lease.keys.lock(),
-            hold: &self.lease.hold,
+            key: lease.keys.lock(),
+            hold: &lease.hold,
             ttl,
         };
-        let result = inner.servers.extend_one(self.lease.kind, extension).await?;
-        if result == Owned::Done {
-            self.lease.extended(sent, ttl);
-            if self.watchdog {
-                inner.watchdog.track(Arc::clone(&self.lease), true);
-            }
-            Ok(())
-        } else {
-            self.lease.mark_lost();
-            Err(self.lost_error())
+        let send = || inner.servers.extend_one(lease.kind, extension);
+        if !lease.extend(ttl, send).await? {
+            return Err(self.lost_error());
         }
+        if self.watchdog {
+            inner.watchdog.track(Arc::clone(lease), true);
+        }
+        Ok(())
     }
 
     pub(crate) async fn release(mut self) -> Result<()> {

@@ -8,11 +8,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::time::Instant;
+use crate::clock::Instant;
 
 use tokio::sync::Notify;
 
+use crate::error::Result;
 use crate::key::LockKeys;
+use crate::scripts::Owned;
 use crate::token::Token;
 
 /// Allowance for clock rate differences between client and server.
@@ -153,13 +155,45 @@ impl Lease {
         Arc::clone(&self.changing).try_lock_owned().ok()
     }
 
-    /// An explicit extend to `ttl`, sent at `sent`, succeeded.
-    pub(crate) fn extended(&self, sent: Instant, ttl: Duration) {
-        let mut t = self.timing();
-        t.ttl = ttl;
-        t.set_at = sent;
-        t.valid_until = valid_until(sent, ttl);
-        t.generation += 1;
+    /// An explicit extend to `ttl`, sent by `send`: waits until no renewal
+    /// of this lease is in flight (and keeps renewals out meanwhile), and
+    /// before sending caps the validity at what the new TTL gives, since
+    /// the server may apply it even if no answer ever comes (a timeout, or
+    /// the caller dropping the future): an extend to a shorter TTL must
+    /// shorten the client's view at once. On success the validity is the
+    /// new TTL's; `Ok(false)` if the lease is gone (then marked lost).
+    pub(crate) async fn extend<Fut>(
+        &self,
+        ttl: Duration,
+        send: impl FnOnce() -> Fut,
+    ) -> Result<bool>
+    where
+        Fut: std::future::Future<Output = Result<Owned>>,
+    {
+        let _changing = self.change().await;
+        if self.is_lost() {
+            return Ok(false);
+        }
+        let sent = Instant::now();
+        self.update(|t| t.valid_until = t.valid_until.min(valid_until(sent, ttl)));
+        if send().await? != Owned::Done {
+            self.mark_lost();
+            return Ok(false);
+        }
+        self.update(|t| {
+            t.ttl = ttl;
+            t.set_at = sent;
+            t.valid_until = valid_until(sent, ttl);
+            t.generation += 1;
+        });
+        Ok(true)
+    }
+
+    /// Changes the timing and wakes [`Lease::lost`], which sleeps until the
+    /// validity it read and must read it again.
+    fn update(&self, change: impl FnOnce(&mut Timing)) {
+        change(&mut self.timing());
+        self.lost_notify.notify_waiters();
     }
 
     /// Records that the lease was given back by [`Client::close`](crate::Client::close):
@@ -199,7 +233,7 @@ impl Lease {
             }
             tokio::select! {
                 () = notified => {}
-                () = tokio::time::sleep_until(until) => {}
+                () = crate::clock::sleep_until(until) => {}
             }
         }
     }

@@ -80,6 +80,7 @@ mod acquire;
 mod backend;
 pub mod blocking;
 mod client;
+mod clock;
 mod error;
 mod events;
 mod fair;

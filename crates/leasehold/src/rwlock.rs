@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
+use crate::clock::Instant;
 
 use crate::acquire::{Handle, acquire, handle_api, owner_api};
 use crate::client::Client;

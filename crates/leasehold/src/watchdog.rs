@@ -25,7 +25,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
+use crate::clock::Instant;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -197,35 +197,42 @@ async fn run<D: Door>(servers: D, mut rx: mpsc::UnboundedReceiver<Command>) {
         close_failures: (0, None),
     };
     loop {
+        // Every command queued so far is taken in first: handling one never
+        // waits, and a renewal round (awaited below) must not keep a new
+        // lease's registration, a release or a close waiting behind the
+        // next round when renewal rounds follow one another.
+        loop {
+            match rx.try_recv() {
+                Ok(command) => state.handle(command),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => return state.finish().await,
+            }
+        }
+        state.start_releases();
+        state.answer_close();
         let next = state.queue.first_key_value().map(|((due, _), ())| *due);
         tokio::select! {
-            // Renewals first: a lease that is due must not wait behind
-            // the commands queued meanwhile.
+            // Polled first, so the releases in flight make progress even
+            // while renewal rounds follow one another; recording an outcome
+            // takes no time. Then renewals, before new commands.
             biased;
-            () = sleep_until(next), if next.is_some() => state.renew_due().await,
             Some(outcome) = state.releasing.next(), if !state.releasing.is_empty() => {
                 state.released(outcome);
             }
+            () = sleep_until(next), if next.is_some() => state.renew_due().await,
             command = rx.recv() => match command {
                 Some(command) => state.handle(command),
-                None => break,
+                None => return state.finish().await,
             },
         }
         state.start_releases();
         state.answer_close();
     }
-    // Every handle is gone (the client was dropped): finish what was
-    // started, so a guard dropped last still frees its lock at once.
-    state.start_releases();
-    while let Some(outcome) = state.releasing.next().await {
-        state.released(outcome);
-        state.start_releases();
-    }
 }
 
 async fn sleep_until(at: Option<Instant>) {
     if let Some(at) = at {
-        tokio::time::sleep_until(at).await;
+        crate::clock::sleep_until(at).await;
     }
 }
 
@@ -260,6 +267,16 @@ impl<D: Door> State<D> {
                 self.queue.clear();
                 self.closing.push(done);
             }
+        }
+    }
+
+    /// Every handle is gone (the client was dropped): finishes the releases
+    /// queued and started, so a guard dropped last still frees its lock at once.
+    async fn finish(mut self) {
+        self.start_releases();
+        while let Some(outcome) = self.releasing.next().await {
+            self.released(outcome);
+            self.start_releases();
         }
     }
 
@@ -633,15 +650,28 @@ mod tests {
             1,
             "the renewal is in flight"
         );
-        let waited = tokio::time::timeout(Duration::from_secs(10), held.change()).await;
+        let sent = Arc::new(Mutex::new(None));
+        let extend = |sent: Arc<Mutex<Option<Instant>>>| {
+            let held = Arc::clone(&held);
+            async move {
+                held.extend(Duration::from_secs(60), || async move {
+                    *sent.lock().unwrap() = Some(Instant::now());
+                    Ok(Owned::Done)
+                })
+                .await
+            }
+        };
+        let waited = tokio::time::timeout(TTL / 3, extend(Arc::clone(&sent))).await;
         assert!(
-            waited.is_err(),
+            waited.is_err() && sent.lock().unwrap().is_none(),
             "an extend went out beside a renewal in flight"
         );
         fake.renewal_permits.add_permits(1);
-        let _extending = tokio::time::timeout(Duration::from_secs(1), held.change())
+        let extended = tokio::time::timeout(Duration::from_secs(1), extend(Arc::clone(&sent)))
             .await
             .expect("the extend goes out once the renewal answered");
+        assert!(extended.expect("extend"), "the lease is still held");
+        assert!(sent.lock().unwrap().is_some());
     }
 
     /// Issue 13, item 4: a renewal falling due while an extend of its lease
@@ -732,7 +762,11 @@ mod tests {
         let ttl = Duration::from_secs(3);
         let mut held = Vec::new();
         for i in 0..200u32 {
-            let l = lease(&format!("steady:{i}"), ttl, start + Duration::from_millis(5) * i);
+            let l = lease(
+                &format!("steady:{i}"),
+                ttl,
+                start + Duration::from_millis(5) * i,
+            );
             watchdog.track(Arc::clone(&l), true);
             held.push(l);
         }
@@ -743,11 +777,24 @@ mod tests {
         // A new lease, and a dropped guard's release.
         let fresh = lease("fresh", Duration::from_millis(600), Instant::now());
         watchdog.track(Arc::clone(&fresh), true);
-        watchdog.release(Kind::Lock, Arc::new(LockKeys::new("t", "dropped")), "dropped".into());
+        watchdog.release(
+            Kind::Lock,
+            Arc::new(LockKeys::new("t", "dropped")),
+            "dropped".into(),
+        );
         tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(*door.releases.lock().unwrap(), 1, "the dropped guard's release was never sent");
+        assert_eq!(
+            *door.releases.lock().unwrap(),
+            1,
+            "the dropped guard's release was never sent"
+        );
         assert!(
-            !door.renewals.lock().unwrap().iter().all(|(_, h)| h != "fresh"),
+            !door
+                .renewals
+                .lock()
+                .unwrap()
+                .iter()
+                .all(|(_, h)| h != "fresh"),
             "the fresh lease was never renewed"
         );
         assert!(!fresh.is_lost(), "the fresh lease lapsed");

@@ -15,7 +15,7 @@ pub(crate) mod quorum;
 use std::future::Future;
 use std::time::Duration;
 
-use tokio::time::Instant;
+use crate::clock::Instant;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -120,9 +120,9 @@ impl Redlock {
         let mut soft_deadline: Option<Instant> = None;
         loop {
             let next = match soft_deadline {
-                Some(at) => match tokio::time::timeout_at(at, pending.next()).await {
-                    Ok(next) => next,
-                    Err(_) => break,
+                Some(at) => match crate::clock::timeout_at(at, pending.next()).await {
+                    Some(next) => next,
+                    None => break,
                 },
                 None => pending.next().await,
             };
