@@ -186,6 +186,11 @@ fn alive(pid: Pid) -> bool {
     !matches!(state(pid), None | Some('Z' | 'X'))
 }
 
+/// Whether `pid` exists and may run: neither a zombie nor stopped.
+fn running(pid: Pid) -> bool {
+    !matches!(state(pid), None | Some('Z' | 'X' | 'T'))
+}
+
 /// Whether `pid` is stopped by a signal.
 fn stopped(pid: Pid) -> bool {
     state(pid) == Some('T')
@@ -307,14 +312,14 @@ fn start_first(dir: &Path, url: &str, name: &str, ttl: &str) -> First {
 /// also checks that the first tree was gone when the second's command began.
 fn second_hold(dir: &Path, second: Proc, first: &First) -> (u128, u128) {
     let start: u128 = wait_for_line(&dir.join("b.start")).parse().unwrap();
-    // Checked as soon as the start is seen: a process alive now was alive
-    // while the second held the lock.
+    // Checked as soon as the start is seen: a process running now ran
+    // while the second held the lock. Stopped is not running.
     assert!(
-        !alive(first.grandchild.0),
+        !running(first.grandchild.0),
         "the first command's grandchild still runs while the second holds the lock"
     );
     assert!(
-        !alive(first.command.0),
+        !running(first.command.0),
         "the first command still runs while the second holds the lock"
     );
     let end: u128 = wait_for_line(&dir.join("b.end")).parse().unwrap();
@@ -357,7 +362,19 @@ fn no_overlap_after(sig: Signal) -> Outcome {
 
 #[test]
 fn sigkill_of_leasehold_kills_the_command_and_its_grandchildren() {
-    let out = no_overlap_after(Signal::SIGKILL);
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = temp_dir();
+    let first = start_first(dir.path(), &url, "sig-kill", "1s");
+    let second = start_run(dir.path(), &url, "sig-kill", "30s", SECOND);
+    first.proc.signal(Signal::SIGKILL);
+    // Killed at once by the watcher, not only before the lease expired.
+    wait_until("the command and its grandchild are killed", || {
+        !alive(first.command.0) && !alive(first.grandchild.0)
+    });
+    let hold = second_hold(dir.path(), second, &first);
+    assert_no_overlap(dir.path(), hold);
+    let out = first.proc.finish();
     assert_eq!(out.status.signal(), Some(9), "{out:?}");
 }
 
@@ -639,13 +656,20 @@ impl Drop for Tmux {
     }
 }
 
-/// Types `leasehold --url URL run NAME -- sh -c SCRIPT; echo code:$? > code`
-/// into the pane. SCRIPT must not contain single quotes.
+/// Types `leasehold --url URL run NAME -- sh -c SCRIPT` into the pane.
+/// SCRIPT must not contain single quotes.
 fn type_run(tmux: &Tmux, url: &str, name: &str, script: &str) {
     let bin = env!("CARGO_BIN_EXE_leasehold");
-    tmux.line(&format!(
-        "{bin} --url {url} run {name} -- sh -c '{script}'; echo code:$? > code"
-    ));
+    tmux.line(&format!("{bin} --url {url} run {name} -- sh -c '{script}'"));
+}
+
+/// Once leasehold (`lh`) exited, has bash write its exit status to `code`
+/// and returns it. (Typed after the job ended: bash runs the next command
+/// of a list as soon as a job stops.)
+fn exit_status(tmux: &Tmux, dir: &Path, lh: &Grandchild) -> String {
+    wait_until("leasehold exits", || !alive(lh.0));
+    tmux.line("echo code:$? > code");
+    wait_for_line_on(tmux, &dir.join("code"))
 }
 
 /// leasehold's PID (the command's parent) and the command's, once it runs.
@@ -685,13 +709,13 @@ fn a_command_reads_a_line_typed_at_the_terminal() {
     let tmux = Tmux::start(dir.path());
     let script = format!("{RECORD_PIDS} read line; echo \"got:$line\" > out");
     type_run(&tmux, &server.url(), "tty-read", &script);
-    let _pids = terminal_pids(dir.path());
+    let (lh, _cmd) = terminal_pids(dir.path());
     tmux.line("hello terminal");
     assert_eq!(
         wait_for_line_on(&tmux, &dir.path().join("out")),
         "got:hello terminal"
     );
-    assert_eq!(wait_for_line_on(&tmux, &dir.path().join("code")), "code:0");
+    assert_eq!(exit_status(&tmux, dir.path(), &lh), "code:0");
 }
 
 #[test]
@@ -701,10 +725,10 @@ fn ctrl_c_at_the_terminal_reaches_a_command_that_reads() {
     let tmux = Tmux::start(dir.path());
     let script = format!("trap \"echo int > int; exit 9\" INT; {RECORD_PIDS} read line");
     type_run(&tmux, &server.url(), "tty-int", &script);
-    let _pids = terminal_pids(dir.path());
+    let (lh, _cmd) = terminal_pids(dir.path());
     tmux.press("C-c");
     assert_eq!(wait_for_line_on(&tmux, &dir.path().join("int")), "int");
-    assert_eq!(wait_for_line_on(&tmux, &dir.path().join("code")), "code:9");
+    assert_eq!(exit_status(&tmux, dir.path(), &lh), "code:9");
 }
 
 #[test]
@@ -723,6 +747,9 @@ fn ctrl_z_stops_command_and_leasehold_and_fg_resumes_both_with_the_terminal() {
     wait_until("leasehold and its command are stopped", || {
         stopped(lh.0) && stopped(cmd.0)
     });
+    wait_until("bash reports the job stopped", || {
+        tmux.screen().contains("Stopped")
+    });
     tmux.line("fg");
     wait_until("fg resumes leasehold and the command", || {
         state(lh.0).is_some_and(|s| s != 'T') && state(cmd.0) == Some('S')
@@ -732,5 +759,5 @@ fn ctrl_z_stops_command_and_leasehold_and_fg_resumes_both_with_the_terminal() {
         wait_for_line_on(&tmux, &dir.path().join("out")),
         "got:after fg"
     );
-    assert_eq!(wait_for_line_on(&tmux, &dir.path().join("code")), "code:0");
+    assert_eq!(exit_status(&tmux, dir.path(), &lh), "code:0");
 }
