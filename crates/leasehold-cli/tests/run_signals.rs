@@ -22,6 +22,10 @@ use leasehold_testkit::RedisServer;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+/// The first holder's lease: short, so a stop outlasts it quickly, but not
+/// so short that a loaded two-core machine starves its renewals.
+const FIRST_TTL: &str = "2s";
+
 /// Longest any wait for an observable state may take before the test fails.
 const BOUND: Duration = Duration::from_secs(30);
 
@@ -343,7 +347,7 @@ fn assert_no_overlap(dir: &Path, hold: (u128, u128)) {
     );
 }
 
-/// Sends `sig` to the first `leasehold run` (TTL 1 s) while its command's
+/// Sends `sig` to the first `leasehold run` (TTL 2 s) while its command's
 /// stubborn grandchild writes, with a second `run` waiting on the same
 /// name; the second must never hold while the first tree runs. Returns the
 /// first's outcome.
@@ -352,7 +356,7 @@ fn no_overlap_after(sig: Signal) -> Outcome {
     let url = server.url();
     let dir = temp_dir();
     let name = format!("sig-{sig}");
-    let first = start_first(dir.path(), &url, &name, "1s");
+    let first = start_first(dir.path(), &url, &name, FIRST_TTL);
     let second = start_run(dir.path(), &url, &name, "30s", SECOND);
     first.proc.signal(sig);
     let hold = second_hold(dir.path(), second, &first);
@@ -365,7 +369,7 @@ fn sigkill_of_leasehold_kills_the_command_and_its_grandchildren() {
     let server = RedisServer::start();
     let url = server.url();
     let dir = temp_dir();
-    let first = start_first(dir.path(), &url, "sig-kill", "1s");
+    let first = start_first(dir.path(), &url, "sig-kill", FIRST_TTL);
     let second = start_run(dir.path(), &url, "sig-kill", "30s", SECOND);
     first.proc.signal(Signal::SIGKILL);
     // Killed at once by the watcher, not only before the lease expired.
@@ -408,11 +412,23 @@ fn sighup_to_leasehold_is_forwarded_and_leftovers_are_stopped_before_release() {
 /// Waits until leasehold and the first command's tree are all stopped, and
 /// returns the time (ns) by which they were.
 fn wait_all_stopped(first: &First) -> u128 {
-    wait_until("leasehold is stopped", || stopped(first.proc.pid()));
-    wait_until(
-        "the command and its grandchild are stopped with leasehold",
-        || stopped(first.command.0) && stopped(first.grandchild.0),
-    );
+    let states = || {
+        format!(
+            "leasehold {:?}, command {:?}, grandchild {:?}",
+            state(first.proc.pid()),
+            state(first.command.0),
+            state(first.grandchild.0)
+        )
+    };
+    let deadline = Instant::now() + BOUND;
+    while !(stopped(first.proc.pid()) && stopped(first.command.0) && stopped(first.grandchild.0)) {
+        assert!(
+            Instant::now() < deadline,
+            "leasehold and its command's tree are not all stopped: {}",
+            states()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     now_ns()
 }
 
@@ -421,7 +437,7 @@ fn sigtstp_stops_the_command_and_a_stop_longer_than_the_ttl_ends_it_with_exit_70
     let server = RedisServer::start();
     let url = server.url();
     let dir = temp_dir();
-    let first = start_first(dir.path(), &url, "tstp-long", "1s");
+    let first = start_first(dir.path(), &url, "tstp-long", FIRST_TTL);
     let second = start_run(dir.path(), &url, "tstp-long", "30s", SECOND);
 
     first.proc.signal(Signal::SIGTSTP);
@@ -487,7 +503,7 @@ fn sigstop_of_leasehold_stops_the_command_too() {
     let server = RedisServer::start();
     let url = server.url();
     let dir = temp_dir();
-    let first = start_first(dir.path(), &url, "stop", "1s");
+    let first = start_first(dir.path(), &url, "stop", FIRST_TTL);
     let second = start_run(dir.path(), &url, "stop", "30s", SECOND);
 
     // SIGSTOP cannot be caught: leasehold's watcher sees it stopped.
