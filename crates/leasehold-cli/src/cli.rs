@@ -70,12 +70,17 @@ pub(crate) enum Command {
     /// writer); with --permits N a semaphore (up to N holders at once).
     /// CMD gets LEASEHOLD_FENCE and LEASEHOLD_TOKEN in its environment and
     /// runs in its own process group. The lease is renewed while CMD runs.
-    /// SIGINT, SIGTERM and SIGHUP sent to leasehold are forwarded to CMD's
-    /// process group. If the lease is lost, the group gets SIGTERM, then
-    /// SIGKILL after --kill-grace, and leasehold exits 70. Otherwise
-    /// leasehold exits with CMD's code (128+N if it died by signal N).
-    /// If leasehold itself is killed with SIGKILL, CMD keeps running and
-    /// the lock frees itself after --ttl.
+    /// SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH and the
+    /// other signals that would end leasehold are passed on to CMD's group.
+    /// If the lease is lost, the group gets SIGTERM, then SIGKILL after
+    /// --kill-grace, and leasehold exits 70. Otherwise leasehold exits with
+    /// CMD's code (128+N if it died by signal N), after ending what CMD
+    /// left running in its group (SIGTERM, SIGKILL after --kill-grace).
+    /// If leasehold is killed (even with SIGKILL) or crashes, a watcher
+    /// process kills CMD's group at once; while leasehold is stopped, CMD
+    /// is stopped too, and it resumes only if the lease is still held.
+    /// With stdin a terminal, CMD gets the terminal as a shell job would
+    /// (it reads typed input; Ctrl-C and Ctrl-Z reach it; fg resumes it).
     Run(RunArgs),
 
     /// Take the lock and keep it after exiting; prints the token and fence.
@@ -121,6 +126,16 @@ pub(crate) enum Command {
     /// One waiter process of `bench contended` (started by `bench` itself).
     #[command(hide = true, name = "bench-worker")]
     BenchWorker(BenchWorkerArgs),
+
+    /// `run`'s launcher: reports its process group to the watcher, takes
+    /// the terminal if asked, then executes CMD (started by `run` itself).
+    #[command(hide = true, name = "run-exec")]
+    RunExec(RunExecArgs),
+
+    /// `run`'s watcher: kills CMD's process group when `run` dies, stops it
+    /// while `run` is stopped (started by `run` itself).
+    #[command(hide = true, name = "run-watch")]
+    RunWatch(RunWatchArgs),
 }
 
 /// How long to hold and how long to wait.
@@ -365,6 +380,36 @@ pub(crate) struct BenchWorkerArgs {
     /// Most acquisitions to make.
     #[arg(long)]
     pub(crate) max_count: u64,
+}
+
+/// Arguments of the hidden `run-exec`.
+#[derive(Debug, Args)]
+pub(crate) struct RunExecArgs {
+    /// An inherited descriptor of the watcher's pipe: the launcher writes
+    /// its process group there, then closes it before executing CMD.
+    #[arg(long, value_name = "FD")]
+    pub(crate) report_fd: i32,
+
+    /// Take the terminal on stdin for the new process group, if this
+    /// process group (`run`'s) still has it.
+    #[arg(long, value_name = "PGID")]
+    pub(crate) foreground_of: Option<i32>,
+
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// Arguments of the hidden `run-watch`.
+#[derive(Debug, Args)]
+pub(crate) struct RunWatchArgs {
+    /// The `leasehold run` process watched.
+    #[arg(long, value_name = "PID")]
+    pub(crate) pid: i32,
+
+    /// How often to check whether it is stopped, in milliseconds.
+    #[arg(long, value_name = "MS")]
+    pub(crate) poll_ms: u64,
 }
 
 /// Parses a human duration ("500ms", "30s", "2m"); zero is refused because

@@ -23,6 +23,9 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Demo(args) => crate::demo::demo(global, args).await,
         Command::Bench(args) => crate::bench::bench(global, args).await,
         Command::BenchWorker(args) => crate::bench::worker::worker(global, args).await,
+        // Handled in `main` before the runtime starts; the same code if not.
+        Command::RunExec(args) => Ok(crate::run::exec(args)),
+        Command::RunWatch(args) => Ok(crate::run::watch(&args)),
     }
 }
 

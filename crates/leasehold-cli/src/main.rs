@@ -36,6 +36,15 @@ fn main() -> ExitCode {
         Ok(Parsed::Done) => return ExitCode::SUCCESS,
         Err(failure) => return ExitCode::from(failure.report()),
     };
+    // `run`'s helper processes: small, synchronous, no runtime of their own.
+    let cli = match cli.command {
+        cli::Command::RunExec(args) => return ExitCode::from(run::exec(args)),
+        cli::Command::RunWatch(args) => return ExitCode::from(run::watch(&args)),
+        command => cli::Cli {
+            global: cli.global,
+            command,
+        },
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -49,7 +58,7 @@ fn main() -> ExitCode {
             return ExitCode::from(failure.report());
         }
     };
-    let code = match runtime.block_on(commands::dispatch(*cli)) {
+    let code = match runtime.block_on(commands::dispatch(cli)) {
         Ok(code) => code,
         Err(failure) => failure.report(),
     };

@@ -1,22 +1,57 @@
 //! `leasehold run`: a command under a lock, the distributed flock(1), or
 //! under a read or write hold or a semaphore permit ([`Held`]).
 //!
-//! The command runs in its own process group, so that a lost lease can stop
-//! everything it started (SIGTERM, then SIGKILL after `--kill-grace`) and so
-//! that a terminal's Ctrl-C reaches it only through leasehold, which forwards
-//! it. All lock work (acquire, renewal, loss detection, release) is the
-//! library's.
+//! All lock work (acquire, renewal, loss detection, release) is the
+//! library's. This module keeps one promise: the command, and everything it
+//! started in its process group, never runs without the lease, whatever
+//! happens to the `leasehold` process.
+//!
+//! - The command runs in a process group of its own, so a lost lease (or
+//!   the end of the command) can stop everything it started without
+//!   touching leasehold or its pipeline neighbours. It is started through a
+//!   launcher ([`exec`]) that tells the watcher its group before it runs.
+//! - A watcher process ([`watch`]) in yet another group SIGKILLs the
+//!   command's group the moment leasehold dies (SIGKILL, a crash), and
+//!   SIGSTOPs it while leasehold is stopped by a signal it cannot catch
+//!   (SIGSTOP, SIGTTIN, SIGTTOU).
+//! - Signals that would end leasehold (SIGHUP, SIGINT, SIGQUIT, SIGTERM,
+//!   SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGPWR) and
+//!   SIGWINCH are passed on to the command's group; leasehold waits for
+//!   the command to end, then releases.
+//! - Job control as a shell does it: when stdin is the terminal and
+//!   leasehold's group is in its foreground, the command's group gets the
+//!   terminal (so it reads typed input, and Ctrl-C and Ctrl-Z reach it);
+//!   when the command stops on Ctrl-Z, leasehold takes the terminal back
+//!   and stops its own group too, so the shell sees the job stopped.
+//!   SIGTSTP sent to leasehold stops the command first. On SIGCONT (`fg`,
+//!   `bg`) leasehold checks the lease before the command may run again:
+//!   held, the command gets the terminal (in the foreground) and SIGCONT;
+//!   lost, the lost-lease path below.
+//! - A lost lease: SIGTERM, SIGKILL after `--kill-grace`, exit 70. A
+//!   command stopped at that moment is never continued.
+//! - When the command exits, processes it left running in its group get
+//!   the same SIGTERM / SIGKILL treatment before the lock is released.
 
+mod exec;
+mod group;
+mod tty;
+mod watch;
+
+pub(crate) use exec::exec;
+pub(crate) use watch::watch;
+
+use std::future::poll_fn;
 use std::io;
 use std::os::unix::process::ExitStatusExt;
-use std::process::ExitStatus;
+use std::process::{Child, ExitStatus};
+use std::task::Poll;
 use std::time::Duration;
 
 use leasehold::Error;
 use nix::errno::Errno;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
-use tokio::process::{Child, Command};
+use nix::sys::signal::{Signal, raise};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+use nix::unistd::{Pid, getpgrp};
 use tokio::signal::unix::SignalKind;
 use tokio::time::Instant;
 
@@ -25,43 +60,79 @@ use crate::commands::connect;
 use crate::exit::{self, Failure};
 use crate::hold::{Held, take_hold};
 use crate::session::catch;
+use watch::Watcher;
 
 /// `leasehold run NAME -- CMD...`: returns CMD's exit code, or 70 when the
 /// lease was lost while it ran.
 pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
+    if args.command.is_empty() {
+        return Err(Failure::usage("no command given after `--`"));
+    }
     let client = connect(global).await?;
     let guard = take_hold(&client, &args.name, &args.lease, args.hold.mode()).await?;
 
     // Handlers go in before the child exists, so a signal that arrives
-    // while it starts is forwarded instead of killing leasehold.
-    let mut forwarded = Forwarded::install()?;
+    // while it starts is handled instead of killing leasehold.
+    let mut signals = Signals::install()?;
 
-    let (program, rest) = args
-        .command
-        .split_first()
-        .ok_or_else(|| Failure::usage("no command given after `--`"))?;
-    let mut command = Command::new(program);
-    command
-        .args(rest)
-        .env("LEASEHOLD_FENCE", guard.fence().to_string())
-        .env("LEASEHOLD_TOKEN", guard.token())
-        .process_group(0);
-    let mut child = match command.spawn() {
-        Ok(child) => child,
+    let mut watcher = match Watcher::spawn(poll_period(args.lease.ttl)) {
+        Ok(watcher) => watcher,
         Err(e) => {
             let _ = guard.release().await;
-            let program = program.to_string_lossy();
-            return Err(spawn_failure(&program, &e));
+            return Err(Failure::with_code(
+                exit::SOFTWARE,
+                format!(
+                    "cannot start the watcher process that stops the command if leasehold dies \
+                     ({e}); the command was not run"
+                ),
+            ));
         }
     };
-    let group = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
+    let own_group = getpgrp();
+    let terminal = tty::on_stdin();
+    let foreground_of = (terminal && tty::foreground() == Some(own_group)).then_some(own_group);
+    let envs = [
+        ("LEASEHOLD_FENCE", guard.fence().to_string()),
+        ("LEASEHOLD_TOKEN", guard.token().to_owned()),
+    ];
+    let spawned = watcher
+        .report_pipe()
+        .and_then(|pipe| exec::spawn(&args.command, &envs, pipe, foreground_of));
+    let child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            watcher.done().await;
+            let _ = guard.release().await;
+            return Err(Failure::with_code(
+                exit::SOFTWARE,
+                format!("cannot start the command's launcher (leasehold itself): {e}"),
+            ));
+        }
+    };
+    let leader = i32::try_from(child.id())
         .map(Pid::from_raw)
-        .ok_or_else(|| Failure::with_code(exit::SOFTWARE, "the command has no process id"))?;
+        .map_err(|_| Failure::with_code(exit::SOFTWARE, "the command has an invalid process id"))?;
 
-    let outcome = supervise(&mut child, group, &guard, &mut forwarded, args.kill_grace).await;
+    let mut supervisor = Supervisor {
+        guard: &guard,
+        child,
+        leader,
+        own_group,
+        terminal,
+        kill_grace: args.kill_grace,
+        kill_at: None,
+        killed: false,
+        job_stopped: false,
+    };
+    let outcome = supervisor.supervise(&mut signals, &mut watcher).await;
     finish(guard, outcome).await
+}
+
+/// How often the watcher checks whether leasehold is stopped: a tenth of
+/// the TTL, between 5 ms and 100 ms, so the command is stopped long before
+/// a lease that nobody renews can expire.
+fn poll_period(ttl: Duration) -> Duration {
+    (ttl / 10).clamp(Duration::from_millis(5), Duration::from_millis(100))
 }
 
 /// How the command ended.
@@ -70,52 +141,236 @@ enum Outcome {
     Exited(ExitStatus),
     /// The lease was lost while it ran; it was terminated.
     Lost,
-    /// Waiting for it failed.
+    /// Waiting for it failed; its group was killed.
     WaitFailed(io::Error),
 }
 
-/// Waits for the child, forwarding signals and stopping it if the lease is lost.
-async fn supervise(
-    child: &mut Child,
-    group: Pid,
-    guard: &Held,
-    forwarded: &mut Forwarded,
+/// What woke the supervisor.
+enum Event {
+    /// SIGCHLD: the command (or the watcher) changed state.
+    Child,
+    /// A signal to pass on to the command's group.
+    Forward(Signal),
+    /// SIGTSTP to leasehold.
+    Stop,
+    /// SIGCONT to leasehold.
+    Continue,
+    /// The watcher stopped the command while leasehold was stopped.
+    WatcherStopped,
+    /// The lease is lost.
+    Lost,
+    /// The grace after SIGTERM is over.
+    KillNow,
+}
+
+/// The command while it runs, and what leasehold did to it.
+struct Supervisor<'a> {
+    /// The lease.
+    guard: &'a Held,
+    /// The command (first the launcher, which becomes it).
+    child: Child,
+    /// Its PID, also its process group's id.
+    leader: Pid,
+    /// leasehold's own process group.
+    own_group: Pid,
+    /// Whether stdin is leasehold's controlling terminal.
+    terminal: bool,
+    /// Time between SIGTERM and SIGKILL.
     kill_grace: Duration,
-) -> Outcome {
-    // Set once the lease is lost: when the process group gets SIGKILL.
-    let mut kill_at: Option<Instant> = None;
-    let mut killed = false;
-    loop {
-        tokio::select! {
-            status = child.wait() => {
-                return match (status, kill_at) {
-                    (Err(e), _) => Outcome::WaitFailed(e),
-                    (Ok(_), Some(deadline)) => {
-                        // The leader is gone; the rest of its group gets the
-                        // same grace before SIGKILL.
-                        reap_group(group, deadline).await;
-                        Outcome::Lost
+    /// Set once the lease is lost: when the process group gets SIGKILL.
+    kill_at: Option<Instant>,
+    /// Whether SIGKILL was sent.
+    killed: bool,
+    /// Set while leasehold stops itself with its command, for job control.
+    job_stopped: bool,
+}
+
+impl Supervisor<'_> {
+    /// Waits for the command to end, passing signals on, following job
+    /// control and stopping the command if the lease is lost.
+    async fn supervise(&mut self, signals: &mut Signals, watcher: &mut Watcher) -> Outcome {
+        loop {
+            // Checked before every wait: each state change also raises
+            // SIGCHLD, so none is missed between a check and the wait.
+            match self.check_command() {
+                Ok(true) => return self.after_exit(watcher).await,
+                Ok(false) => {}
+                Err(e) => {
+                    group::signal(self.leader, Signal::SIGKILL);
+                    return Outcome::WaitFailed(e);
+                }
+            }
+            let guard = self.guard;
+            let kill_at = self.kill_at;
+            let event = tokio::select! {
+                caught = signals.next() => caught,
+                () = watcher.stopped_command() => Event::WatcherStopped,
+                () = guard.lost(), if kill_at.is_none() => Event::Lost,
+                () = sleep_until_some(kill_at), if !self.killed => Event::KillNow,
+            };
+            match event {
+                Event::Child => {}
+                Event::Forward(sig) => group::signal(self.leader, sig),
+                Event::Stop => self.job_stop(),
+                Event::Continue => self.resume(),
+                Event::WatcherStopped => {
+                    // Stopped by the watcher after leasehold was continued
+                    // (it looks every few ms): decide again.
+                    if !self.job_stopped {
+                        self.resume();
                     }
-                    (Ok(status), None) => Outcome::Exited(status),
-                };
+                }
+                Event::Lost => self.start_lost(),
+                Event::KillNow => {
+                    group::signal(self.leader, Signal::SIGKILL);
+                    self.killed = true;
+                }
             }
-            sig = forwarded.next() => {
-                signal_group(group, sig);
-            }
-            () = guard.lost(), if kill_at.is_none() => {
+        }
+    }
+
+    /// True once the command exited (it is left unreaped, so its PID, the
+    /// group's id, cannot be reused yet). Acts on a stop reported meanwhile.
+    fn check_command(&mut self) -> io::Result<bool> {
+        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+        match waitid(Id::Pid(self.leader), flags) {
+            Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) => return Ok(true),
+            Ok(_) => {}
+            // With WEXITED only, EINVAL comes from nix naming the signal
+            // the command died of (a real-time one): it exited all the same.
+            Err(Errno::EINVAL) => return Ok(true),
+            Err(e) => return Err(e.into()),
+        }
+        let flags = WaitPidFlag::WSTOPPED | WaitPidFlag::WCONTINUED | WaitPidFlag::WNOHANG;
+        if let WaitStatus::Stopped(_, sig) = waitid(Id::Pid(self.leader), flags)? {
+            self.command_stopped(sig);
+        }
+        Ok(false)
+    }
+
+    /// The command stopped. On a job-control stop (Ctrl-Z, or reading the
+    /// terminal from the background) leasehold stops too, as the job's
+    /// shell expects; on SIGSTOP (leasehold's own, the watcher's, or a
+    /// user's) it keeps renewing the lease while the command waits.
+    fn command_stopped(&mut self, sig: Signal) {
+        if self.job_stopped || self.kill_at.is_some() {
+            return;
+        }
+        if !matches!(sig, Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU) {
+            return;
+        }
+        // Our own SIGTSTP handler does the rest ([`Supervisor::job_stop`]).
+        let stopped = if self.take_terminal() {
+            // The terminal had sent SIGTSTP to the command's group only:
+            // the rest of leasehold's job (a pipeline, a script) stops too.
+            nix::sys::signal::killpg(self.own_group, Signal::SIGTSTP)
+        } else {
+            raise(Signal::SIGTSTP)
+        };
+        if let Err(e) = stopped {
+            eprintln!("leasehold: warning: cannot stop leasehold with its command: {e}");
+        }
+    }
+
+    /// SIGTSTP to leasehold: stops the command's group first, takes the
+    /// terminal back, stops leasehold; once continued, [`Self::resume`].
+    fn job_stop(&mut self) {
+        self.job_stopped = true;
+        group::signal(self.leader, Signal::SIGSTOP);
+        self.take_terminal();
+        if let Err(e) = raise(Signal::SIGSTOP) {
+            eprintln!("leasehold: warning: cannot stop leasehold: {e}");
+        }
+        // Here only once continued.
+        self.resume();
+    }
+
+    /// leasehold was continued (or the watcher stopped the command): the
+    /// command runs again only if the lease is still held.
+    fn resume(&mut self) {
+        self.job_stopped = false;
+        if self.kill_at.is_some() {
+            // Lost: a stopped command is never continued (see start_lost).
+            return;
+        }
+        if self.guard.is_lost() {
+            self.start_lost();
+            return;
+        }
+        self.give_terminal();
+        group::signal(self.leader, Signal::SIGCONT);
+    }
+
+    /// The lease is lost: SIGTERM now, SIGKILL after the grace. A stopped
+    /// command is not continued: SIGTERM still ends at once what keeps its
+    /// default action (the kernel turns a fatal signal into a kill, stopped
+    /// or not); what catches or ignores it stays stopped until SIGKILL, so
+    /// nothing of it runs again without the lease.
+    fn start_lost(&mut self) {
+        let grace = humantime::format_duration(self.kill_grace);
+        let what = self.guard.what();
+        if group::state(self.leader) == Some('T') {
+            eprintln!(
+                "leasehold: the lease on {what} was lost while the command was stopped (leasehold \
+                 was stopped or paused longer than the lease lasts); ending the command without \
+                 resuming it (SIGTERM, SIGKILL after {grace})"
+            );
+        } else {
+            eprintln!(
+                "leasehold: the lease on {what} was lost while the command ran (it expired or \
+                 another owner took it); stopping the command (SIGTERM, SIGKILL after {grace})"
+            );
+        }
+        group::signal(self.leader, Signal::SIGTERM);
+        self.kill_at = Some(Instant::now() + self.kill_grace);
+    }
+
+    /// Takes the terminal back from the command's group, if it has it.
+    fn take_terminal(&self) -> bool {
+        self.terminal && tty::hand_over(self.leader, self.own_group)
+    }
+
+    /// Gives the terminal to the command's group, if leasehold's group has
+    /// it (leasehold runs in the foreground).
+    fn give_terminal(&self) {
+        if self.terminal {
+            tty::hand_over(self.own_group, self.leader);
+        }
+    }
+
+    /// The command exited: ends what it left running in its group, tells
+    /// the watcher, reaps it.
+    async fn after_exit(&mut self, watcher: &mut Watcher) -> Outcome {
+        self.take_terminal();
+        let deadline = match self.kill_at {
+            Some(deadline) => deadline,
+            None if group::others_alive(self.leader) => {
                 eprintln!(
-                    "leasehold: the lease on {} was lost while the command ran (it expired or \
-                     another owner took it); stopping the command (SIGTERM, SIGKILL after {})",
-                    guard.what(),
-                    humantime::format_duration(kill_grace)
+                    "leasehold: the command exited with processes of its group still running; \
+                     stopping them (SIGTERM, SIGKILL after {}) before releasing {}",
+                    humantime::format_duration(self.kill_grace),
+                    self.guard.what()
                 );
-                signal_group(group, Signal::SIGTERM);
-                kill_at = Some(Instant::now() + kill_grace);
+                group::signal(self.leader, Signal::SIGTERM);
+                group::signal(self.leader, Signal::SIGCONT);
+                Instant::now() + self.kill_grace
             }
-            () = sleep_until_some(kill_at), if !killed => {
-                signal_group(group, Signal::SIGKILL);
-                killed = true;
-            }
+            None => Instant::now(),
+        };
+        while group::others_alive(self.leader) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if group::others_alive(self.leader) {
+            group::signal(self.leader, Signal::SIGKILL);
+        }
+        // Nothing of the group runs any more: the watcher has nothing left
+        // to kill, and must not try once the group's id is free.
+        watcher.done().await;
+        let status = self.child.wait();
+        match (status, self.kill_at) {
+            (Err(e), _) => Outcome::WaitFailed(e),
+            (Ok(_), Some(_)) => Outcome::Lost,
+            (Ok(status), None) => Outcome::Exited(status),
         }
     }
 }
@@ -175,50 +430,6 @@ fn exit_code_of(status: ExitStatus) -> u8 {
     }
 }
 
-/// The failure for a command that could not be started, with the exit codes
-/// shells use: 127 not found, 126 found but not executable.
-fn spawn_failure(program: &str, e: &io::Error) -> Failure {
-    match e.kind() {
-        io::ErrorKind::NotFound => Failure::with_code(
-            exit::NOT_FOUND,
-            format!("command not found: {program} (check the name and PATH)"),
-        ),
-        io::ErrorKind::PermissionDenied => Failure::with_code(
-            exit::CANNOT_EXECUTE,
-            format!("cannot execute {program}: permission denied"),
-        ),
-        _ => Failure::with_code(
-            exit::CANNOT_EXECUTE,
-            format!("cannot execute {program}: {e}"),
-        ),
-    }
-}
-
-/// Sends `sig` to the command's process group. The group may already be
-/// empty (ESRCH); nothing else can go wrong with a group we created.
-fn signal_group(group: Pid, sig: Signal) {
-    match killpg(group, sig) {
-        Ok(()) | Err(Errno::ESRCH) => {}
-        Err(e) => eprintln!("leasehold: warning: cannot send {sig} to the command: {e}"),
-    }
-}
-
-/// After the group leader exited following a lost lease: waits until the
-/// rest of the group is gone or `deadline`, then SIGKILLs what is left.
-async fn reap_group(group: Pid, deadline: Instant) {
-    while group_alive(group) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    if group_alive(group) {
-        signal_group(group, Signal::SIGKILL);
-    }
-}
-
-/// Whether any process is left in the group.
-fn group_alive(group: Pid) -> bool {
-    killpg(group, None).is_ok()
-}
-
 /// Sleeps until `at`, or forever when `None`.
 async fn sleep_until_some(at: Option<Instant>) {
     match at {
@@ -227,34 +438,75 @@ async fn sleep_until_some(at: Option<Instant>) {
     }
 }
 
-/// The signals leasehold passes on to the command.
-struct Forwarded {
-    /// SIGINT (Ctrl-C).
-    interrupt: tokio::signal::unix::Signal,
-    /// SIGTERM.
-    terminate: tokio::signal::unix::Signal,
-    /// SIGHUP.
-    hangup: tokio::signal::unix::Signal,
+/// The signals leasehold handles while its command runs.
+struct Signals {
+    /// Those passed on to the command's group, with their numbers.
+    forwarded: Vec<(tokio::signal::unix::Signal, Signal)>,
+    /// SIGTSTP.
+    stop: tokio::signal::unix::Signal,
+    /// SIGCONT.
+    cont: tokio::signal::unix::Signal,
+    /// SIGCHLD.
+    child: tokio::signal::unix::Signal,
 }
 
-impl Forwarded {
-    /// Catches SIGINT, SIGTERM and SIGHUP from now on.
-    fn install() -> Result<Forwarded, Failure> {
-        Ok(Forwarded {
-            interrupt: catch(SignalKind::interrupt())?,
-            terminate: catch(SignalKind::terminate())?,
-            hangup: catch(SignalKind::hangup())?,
+/// Signals whose default would end leasehold (and SIGWINCH): passed on.
+/// SIGKILL cannot be caught (the watcher covers it); SIGSEGV and the like
+/// mean a crash (so does the watcher).
+const FORWARDED: [Signal; 12] = [
+    Signal::SIGHUP,
+    Signal::SIGINT,
+    Signal::SIGQUIT,
+    Signal::SIGTERM,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+    Signal::SIGALRM,
+    Signal::SIGVTALRM,
+    Signal::SIGPROF,
+    Signal::SIGIO,
+    Signal::SIGPWR,
+    Signal::SIGWINCH,
+];
+
+impl Signals {
+    /// Catches them all from now on.
+    fn install() -> Result<Signals, Failure> {
+        let forwarded = FORWARDED
+            .iter()
+            .map(|&sig| Ok((catch(SignalKind::from_raw(sig as i32))?, sig)))
+            .collect::<Result<_, Failure>>()?;
+        Ok(Signals {
+            forwarded,
+            stop: catch(SignalKind::from_raw(Signal::SIGTSTP as i32))?,
+            cont: catch(SignalKind::from_raw(Signal::SIGCONT as i32))?,
+            child: catch(SignalKind::child())?,
         })
     }
 
-    /// The next signal received.
-    async fn next(&mut self) -> Signal {
-        tokio::select! {
-            Some(()) = self.interrupt.recv() => Signal::SIGINT,
-            Some(()) = self.terminate.recv() => Signal::SIGTERM,
-            Some(()) = self.hangup.recv() => Signal::SIGHUP,
-            else => std::future::pending().await,
-        }
+    /// The next signal caught, as an event for the supervisor.
+    async fn next(&mut self) -> Event {
+        poll_fn(|cx| {
+            let mut ready = |stream: &mut tokio::signal::unix::Signal| {
+                // tokio never ends these streams.
+                matches!(stream.poll_recv(cx), Poll::Ready(Some(())))
+            };
+            if ready(&mut self.child) {
+                return Poll::Ready(Event::Child);
+            }
+            if ready(&mut self.stop) {
+                return Poll::Ready(Event::Stop);
+            }
+            if ready(&mut self.cont) {
+                return Poll::Ready(Event::Continue);
+            }
+            for (stream, sig) in &mut self.forwarded {
+                if ready(stream) {
+                    return Poll::Ready(Event::Forward(*sig));
+                }
+            }
+            Poll::Pending
+        })
+        .await
     }
 }
 

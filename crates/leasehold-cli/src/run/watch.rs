@@ -1,0 +1,196 @@
+//! The watcher: the `leasehold` binary run again as `run-watch`, in a
+//! process group of its own, so the terminal's signals and `kill %job`
+//! (which reach `run`'s group) never reach it.
+//!
+//! Its stdin is a pipe whose write end only `run` holds (close-on-exec,
+//! so the command never inherits it), plus, for a moment, the launcher
+//! (see [`super::exec`]), which writes the command's process group there.
+//! Then:
+//!
+//! - `run` dies, however (SIGKILL, a crash): the kernel closes the pipe,
+//!   the watcher reads end-of-file and SIGKILLs the command's process
+//!   group at once, long before the lease can expire.
+//! - `run` is stopped (`/proc/PID/stat` state `T`, checked every
+//!   `--poll-ms`): the watcher SIGSTOPs the command's group and tells `run`
+//!   on its stdout; `run`, once continued, decides whether the command
+//!   may go on (the lease still held) or must end (lost).
+//! - `run` writes `done` (the command ended and nothing of its group is
+//!   left): the watcher exits without touching anything.
+
+use std::io::{self, BufRead, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::{Pid, getpid};
+use tokio::io::AsyncReadExt;
+use tokio::net::unix::pipe;
+
+use crate::cli::RunWatchArgs;
+use crate::run::group;
+
+/// What `run` holds of its watcher.
+#[derive(Debug)]
+pub(crate) struct Watcher {
+    /// The process.
+    child: Child,
+    /// The write end of its stdin; dropped by [`Watcher::done`].
+    orders: Option<ChildStdin>,
+    /// Its stdout: one byte per time it stopped the command.
+    notes: Option<pipe::Receiver>,
+    /// Set once it exited before being told `done`, and `run` said so.
+    gone: bool,
+}
+
+impl Watcher {
+    /// Starts the watcher of this process, checking every `poll` whether
+    /// it is stopped. Must run inside the Tokio runtime.
+    pub(crate) fn spawn(poll: Duration) -> io::Result<Watcher> {
+        let poll_ms = poll.as_millis().max(1).to_string();
+        let mut child = Command::new("/proc/self/exe")
+            .arg0("leasehold")
+            .args(["run-watch", "--pid", &getpid().to_string()])
+            .args(["--poll-ms", &poll_ms])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .current_dir("/")
+            .process_group(0)
+            .spawn()?;
+        let orders = child.stdin.take();
+        let notes = child
+            .stdout
+            .take()
+            .map(|out| pipe::Receiver::from_owned_fd(OwnedFd::from(out)))
+            .transpose();
+        let notes = match notes {
+            Ok(notes) => notes,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e);
+            }
+        };
+        Ok(Watcher {
+            child,
+            orders,
+            notes,
+            gone: false,
+        })
+    }
+
+    /// The pipe the launcher reports the command's process group on.
+    pub(crate) fn report_pipe(&self) -> io::Result<BorrowedFd<'_>> {
+        self.orders
+            .as_ref()
+            .map(AsFd::as_fd)
+            .ok_or_else(|| io::Error::other("the watcher's pipe is closed"))
+    }
+
+    /// Resolves each time the watcher stopped the command because this
+    /// process was stopped; never, once the watcher is gone.
+    pub(crate) async fn stopped_command(&mut self) {
+        let mut byte = [0u8; 64];
+        loop {
+            let Some(notes) = self.notes.as_mut() else {
+                return std::future::pending().await;
+            };
+            match notes.read(&mut byte).await {
+                Ok(n) if n > 0 => return,
+                _ => {
+                    self.notes = None;
+                    self.warn_if_gone();
+                }
+            }
+        }
+    }
+
+    /// Says once on stderr that the watcher exited early: from now on a
+    /// killed leasehold leaves its command running until the lease expires.
+    fn warn_if_gone(&mut self) {
+        if self.orders.is_some() && !self.gone {
+            self.gone = true;
+            eprintln!(
+                "leasehold: warning: the watcher process {} exited; if leasehold is killed \
+                 now, its command keeps running",
+                self.child.id()
+            );
+        }
+    }
+
+    /// Tells the watcher the command's group is gone, closes its pipe and
+    /// reaps it (it exits at once; waits 2 s at most).
+    pub(crate) async fn done(&mut self) {
+        if let Some(mut orders) = self.orders.take() {
+            // A watcher already gone cannot be told, and needs not be.
+            let _ = orders.write_all(b"done\n");
+        }
+        for _ in 0..400 {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// A line from `run`, or the end of the pipe.
+enum Order {
+    /// A line.
+    Line(String),
+    /// End of file: every writer is gone.
+    End,
+}
+
+/// `leasehold run-watch`: see the module docs.
+pub(crate) fn watch(args: &RunWatchArgs) -> u8 {
+    let run = Pid::from_raw(args.pid);
+    let poll = Duration::from_millis(args.poll_ms.max(1));
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in io::stdin().lock().lines() {
+            match line {
+                Ok(line) => {
+                    if tx.send(Order::Line(line)).is_err() {
+                        return;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        let _ = tx.send(Order::End);
+    });
+    let mut command: Option<Pid> = None;
+    let mut run_was_stopped = false;
+    let mut notes = io::stdout();
+    loop {
+        match rx.recv_timeout(poll) {
+            Ok(Order::Line(line)) => {
+                if line == "done" {
+                    return 0;
+                }
+                if let Some(group) = line.strip_prefix("group ") {
+                    command = group.trim().parse().ok().map(Pid::from_raw);
+                }
+            }
+            Ok(Order::End) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                // `run` is gone without saying `done`.
+                if let Some(group) = command {
+                    let _ = killpg(group, Signal::SIGKILL);
+                }
+                return 0;
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        let Some(group) = command else { continue };
+        let run_is_stopped = group::state(run) == Some('T');
+        if run_is_stopped && !run_was_stopped {
+            let _ = killpg(group, Signal::SIGSTOP);
+            // `run` reads it once continued; if it is gone, so is the pipe.
+            let _ = notes.write_all(b"s").and_then(|()| notes.flush());
+        }
+        run_was_stopped = run_is_stopped;
+    }
+}

@@ -1,0 +1,779 @@
+//! `leasehold run` never lets its command run unlocked, whatever happens to
+//! the `leasehold` process: each signal sent to it (SIGKILL included), job
+//! control (SIGTSTP, SIGCONT), and a command that reads the terminal.
+//!
+//! Every test starts its own `redis-server` on a free loopback port. The
+//! first holder's command starts a stubborn grandchild (it ignores every
+//! signal but SIGKILL and SIGSTOP) that appends a timestamp to a file every
+//! 20 ms; a second `leasehold run` on the same name writes when its command
+//! started and ended. No timestamp of the first tree may fall inside the
+//! second's hold. Waits are for observable states (files, `/proc` states),
+//! each bounded; every process is reaped by PID at the end, stopped ones
+//! included (SIGCONT, then SIGKILL).
+
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use leasehold_testkit::RedisServer;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// The first holder's lease: short, so a stop outlasts it quickly, but not
+/// so short that a loaded two-core machine starves its renewals.
+const FIRST_TTL: &str = "2s";
+
+/// Longest any wait for an observable state may take before the test fails.
+const BOUND: Duration = Duration::from_secs(30);
+
+/// The binary, with a clean environment for the variables it reads.
+fn leasehold() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    cmd.env_remove("LEASEHOLD_URL")
+        .env("RUST_BACKTRACE", "1")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// What one finished invocation did.
+#[derive(Debug)]
+struct Outcome {
+    /// How it exited.
+    status: ExitStatus,
+    /// All of stderr.
+    stderr: String,
+}
+
+/// A `leasehold` process we started, in a process group of its own (as a
+/// shell job would be, so job-control signals to it are not discarded).
+/// On drop, it and its direct children (the command, leasehold's helper)
+/// get SIGCONT and SIGKILL, by PID.
+struct Proc {
+    /// The process.
+    child: Child,
+    /// Its direct children, as last seen.
+    children: Vec<Pid>,
+}
+
+impl Proc {
+    /// Spawns `cmd` in a new process group, stdout and stderr captured.
+    fn spawn(mut cmd: Command) -> Proc {
+        cmd.stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let child = cmd.spawn().expect("spawn leasehold");
+        Proc {
+            child,
+            children: Vec::new(),
+        }
+    }
+
+    /// Its PID.
+    fn pid(&self) -> Pid {
+        Pid::from_raw(i32::try_from(self.child.id()).expect("pid fits"))
+    }
+
+    /// Sends `sig` to it (not reaped yet, so the PID is ours).
+    fn signal(&self, sig: Signal) {
+        kill(self.pid(), sig).expect("signal our child");
+    }
+
+    /// Remembers its current children, for the cleanup on drop.
+    fn note_children(&mut self) {
+        for pid in children_of(self.pid()) {
+            if !self.children.contains(&pid) {
+                self.children.push(pid);
+            }
+        }
+    }
+
+    /// Waits up to [`BOUND`] for the exit and collects stderr.
+    fn finish(mut self) -> Outcome {
+        self.note_children();
+        let stderr = self.child.stderr.take().expect("piped stderr");
+        let err = read_in_background(stderr);
+        let deadline = Instant::now() + BOUND;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "leasehold did not exit within {BOUND:?}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let stderr = err
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| "<stderr still held open by a leftover process>".to_owned());
+        Outcome { status, stderr }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.note_children();
+            let _ = kill(self.pid(), Signal::SIGCONT);
+            let _ = kill(self.pid(), Signal::SIGKILL);
+            let _ = self.child.wait();
+        }
+        for &pid in &self.children {
+            reap_by_pid(pid);
+        }
+    }
+}
+
+/// The direct children of `pid`, from `/proc`.
+fn children_of(pid: Pid) -> Vec<Pid> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        let path = task.path().join("children");
+        if let Ok(text) = std::fs::read_to_string(path) {
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .map(Pid::from_raw),
+            );
+        }
+    }
+    out
+}
+
+/// SIGCONT and SIGKILL to `pid` if it still runs (a process one of our
+/// commands started; its PID came from a file it wrote).
+fn reap_by_pid(pid: Pid) {
+    if alive(pid) {
+        let _ = kill(pid, Signal::SIGCONT);
+        let _ = kill(pid, Signal::SIGKILL);
+    }
+}
+
+/// A process started by a command we ran; SIGCONT + SIGKILL on drop.
+struct Grandchild(Pid);
+
+impl Drop for Grandchild {
+    fn drop(&mut self) {
+        reap_by_pid(self.0);
+    }
+}
+
+/// Reads `pipe` to its end on a thread; the text arrives on the channel.
+fn read_in_background(mut pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = pipe.read_to_string(&mut s);
+        let _ = tx.send(s);
+    });
+    rx
+}
+
+/// The scheduler state of `pid` (`R`, `S`, `T`, `Z`, ...), or `None` once
+/// it is gone.
+fn state(pid: Pid) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses; the state follows
+    // the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().next()?.chars().next()
+}
+
+/// Whether `pid` exists and is not a zombie.
+fn alive(pid: Pid) -> bool {
+    !matches!(state(pid), None | Some('Z' | 'X'))
+}
+
+/// Whether `pid` exists and may run: neither a zombie nor stopped.
+fn running(pid: Pid) -> bool {
+    !matches!(state(pid), None | Some('Z' | 'X' | 'T'))
+}
+
+/// Whether `pid` is stopped by a signal.
+fn stopped(pid: Pid) -> bool {
+    state(pid) == Some('T')
+}
+
+/// Waits up to [`BOUND`] for `ready`; panics saying `what` otherwise.
+fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + BOUND;
+    while !ready() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits until `path` holds a full line and returns it, trimmed.
+fn wait_for_line(path: &Path) -> String {
+    let mut line = String::new();
+    wait_until(
+        &format!("{} is written", path.display()),
+        || match std::fs::read_to_string(path) {
+            Ok(text) if text.ends_with('\n') => {
+                line = text.trim().to_owned();
+                true
+            }
+            _ => false,
+        },
+    );
+    line
+}
+
+/// The PID written to `path`.
+fn pid_in(path: &Path) -> Pid {
+    Pid::from_raw(wait_for_line(path).parse().expect("a pid"))
+}
+
+/// Nanoseconds since the epoch, as `date +%s%N` prints them.
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_nanos()
+}
+
+/// Every complete timestamp in `path` (the last line may be half written).
+fn timestamps(path: &Path) -> Vec<u128> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines().filter_map(|l| l.trim().parse().ok()).collect()
+}
+
+/// A fresh temporary directory, removed on drop.
+fn temp_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("leasehold-run-signals-")
+        .tempdir()
+        .expect("temp dir")
+}
+
+/// The first holder's command: records its PID, starts the stubborn
+/// grandchild (ignores every catchable signal, so only SIGKILL ends it)
+/// that appends a timestamp to `a.ts` every 20 ms until `a.done` exists,
+/// records the grandchild's PID, and waits for it.
+const STUBBORN: &str = "echo $$ > a.pid; \
+    (trap '' HUP INT QUIT TERM USR1 USR2 ALRM; \
+     while [ ! -e a.done ]; do date +%s%N >> a.ts; sleep 0.02; done) & \
+    echo $! > a.gc; wait";
+
+/// The second holder's command: when it got the lock, and when it ended.
+const SECOND: &str = "date +%s%N > b.start; sleep 2; date +%s%N > b.end";
+
+/// Starts `leasehold run NAME --ttl TTL --kill-grace 1s -- sh -c SCRIPT` in `dir`.
+fn start_run(dir: &Path, url: &str, name: &str, ttl: &str, script: &str) -> Proc {
+    let mut cmd = leasehold();
+    cmd.current_dir(dir).args([
+        "--url",
+        url,
+        "run",
+        name,
+        "--ttl",
+        ttl,
+        "--wait",
+        "60s",
+        "--kill-grace",
+        "1s",
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]);
+    Proc::spawn(cmd)
+}
+
+/// The first holder, its command and grandchild, once the grandchild writes.
+struct First {
+    /// `leasehold run`.
+    proc: Proc,
+    /// The command (`sh`), leader of its process group.
+    command: Grandchild,
+    /// The stubborn grandchild.
+    grandchild: Grandchild,
+}
+
+/// Starts the first holder in `dir` and waits until its grandchild writes.
+fn start_first(dir: &Path, url: &str, name: &str, ttl: &str) -> First {
+    let mut proc = start_run(dir, url, name, ttl, STUBBORN);
+    let command = Grandchild(pid_in(&dir.join("a.pid")));
+    let grandchild = Grandchild(pid_in(&dir.join("a.gc")));
+    wait_until("the grandchild writes timestamps", || {
+        timestamps(&dir.join("a.ts")).len() >= 2
+    });
+    proc.note_children();
+    First {
+        proc,
+        command,
+        grandchild,
+    }
+}
+
+/// The second holder's hold, in `date +%s%N` nanoseconds, once it ended;
+/// also checks that the first tree was gone when the second's command began.
+fn second_hold(dir: &Path, second: Proc, first: &First) -> (u128, u128) {
+    let start: u128 = wait_for_line(&dir.join("b.start")).parse().unwrap();
+    // Checked as soon as the start is seen: a process running now ran
+    // while the second held the lock. Stopped is not running.
+    assert!(
+        !running(first.grandchild.0),
+        "the first command's grandchild still runs while the second holds the lock"
+    );
+    assert!(
+        !running(first.command.0),
+        "the first command still runs while the second holds the lock"
+    );
+    let end: u128 = wait_for_line(&dir.join("b.end")).parse().unwrap();
+    let out = second.finish();
+    assert_eq!(out.status.code(), Some(0), "second holder: {out:?}");
+    (start, end)
+}
+
+/// No timestamp of the first tree inside `hold`.
+fn assert_no_overlap(dir: &Path, hold: (u128, u128)) {
+    let inside: Vec<u128> = timestamps(&dir.join("a.ts"))
+        .into_iter()
+        .filter(|t| (hold.0..=hold.1).contains(t))
+        .collect();
+    assert!(
+        inside.is_empty(),
+        "{} timestamps of the first command's tree fall inside the second's hold \
+         {hold:?}: first {:?}",
+        inside.len(),
+        inside.first()
+    );
+}
+
+/// Sends `sig` to the first `leasehold run` (TTL 2 s) while its command's
+/// stubborn grandchild writes, with a second `run` waiting on the same
+/// name; the second must never hold while the first tree runs. Returns the
+/// first's outcome.
+fn no_overlap_after(sig: Signal) -> Outcome {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = temp_dir();
+    let name = format!("sig-{sig}");
+    let first = start_first(dir.path(), &url, &name, FIRST_TTL);
+    let second = start_run(dir.path(), &url, &name, "30s", SECOND);
+    first.proc.signal(sig);
+    let hold = second_hold(dir.path(), second, &first);
+    assert_no_overlap(dir.path(), hold);
+    first.proc.finish()
+}
+
+#[test]
+fn sigkill_of_leasehold_kills_the_command_and_its_grandchildren() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = temp_dir();
+    let first = start_first(dir.path(), &url, "sig-kill", FIRST_TTL);
+    let second = start_run(dir.path(), &url, "sig-kill", "30s", SECOND);
+    first.proc.signal(Signal::SIGKILL);
+    // Killed at once by the watcher, not only before the lease expired.
+    wait_until("the command and its grandchild are killed", || {
+        !alive(first.command.0) && !alive(first.grandchild.0)
+    });
+    let hold = second_hold(dir.path(), second, &first);
+    assert_no_overlap(dir.path(), hold);
+    let out = first.proc.finish();
+    assert_eq!(out.status.signal(), Some(9), "{out:?}");
+}
+
+#[test]
+fn sigquit_to_leasehold_is_forwarded_and_leftovers_are_stopped_before_release() {
+    let out = no_overlap_after(Signal::SIGQUIT);
+    // sh died of the forwarded SIGQUIT (131); its grandchild, which ignores
+    // it, was killed before the lock was released.
+    assert_eq!(out.status.code(), Some(128 + 3), "{out:?}");
+    assert!(out.stderr.contains("still running"), "{out:?}");
+}
+
+#[test]
+fn sigusr1_to_leasehold_is_forwarded_and_leftovers_are_stopped_before_release() {
+    let out = no_overlap_after(Signal::SIGUSR1);
+    assert_eq!(out.status.code(), Some(128 + 10), "{out:?}");
+}
+
+#[test]
+fn sigusr2_to_leasehold_is_forwarded_and_leftovers_are_stopped_before_release() {
+    let out = no_overlap_after(Signal::SIGUSR2);
+    assert_eq!(out.status.code(), Some(128 + 12), "{out:?}");
+}
+
+#[test]
+fn sighup_to_leasehold_is_forwarded_and_leftovers_are_stopped_before_release() {
+    let out = no_overlap_after(Signal::SIGHUP);
+    assert_eq!(out.status.code(), Some(128 + 1), "{out:?}");
+}
+
+/// Waits until leasehold and the first command's tree are all stopped, and
+/// returns the time (ns) by which they were.
+fn wait_all_stopped(first: &First) -> u128 {
+    let states = || {
+        format!(
+            "leasehold {:?}, command {:?}, grandchild {:?}",
+            state(first.proc.pid()),
+            state(first.command.0),
+            state(first.grandchild.0)
+        )
+    };
+    let deadline = Instant::now() + BOUND;
+    while !(stopped(first.proc.pid()) && stopped(first.command.0) && stopped(first.grandchild.0)) {
+        assert!(
+            Instant::now() < deadline,
+            "leasehold and its command's tree are not all stopped: {}",
+            states()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    now_ns()
+}
+
+#[test]
+fn sigtstp_stops_the_command_and_a_stop_longer_than_the_ttl_ends_it_with_exit_70() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = temp_dir();
+    let first = start_first(dir.path(), &url, "tstp-long", FIRST_TTL);
+    let second = start_run(dir.path(), &url, "tstp-long", "30s", SECOND);
+
+    first.proc.signal(Signal::SIGTSTP);
+    let stopped_by = wait_all_stopped(&first);
+    // The lease runs out while leasehold is stopped: the second gets it.
+    let hold = second_hold(dir.path(), second, &first);
+    assert!(
+        stopped(first.proc.pid()) && stopped(first.grandchild.0),
+        "the first holder woke up by itself"
+    );
+
+    first.proc.signal(Signal::SIGCONT);
+    let out = first.proc.finish();
+    assert_eq!(out.status.code(), Some(70), "{out:?}");
+    assert!(out.stderr.contains("lost"), "{out:?}");
+    assert!(out.stderr.contains("stopped"), "{out:?}");
+    assert!(!alive(first.grandchild.0), "the grandchild survived");
+    assert_no_overlap(dir.path(), hold);
+    let after: Vec<u128> = timestamps(&dir.path().join("a.ts"))
+        .into_iter()
+        .filter(|&t| t > stopped_by)
+        .collect();
+    assert!(
+        after.is_empty(),
+        "the command wrote {} timestamps after it was stopped (and the lease lost)",
+        after.len()
+    );
+}
+
+#[test]
+fn sigtstp_then_sigcont_within_the_ttl_resumes_the_command_under_the_lease() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = temp_dir();
+    let first = start_first(dir.path(), &url, "tstp-short", "30s");
+
+    first.proc.signal(Signal::SIGTSTP);
+    let stopped_by = wait_all_stopped(&first);
+    let resumed_at = now_ns();
+    first.proc.signal(Signal::SIGCONT);
+    wait_until("the command writes again after SIGCONT", || {
+        timestamps(&dir.path().join("a.ts"))
+            .iter()
+            .any(|&t| t > resumed_at)
+    });
+    let while_stopped: Vec<u128> = timestamps(&dir.path().join("a.ts"))
+        .into_iter()
+        .filter(|t| (stopped_by..resumed_at).contains(t))
+        .collect();
+    assert!(
+        while_stopped.is_empty(),
+        "the command wrote while leasehold was stopped: {while_stopped:?}"
+    );
+
+    std::fs::write(dir.path().join("a.done"), "").unwrap();
+    let out = first.proc.finish();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(out.stderr.is_empty(), "{out:?}");
+}
+
+#[test]
+fn sigstop_of_leasehold_stops_the_command_too() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = temp_dir();
+    let first = start_first(dir.path(), &url, "stop", FIRST_TTL);
+    let second = start_run(dir.path(), &url, "stop", "30s", SECOND);
+
+    // SIGSTOP cannot be caught: leasehold's watcher sees it stopped.
+    first.proc.signal(Signal::SIGSTOP);
+    wait_all_stopped(&first);
+    let hold = second_hold(dir.path(), second, &first);
+    first.proc.signal(Signal::SIGCONT);
+    let out = first.proc.finish();
+    assert_eq!(out.status.code(), Some(70), "{out:?}");
+    assert!(out.stderr.contains("lost"), "{out:?}");
+    assert_no_overlap(dir.path(), hold);
+}
+
+#[test]
+fn processes_the_command_leaves_behind_are_stopped_before_the_release() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = temp_dir();
+    // The command exits at once, leaving its stubborn grandchild behind.
+    let script = "(trap '' HUP INT QUIT TERM USR1 USR2; \
+        while :; do date +%s%N >> a.ts; sleep 0.02; done) & echo $! > a.gc; \
+        while [ ! -s a.ts ]; do sleep 0.01; done; exit 3";
+    let first = start_run(dir.path(), &url, "leftover", "30s", script);
+    let grandchild = Grandchild(pid_in(&dir.path().join("a.gc")));
+    let second = start_run(dir.path(), &url, "leftover", "30s", SECOND);
+    let out = first.finish();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(out.stderr.contains("still running"), "{out:?}");
+    assert!(!alive(grandchild.0), "the leftover grandchild survived");
+    let start: u128 = wait_for_line(&dir.path().join("b.start")).parse().unwrap();
+    let end: u128 = wait_for_line(&dir.path().join("b.end")).parse().unwrap();
+    let out = second.finish();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_no_overlap(dir.path(), (start, end));
+}
+
+#[test]
+fn a_command_that_exits_leaves_no_helper_process_behind() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = temp_dir();
+    let script = "echo $$ > a.pid; while [ ! -e a.done ]; do sleep 0.02; done";
+    let mut proc = start_run(dir.path(), &url, "clean", "30s", script);
+    let command = pid_in(&dir.path().join("a.pid"));
+    proc.note_children();
+    let helpers: Vec<Pid> = proc
+        .children
+        .iter()
+        .copied()
+        .filter(|&p| p != command)
+        .collect();
+    assert!(
+        !helpers.is_empty(),
+        "leasehold started no watcher beside its command"
+    );
+    std::fs::write(dir.path().join("a.done"), "").unwrap();
+    let out = proc.finish();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(out.stderr.is_empty(), "{out:?}");
+    for pid in helpers {
+        wait_until(&format!("helper {pid} exits with leasehold"), || {
+            !alive(pid)
+        });
+    }
+}
+
+// ---------------------------------------------------------------------------
+// A real terminal: a private tmux server running an interactive bash.
+
+/// A private tmux server (its own socket name) with one session running
+/// `bash` with job control; killed on drop.
+struct Tmux {
+    /// The socket name (`tmux -L`).
+    socket: String,
+}
+
+impl Tmux {
+    /// Starts the server and its session, 200x50, in `dir`.
+    fn start(dir: &Path) -> Tmux {
+        let socket = format!(
+            "leasehold-test-{}-{}",
+            std::process::id(),
+            dir.file_name().unwrap().to_string_lossy()
+        );
+        let tmux = Tmux { socket };
+        let status = tmux
+            .cmd()
+            .args([
+                "-f",
+                "/dev/null",
+                "new-session",
+                "-d",
+                "-s",
+                "t",
+                "-x",
+                "200",
+                "-y",
+                "50",
+            ])
+            .arg("-c")
+            .arg(dir)
+            .args(["bash", "--norc", "--noprofile", "-i"])
+            .env("PS1", "$ ")
+            .status()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot run tmux ({e}); install it: apt-get install tmux (scripts/test does)"
+                )
+            });
+        assert!(status.success(), "tmux new-session failed: {status}");
+        tmux
+    }
+
+    /// `tmux -L SOCKET`.
+    fn cmd(&self) -> Command {
+        let mut cmd = Command::new("tmux");
+        cmd.arg("-L").arg(&self.socket);
+        cmd
+    }
+
+    /// Types `text` literally into the pane.
+    fn type_text(&self, text: &str) {
+        let status = self
+            .cmd()
+            .args(["send-keys", "-t", "t", "-l", text])
+            .status()
+            .expect("tmux send-keys");
+        assert!(status.success());
+    }
+
+    /// Presses `key` (tmux key name: `Enter`, `C-c`, `C-z`).
+    fn press(&self, key: &str) {
+        let status = self
+            .cmd()
+            .args(["send-keys", "-t", "t", key])
+            .status()
+            .expect("tmux send-keys");
+        assert!(status.success());
+    }
+
+    /// Types `line` and presses Enter.
+    fn line(&self, line: &str) {
+        self.type_text(line);
+        self.press("Enter");
+    }
+
+    /// What the pane shows, for failure messages.
+    fn screen(&self) -> String {
+        let out = self
+            .cmd()
+            .args(["capture-pane", "-p", "-t", "t"])
+            .output()
+            .expect("tmux capture-pane");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self
+            .cmd()
+            .arg("kill-server")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Types `leasehold --url URL run NAME -- sh -c SCRIPT` into the pane.
+/// SCRIPT must not contain single quotes.
+fn type_run(tmux: &Tmux, url: &str, name: &str, script: &str) {
+    let bin = env!("CARGO_BIN_EXE_leasehold");
+    tmux.line(&format!("{bin} --url {url} run {name} -- sh -c '{script}'"));
+}
+
+/// Once leasehold (`lh`) exited, has bash write its exit status to `code`
+/// and returns it. (Typed after the job ended: bash runs the next command
+/// of a list as soon as a job stops.)
+fn exit_status(tmux: &Tmux, dir: &Path, lh: &Grandchild) -> String {
+    wait_until("leasehold exits", || !alive(lh.0));
+    tmux.line("echo code:$? > code");
+    wait_for_line_on(tmux, &dir.join("code"))
+}
+
+/// leasehold's PID (the command's parent) and the command's, once it runs.
+fn terminal_pids(dir: &Path) -> (Grandchild, Grandchild) {
+    (
+        Grandchild(pid_in(&dir.join("lh.pid"))),
+        Grandchild(pid_in(&dir.join("cmd.pid"))),
+    )
+}
+
+/// Waits for `path`'s line, showing the terminal on failure.
+fn wait_for_line_on(tmux: &Tmux, path: &Path) -> String {
+    let deadline = Instant::now() + BOUND;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            if text.ends_with('\n') {
+                return text.trim().to_owned();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never written; the terminal shows:\n{}",
+            path.display(),
+            tmux.screen()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The command's start-up: where its PIDs go.
+const RECORD_PIDS: &str = "echo $PPID > lh.pid; echo $$ > cmd.pid;";
+
+#[test]
+fn a_command_reads_a_line_typed_at_the_terminal() {
+    let server = RedisServer::start();
+    let dir = temp_dir();
+    let tmux = Tmux::start(dir.path());
+    let script = format!("{RECORD_PIDS} read line; echo \"got:$line\" > out");
+    type_run(&tmux, &server.url(), "tty-read", &script);
+    let (lh, _cmd) = terminal_pids(dir.path());
+    tmux.line("hello terminal");
+    assert_eq!(
+        wait_for_line_on(&tmux, &dir.path().join("out")),
+        "got:hello terminal"
+    );
+    assert_eq!(exit_status(&tmux, dir.path(), &lh), "code:0");
+}
+
+#[test]
+fn ctrl_c_at_the_terminal_reaches_a_command_that_reads() {
+    let server = RedisServer::start();
+    let dir = temp_dir();
+    let tmux = Tmux::start(dir.path());
+    let script = format!("trap \"echo int > int; exit 9\" INT; {RECORD_PIDS} read line");
+    type_run(&tmux, &server.url(), "tty-int", &script);
+    let (lh, _cmd) = terminal_pids(dir.path());
+    tmux.press("C-c");
+    assert_eq!(wait_for_line_on(&tmux, &dir.path().join("int")), "int");
+    assert_eq!(exit_status(&tmux, dir.path(), &lh), "code:9");
+}
+
+#[test]
+fn ctrl_z_stops_command_and_leasehold_and_fg_resumes_both_with_the_terminal() {
+    let server = RedisServer::start();
+    let dir = temp_dir();
+    let tmux = Tmux::start(dir.path());
+    let script = format!("{RECORD_PIDS} read line; echo \"got:$line\" > out");
+    type_run(&tmux, &server.url(), "tty-stop", &script);
+    let (lh, cmd) = terminal_pids(dir.path());
+    wait_until("the command blocks reading the terminal", || {
+        state(cmd.0) == Some('S')
+    });
+
+    tmux.press("C-z");
+    wait_until("leasehold and its command are stopped", || {
+        stopped(lh.0) && stopped(cmd.0)
+    });
+    wait_until("bash reports the job stopped", || {
+        tmux.screen().contains("Stopped")
+    });
+    tmux.line("fg");
+    wait_until("fg resumes leasehold and the command", || {
+        state(lh.0).is_some_and(|s| s != 'T') && state(cmd.0) == Some('S')
+    });
+    tmux.line("after fg");
+    assert_eq!(
+        wait_for_line_on(&tmux, &dir.path().join("out")),
+        "got:after fg"
+    );
+    assert_eq!(exit_status(&tmux, dir.path(), &lh), "code:0");
+}
