@@ -69,7 +69,18 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
         return Err(Failure::usage("no command given after `--`"));
     }
     let client = connect(global).await?;
-    let guard = take_hold(&client, &args.name, &args.lease, args.hold.mode()).await?;
+    let outcome = run_locked(&client, args).await;
+    // Nothing stays held when leasehold exits: a release that failed above
+    // went to the background, and the runtime's shutdown would drop it.
+    if let Err(e) = client.close().await {
+        eprintln!("leasehold: warning: {}", exit::one_line(e.to_string()));
+    }
+    outcome
+}
+
+/// [`run`] once connected: takes the hold, runs the command under it.
+async fn run_locked(client: &leasehold::Client, args: RunArgs) -> Result<u8, Failure> {
+    let guard = take_hold(client, &args.name, &args.lease, args.hold.mode()).await?;
 
     // Handlers go in before the child exists, so a signal that arrives
     // while it starts is handled instead of killing leasehold.
