@@ -22,7 +22,9 @@
 
 pub mod check;
 mod clock;
+mod command;
 mod history;
+mod monitor;
 mod procs;
 mod proto;
 mod resource;
@@ -32,6 +34,7 @@ mod scenario;
 mod worker;
 
 pub use clock::now_us;
+pub use command::{CommandConfig, run as run_command};
 pub use history::{
     AcquireError, Acquisition, Fault as FaultEvent, FaultKind, History, LostEvent, Micros,
     NodeCheck, Op, OpKind, Outcome, Probe, Register, Release, WorkerId,

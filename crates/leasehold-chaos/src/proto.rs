@@ -14,6 +14,13 @@ pub(crate) enum Request {
         /// The worker's id.
         worker: WorkerId,
     },
+    /// "About to call `acquire()`." Reply: [`Reply::Go`] once the checker
+    /// is done with whatever it does at that moment (freezing Redis). Sent
+    /// only by workers told to report it.
+    Acquiring {
+        /// When the worker sent it.
+        t: Micros,
+    },
     /// `acquire()` returned a guard.
     Acquired {
         /// When `acquire()` was called.
@@ -126,6 +133,7 @@ impl Request {
     pub(crate) fn encode(&self) -> String {
         match self {
             Request::Hello { worker } => format!("HELLO {worker}"),
+            Request::Acquiring { t } => format!("ACQING {t}"),
             Request::Acquired {
                 started,
                 t,
@@ -184,6 +192,7 @@ impl Request {
             ("HELLO", 1) => Request::Hello {
                 worker: u32::try_from(num(0)?).ok()?,
             },
+            ("ACQING", 1) => Request::Acquiring { t: num(0)? },
             ("ACQ", 4) => Request::Acquired {
                 started: num(0)?,
                 t: num(1)?,
@@ -258,6 +267,7 @@ mod tests {
     fn requests_round_trip() {
         let all = [
             Request::Hello { worker: 3 },
+            Request::Acquiring { t: 8 },
             Request::Acquired {
                 started: 1,
                 t: 2,

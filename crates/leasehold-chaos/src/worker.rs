@@ -45,6 +45,9 @@ pub struct WorkerConfig {
     pub max_sleep: Duration,
     /// Whether to announce "holding" (and obey the answer) each time.
     pub announce: bool,
+    /// Whether to tell the checker before each `acquire()` (and wait for
+    /// its answer: it may freeze Redis meanwhile).
+    pub report_acquiring: bool,
 }
 
 /// Longest pause the checker may impose after a failed `acquire()`.
@@ -52,13 +55,15 @@ const MAX_HOLD_MS: u64 = 10_000;
 /// One in this many iterations probes with the last released token.
 const PROBE_EVERY: u64 = 8;
 
-struct Resource {
+/// A worker's connection to the checker's resource server.
+pub(crate) struct Resource {
     reader: BufReader<tokio::net::tcp::OwnedReadHalf>,
     writer: tokio::net::tcp::OwnedWriteHalf,
 }
 
 impl Resource {
-    async fn connect(port: u16, id: WorkerId) -> std::io::Result<Resource> {
+    /// Connects and says who is talking.
+    pub(crate) async fn connect(port: u16, id: WorkerId) -> std::io::Result<Resource> {
         let stream = TcpStream::connect(("127.0.0.1", port)).await?;
         stream.set_nodelay(true)?;
         let (r, w) = stream.into_split();
@@ -70,7 +75,8 @@ impl Resource {
         Ok(resource)
     }
 
-    async fn call(&mut self, request: &Request) -> std::io::Result<Reply> {
+    /// Sends one request and reads its reply.
+    pub(crate) async fn call(&mut self, request: &Request) -> std::io::Result<Reply> {
         let mut line = request.encode();
         line.push('\n');
         self.writer.write_all(line.as_bytes()).await?;
@@ -121,6 +127,12 @@ pub async fn run(config: WorkerConfig) -> Result<(), String> {
     let mut iteration = 0u64;
     while now_us() < config.until {
         iteration += 1;
+        if config.report_acquiring {
+            resource
+                .call(&Request::Acquiring { t: now_us() })
+                .await
+                .map_err(io)?;
+        }
         let started = now_us();
         let guard = match lock.acquire().await {
             Ok(guard) => guard,
