@@ -39,6 +39,7 @@ pub use history::{
     AcquireError, Acquisition, Fault as FaultEvent, FaultKind, History, LostEvent, Micros,
     NodeCheck, Op, OpKind, Outcome, Probe, Register, Release, WorkerId,
 };
+pub use monitor::GiveBacks;
 pub use runner::{Report, RunOptions, run, table};
 pub use scenario::{Class, Fault, NodeStop, SCENARIOS, Scenario, Topology, find, verdict};
 pub use worker::{WorkerConfig, run as run_worker};

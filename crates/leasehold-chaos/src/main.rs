@@ -91,6 +91,8 @@ struct WorkerArgs {
     announce: bool,
     #[arg(long)]
     report_acquiring: bool,
+    #[arg(long, default_value_t = 0)]
+    ballast: usize,
 }
 
 fn main() -> ExitCode {
@@ -165,6 +167,7 @@ fn worker(args: WorkerArgs) -> ExitCode {
         max_sleep: Duration::from_micros(args.max_sleep_us),
         announce: args.announce,
         report_acquiring: args.report_acquiring,
+        ballast: args.ballast,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

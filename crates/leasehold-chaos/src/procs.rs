@@ -72,6 +72,9 @@ impl Procs {
         if config.report_acquiring {
             cmd.arg("--report-acquiring");
         }
+        if config.ballast > 0 {
+            cmd.arg(format!("--ballast={}", config.ballast));
+        }
         let child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start worker {}: {e}", self.exe.display()));

@@ -14,9 +14,9 @@ pub(crate) enum Request {
         /// The worker's id.
         worker: WorkerId,
     },
-    /// "About to call `acquire()`." Reply: [`Reply::Go`] once the checker
-    /// is done with whatever it does at that moment (freezing Redis). Sent
-    /// only by workers told to report it.
+    /// "About to call `acquire()`." Reply: [`Reply::Go`], or
+    /// [`Reply::Frozen`] when the checker froze Redis just now. Sent only by
+    /// workers told to report it.
     Acquiring {
         /// When the worker sent it.
         t: Micros,
@@ -108,6 +108,10 @@ pub(crate) enum Reply {
     },
     /// Carry on.
     Go,
+    /// To [`Request::Acquiring`]: Redis was frozen just now; drop the
+    /// ballast leases (their releases queue up in the client's watchdog),
+    /// then call `acquire()`.
+    Frozen,
     /// To [`Request::Holding`]: keep holding this many milliseconds before
     /// writing, giving up as soon as the lease is lost. To
     /// [`Request::AcquireFailed`]: wait this long before the next attempt.
@@ -237,6 +241,7 @@ impl Reply {
             Reply::Ok => "OK".to_owned(),
             Reply::Values { unfenced, fenced } => format!("V {unfenced} {}", opt(*fenced)),
             Reply::Go => "GO".to_owned(),
+            Reply::Frozen => "FROZEN".to_owned(),
             Reply::Hold(ms) => format!("HOLD {ms}"),
             Reply::Error(e) => format!("ERR {e}"),
         }
@@ -248,6 +253,7 @@ impl Reply {
         Some(match f.as_slice() {
             ["OK"] => Reply::Ok,
             ["GO"] => Reply::Go,
+            ["FROZEN"] => Reply::Frozen,
             ["HOLD", ms] => Reply::Hold(ms.parse().ok()?),
             ["V", u, v] => Reply::Values {
                 unfenced: u.parse().ok()?,
@@ -332,6 +338,7 @@ mod tests {
         for r in [
             Reply::Ok,
             Reply::Go,
+            Reply::Frozen,
             Reply::Hold(300),
             Reply::Values {
                 unfenced: 3,

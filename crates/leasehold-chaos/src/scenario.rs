@@ -65,8 +65,18 @@ pub enum Fault {
     /// it was sent: a grant that came too late to use, which the client
     /// must give back before it tries again with the same token. The
     /// server's commands are watched (`MONITOR`) to count such give-backs;
-    /// a run with none fails (the fault did not reach the path it tests).
-    /// After each resume some worker must get the lock within TTL + 1 s.
+    /// a run with none fails (the fault did not reach the path it tests),
+    /// and so does one where a give-back came after the retry.
+    ///
+    /// The worker the freeze fell on first drops 200 leases it held on
+    /// locks of its own, so its watchdog has a backlog of releases, and
+    /// every worker whose `acquire()` took longer than the TTL holds for a
+    /// quarter TTL before it writes: a give-back queued behind the backlog,
+    /// as before 4df6ea7, then lands while the guard the retry returned is
+    /// in use, and the next holder's write falls inside its critical
+    /// section. After each resume some worker must get the lock within
+    /// TTL + 1 s. (The non-owner probes are off: they release old tokens
+    /// a second time.)
     PauseRedis,
     /// Workers are `leasehold run` processes (one acquisition each) whose
     /// command is the critical section, started by `sh` in the background.
