@@ -6,8 +6,10 @@
 //! keeps two registers: an unfenced one (shows lost updates) and a fenced
 //! one (rejects operations whose fence is lower than the highest seen, or
 //! equal to it from another owner). Faults are real: SIGSTOP and SIGKILL of
-//! a holder, kill -9 of Redis with or without persistence, a blackholed
-//! connection, `SCRIPT FLUSH`, and on Redlock (five independent
+//! a holder, kill -9 of Redis with or without persistence, SIGSTOP of Redis
+//! as an `acquire()` begins (its commands watched with `MONITOR`), a
+//! blackholed connection, `SCRIPT FLUSH`, SIGKILL of a `leasehold run`
+//! wrapper whose command holds the lock, and on Redlock (five independent
 //! `redis-server`s) kill -9 and SIGSTOP of one, two or three nodes.
 //!
 //! The [`check`] module's pure checkers then look at the [`History`] for
