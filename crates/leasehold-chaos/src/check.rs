@@ -276,10 +276,11 @@ pub fn non_owner_successes(probes: &[Probe]) -> Vec<Violation> {
         .collect()
 }
 
-/// After a holder was killed or frozen, another worker must get the lock
-/// within the TTL plus slack (its lease was renewed at the latest at the
-/// fault); so too after a minority of Redlock nodes stopped under a holder.
-/// After a Redlock node restarted with no holder held across it, some
+/// After a holder was killed or frozen, or its `leasehold run` wrapper
+/// killed, another worker must get the lock within the TTL plus slack (its
+/// lease was renewed at the latest at the fault); so too after a minority
+/// of Redlock nodes stopped under a holder. After a Redlock node restarted
+/// with no holder held across it, or a frozen Redis server continued, some
 /// worker must get the lock within the same bound.
 ///
 /// Faults too close to the end of the history to be judged are skipped.
@@ -292,6 +293,11 @@ pub fn liveness(acquisitions: &[Acquisition], faults: &[Fault], bounds: Bounds) 
             (FaultKind::Kill | FaultKind::PauseLong, Some((w, fence))) => {
                 (Some(w), format!("its holder (fence {fence}) stopped"))
             }
+            (FaultKind::WrapperKilled, Some((w, fence))) => (
+                Some(w),
+                format!("the wrapper of its holder (fence {fence}) was killed"),
+            ),
+            (FaultKind::RedisResumed, None) => (None, "Redis continued after a freeze".to_owned()),
             (FaultKind::NodesDown { .. }, Some((w, fence))) if !fault.kind.majority_down() => (
                 Some(w),
                 format!("nodes stopped under the holder of fence {fence}"),
@@ -771,6 +777,42 @@ mod tests {
         // The holder's own later acquisitions do not count.
         let same = [acq(1, 0, 1_200 * MS, 11), acq(2, 0, 3_000 * MS, 12)];
         assert_eq!(liveness(&same, &[kill(0)], bounds()).len(), 1);
+    }
+
+    #[test]
+    fn lock_not_granted_soon_after_redis_resumed_is_reported() {
+        let resumed = [Fault {
+            t: 1_000 * MS,
+            kind: FaultKind::RedisResumed,
+            target: None,
+        }];
+        // Any worker counts, the one that held last included.
+        let soon = [acq(1, 0, 500 * MS, 9), acq(1, 500 * MS, 2_900 * MS, 10)];
+        assert!(liveness(&soon, &resumed, bounds()).is_empty());
+        let late = [acq(1, 0, 500 * MS, 9), acq(2, 500 * MS, 3_100 * MS, 10)];
+        let found = liveness(&late, &resumed, bounds());
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].detail.contains("after a freeze"), "{}", found[0]);
+        // The freeze itself asks nothing.
+        let paused = [Fault {
+            t: 0,
+            kind: FaultKind::RedisPaused,
+            target: None,
+        }];
+        assert!(liveness(&late, &paused, bounds()).is_empty());
+    }
+
+    #[test]
+    fn lock_not_free_soon_after_a_wrapper_was_killed_is_reported() {
+        let killed = [Fault {
+            t: 0,
+            kind: FaultKind::WrapperKilled,
+            target: Some((1, 10)),
+        }];
+        let ok = [acq(1, 0, 1, 10), acq(2, 0, 1_900 * MS, 11)];
+        assert!(liveness(&ok, &killed, bounds()).is_empty());
+        let late = [acq(1, 0, 1, 10), acq(2, 0, 2_100 * MS, 11)];
+        assert_eq!(liveness(&late, &killed, bounds()).len(), 1);
     }
 
     #[test]

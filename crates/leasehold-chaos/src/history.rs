@@ -173,6 +173,14 @@ pub enum FaultKind {
     Blackhole,
     /// `SCRIPT FLUSH` on the server.
     ScriptFlush,
+    /// The Redis server was frozen with SIGSTOP, right before a worker's
+    /// `acquire()` (its target) sent its first attempt.
+    RedisPaused,
+    /// The frozen Redis server was continued (SIGCONT).
+    RedisResumed,
+    /// A `leasehold run` wrapper was killed with SIGKILL while its command
+    /// (the target) held the lock; the command itself was not signalled.
+    WrapperKilled,
     /// Redlock nodes were stopped under a holder: `killed` with kill -9,
     /// `paused` with SIGSTOP, out of `nodes`. Recorded once they are all
     /// stopped.

@@ -6,8 +6,10 @@
 //! keeps two registers: an unfenced one (shows lost updates) and a fenced
 //! one (rejects operations whose fence is lower than the highest seen, or
 //! equal to it from another owner). Faults are real: SIGSTOP and SIGKILL of
-//! a holder, kill -9 of Redis with or without persistence, a blackholed
-//! connection, `SCRIPT FLUSH`, and on Redlock (five independent
+//! a holder, kill -9 of Redis with or without persistence, SIGSTOP of Redis
+//! as an `acquire()` begins (its commands watched with `MONITOR`), a
+//! blackholed connection, `SCRIPT FLUSH`, SIGKILL of a `leasehold run`
+//! wrapper whose command holds the lock, and on Redlock (five independent
 //! `redis-server`s) kill -9 and SIGSTOP of one, two or three nodes.
 //!
 //! The [`check`] module's pure checkers then look at the [`History`] for
@@ -22,7 +24,9 @@
 
 pub mod check;
 mod clock;
+mod command;
 mod history;
+mod monitor;
 mod procs;
 mod proto;
 mod resource;
@@ -32,10 +36,12 @@ mod scenario;
 mod worker;
 
 pub use clock::now_us;
+pub use command::{CommandConfig, run as run_command};
 pub use history::{
     AcquireError, Acquisition, Fault as FaultEvent, FaultKind, History, LostEvent, Micros,
     NodeCheck, Op, OpKind, Outcome, Probe, Register, Release, WorkerId,
 };
+pub use monitor::GiveBacks;
 pub use runner::{Report, RunOptions, run, table};
 pub use scenario::{Class, Fault, NodeStop, SCENARIOS, Scenario, Topology, find, verdict};
 pub use worker::{WorkerConfig, run as run_worker};

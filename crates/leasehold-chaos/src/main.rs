@@ -4,7 +4,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use leasehold_chaos::{RunOptions, SCENARIOS, WorkerConfig, find, run, run_worker, table};
+use std::path::PathBuf;
+
+use leasehold_chaos::{
+    CommandConfig, RunOptions, SCENARIOS, WorkerConfig, find, run, run_command, run_worker, table,
+};
 
 /// Runs leasehold's safety scenarios: worker processes, a fenced resource
 /// and real faults.
@@ -28,6 +32,10 @@ struct Cli {
     /// List the scenarios and exit.
     #[arg(long)]
     list: bool,
+    /// The `leasehold` binary, for scenarios whose workers are `leasehold
+    /// run` (default: `leasehold` next to this binary, as cargo builds it).
+    #[arg(long, value_name = "PATH")]
+    leasehold: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -35,6 +43,25 @@ enum Command {
     /// One worker process (started by the checker itself).
     #[command(hide = true)]
     Worker(WorkerArgs),
+    /// The critical section run by `leasehold run` (started through it).
+    #[command(hide = true)]
+    Command(CommandArgs),
+}
+
+#[derive(clap::Args)]
+struct CommandArgs {
+    #[arg(long)]
+    id: u32,
+    #[arg(long)]
+    resource_port: u16,
+    #[arg(long)]
+    started_us: u64,
+    #[arg(long)]
+    seed: u64,
+    #[arg(long)]
+    max_sleep_us: u64,
+    #[arg(long)]
+    announce: bool,
 }
 
 #[derive(clap::Args)]
@@ -62,12 +89,18 @@ struct WorkerArgs {
     max_sleep_us: u64,
     #[arg(long)]
     announce: bool,
+    #[arg(long)]
+    report_acquiring: bool,
+    #[arg(long, default_value_t = 0)]
+    ballast: usize,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Some(Command::Worker(args)) = cli.command {
-        return worker(args);
+    match cli.command {
+        Some(Command::Worker(args)) => return worker(args),
+        Some(Command::Command(args)) => return command(args),
+        None => {}
     }
     if cli.list {
         for s in SCENARIOS {
@@ -96,6 +129,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let leasehold_exe = cli
+        .leasehold
+        .unwrap_or_else(|| worker_exe.with_file_name("leasehold"));
     let mut reports = Vec::new();
     for scenario in scenarios {
         let options = RunOptions {
@@ -103,6 +139,7 @@ fn main() -> ExitCode {
             workers: cli.workers,
             seed: cli.seed,
             worker_exe: worker_exe.clone(),
+            leasehold_exe: Some(leasehold_exe.clone()),
         };
         let report = run(scenario, &options);
         print!("{}", report.summary());
@@ -129,6 +166,8 @@ fn worker(args: WorkerArgs) -> ExitCode {
         seed: args.seed,
         max_sleep: Duration::from_micros(args.max_sleep_us),
         announce: args.announce,
+        report_acquiring: args.report_acquiring,
+        ballast: args.ballast,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -148,6 +187,35 @@ fn worker(args: WorkerArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("worker {id}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn command(args: CommandArgs) -> ExitCode {
+    let config = CommandConfig {
+        id: args.id,
+        resource_port: args.resource_port,
+        started: args.started_us,
+        seed: args.seed,
+        max_sleep: Duration::from_micros(args.max_sleep_us),
+        announce: args.announce,
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("command {}: cannot start the runtime: {e}", config.id);
+            return ExitCode::FAILURE;
+        }
+    };
+    let id = config.id;
+    match runtime.block_on(run_command(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("command {id}: {e}");
             ExitCode::FAILURE
         }
     }

@@ -1,7 +1,7 @@
 //! The worker processes of a run, signalled and killed by PID only.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+use crate::clock::now_us;
 use crate::history::WorkerId;
 use crate::worker::WorkerConfig;
 
@@ -16,15 +17,20 @@ use crate::worker::WorkerConfig;
 /// running (also when unwinding from a panic).
 pub(crate) struct Procs {
     exe: PathBuf,
+    /// The `leasehold` binary, when workers are `leasehold run` processes.
+    wrapper: Option<PathBuf>,
     children: Mutex<BTreeMap<WorkerId, Child>>,
 }
 
 impl Procs {
     /// Workers will be started from `exe` (this binary, or
-    /// `CARGO_BIN_EXE_leasehold-chaos` in tests).
-    pub(crate) fn new(exe: PathBuf) -> Procs {
+    /// `CARGO_BIN_EXE_leasehold-chaos` in tests); with `wrapper`, each is a
+    /// `leasehold run` of that binary whose command is `exe`'s critical
+    /// section (see [`Procs::spawn`]).
+    pub(crate) fn new(exe: PathBuf, wrapper: Option<PathBuf>) -> Procs {
         Procs {
             exe,
+            wrapper,
             children: Mutex::new(BTreeMap::new()),
         }
     }
@@ -33,12 +39,16 @@ impl Procs {
         self.children.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Starts a worker process.
+    /// Starts a worker process: the worker loop, or with a wrapper one
+    /// `leasehold run` (one acquisition, then it exits).
     ///
     /// # Panics
     ///
     /// If the binary cannot be started.
     pub(crate) fn spawn(&self, config: &WorkerConfig) {
+        if let Some(wrapper) = &self.wrapper {
+            return self.spawn_wrapped(wrapper, config);
+        }
         let mut cmd = Command::new(&self.exe);
         cmd.arg("worker")
             .arg(format!("--id={}", config.id))
@@ -59,9 +69,47 @@ impl Procs {
         if config.announce {
             cmd.arg("--announce");
         }
+        if config.report_acquiring {
+            cmd.arg("--report-acquiring");
+        }
+        if config.ballast > 0 {
+            cmd.arg(format!("--ballast={}", config.ballast));
+        }
         let child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start worker {}: {e}", self.exe.display()));
+        self.children().insert(config.id, child);
+    }
+
+    /// Starts `leasehold run` on the lock with this binary's critical
+    /// section as the command, run by `sh` in the background (`& wait`):
+    /// the critical section is a grandchild of the wrapper, as the work of
+    /// many real commands is, and must be stopped with everything else the
+    /// command started. Its PID is the worker's: faults target the wrapper.
+    fn spawn_wrapped(&self, wrapper: &Path, config: &WorkerConfig) {
+        let mut cmd = Command::new(wrapper);
+        cmd.args(config.urls.iter().map(|url| format!("--url={url}")))
+            .arg("run")
+            .arg(format!("--ttl={}ms", config.ttl.as_millis()))
+            .arg(format!("--wait={}ms", config.wait.as_millis()))
+            .arg(&config.lock)
+            .arg("--")
+            .args(["sh", "-c", "\"$0\" \"$@\" & wait $!"])
+            .arg(&self.exe)
+            .arg("command")
+            .arg(format!("--id={}", config.id))
+            .arg(format!("--resource-port={}", config.resource_port))
+            .arg(format!("--started-us={}", now_us()))
+            .arg(format!("--seed={}", config.seed))
+            .arg(format!("--max-sleep-us={}", config.max_sleep.as_micros()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        if config.announce {
+            cmd.arg("--announce");
+        }
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", wrapper.display()));
         self.children().insert(config.id, child);
     }
 

@@ -14,6 +14,13 @@ pub(crate) enum Request {
         /// The worker's id.
         worker: WorkerId,
     },
+    /// "About to call `acquire()`." Reply: [`Reply::Go`], or
+    /// [`Reply::Frozen`] when the checker froze Redis just now. Sent only by
+    /// workers told to report it.
+    Acquiring {
+        /// When the worker sent it.
+        t: Micros,
+    },
     /// `acquire()` returned a guard.
     Acquired {
         /// When `acquire()` was called.
@@ -101,6 +108,10 @@ pub(crate) enum Reply {
     },
     /// Carry on.
     Go,
+    /// To [`Request::Acquiring`]: Redis was frozen just now; drop the
+    /// ballast leases (their releases queue up in the client's watchdog),
+    /// then call `acquire()`.
+    Frozen,
     /// To [`Request::Holding`]: keep holding this many milliseconds before
     /// writing, giving up as soon as the lease is lost. To
     /// [`Request::AcquireFailed`]: wait this long before the next attempt.
@@ -126,6 +137,7 @@ impl Request {
     pub(crate) fn encode(&self) -> String {
         match self {
             Request::Hello { worker } => format!("HELLO {worker}"),
+            Request::Acquiring { t } => format!("ACQING {t}"),
             Request::Acquired {
                 started,
                 t,
@@ -184,6 +196,7 @@ impl Request {
             ("HELLO", 1) => Request::Hello {
                 worker: u32::try_from(num(0)?).ok()?,
             },
+            ("ACQING", 1) => Request::Acquiring { t: num(0)? },
             ("ACQ", 4) => Request::Acquired {
                 started: num(0)?,
                 t: num(1)?,
@@ -228,6 +241,7 @@ impl Reply {
             Reply::Ok => "OK".to_owned(),
             Reply::Values { unfenced, fenced } => format!("V {unfenced} {}", opt(*fenced)),
             Reply::Go => "GO".to_owned(),
+            Reply::Frozen => "FROZEN".to_owned(),
             Reply::Hold(ms) => format!("HOLD {ms}"),
             Reply::Error(e) => format!("ERR {e}"),
         }
@@ -239,6 +253,7 @@ impl Reply {
         Some(match f.as_slice() {
             ["OK"] => Reply::Ok,
             ["GO"] => Reply::Go,
+            ["FROZEN"] => Reply::Frozen,
             ["HOLD", ms] => Reply::Hold(ms.parse().ok()?),
             ["V", u, v] => Reply::Values {
                 unfenced: u.parse().ok()?,
@@ -258,6 +273,7 @@ mod tests {
     fn requests_round_trip() {
         let all = [
             Request::Hello { worker: 3 },
+            Request::Acquiring { t: 8 },
             Request::Acquired {
                 started: 1,
                 t: 2,
@@ -322,6 +338,7 @@ mod tests {
         for r in [
             Reply::Ok,
             Reply::Go,
+            Reply::Frozen,
             Reply::Hold(300),
             Reply::Values {
                 unfenced: 3,

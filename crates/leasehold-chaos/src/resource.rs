@@ -29,6 +29,10 @@ pub(crate) type HoldingHook = dyn Fn(WorkerId, u64) -> Reply + Send + Sync;
 /// of `acquire()` for a while.
 pub(crate) type FailedHook = dyn Fn(WorkerId) -> Reply + Send + Sync;
 
+/// Decides what a worker about to call `acquire()` is told; the fault
+/// injector runs the fault from here, before the worker's first attempt.
+pub(crate) type AcquiringHook = dyn Fn(WorkerId) -> Reply + Send + Sync;
+
 /// A handle on the resource's state for the fault injector.
 #[derive(Clone)]
 pub(crate) struct ResourceView {
@@ -41,6 +45,7 @@ struct Shared {
     stop: AtomicBool,
     hook: Mutex<Option<Arc<HoldingHook>>>,
     failed_hook: Mutex<Option<Arc<FailedHook>>>,
+    acquiring_hook: Mutex<Option<Arc<AcquiringHook>>>,
 }
 
 #[derive(Default)]
@@ -189,7 +194,7 @@ impl State {
                 });
                 Reply::Ok
             }
-            Request::Holding { .. } => Reply::Go,
+            Request::Holding { .. } | Request::Acquiring { .. } => Reply::Go,
         }
     }
 }
@@ -220,6 +225,7 @@ impl Resource {
             stop: AtomicBool::new(false),
             hook: Mutex::new(None),
             failed_hook: Mutex::new(None),
+            acquiring_hook: Mutex::new(None),
         });
         let view = ResourceView { shared };
         let acceptor = {
@@ -267,6 +273,11 @@ impl ResourceView {
     /// Sets what workers whose `acquire()` failed are told.
     pub(crate) fn set_failed_hook(&self, hook: Arc<FailedHook>) {
         *lock(&self.shared.failed_hook) = Some(hook);
+    }
+
+    /// Sets what workers about to call `acquire()` are told.
+    pub(crate) fn set_acquiring_hook(&self, hook: Arc<AcquiringHook>) {
+        *lock(&self.shared.acquiring_hook) = Some(hook);
     }
 
     /// Records a read of the lock on a live node.
@@ -344,6 +355,11 @@ impl ResourceView {
             return lock(&self.shared.hook)
                 .clone()
                 .map_or(Reply::Go, |h| h(worker, fence));
+        }
+        if let Request::Acquiring { .. } = request {
+            return lock(&self.shared.acquiring_hook)
+                .clone()
+                .map_or(Reply::Go, |h| h(worker));
         }
         let failed = matches!(request, Request::AcquireFailed { .. });
         let reply = self.state().apply(worker, request);

@@ -13,6 +13,7 @@ use nix::sys::signal::Signal;
 use crate::check::{Bounds, Outage, Violation, check_all, outages, unproven_outages};
 use crate::clock::now_us;
 use crate::history::{self, FaultKind, History, Micros, NodeCheck, WorkerId};
+use crate::monitor::{self, Call, GiveBacks, Monitor};
 use crate::procs::Procs;
 use crate::proto::Reply;
 use crate::resource::{Resource, ResourceView};
@@ -30,6 +31,9 @@ pub struct RunOptions {
     pub seed: u64,
     /// The `leasehold-chaos` binary, started with `worker` for each worker.
     pub worker_exe: PathBuf,
+    /// The `leasehold` binary, for scenarios whose workers are `leasehold
+    /// run` processes (`run-wrapper-kill`).
+    pub leasehold_exe: Option<PathBuf>,
 }
 
 /// What one run showed.
@@ -51,6 +55,11 @@ pub struct Report {
     pub failures: Vec<String>,
     /// The whole record, for scenario-specific assertions.
     pub history: History,
+    /// Where the server's commands were watched (`redis-pause-past-ttl`):
+    /// grants that came back later than their TTL and were given back;
+    /// `[0]` before the first freeze, `[i]` from the start of freeze `i` to
+    /// the start of the next.
+    pub late_grants: Option<Vec<GiveBacks>>,
 }
 
 impl Report {
@@ -84,6 +93,18 @@ impl Report {
         }
         for line in self.describe_restarts() {
             let _ = writeln!(s, "  {line}");
+        }
+        if let Some(late) = &self.late_grants {
+            let total = |f: fn(&GiveBacks) -> usize| late.iter().map(f).sum::<usize>();
+            let per_freeze: Vec<usize> = late.iter().skip(1).map(|g| g.total()).collect();
+            let _ = writeln!(
+                s,
+                "  grants given back for arriving later than their TTL: {} before the retry, {} \
+                 after it ({} before the first freeze; from each freeze on: {per_freeze:?})",
+                total(|g| g.before_retry),
+                total(|g| g.after_retry),
+                late.first().map_or(0, |g| g.total()),
+            );
         }
         for v in self.violations.iter().take(5) {
             let _ = writeln!(s, "  violation: {v}");
@@ -239,9 +260,20 @@ impl Report {
 }
 
 /// Client command timeout: well below the TTL, so a blackholed renewal
-/// fails in time for a retry.
-fn command_timeout(ttl: Duration) -> Duration {
-    ttl / 4
+/// fails in time for a retry. While Redis is frozen, longer than the
+/// freeze: a reply that arrives after it is what the scenario is about.
+fn command_timeout(fault: Fault, ttl: Duration) -> Duration {
+    match fault {
+        Fault::PauseRedis => freeze(ttl) + ttl,
+        _ => ttl / 4,
+    }
+}
+
+/// How long Redis stays frozen: longer than the TTL, so an attempt sent as
+/// it freezes is answered too late to use, and every lease set before it
+/// has expired when it resumes.
+fn freeze(ttl: Duration) -> Duration {
+    ttl * REDIS_FREEZE_TENTHS / 10
 }
 
 /// The lock every worker contends for.
@@ -268,6 +300,14 @@ const ROLLING_SPACING_TENTHS: u32 = 7;
 /// Rolling restart: how many restarts a holder is held across (then a TTL
 /// more). Without the re-take, the third leaves its lease on two nodes.
 const ROLLING_HELD_RESTARTS: u32 = 3;
+/// Redis freeze: its length, in tenths of the TTL (see [`freeze`]).
+const REDIS_FREEZE_TENTHS: u32 = 14;
+/// Redis freeze: leases each worker holds on locks of its own and drops as
+/// the server freezes, so its watchdog has a backlog of releases (more than
+/// it runs at once) when the late grant arrives. A give-back handed to the
+/// watchdog, as before 4df6ea7, would wait behind them while the retry
+/// found the lease "already ours".
+const BALLAST: usize = 200;
 
 struct Injector {
     fault: Fault,
@@ -382,6 +422,8 @@ struct InjectorState {
     rolling: Option<Rolling>,
     /// The holder a rolling restart is going on under.
     held: Option<(WorkerId, u64)>,
+    /// When frozen Redis is due to continue.
+    frozen_until: Option<Instant>,
     notes: Vec<String>,
 }
 
@@ -414,6 +456,12 @@ impl Injector {
 
     /// Called from the holder's connection thread while it waits for the answer.
     fn on_holding(&self, worker: WorkerId, fence: u64) -> Reply {
+        if self.fault == Fault::PauseRedis {
+            // A holder whose acquire() spanned a freeze holds a quarter of
+            // the TTL: less than its first renewal, longer than a give-back
+            // queued behind the ballast's releases takes to land.
+            return Reply::Hold(millis(self.ttl / 4));
+        }
         let stretch = {
             let mut st = self.state();
             let now = Instant::now();
@@ -502,6 +550,24 @@ impl Injector {
                 self.state().killed.push(worker);
                 Reply::Go
             }
+            Fault::KillRunWrapper => {
+                // `worker` is the `leasehold run` process (the announcing
+                // command reports under its id); its command is not ours
+                // to signal.
+                self.state().killed.push(worker);
+                self.record(FaultKind::WrapperKilled, target);
+                if !self.procs.signal(worker, Signal::SIGKILL) {
+                    self.note(format!(
+                        "the wrapper of fence {fence} had exited before it could be killed"
+                    ));
+                } else if !self.view.wait_for_write_above(fence, wait_other) {
+                    self.note(format!(
+                        "no other holder wrote after the wrapper of fence {fence} was killed"
+                    ));
+                }
+                // A command still alive now writes after another holder.
+                Reply::Go
+            }
             Fault::RestartEmpty => {
                 self.record(FaultKind::RestartEmpty, target);
                 self.servers()[0].restart_without_persistence();
@@ -543,10 +609,64 @@ impl Injector {
                 self.state().held = None;
                 Reply::Go
             }
-            Fault::None | Fault::ScriptFlush => Reply::Go,
+            Fault::None | Fault::ScriptFlush | Fault::PauseRedis => Reply::Go,
         };
         self.state().next_arm = Instant::now() + self.ttl * 2;
         reply
+    }
+
+    /// Called when a worker is about to call `acquire()`: when a freeze is
+    /// due, Redis is frozen before the worker is told to go on, so its
+    /// first attempt waits in the frozen server.
+    fn on_acquiring(&self) -> Reply {
+        if self.fault != Fault::PauseRedis {
+            return Reply::Go;
+        }
+        let freeze = freeze(self.ttl);
+        let n = {
+            let mut st = self.state();
+            let now = Instant::now();
+            // Leave time after the resume to judge the lock's recovery.
+            if now < st.next_arm
+                || st.frozen_until.is_some()
+                || now + freeze + self.ttl * 2 > self.end
+            {
+                return Reply::Go;
+            }
+            st.injected += 1;
+            st.frozen_until = Some(now + freeze);
+            st.next_arm = now + freeze + self.ttl;
+            st.injected
+        };
+        let servers = self.servers();
+        // A marker in the server's command stream, so give-backs can be
+        // told apart by freeze.
+        let echoed: redis::RedisResult<String> = redis::cmd("ECHO")
+            .arg(format!("freeze {n}"))
+            .query(&mut servers[0].connection());
+        if let Err(e) = echoed {
+            self.note(format!("cannot mark freeze {n} on the server: {e}"));
+        }
+        servers[0].pause();
+        self.record(FaultKind::RedisPaused, None);
+        Reply::Frozen
+    }
+
+    /// Continues frozen Redis when it is due; the next freeze may come a
+    /// TTL later.
+    fn resume_redis(&self) {
+        let due = self
+            .state()
+            .frozen_until
+            .is_some_and(|u| Instant::now() >= u);
+        if !due {
+            return;
+        }
+        self.record(FaultKind::RedisResumed, None);
+        self.servers()[0].resume();
+        let mut st = self.state();
+        st.frozen_until = None;
+        st.next_arm = Instant::now() + self.ttl;
     }
 
     fn note(&self, note: String) {
@@ -730,6 +850,30 @@ impl Injector {
         st.next_arm = Instant::now() + self.ttl;
     }
 
+    /// The give-backs `monitor` saw, per freeze (see [`Report::late_grants`]).
+    /// A last marker, once seen, means every earlier command was read.
+    fn late_grants(&self, monitor: &Monitor) -> Vec<GiveBacks> {
+        const END: &str = "end of run";
+        let echoed: redis::RedisResult<String> = redis::cmd("ECHO")
+            .arg(END)
+            .query(&mut self.servers()[0].connection());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut calls = monitor.calls();
+        while echoed.is_ok()
+            && calls.last() != Some(&Call::Marker(END.to_owned()))
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(20));
+            calls = monitor.calls();
+        }
+        if calls.last() == Some(&Call::Marker(END.to_owned())) {
+            calls.pop();
+        } else {
+            self.note("the server's command stream was not read to its end".to_owned());
+        }
+        monitor::give_backs(&calls)
+    }
+
     /// Records what the nodes that were not stopped store for the lock.
     fn read_live_nodes(&self, stop: NodeStop) {
         let Some(reader) = &self.reader else { return };
@@ -754,6 +898,7 @@ impl Injector {
     fn tick(&self, next_flush: &mut Instant) {
         self.end_outage();
         self.roll();
+        self.resume_redis();
         let restore = self.state().restore;
         if let (Some((worker, fence, deadline)), Some(proxy)) = (restore, &self.proxy) {
             if self.view.has_lost(worker, fence) || Instant::now() >= deadline {
@@ -801,7 +946,19 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Report {
     let proxy_url = proxy.as_ref().map(Proxy::url);
     let direct_urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let workers = options.workers.max(1);
-    let procs = Arc::new(Procs::new(options.worker_exe.clone()));
+    let wrapper = (scenario.fault == Fault::KillRunWrapper).then(|| {
+        let exe = options.leasehold_exe.clone().unwrap_or_default();
+        assert!(
+            exe.is_file(),
+            "{} needs the `leasehold` binary (`cargo build -p leasehold-cli`); not found at {:?}",
+            scenario.name,
+            exe
+        );
+        exe
+    });
+    let procs = Arc::new(Procs::new(options.worker_exe.clone(), wrapper));
+    // Started before any worker, so it sees every attempt.
+    let monitor = (scenario.fault == Fault::PauseRedis).then(|| Monitor::start(servers[0].port()));
     let started = Instant::now();
     let end = started + options.duration;
     let until = now_us() + u64::try_from(options.duration.as_micros()).unwrap_or(u64::MAX);
@@ -827,6 +984,7 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Report {
             quiet: None,
             rolling: None,
             held: None,
+            frozen_until: None,
             notes: Vec::new(),
         }),
         rolling: Mutex::new(()),
@@ -845,7 +1003,16 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Report {
             injector.upgrade().map_or(Reply::Ok, |i| i.on_failed(w))
         }));
     }
-    let holder_faults = !matches!(scenario.fault, Fault::None | Fault::ScriptFlush);
+    {
+        let injector = Arc::downgrade(&injector);
+        resource.view().set_acquiring_hook(Arc::new(move |_| {
+            injector.upgrade().map_or(Reply::Go, |i| i.on_acquiring())
+        }));
+    }
+    let holder_faults = !matches!(
+        scenario.fault,
+        Fault::None | Fault::ScriptFlush | Fault::PauseRedis
+    );
     let config = |id: WorkerId, slot: u32| WorkerConfig {
         id,
         urls: match (&proxy_url, slot) {
@@ -856,11 +1023,17 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Report {
         lock: LOCK.into(),
         ttl,
         wait,
-        command_timeout: command_timeout(ttl),
+        command_timeout: command_timeout(scenario.fault, ttl),
         until,
         seed: options.seed,
         max_sleep: Duration::from_millis(2),
         announce: holder_faults && slot == 0,
+        report_acquiring: scenario.fault == Fault::PauseRedis,
+        ballast: if scenario.fault == Fault::PauseRedis {
+            BALLAST
+        } else {
+            0
+        },
     };
     let mut slots: BTreeMap<WorkerId, u32> = BTreeMap::new();
     let mut next_id: WorkerId = 1;
@@ -900,6 +1073,7 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Report {
             "{stragglers} worker(s) did not stop in time and were killed"
         ));
     }
+    let late_grants = monitor.map(|m| injector.late_grants(&m));
     let history = resource.view().history();
     drop(resource);
     let bounds = Bounds {
@@ -917,6 +1091,22 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Report {
             .into_iter()
             .map(|n| format!("fault did not play out: {n}")),
     );
+    if let Some(late) = &late_grants {
+        if late.iter().all(|g| g.total() == 0) {
+            all_failures.push(
+                "fault did not play out: no grant came back later than its TTL (none was given \
+                 back), so the path the freezes test was never taken"
+                    .to_owned(),
+            );
+        }
+        let after: usize = late.iter().map(|g| g.after_retry).sum();
+        if after > 0 {
+            all_failures.push(format!(
+                "{after} late grant(s) given back after the retry with the same token: the \
+                 give-back released the lease of the guard the retry returned"
+            ));
+        }
+    }
     all_failures.extend(
         injector
             .state()
@@ -933,6 +1123,7 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Report {
         stale_rejected,
         failures: all_failures,
         history,
+        late_grants,
     }
 }
 

@@ -57,6 +57,35 @@ pub enum Fault {
     Blackhole,
     /// `SCRIPT FLUSH` every 250 ms.
     ScriptFlush,
+    /// SIGSTOP the Redis server for 1.4 TTLs right before a worker's
+    /// `acquire()` sends its first attempt, then SIGCONT; again a TTL after
+    /// each resume while the run lasts. Every worker reports each
+    /// `acquire()` before calling it, and the client's command timeout
+    /// outlasts the freeze, so the attempt's reply arrives 1.4 TTLs after
+    /// it was sent: a grant that came too late to use, which the client
+    /// must give back before it tries again with the same token. The
+    /// server's commands are watched (`MONITOR`) to count such give-backs;
+    /// a run with none fails (the fault did not reach the path it tests),
+    /// and so does one where a give-back came after the retry.
+    ///
+    /// The worker the freeze fell on first drops 200 leases it held on
+    /// locks of its own, so its watchdog has a backlog of releases, and
+    /// every worker whose `acquire()` took longer than the TTL holds for a
+    /// quarter TTL before it writes: a give-back queued behind the backlog,
+    /// as before 4df6ea7, then lands while the guard the retry returned is
+    /// in use, and the next holder's write falls inside its critical
+    /// section. After each resume some worker must get the lock within
+    /// TTL + 1 s. (The non-owner probes are off: they release old tokens
+    /// a second time.)
+    PauseRedis,
+    /// Workers are `leasehold run` processes (one acquisition each) whose
+    /// command is the critical section, started by `sh` in the background.
+    /// When the announcing command holds the lock and has read, its
+    /// `leasehold run` (the wrapper, not the command) is killed with
+    /// SIGKILL; the command is told to go on once another holder has
+    /// written. A command that outlived its wrapper then writes after the
+    /// lease expired: an overlap and a lost update.
+    KillRunWrapper,
     /// Redlock: stop nodes, one stretch after another (see [`NodeStop`]).
     ///
     /// A stretch starts when a holder announces (its lease is then on every
@@ -234,6 +263,32 @@ pub const SCENARIOS: &[Scenario] = &[
         ci_duration: Duration::from_secs(5),
         checks: "scripts reloaded after SCRIPT FLUSH (NOSCRIPT) without a failed acquisition \
                  turning into a violation",
+    },
+    Scenario {
+        name: "redis-pause-past-ttl",
+        class: Class::Safe,
+        fault: Fault::PauseRedis,
+        topology: Topology::Single,
+        deterministic: true,
+        ttl: TTL,
+        ci_duration: Duration::from_secs(12),
+        checks: "Redis frozen for 1.4 TTLs as an acquire() sends its first attempt, repeatedly: \
+                 grants that come back too late are given back before the retry (counted on \
+                 the server; none fails the run), no overlap or lost update, fences unique and \
+                 increasing, the lock granted within TTL + 1 s of each resume",
+    },
+    Scenario {
+        name: "run-wrapper-kill",
+        class: Class::Safe,
+        fault: Fault::KillRunWrapper,
+        topology: Topology::Single,
+        deterministic: true,
+        ttl: TTL,
+        ci_duration: Duration::from_secs(8),
+        checks: "workers are `leasehold run` processes; SIGKILL of a wrapper (not its command) \
+                 while its command holds: the command and what it started never write after \
+                 the lease could have expired (no overlap, both counters exact), the lock is \
+                 free within TTL + 1 s",
     },
     Scenario {
         name: "redlock-no-faults",

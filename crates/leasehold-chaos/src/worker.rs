@@ -45,20 +45,32 @@ pub struct WorkerConfig {
     pub max_sleep: Duration,
     /// Whether to announce "holding" (and obey the answer) each time.
     pub announce: bool,
+    /// Whether to tell the checker before each `acquire()` (and wait for
+    /// its answer: it may freeze Redis meanwhile), and to announce
+    /// "holding" after an `acquire()` that took longer than the TTL.
+    pub report_acquiring: bool,
+    /// Leases to hold on locks of the worker's own, dropped when the
+    /// checker says it froze Redis (and taken anew on fresh names at the
+    /// next iteration).
+    pub ballast: usize,
 }
 
 /// Longest pause the checker may impose after a failed `acquire()`.
 const MAX_HOLD_MS: u64 = 10_000;
 /// One in this many iterations probes with the last released token.
 const PROBE_EVERY: u64 = 8;
+/// TTL of the ballast leases: long, so they are renewed seldom.
+const BALLAST_TTL: Duration = Duration::from_secs(10);
 
-struct Resource {
+/// A worker's connection to the checker's resource server.
+pub(crate) struct Resource {
     reader: BufReader<tokio::net::tcp::OwnedReadHalf>,
     writer: tokio::net::tcp::OwnedWriteHalf,
 }
 
 impl Resource {
-    async fn connect(port: u16, id: WorkerId) -> std::io::Result<Resource> {
+    /// Connects and says who is talking.
+    pub(crate) async fn connect(port: u16, id: WorkerId) -> std::io::Result<Resource> {
         let stream = TcpStream::connect(("127.0.0.1", port)).await?;
         stream.set_nodelay(true)?;
         let (r, w) = stream.into_split();
@@ -70,7 +82,8 @@ impl Resource {
         Ok(resource)
     }
 
-    async fn call(&mut self, request: &Request) -> std::io::Result<Reply> {
+    /// Sends one request and reads its reply.
+    pub(crate) async fn call(&mut self, request: &Request) -> std::io::Result<Reply> {
         let mut line = request.encode();
         line.push('\n');
         self.writer.write_all(line.as_bytes()).await?;
@@ -119,8 +132,31 @@ pub async fn run(config: WorkerConfig) -> Result<(), String> {
     let mut released: Option<(u64, String)> = None;
     let io = |e: std::io::Error| format!("resource connection: {e}");
     let mut iteration = 0u64;
+    let mut ballast: Vec<LockGuard> = Vec::new();
     while now_us() < config.until {
         iteration += 1;
+        if ballast.is_empty() && config.ballast > 0 {
+            for i in 0..config.ballast {
+                let name = format!("{}-ballast-{}-{iteration}-{i}", config.lock, config.id);
+                let guard = client.lock(&name).ttl(BALLAST_TTL).try_acquire().await;
+                match guard {
+                    Ok(Some(guard)) => ballast.push(guard),
+                    Ok(None) => return Err(format!("ballast lock {name} was taken")),
+                    Err(e) => return Err(format!("ballast lock {name}: {e}")),
+                }
+            }
+        }
+        if config.report_acquiring {
+            let reply = resource
+                .call(&Request::Acquiring { t: now_us() })
+                .await
+                .map_err(io)?;
+            if reply == Reply::Frozen {
+                // Their releases go to the watchdog, ahead of anything
+                // this acquire() might hand it.
+                ballast.clear();
+            }
+        }
         let started = now_us();
         let guard = match lock.acquire().await {
             Ok(guard) => guard,
@@ -152,7 +188,10 @@ pub async fn run(config: WorkerConfig) -> Result<(), String> {
             .await
             .map_err(io)?;
         let sleep = rng.below(config.max_sleep.as_micros() as u64 + 1);
-        let lost_at = critical_section(&mut resource, &guard, &config, sleep)
+        // An acquire() that spanned a freeze may have met a late grant.
+        let slow = now_us().saturating_sub(started) > config.ttl.as_micros() as u64;
+        let announce = config.announce || (config.report_acquiring && slow);
+        let lost_at = critical_section(&mut resource, &guard, announce, sleep)
             .await
             .map_err(io)?;
         if let Some(t) = lost_at {
@@ -173,8 +212,10 @@ pub async fn run(config: WorkerConfig) -> Result<(), String> {
             .map_err(io)?;
         // Probe with a token whose release was confirmed: it can never own
         // the lock again, so success would be a non-owner release or extend.
+        // Not while the checker reads give-backs off the server: a second
+        // release of a token is what it looks for.
         if let Some((old_fence, old_token)) = released.take() {
-            if iteration % PROBE_EVERY == 0 {
+            if iteration % PROBE_EVERY == 0 && !config.report_acquiring {
                 let extend = rng.below(2) == 0;
                 let result = if extend {
                     lock.extend_by_token(&old_token, config.ttl).await
@@ -203,7 +244,7 @@ pub async fn run(config: WorkerConfig) -> Result<(), String> {
 async fn critical_section(
     resource: &mut Resource,
     guard: &LockGuard,
-    config: &WorkerConfig,
+    announce: bool,
     sleep_us: u64,
 ) -> std::io::Result<Option<Micros>> {
     let fence = guard.fence();
@@ -219,7 +260,7 @@ async fn critical_section(
         else {
             return Err(std::io::Error::other("READ: unexpected reply"));
         };
-        if config.announce {
+        if announce {
             if let Reply::Hold(ms) = resource.call(&Request::Holding { fence }).await? {
                 // Long work done right: abandon it as soon as the lease is lost.
                 tokio::select! {
