@@ -275,7 +275,6 @@ fn redis_frozen_past_ttl_during_acquires_gives_late_grants_back_and_recovers() {
 /// must be gone before the lease can expire: its write, sent once another
 /// holder has written, must never arrive.
 #[test]
-#[ignore = "needs the leasehold run fix from wt-run"]
 fn killed_run_wrapper_takes_its_command_down_before_the_lease_expires() {
     let report = run_ci("run-wrapper-kill");
     for (t, worker, fence) in targets(&report, FaultKind::WrapperKilled) {
