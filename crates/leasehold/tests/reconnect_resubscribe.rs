@@ -26,6 +26,10 @@ const NAMES: usize = 64;
 const TASKS: usize = 32;
 /// Connection kills per run.
 const KILLS: usize = 6;
+/// Waiters woken one by one at the end, each within `PROMPT` of its
+/// holder's release.
+const WOKEN: usize = 10;
+const PROMPT: Duration = Duration::from_millis(500);
 /// Bound on the whole run.
 const LIMIT: Duration = Duration::from_secs(25);
 /// Errors tolerated in a run: commands in flight when the connection
@@ -247,7 +251,7 @@ async fn run(server: &RedisServer, holder: Client, victim: Client) {
             .await
             .expect("hold")
             .expect("free");
-        held_guards.push(guard);
+        held_guards.push(Some(guard));
     }
 
     // One waiter per held name: each subscribes its hand-off channel on the
@@ -318,13 +322,14 @@ async fn run(server: &RedisServer, holder: Client, victim: Client) {
         out.acquired += o.acquired;
     }
     let waiter_grants = granted.load(Ordering::SeqCst);
-    let lost_holds = held_guards.iter().filter(|g| g.is_lost()).count();
+    let lost_holds = held_guards.iter().flatten().filter(|g| g.is_lost()).count();
     let mut waiter_errors = Vec::new();
-    for w in waiters {
+    let mut waiting = Vec::new();
+    for (i, w) in waiters.into_iter().enumerate() {
         if w.is_finished() {
             waiter_errors.extend(w.await.expect("waiter"));
         } else {
-            w.abort();
+            waiting.push((i, w));
         }
     }
     let (overlaps, fences) = violations(&out.holds);
@@ -394,6 +399,43 @@ async fn run(server: &RedisServer, holder: Client, victim: Client) {
     );
     assert!(out.acquired > 0, "the load made progress\n{summary}");
     assert!(Instant::now() < deadline, "ran into its bound\n{summary}");
+
+    // The channels are subscribed again and every waiter listens: a
+    // release hands the lease to its waiter at once. Without the message
+    // each would find it only at its next timed retry, up to a second
+    // later, so ten prompt grants in a row are not luck (about 1 in 1000).
+    let mut woken = 0;
+    for (i, w) in waiting.iter_mut().take(WOKEN) {
+        let released = Instant::now();
+        held_guards[*i]
+            .take()
+            .expect("held")
+            .release()
+            .await
+            .expect("the holder's release");
+        let outcome = tokio::time::timeout(Duration::from_secs(5), w)
+            .await
+            .expect("the waiter was granted within 5 s")
+            .expect("waiter task");
+        let took = released.elapsed();
+        let outcome = outcome.unwrap_or_default();
+        assert!(
+            outcome.contains("granted"),
+            "waiter on {}: {outcome}",
+            held(*i)
+        );
+        assert!(
+            took < PROMPT,
+            "the waiter on {} was granted {took:?} after the release: it missed the \
+             hand-off message",
+            held(*i)
+        );
+        woken += 1;
+    }
+    assert_eq!(woken, WOKEN, "{WOKEN} waiters were still waiting");
+    for (_, w) in waiting {
+        w.abort();
+    }
 
     // The victim still works.
     let guard = victim
