@@ -11,7 +11,10 @@
 //! - `all`: every waiter of that lock in this client (an RwLock release,
 //!   after which many readers may enter).
 //!
-//! A reconnect wakes every waiter, since messages may have been missed.
+//! A reconnect wakes every waiter, since messages may have been missed. The
+//! backend passes a disconnection on (again, on a cluster) once it has
+//! subscribed every channel on the new connection (`backend/managed.rs`,
+//! `backend/subscriber.rs`), so a waiter woken then hears the next release.
 //!
 //! The server-side SUBSCRIBE/UNSUBSCRIBE calls are made by one task in
 //! order, so they never overtake each other. Channels stay subscribed for a
@@ -85,7 +88,9 @@ impl Shared {
                 }
             }
             PushKind::Disconnection => {
-                tracing::debug!("connection to Redis dropped; waking every waiter to retry");
+                tracing::debug!(
+                    "connection to Redis dropped or replaced; waking every waiter to retry"
+                );
                 for entry in self.channels().values() {
                     entry.notify.notify_waiters();
                     for waiter in entry.waiters.values() {

@@ -4,7 +4,10 @@
 //!
 //! - one server: a [`ConnectionManager`], a multiplexed RESP3 connection that
 //!   reconnects on its own, carries every command, and delivers pub/sub
-//!   messages as push frames, so the whole client needs one socket;
+//!   messages as push frames, so the whole client needs one socket; its
+//!   subscriptions are sent again after a reconnect by [`managed`], one
+//!   correctly counted SUBSCRIBE per 512 channels (the driver's own
+//!   resubscription crossed replies between commands);
 //! - a cluster: redis-rs's async cluster connection for commands (one
 //!   multiplexed RESP3 connection per node, MOVED/ASK and slot migration
 //!   followed by the driver), each call routed by its first key, built
@@ -13,10 +16,12 @@
 //!   (see [`subscriber`] for why: the driver's resubscription crossed
 //!   replies between commands);
 //! - Sentinel: a [`ConnectionManager`] to the master the sentinels name,
-//!   replaced when they name another one (see [`sentinel`]).
+//!   resubscribed as for one server, replaced when they name another one
+//!   (see [`sentinel`]).
 //!
 //! TLS (`rediss://`) uses rustls with certificate verification always on.
 
+mod managed;
 mod sentinel;
 mod subscriber;
 
@@ -24,7 +29,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager};
+
+use managed::{Managed, Pushes};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{
@@ -97,7 +104,9 @@ pub(crate) struct Backend {
 
 #[derive(Clone)]
 enum Conn {
-    Single(ConnectionManager),
+    /// Commands on the manager (a clone of the one `Managed` holds), which
+    /// also carries the subscriptions `Managed` keeps.
+    Single(ConnectionManager, Arc<Managed>),
     /// Commands on the driver's cluster connection (without push sender,
     /// so without subscriptions); pub/sub on a connection of its own.
     Cluster(ClusterConnection, Arc<subscriber::Subscriber>),
@@ -172,11 +181,11 @@ impl Backend {
         options: &ConnectOptions,
         on_push: impl Fn(PushInfo) + Send + Sync + 'static,
     ) -> Result<Backend> {
-        let (client, config, addr) = prepare(url, options, Arc::new(on_push))?;
-        let manager = ConnectionManager::new_with_config(client, config)
+        let (client, pushes, addr) = prepare(url, options, Arc::new(on_push))?;
+        let manager = ConnectionManager::new_with_config(client, pushes.config(options))
             .await
             .map_err(|e| Error::from_redis(e, &addr, ""))?;
-        let backend = Backend::new(Conn::Single(manager), addr);
+        let backend = Backend::new(single(addr.clone(), manager, &pushes), addr);
         backend.check_server().await?;
         Ok(backend)
     }
@@ -189,10 +198,11 @@ impl Backend {
         options: &ConnectOptions,
         on_push: impl Fn(PushInfo) + Send + Sync + 'static,
     ) -> Result<(Backend, Option<Error>)> {
-        let (client, config, addr) = prepare(url, options, Arc::new(on_push))?;
+        let (client, pushes, addr) = prepare(url, options, Arc::new(on_push))?;
+        let config = pushes.config(options);
         match ConnectionManager::new_with_config(client.clone(), config.clone()).await {
             Ok(manager) => {
-                let backend = Backend::new(Conn::Single(manager), addr);
+                let backend = Backend::new(single(addr.clone(), manager, &pushes), addr);
                 backend.check_server().await?;
                 Ok((backend, None))
             }
@@ -200,7 +210,7 @@ impl Backend {
                 e @ Error::Unreachable { .. } => {
                     let manager = ConnectionManager::new_lazy_with_config(client, config)
                         .map_err(|e| Error::from_redis(e, &addr, ""))?;
-                    let backend = Backend::new(Conn::Single(manager), addr);
+                    let backend = Backend::new(single(addr.clone(), manager, &pushes), addr);
                     Ok((backend, Some(e)))
                 }
                 e => Err(e),
@@ -276,7 +286,7 @@ impl Backend {
 
     fn live(&self) -> Live {
         match &self.conn {
-            Conn::Single(m) => Live::Single(m.clone()),
+            Conn::Single(m, _) => Live::Single(m.clone()),
             Conn::Cluster(c, _) => Live::Cluster(c.clone()),
             Conn::Sentinel(f) => Live::Single(f.current()),
         }
@@ -286,10 +296,16 @@ impl Backend {
     /// may have changed.
     fn error(&self, e: redis::RedisError, key: &str) -> Error {
         let e = Error::from_redis(e, &self.addr, key);
-        if let (Conn::Sentinel(f), Error::Unreachable { .. }) = (&self.conn, &e) {
+        self.note(&e);
+        e
+    }
+
+    /// Tells a Sentinel follower that its master may have changed, if `e`
+    /// says the server could not be reached.
+    fn note(&self, e: &Error) {
+        if let (Conn::Sentinel(f), Error::Unreachable { .. }) = (&self.conn, e) {
             f.suspect();
         }
-        e
     }
 
     /// Refuses servers older than Redis 7, whose scripts lack `SET .. NX GET`,
@@ -474,23 +490,23 @@ impl Backend {
     /// Subscribes the shared connection to an exact channel (never a pattern).
     pub(crate) async fn subscribe(&self, channel: &str) -> Result<()> {
         match &self.conn {
-            Conn::Single(m) => m.clone().subscribe(channel).await,
+            Conn::Single(_, m) => m.subscribe(channel).await,
             // A PUBLISH on a cluster reaches every node (over the cluster
             // bus), so the subscription may live on any one of them.
-            Conn::Cluster(_, s) => return s.subscribe(channel).await,
-            Conn::Sentinel(f) => return f.subscribe(channel).await,
+            Conn::Cluster(_, s) => s.subscribe(channel).await,
+            Conn::Sentinel(f) => f.subscribe(channel).await,
         }
-        .map_err(|e| self.error(e, channel))
+        .inspect_err(|e| self.note(e))
     }
 
     /// Ends a subscription made by [`Backend::subscribe`].
     pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<()> {
         match &self.conn {
-            Conn::Single(m) => m.clone().unsubscribe(channel).await,
-            Conn::Cluster(_, s) => return s.unsubscribe(channel).await,
-            Conn::Sentinel(f) => return f.unsubscribe(channel).await,
+            Conn::Single(_, m) => m.unsubscribe(channel).await,
+            Conn::Cluster(_, s) => s.unsubscribe(channel).await,
+            Conn::Sentinel(f) => f.unsubscribe(channel).await,
         }
-        .map_err(|e| self.error(e, channel))
+        .inspect_err(|e| self.note(e))
     }
 
     /// Whether keys of different hash slots may live on different servers
@@ -550,35 +566,23 @@ fn open_client(info: ConnectionInfo, options: &ConnectOptions) -> Result<redis::
     .map_err(|e| Error::from_redis(e, &addr, ""))
 }
 
-/// The client and connection settings for `url`: RESP3 (so pub/sub rides
-/// on the command connection), bounded replies, quick reconnects.
+/// The client for `url` (RESP3, so pub/sub rides on the command
+/// connection) and the push routing of its manager.
 fn prepare(
     url: &str,
     options: &ConnectOptions,
     on_push: OnPush,
-) -> Result<(redis::Client, ConnectionManagerConfig, String)> {
+) -> Result<(redis::Client, Pushes, String)> {
     let info = parse_url(url, options)?;
     let addr = info.addr().to_string();
     let client = open_client(info, options)?;
-    Ok((client, manager_config(options, on_push), addr))
+    Ok((client, Pushes::new(on_push), addr))
 }
 
-fn manager_config(options: &ConnectOptions, on_push: OnPush) -> ConnectionManagerConfig {
-    ConnectionManagerConfig::new()
-        .set_response_timeout(Some(options.command_timeout))
-        .set_connection_timeout(Some(options.command_timeout))
-        // Few, quick retries: a lock caller has its own deadline and would
-        // rather hear "unreachable" than wait out a long backoff.
-        .set_number_of_retries(2)
-        .set_min_delay(Duration::from_millis(20))
-        .set_max_delay(Duration::from_millis(500))
-        .set_push_sender(
-            move |info: PushInfo| -> std::result::Result<(), std::convert::Infallible> {
-                on_push(info);
-                Ok(())
-            },
-        )
-        .set_automatic_resubscription()
+/// A one-server connection: commands on `manager`, subscriptions kept and
+/// sent again after each reconnect by a [`Managed`].
+fn single(addr: String, manager: ConnectionManager, pushes: &Pushes) -> Conn {
+    Conn::Single(manager.clone(), Managed::start(addr, manager, pushes))
 }
 
 /// A URL with any password replaced, fit for error messages.

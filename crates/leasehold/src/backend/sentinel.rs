@@ -6,17 +6,17 @@
 //! again every [`CHECK_EVERY`], and at once when a command could not reach
 //! the master or found it read-only; when they name another master, a new
 //! connection replaces the old one, the client's subscriptions move with it,
-//! and every waiter is woken to try again.
+//! and every waiter is woken to try again. Subscriptions, and their renewal
+//! after a reconnect to the same master, are kept by [`Managed`].
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
-use redis::{PushInfo, PushKind};
 use tokio::sync::Notify;
 
-use super::{ConnectOptions, OnPush, manager_config, open_client, parse_url, redact_url};
+use super::managed::{Managed, Pushes};
+use super::{ConnectOptions, OnPush, open_client, parse_url, redact_url};
 use crate::error::{Error, Result};
 
 /// How often the sentinels are asked whether the master changed.
@@ -35,12 +35,9 @@ pub(crate) struct SentinelTarget {
 pub(crate) struct Followed {
     target: SentinelTarget,
     options: ConnectOptions,
-    on_push: OnPush,
-    current: Mutex<(String, ConnectionManager)>,
-    /// Channels subscribed, to subscribe again on a new master.
-    channels: Mutex<HashSet<String>>,
-    /// Serialises (un)subscriptions with a switch of master.
-    switching: tokio::sync::Mutex<()>,
+    pushes: Pushes,
+    /// The master in use and the channels subscribed on it.
+    managed: Arc<Managed>,
     check_now: Notify,
 }
 
@@ -55,27 +52,22 @@ impl Followed {
                 "Sentinel needs at least one sentinel URL".into(),
             ));
         }
-        let (addr, manager) = resolve(&target, &options, &on_push).await?;
+        let pushes = Pushes::new(on_push);
+        let (addr, manager) = resolve(&target, &options, &pushes).await?;
         let followed = Arc::new(Followed {
             target,
             options,
-            on_push,
-            current: Mutex::new((addr, manager)),
-            channels: Mutex::new(HashSet::new()),
-            switching: tokio::sync::Mutex::new(()),
+            managed: Managed::start(addr, manager, &pushes),
+            pushes,
             check_now: Notify::new(),
         });
         tokio::spawn(follow(Arc::downgrade(&followed)));
         Ok(followed)
     }
 
-    fn current_slot(&self) -> MutexGuard<'_, (String, ConnectionManager)> {
-        self.current.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// The connection to the master as last confirmed.
     pub(crate) fn current(&self) -> ConnectionManager {
-        self.current_slot().1.clone()
+        self.managed.current()
     }
 
     /// A command failed as if the master had moved: check now.
@@ -84,54 +76,27 @@ impl Followed {
     }
 
     pub(crate) async fn subscribe(&self, channel: &str) -> Result<()> {
-        let _switching = self.switching.lock().await;
-        let addr = self.current_slot().0.clone();
-        self.current()
-            .subscribe(channel)
-            .await
-            .map_err(|e| Error::from_redis(e, &addr, channel))?;
-        self.channels_set().insert(channel.to_owned());
-        Ok(())
+        self.managed.subscribe(channel).await
     }
 
     pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<()> {
-        let _switching = self.switching.lock().await;
-        self.channels_set().remove(channel);
-        let addr = self.current_slot().0.clone();
-        self.current()
-            .unsubscribe(channel)
-            .await
-            .map_err(|e| Error::from_redis(e, &addr, channel))
-    }
-
-    fn channels_set(&self) -> MutexGuard<'_, HashSet<String>> {
-        self.channels.lock().unwrap_or_else(|e| e.into_inner())
+        self.managed.unsubscribe(channel).await
     }
 
     /// Asks the sentinels for the master; moves to it if it changed.
     async fn check(&self) -> Result<()> {
         let named = master_addr(&self.target, &self.options).await?;
-        if named == self.current_slot().0 {
+        let from = self.managed.addr();
+        if named == from {
             return Ok(());
         }
-        let _switching = self.switching.lock().await;
-        let (addr, manager) = resolve(&self.target, &self.options, &self.on_push).await?;
-        let channels: Vec<String> = self.channels_set().iter().cloned().collect();
-        for channel in &channels {
-            let mut conn = manager.clone();
-            if let Err(e) = conn.subscribe(channel).await {
-                tracing::warn!(%channel, error = %e, "cannot subscribe on the new master");
-            }
-        }
-        tracing::warn!(master = %self.target.master_name, from = %self.current_slot().0,
-            to = %addr, "the sentinels named a new master; following it");
-        *self.current_slot() = (addr, manager);
+        let (addr, manager) = resolve(&self.target, &self.options, &self.pushes).await?;
+        tracing::warn!(master = %self.target.master_name, %from, to = %addr,
+            "the sentinels named a new master; following it");
         // Releases published on the old master since it stopped being one
-        // are lost: every waiter tries again.
-        (self.on_push)(PushInfo {
-            kind: PushKind::Disconnection,
-            data: Vec::new(),
-        });
+        // are lost: every waiter tries again, once the channels are
+        // subscribed on the new one.
+        self.managed.replace(addr, manager).await;
         Ok(())
     }
 }
@@ -209,7 +174,7 @@ async fn ask_sentinel(
 async fn resolve(
     target: &SentinelTarget,
     options: &ConnectOptions,
-    on_push: &OnPush,
+    pushes: &Pushes,
 ) -> Result<(String, ConnectionManager)> {
     let addr = master_addr(target, options).await?;
     // The master's URL: the first sentinel's scheme and credentials, the
@@ -224,10 +189,9 @@ async fn resolve(
     let url = format!("{}{userinfo}{addr}", &template[..scheme_end]);
     let info = parse_url(&url, options)?;
     let client = open_client(info, options)?;
-    let manager =
-        ConnectionManager::new_with_config(client, manager_config(options, Arc::clone(on_push)))
-            .await
-            .map_err(|e| Error::from_redis(e, &addr, ""))?;
+    let manager = ConnectionManager::new_with_config(client, pushes.config(options))
+        .await
+        .map_err(|e| Error::from_redis(e, &addr, ""))?;
     let role: Vec<redis::Value> = redis::cmd("ROLE")
         .query_async(&mut manager.clone())
         .await

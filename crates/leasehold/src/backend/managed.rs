@@ -1,0 +1,230 @@
+//! A [`ConnectionManager`] (one server, or the Sentinel master in use) and
+//! the channels subscribed on it, which we resend ourselves after a
+//! reconnect.
+//!
+//! redis-rs 1.8.1's own resubscription (`set_automatic_resubscription`)
+//! resends every channel as one `SUBSCRIBE ch1 .. chN` in a pipeline that
+//! awaits one reply (`ConnectionManager::new_connection` runs
+//! `get_subscription_pipeline()` with `exec_async`), then hands the new
+//! connection to callers. When the N confirmations do not arrive in one
+//! read (a real network; a large N), lock commands sent meanwhile take the
+//! N - 1 surplus ones as their replies, and every reply after them is
+//! shifted: a try_acquire was granted the reply of another name's acquire
+//! (`tests/reconnect_resubscribe.rs`;
+//! `docs/upstream/redis-rs-cluster-resubscribe.md`).
+//!
+//! So the manager is built without it, and here a disconnection (the
+//! driver's [`PushKind::Disconnection`], not passed on) starts a round that
+//! subscribes every channel again on the manager's new connection with
+//! [`ConnectionManager::subscribe`], whose request awaits exactly as many
+//! confirmations as it names channels; only then the disconnection is
+//! passed on, which wakes every waiter to try again (releases published in
+//! between were missed). Lock commands keep sharing the one connection:
+//! every SUBSCRIBE on it is counted right. A failed round is retried with
+//! exponential back-off until one succeeds.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{PushInfo, PushKind};
+use tokio::sync::Notify;
+
+use super::{ConnectOptions, OnPush};
+use crate::error::{Error, Result};
+
+/// Channels per SUBSCRIBE of a round: bounds one command's size.
+const CHUNK: usize = 512;
+/// First and longest wait between failed rounds.
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+pub(crate) struct Managed {
+    /// The server's address and its manager; replaced when a Sentinel
+    /// names another master.
+    current: Mutex<(String, ConnectionManager)>,
+    /// Channels the client wants subscribed.
+    channels: Mutex<BTreeSet<String>>,
+    /// Serialises (un)subscriptions with rounds and with a change of manager.
+    serial: tokio::sync::Mutex<()>,
+    on_push: OnPush,
+    /// Wakes the task that runs rounds.
+    dropped: Arc<Notify>,
+}
+
+/// What a manager's push sender needs: where messages go, and what to
+/// wake when its connection drops.
+#[derive(Clone)]
+pub(crate) struct Pushes {
+    on_push: OnPush,
+    dropped: Arc<Notify>,
+}
+
+impl Pushes {
+    pub(crate) fn new(on_push: OnPush) -> Pushes {
+        Pushes {
+            on_push,
+            dropped: Arc::new(Notify::new()),
+        }
+    }
+
+    /// The settings of every manager of one [`Managed`]: bounded replies,
+    /// quick reconnects, pushes routed here, no automatic resubscription.
+    pub(crate) fn config(&self, options: &ConnectOptions) -> ConnectionManagerConfig {
+        let (on_push, dropped) = (Arc::clone(&self.on_push), Arc::clone(&self.dropped));
+        ConnectionManagerConfig::new()
+            .set_response_timeout(Some(options.command_timeout))
+            .set_connection_timeout(Some(options.command_timeout))
+            // Few, quick retries: a lock caller has its own deadline and would
+            // rather hear "unreachable" than wait out a long backoff.
+            .set_number_of_retries(2)
+            .set_min_delay(Duration::from_millis(20))
+            .set_max_delay(Duration::from_millis(500))
+            .set_push_sender(
+                move |info: PushInfo| -> std::result::Result<(), std::convert::Infallible> {
+                    if info.kind == PushKind::Disconnection {
+                        // Passed on by the round, once the channels are back.
+                        dropped.notify_one();
+                    } else {
+                        on_push(info);
+                    }
+                    Ok(())
+                },
+            )
+    }
+}
+
+impl Managed {
+    /// Takes over `manager` (built with `pushes.config(..)`) at `addr`; the
+    /// task that resubscribes after each disconnection ends with it.
+    pub(crate) fn start(addr: String, manager: ConnectionManager, pushes: &Pushes) -> Arc<Managed> {
+        let managed = Arc::new(Managed {
+            current: Mutex::new((addr, manager)),
+            channels: Mutex::new(BTreeSet::new()),
+            serial: tokio::sync::Mutex::new(()),
+            on_push: Arc::clone(&pushes.on_push),
+            dropped: Arc::clone(&pushes.dropped),
+        });
+        tokio::spawn(maintain(
+            Arc::downgrade(&managed),
+            Arc::clone(&pushes.dropped),
+        ));
+        managed
+    }
+
+    fn slot(&self) -> MutexGuard<'_, (String, ConnectionManager)> {
+        self.current.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn channels(&self) -> MutexGuard<'_, BTreeSet<String>> {
+        self.channels.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The manager in use.
+    pub(crate) fn current(&self) -> ConnectionManager {
+        self.slot().1.clone()
+    }
+
+    /// The address of the server in use.
+    pub(crate) fn addr(&self) -> String {
+        self.slot().0.clone()
+    }
+
+    /// Subscribes to `channel`; returns once the server confirmed it.
+    pub(crate) async fn subscribe(&self, channel: &str) -> Result<()> {
+        let _serial = self.serial.lock().await;
+        let (addr, mut conn) = self.slot().clone();
+        conn.subscribe(channel)
+            .await
+            .map_err(|e| Error::from_redis(e, &addr, channel))?;
+        self.channels().insert(channel.to_owned());
+        Ok(())
+    }
+
+    /// Ends the subscription to `channel`.
+    pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<()> {
+        let _serial = self.serial.lock().await;
+        self.channels().remove(channel);
+        let (addr, mut conn) = self.slot().clone();
+        conn.unsubscribe(channel)
+            .await
+            .map_err(|e| Error::from_redis(e, &addr, channel))
+    }
+
+    /// Moves to `manager` at `addr` (a new Sentinel master): every channel
+    /// is subscribed there first, then it replaces the one in use and every
+    /// waiter is woken.
+    pub(crate) async fn replace(&self, addr: String, manager: ConnectionManager) {
+        let _serial = self.serial.lock().await;
+        if let Err(e) = self.subscribe_all(&addr, &manager).await {
+            tracing::warn!(%addr, error = %e, "cannot subscribe on the new master yet; retrying");
+            self.dropped.notify_one();
+        }
+        *self.slot() = (addr, manager);
+        self.wake_all();
+    }
+
+    /// One round: every channel subscribed again on the manager in use,
+    /// then every waiter woken.
+    async fn resubscribe(&self) -> Result<()> {
+        let _serial = self.serial.lock().await;
+        let (addr, manager) = self.slot().clone();
+        self.subscribe_all(&addr, &manager).await?;
+        self.wake_all();
+        Ok(())
+    }
+
+    async fn subscribe_all(&self, addr: &str, manager: &ConnectionManager) -> Result<()> {
+        let channels: Vec<String> = self.channels().iter().cloned().collect();
+        for chunk in channels.chunks(CHUNK) {
+            // One SUBSCRIBE naming `chunk.len()` channels, awaiting as
+            // many confirmations.
+            manager
+                .clone()
+                .subscribe(chunk)
+                .await
+                .map_err(|e| Error::from_redis(e, addr, ""))?;
+        }
+        tracing::debug!(%addr, channels = channels.len(), "channels subscribed again");
+        Ok(())
+    }
+
+    /// Wakes every waiter: releases may have been missed.
+    fn wake_all(&self) {
+        (self.on_push)(PushInfo {
+            kind: PushKind::Disconnection,
+            data: Vec::new(),
+        });
+    }
+}
+
+impl Drop for Managed {
+    fn drop(&mut self) {
+        // Lets the task see that it is gone.
+        self.dropped.notify_one();
+    }
+}
+
+/// Runs a round after each disconnection, with exponential back-off
+/// between failed rounds; ends with the [`Managed`].
+async fn maintain(managed: Weak<Managed>, dropped: Arc<Notify>) {
+    loop {
+        dropped.notified().await;
+        let mut backoff = BACKOFF_MIN;
+        loop {
+            let Some(m) = managed.upgrade() else { return };
+            let result = m.resubscribe().await;
+            drop(m);
+            match result {
+                Ok(()) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, retry_in = ?backoff,
+                        "cannot subscribe again after a reconnect; waiters fall back to timers");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                }
+            }
+        }
+    }
+}
