@@ -18,10 +18,14 @@ use crate::error::{Error, Result};
 use crate::events::Subscription;
 use crate::guard::Held;
 use crate::key::{LockKeys, validate_name};
-use crate::lease::{Kind, Lease};
-use crate::redlock::quorum::validity;
+use crate::lease::{Kind, Lease, validity};
 use crate::scripts::{Acquire, QUEUE_HEARTBEAT};
 use crate::token::Token;
+
+/// Default lease length of every handle.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+/// Default bound on how long a handle's acquire waits for the holders.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 
 /// What the attempts try to take.
 pub(crate) struct Target<'a> {
@@ -315,8 +319,8 @@ impl Handle {
             client,
             name,
             keys,
-            ttl: crate::lock::DEFAULT_TTL,
-            wait: crate::lock::DEFAULT_WAIT,
+            ttl: DEFAULT_TTL,
+            wait: DEFAULT_WAIT,
             watchdog: true,
         }
     }

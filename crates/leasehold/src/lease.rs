@@ -22,6 +22,15 @@ pub(crate) fn drift(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(2)
 }
 
+/// What is left of a lease of `ttl` whose acquisition took `elapsed`
+/// (measured from before the first request was sent), after the drift
+/// allowance; `None` when nothing is left and the lease must not be used.
+pub(crate) fn validity(ttl: Duration, elapsed: Duration) -> Option<Duration> {
+    ttl.checked_sub(elapsed)?
+        .checked_sub(drift(ttl))
+        .filter(|v| !v.is_zero())
+}
+
 /// The end of the validity of a lease of `ttl` whose command was sent at `sent`.
 pub(crate) fn valid_until(sent: Instant, ttl: Duration) -> Instant {
     sent + ttl.saturating_sub(drift(ttl))
@@ -236,5 +245,94 @@ impl Lease {
                 () = crate::clock::sleep_until(until) => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Validity maths, and validity under explicit extends on tokio's
+    //! paused clock.
+
+    use super::*;
+    use crate::token::Token;
+
+    #[test]
+    fn validity_subtracts_elapsed_and_drift() {
+        let ttl = Duration::from_secs(10);
+        // drift = ttl/100 + 2 ms = 102 ms
+        assert_eq!(
+            validity(ttl, Duration::from_secs(1)),
+            Some(Duration::from_millis(8898))
+        );
+        assert_eq!(validity(ttl, Duration::from_millis(9898)), None);
+        assert_eq!(validity(ttl, Duration::from_secs(11)), None);
+    }
+
+    fn lease(ttl: Duration) -> Arc<Lease> {
+        Arc::new(Lease::new(
+            "n".into(),
+            Arc::new(LockKeys::new("t", "n")),
+            Kind::Lock,
+            Token::random(),
+            "hold".into(),
+            ttl,
+            Instant::now(),
+        ))
+    }
+
+    /// An extend to a shorter TTL whose answer never comes (cancelled, or
+    /// timed out) may still have been applied: the guard's validity is the
+    /// shorter one from the moment it was sent.
+    #[tokio::test(start_paused = true)]
+    async fn an_unanswered_shortening_extend_shortens_the_validity() {
+        let held = lease(Duration::from_secs(30));
+        let short = Duration::from_millis(300);
+        let cancelled = tokio::time::timeout(
+            Duration::from_millis(100),
+            held.extend(short, std::future::pending::<Result<Owned>>),
+        )
+        .await;
+        assert!(cancelled.is_err());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert!(
+            held.is_lost(),
+            "the server may have ended the lease 300 ms after the extend"
+        );
+    }
+
+    /// An unanswered extend to a longer TTL changes nothing: the old
+    /// validity still holds (the server has at least that).
+    #[tokio::test(start_paused = true)]
+    async fn an_unanswered_lengthening_extend_keeps_the_validity() {
+        let held = lease(Duration::from_secs(1));
+        let before = held.snapshot().valid_until;
+        let failed = held
+            .extend(Duration::from_secs(60), || async {
+                Err(crate::Error::InvalidArgument("no answer".into()))
+            })
+            .await;
+        assert!(failed.is_err());
+        assert_eq!(held.snapshot().valid_until, before);
+    }
+
+    /// `lost()` sleeps until the validity it read; an extend that moves the
+    /// validity earlier wakes it to read again.
+    #[tokio::test(start_paused = true)]
+    async fn lost_wakes_when_an_extend_shortens_the_lease() {
+        let held = lease(Duration::from_secs(30));
+        let watching = {
+            let held = Arc::clone(&held);
+            tokio::spawn(async move { held.lost().await })
+        };
+        tokio::task::yield_now().await;
+        let extended = held
+            .extend(Duration::from_millis(300), || async { Ok(Owned::Done) })
+            .await;
+        assert!(extended.expect("extend"));
+        tokio::time::timeout(Duration::from_secs(1), watching)
+            .await
+            .expect("lost() resolved when the shortened lease ran out")
+            .expect("join");
+        assert!(held.is_lost());
     }
 }

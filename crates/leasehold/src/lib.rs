@@ -97,10 +97,11 @@ mod servers;
 mod token;
 mod watchdog;
 
+pub use acquire::{DEFAULT_TTL, DEFAULT_WAIT};
 pub use client::{Client, ClientBuilder, DEFAULT_PREFIX};
 pub use error::{Error, Result};
 pub use fair::FairLock;
-pub use lock::{DEFAULT_TTL, DEFAULT_WAIT, Lock, LockGuard, LockStatus};
+pub use lock::{Lock, LockGuard, LockStatus};
 pub use reentrant::{ReentrantGuard, ReentrantLock, ReentrantStatus};
 pub use rwlock::{HoldStatus, ReadGuard, RwLock, RwLockStatus, WriteGuard};
 pub use semaphore::{Permit, Semaphore, SemaphoreStatus};

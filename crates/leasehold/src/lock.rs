@@ -12,11 +12,6 @@ use crate::lease::Kind;
 use crate::scripts::{self, Acquire, Extension, Owned, Queueing};
 use crate::token::{Token, redact};
 
-/// Default lease length.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
-/// Default bound on how long [`Lock::acquire`] waits.
-pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
-
 /// A handle to one named lease lock; made by [`Client::lock`].
 ///
 /// Cheap to clone; holds no lease itself. Each successful acquire returns a

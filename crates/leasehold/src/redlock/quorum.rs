@@ -2,20 +2,11 @@
 
 use std::time::Duration;
 
-use crate::lease::drift;
+use crate::lease::validity;
 
 /// The number of nodes that must agree among `n`: a strict majority.
 pub(crate) fn quorum(n: usize) -> usize {
     n / 2 + 1
-}
-
-/// What is left of a lease of `ttl` whose acquisition took `elapsed`
-/// (measured from before the first request was sent), after the drift
-/// allowance; `None` when nothing is left and the lease must not be used.
-pub(crate) fn validity(ttl: Duration, elapsed: Duration) -> Option<Duration> {
-    ttl.checked_sub(elapsed)?
-        .checked_sub(drift(ttl))
-        .filter(|v| !v.is_zero())
 }
 
 /// Whether a re-take may still be sent for a lease of `ttl` whose renewal
@@ -54,6 +45,7 @@ pub(crate) fn verdict(n: usize, agreed: usize, refused: usize) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lease::drift;
     use proptest::prelude::*;
 
     #[test]
@@ -62,18 +54,6 @@ mod tests {
         assert_eq!(quorum(3), 2);
         assert_eq!(quorum(4), 3);
         assert_eq!(quorum(5), 3);
-    }
-
-    #[test]
-    fn validity_subtracts_elapsed_and_drift() {
-        let ttl = Duration::from_secs(10);
-        // drift = ttl/100 + 2 ms = 102 ms
-        assert_eq!(
-            validity(ttl, Duration::from_secs(1)),
-            Some(Duration::from_millis(8898))
-        );
-        assert_eq!(validity(ttl, Duration::from_millis(9898)), None);
-        assert_eq!(validity(ttl, Duration::from_secs(11)), None);
     }
 
     #[test]
