@@ -100,6 +100,14 @@ impl LockKeys {
         self.name(2)
     }
 
+    /// Where leases handed to the waiters of the connection `connection`
+    /// are announced: `<channel>:<connection>`, so that only that
+    /// connection's process wakes. `lock_release.lua` builds the same name
+    /// from a queue member `<connection>:<token>` (checked by a test below).
+    pub(crate) fn handoff_channel(&self, connection: &str) -> String {
+        format!("{}:{connection}", self.channel())
+    }
+
     /// Waiters of a lease lock in arrival order (a sorted set).
     pub(crate) fn queue(&self) -> &str {
         self.name(3)
@@ -211,6 +219,16 @@ pub(crate) fn slot(key: &str) -> u16 {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// The name `lock_release.lua` publishes a hand-off on for the member
+    /// `conn1:<token>`: `tests/scripts.rs` checks the script publishes on
+    /// exactly this literal (`HANDOFF`).
+    #[test]
+    fn handoff_channels_are_the_release_channel_and_the_connection() {
+        let keys = LockKeys::new("t", "n");
+        assert_eq!(keys.handoff_channel("conn1"), "t:{n}:released:conn1");
+        assert_eq!(slot(&keys.handoff_channel("conn1")), slot(keys.lock()));
+    }
 
     #[test]
     fn glob_escape_escapes_every_glob_character() {

@@ -48,7 +48,7 @@ impl Servers {
     /// one server, since queues on separate nodes could disagree.
     pub(crate) fn handoff_channel(&self, keys: &LockKeys) -> Option<String> {
         match self {
-            Servers::One(backend) => Some(backend.handoff_channel(keys)),
+            Servers::One(backend) => Some(keys.handoff_channel(backend.id())),
             Servers::Quorum(_) => None,
         }
     }

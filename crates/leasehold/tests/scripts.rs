@@ -16,7 +16,8 @@ const CHANNEL: &str = "t:{n}:released";
 const QUEUE: &str = "t:{n}:queue";
 const ALIVE: &str = "t:{n}:alive";
 /// The connection id the helpers pass: waiters queue as `<id>:<token>`,
-/// and leases handed to them are announced on `HANDOFF`.
+/// and leases handed to them are announced on `HANDOFF` (the name
+/// `LockKeys::handoff_channel` makes, checked in `src/key.rs`).
 const CONN: &str = "conn1";
 const HANDOFF: &str = "t:{n}:released:conn1";
 

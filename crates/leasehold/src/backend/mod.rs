@@ -168,12 +168,6 @@ impl Backend {
         &self.id
     }
 
-    /// The channel on which leases of the lock `keys` handed to this
-    /// connection's waiters are announced.
-    pub(crate) fn handoff_channel(&self, keys: &crate::key::LockKeys) -> String {
-        format!("{}:{}", keys.channel(), self.id)
-    }
-
     /// Connects to `url` and checks the server answers (and accepts the
     /// credentials in the URL). Pub/sub messages go to `on_push`.
     pub(crate) async fn connect(
