@@ -88,6 +88,8 @@ mod guard;
 mod key;
 mod lease;
 mod lock;
+#[doc(hidden)]
+pub mod raw;
 mod redlock;
 mod reentrant;
 mod rwlock;

@@ -2,38 +2,22 @@
 //! redis-rs on the same kind of connection the library uses (a RESP3
 //! `ConnectionManager`), with no library around them.
 //!
-//! The calls pass the scripts' full KEYS and ARGV as the library does, for
-//! a caller that does not wait (queue window 0) on one server.
+//! The calls come from the library itself (`leasehold::raw`), built by the
+//! same functions as the client's, for a caller that does not wait (queue
+//! window 0): the floor never drifts from what the library sends.
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
+use leasehold::raw::LockCalls;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{IntoConnectionInfo, ProtocolVersion, Script};
+use redis::{IntoConnectionInfo, ProtocolVersion};
 
 use crate::exit::Failure;
 use crate::session::redis_failure;
 
-/// leasehold's acquire script, byte for byte.
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(include_str!(
-        "../../../leasehold/src/scripts/lock_acquire.lua"
-    ))
-});
-/// leasehold's release script, byte for byte.
-static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(include_str!(
-        "../../../leasehold/src/scripts/lock_release.lua"
-    ))
-});
-
 /// The id in hand-off channels and queue entries; the raw loop never
 /// queues, so one fixed id does.
 const CONNECTION_ID: &str = "raw";
-/// The fence key's TTL the library passes (1 h).
-const FENCE_TTL_MS: u64 = 3_600_000;
-/// How long a handed-off lease waits for its new owner, as the library passes.
-const HANDOFF_GRACE_MS: u64 = 500;
 
 /// What the raw loop says in the output.
 pub(crate) const DESCRIPTION: &str = "raw = EVALSHA of leasehold's own lock_acquire.lua and \
@@ -55,32 +39,19 @@ pub(crate) async fn connection(url: &str) -> Result<ConnectionManager, Failure> 
         .map_err(|e| redis_failure(e, "connecting"))
 }
 
-/// The three keys of one lock name, laid out as the library lays them.
-#[derive(Debug, Clone)]
-pub(crate) struct RawKeys {
-    /// The lease.
-    lock: String,
-    /// The fence counter.
-    fence: String,
-    /// The release channel.
-    channel: String,
-    /// The waiters' queue.
-    queue: String,
-    /// The waiters' deadlines.
-    alive: String,
-}
+/// One lock name's calls, made by the library itself
+/// ([`leasehold::raw`]), so the key layout and the arguments are exactly
+/// the client's.
+#[derive(Debug)]
+pub(crate) struct RawKeys(LockCalls);
 
 impl RawKeys {
-    /// Keys for `name` under `prefix` (`<prefix>:{<name>}:lock` and so on).
+    /// The calls for `name` under `prefix`; `name` is one of the bench's
+    /// own, always valid.
     pub(crate) fn new(prefix: &str, name: &str) -> RawKeys {
-        let base = format!("{prefix}:{{{name}}}");
-        RawKeys {
-            lock: format!("{base}:lock"),
-            fence: format!("{base}:fence"),
-            channel: format!("{base}:released"),
-            queue: format!("{base}:queue"),
-            alive: format!("{base}:alive"),
-        }
+        RawKeys(
+            LockCalls::new(prefix, name, CONNECTION_ID).expect("the bench's lock names are valid"),
+        )
     }
 }
 
@@ -103,21 +74,9 @@ pub(crate) async fn acquire_on(
     ttl: Duration,
     redlock_node: bool,
 ) -> Result<bool, Failure> {
-    let (acquired, _): (i64, i64) = ACQUIRE
-        .key(&keys.lock)
-        .key(&keys.fence)
-        .key(&keys.queue)
-        .key(&keys.alive)
-        .arg(token)
-        .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
-        .arg(FENCE_TTL_MS)
-        // Queue window 0 (never waits, never queues), never queued before,
-        // the clock fence of a Redlock node, not fair, this connection's id.
-        .arg(0)
-        .arg("0")
-        .arg(if redlock_node { "1" } else { "0" })
-        .arg("0")
-        .arg(CONNECTION_ID)
+    let (acquired, _): (i64, i64) = keys
+        .0
+        .acquire(token, ttl, redlock_node)
         .invoke_async(con)
         .await
         .map_err(|e| redis_failure(e, "in the raw acquire"))?;
@@ -141,16 +100,8 @@ pub(crate) async fn release_on(
     token: &str,
     redlock_node: bool,
 ) -> Result<(), Failure> {
-    RELEASE
-        .key(&keys.lock)
-        .key(&keys.channel)
-        .key(&keys.queue)
-        .key(&keys.alive)
-        .arg(token)
-        .arg(HANDOFF_GRACE_MS)
-        // A message when freed with nobody queued only on a Redlock node.
-        .arg(if redlock_node { "1" } else { "0" })
-        .arg(CONNECTION_ID)
+    keys.0
+        .release(token, redlock_node)
         .invoke_async::<i64>(con)
         .await
         .map_err(|e| redis_failure(e, "in the raw release"))?;

@@ -7,7 +7,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::Script;
+use redis::{Script, ScriptInvocation};
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
@@ -134,6 +134,22 @@ pub(crate) async fn lock_acquire(
     spread: Spread,
     fair: bool,
 ) -> Result<Acquire> {
+    let invocation = lock_acquire_call(keys, token, ttl, queueing, spread, fair, backend.id());
+    acquire_reply(backend, &invocation, keys, "string").await
+}
+
+/// The call [`lock_acquire`] sends from the connection `connection`:
+/// every key and argument, in the script's order.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn lock_acquire_call(
+    keys: &LockKeys,
+    token: &str,
+    ttl: Duration,
+    queueing: Queueing,
+    spread: Spread,
+    fair: bool,
+    connection: &str,
+) -> ScriptInvocation<'static> {
     let (window, already) = match queueing {
         Queueing::No => (0, false),
         Queueing::Wait { already } => (millis(QUEUE_WINDOW), already),
@@ -151,8 +167,8 @@ pub(crate) async fn lock_acquire(
         .arg(if already { "1" } else { "0" })
         .arg(if spread == Spread::Quorum { "1" } else { "0" })
         .arg(if fair { "1" } else { "0" })
-        .arg(backend.id());
-    acquire_reply(backend, &invocation, keys, "string").await
+        .arg(connection);
+    invocation
 }
 
 /// Runs an acquire script replying `{1, fence}` or `{0, pttl}`, whose lock
@@ -206,21 +222,29 @@ pub(crate) async fn lock_release(
     token: &str,
     spread: Spread,
 ) -> Result<Owned> {
-    let code: i64 = backend
-        .invoke(
-            LOCK_RELEASE
-                .key(keys.lock())
-                .key(keys.channel())
-                .key(keys.queue())
-                .key(keys.alive())
-                .arg(token)
-                .arg(millis(HANDOFF_GRACE))
-                .arg(if spread == Spread::Quorum { "1" } else { "0" })
-                .arg(backend.id()),
-            keys.lock(),
-        )
-        .await?;
+    let invocation = lock_release_call(keys, token, spread, backend.id());
+    let code: i64 = backend.invoke(&invocation, keys.lock()).await?;
     Ok(Owned::from_code(code))
+}
+
+/// The call [`lock_release`] sends from the connection `connection`.
+pub(crate) fn lock_release_call(
+    keys: &LockKeys,
+    token: &str,
+    spread: Spread,
+    connection: &str,
+) -> ScriptInvocation<'static> {
+    let mut invocation = LOCK_RELEASE.prepare_invoke();
+    invocation
+        .key(keys.lock())
+        .key(keys.channel())
+        .key(keys.queue())
+        .key(keys.alive())
+        .arg(token)
+        .arg(millis(HANDOFF_GRACE))
+        .arg(if spread == Spread::Quorum { "1" } else { "0" })
+        .arg(connection);
+    invocation
 }
 
 /// One lease to renew: its key, its identity in its kind's scripts (the

@@ -1,0 +1,71 @@
+//! Not part of the API, and under no semver promise: the lock's two
+//! scripts exactly as a client sends them (every key, every argument), for
+//! `leasehold bench`'s raw floor, which runs them on a plain redis-rs
+//! connection to measure what the library adds. Keeping this here, made by
+//! the same functions the client calls, means the floor can never drift
+//! from what the library really sends.
+
+use std::time::Duration;
+
+use redis::ScriptInvocation;
+
+use crate::key::{LockKeys, validate_name};
+use crate::scripts::{self, Queueing, Spread};
+
+/// The acquire and release calls of one lock name, from one connection id.
+#[derive(Debug)]
+pub struct LockCalls {
+    keys: LockKeys,
+    connection: String,
+}
+
+impl LockCalls {
+    /// The calls for the lock `name` under `prefix`, as sent by a client
+    /// whose connection id is `connection` (it names hand-off channels).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a name
+    /// a client would refuse.
+    pub fn new(prefix: &str, name: &str, connection: &str) -> crate::Result<LockCalls> {
+        validate_name(name)?;
+        Ok(LockCalls {
+            keys: LockKeys::new(prefix, name),
+            connection: connection.to_owned(),
+        })
+    }
+
+    /// An attempt that does not wait (so never queues), as on one server
+    /// or, with `redlock_node`, on one Redlock node. Replies `[1, fence]`
+    /// when `token` holds the lease, `[0, pttl]` otherwise.
+    pub fn acquire(
+        &self,
+        token: &str,
+        ttl: Duration,
+        redlock_node: bool,
+    ) -> ScriptInvocation<'static> {
+        scripts::lock_acquire_call(
+            &self.keys,
+            token,
+            ttl,
+            Queueing::No,
+            spread(redlock_node),
+            false,
+            &self.connection,
+        )
+    }
+
+    /// A release by `token`. Replies 1 released, 0 missing, -1 another
+    /// owner's.
+    pub fn release(&self, token: &str, redlock_node: bool) -> ScriptInvocation<'static> {
+        scripts::lock_release_call(&self.keys, token, spread(redlock_node), &self.connection)
+    }
+}
+
+fn spread(redlock_node: bool) -> Spread {
+    if redlock_node {
+        Spread::Quorum
+    } else {
+        Spread::One
+    }
+}
