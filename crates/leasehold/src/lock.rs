@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::guard::{Held, guard_api};
 use crate::key::validate_name;
 use crate::lease::Kind;
-use crate::scripts::{self, Acquire, Extension, Owned, Queueing};
+use crate::scripts::{Acquire, Extension, Owned, Queueing};
 use crate::token::{Token, redact};
 
 /// A handle to one named lease lock; made by [`Client::lock`].
@@ -194,10 +194,7 @@ impl Lock {
         validate_name(&self.h.name)?;
         let servers = &self.h.client.inner.servers;
         let stored = servers.lock_status(&self.h.keys).await?;
-        let waiting_clients = match servers.single("status") {
-            Ok(backend) => scripts::subscribers(backend, self.h.keys.channel()).await?,
-            Err(_) => 0,
-        };
+        let waiting_clients = servers.waiting_clients(&self.h.keys).await?;
         Ok(LockStatus {
             name: self.h.name.clone(),
             holder: stored.holder.as_deref().map(|t| redact(t).to_owned()),

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::guard::{Held, guard_api};
 use crate::key::{MAX_NAME_LEN, validate_name};
 use crate::lease::Kind;
-use crate::scripts::{self, Owned};
+use crate::scripts::Owned;
 use crate::token::{Token, redact};
 
 /// A handle to one named reentrant lock; made by [`Client::reentrant_lock`].
@@ -127,8 +127,8 @@ impl ReentrantLock {
     pub async fn release_by_token(&self, owner: &str) -> Result<()> {
         validate_name(&self.h.name)?;
         validate_owner(owner)?;
-        let backend = self.h.client.inner.servers.single("ReentrantLock")?;
-        match scripts::reentrant_release(backend, &self.h.keys, owner, "").await? {
+        let servers = &self.h.client.inner.servers;
+        match servers.reentrant_release(&self.h.keys, owner, "").await? {
             Owned::Done => Ok(()),
             Owned::Missing => Err(Error::Lost {
                 name: self.h.name.clone(),
@@ -179,12 +179,12 @@ impl ReentrantLock {
     async fn acquire_within(&self, wait: Option<Duration>) -> Result<Option<ReentrantGuard>> {
         self.h.validate()?;
         validate_owner(self.owner.as_str())?;
-        let backend = self.h.client.inner.servers.single("ReentrantLock")?;
+        let servers = &self.h.client.inner.servers;
         let hold = Token::random();
         let owner = self.owner.as_str();
         let target = self.h.target(Kind::Reentrant, hold.as_str());
         let acquired = acquire(&target, wait, || {
-            scripts::reentrant_acquire(backend, &self.h.keys, owner, hold.as_str(), self.h.ttl)
+            servers.reentrant_acquire(&self.h.keys, owner, hold.as_str(), self.h.ttl)
         })
         .await?;
         Ok(acquired.map(|(fence, sent)| {

@@ -12,7 +12,7 @@ use crate::guard::{Held, guard_api};
 use crate::key::{LockKeys, validate_name};
 use crate::lease::{Kind, Lease};
 use crate::reentrant::validate_owner;
-use crate::scripts::{self, Acquire, Mode, Owned, RwAcquire, RwAttempt};
+use crate::scripts::{Acquire, Mode, Owned, RwAcquire, RwAttempt};
 use crate::token::{Token, redact};
 
 /// A handle to one named read-write lock; made by [`Client::rw_lock`].
@@ -242,7 +242,7 @@ impl RwLock {
     async fn take(&self, mode: Mode, wait: Option<Duration>) -> Result<Option<Held>> {
         self.h.validate()?;
         validate_owner(self.owner.as_str())?;
-        let backend = self.h.client.inner.servers.single("RwLock")?;
+        let servers = &self.h.client.inner.servers;
         let hold = Token::random();
         let member = mode.member(hold.as_str(), self.owner.as_str());
         let attempt = RwAttempt {
@@ -262,7 +262,7 @@ impl RwLock {
         let target = self.h.target(Kind::Rw, &member);
         let name = &self.h.name;
         let acquired = acquire(&target, wait, || {
-            attempt_once(backend, &self.h.keys, name, attempt)
+            attempt_once(servers, &self.h.keys, name, attempt)
         })
         .await?;
         let Some((fence, sent)) = acquired else {
@@ -313,12 +313,12 @@ pub struct HoldStatus {
 
 /// One attempt, shaped for the shared wait loop.
 async fn attempt_once(
-    backend: &crate::backend::Backend,
+    servers: &crate::servers::Servers,
     keys: &LockKeys,
     name: &str,
     attempt: RwAttempt<'_>,
 ) -> Result<Acquire> {
-    match scripts::rw_acquire(backend, keys, attempt).await? {
+    match servers.rw_acquire(keys, attempt).await? {
         RwAcquire::Lock(Acquire::Held { remaining, .. }) if attempt.mode == Mode::Write => {
             // Retry well before our waiting entry (it lasts one TTL) expires.
             let refresh = attempt.ttl / 3;
@@ -433,10 +433,13 @@ impl WriteGuard {
             member: read.clone(),
         };
         let sent = Instant::now();
-        let backend = client.inner.servers.single("RwLock")?;
         // On an error the outcome is unknown: returning drops `pending` and
         // `self`, which release both holds in the background.
-        let outcome = scripts::rw_downgrade(backend, &lease.keys, &lease.hold, &read, ttl).await?;
+        let outcome = client
+            .inner
+            .servers
+            .rw_downgrade(&lease.keys, &lease.hold, &read, ttl)
+            .await?;
         pending.member.clear();
         let (fence, watchdog) = (self.held.fence(), self.held.watchdog());
         let error = self.held.lost_error();

@@ -178,19 +178,14 @@ impl Semaphore {
                 self.h.name
             )));
         }
-        let backend = self.h.client.inner.servers.single("Semaphore")?;
+        let servers = &self.h.client.inner.servers;
         let hold = Token::random();
         let member = scripts::sem_member(self.permits, hold.as_str());
         let target = self.h.target(Kind::Semaphore, &member);
         let acquired = acquire(&target, wait, || async {
-            match scripts::sem_acquire(
-                backend,
-                &self.h.keys,
-                self.permits,
-                hold.as_str(),
-                self.h.ttl,
-            )
-            .await?
+            match servers
+                .sem_acquire(&self.h.keys, self.permits, hold.as_str(), self.h.ttl)
+                .await?
             {
                 SemAcquire::Lock(reply) => Ok(reply),
                 SemAcquire::Mismatch(held_with) => Err(Error::PermitsMismatch {

@@ -13,7 +13,8 @@ use crate::key::LockKeys;
 use crate::lease::Kind;
 use crate::redlock::Redlock;
 use crate::scripts::{
-    self, Acquire, Extension, Owned, Queueing, ReentrantState, SetStatus, Spread, Status,
+    self, Acquire, Extension, Owned, Queueing, ReentrantState, RwAcquire, RwAttempt, SemAcquire,
+    SetStatus, Spread, Status,
 };
 
 /// The servers of one client.
@@ -134,6 +135,68 @@ impl Servers {
         match self {
             Servers::One(backend) => scripts::lock_status(backend, keys).await,
             Servers::Quorum(redlock) => redlock.lock_status(keys).await,
+        }
+    }
+
+    // The primitives that need one server (their state cannot be split over
+    // independent masters): each refuses a Redlock client with a clear error.
+
+    pub(crate) async fn reentrant_acquire(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+        hold: &str,
+        ttl: Duration,
+    ) -> Result<Acquire> {
+        scripts::reentrant_acquire(self.single("ReentrantLock")?, keys, owner, hold, ttl).await
+    }
+
+    /// Gives back the hold `hold` of `owner` (any one of its holds when empty).
+    pub(crate) async fn reentrant_release(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+        hold: &str,
+    ) -> Result<Owned> {
+        scripts::reentrant_release(self.single("ReentrantLock")?, keys, owner, hold).await
+    }
+
+    pub(crate) async fn rw_acquire(
+        &self,
+        keys: &LockKeys,
+        attempt: RwAttempt<'_>,
+    ) -> Result<RwAcquire> {
+        scripts::rw_acquire(self.single("RwLock")?, keys, attempt).await
+    }
+
+    /// Turns the write hold `write` into the read hold `read`, in one step.
+    pub(crate) async fn rw_downgrade(
+        &self,
+        keys: &LockKeys,
+        write: &str,
+        read: &str,
+        ttl: Duration,
+    ) -> Result<Owned> {
+        scripts::rw_downgrade(self.single("RwLock")?, keys, write, read, ttl).await
+    }
+
+    pub(crate) async fn sem_acquire(
+        &self,
+        keys: &LockKeys,
+        permits: u32,
+        hold: &str,
+        ttl: Duration,
+    ) -> Result<SemAcquire> {
+        scripts::sem_acquire(self.single("Semaphore")?, keys, permits, hold, ttl).await
+    }
+
+    /// How many client connections listen for the lock's releases (its
+    /// channel or a hand-off channel of it); 0 on Redlock, where it is not
+    /// counted.
+    pub(crate) async fn waiting_clients(&self, keys: &LockKeys) -> Result<usize> {
+        match self {
+            Servers::One(backend) => scripts::subscribers(backend, keys.channel()).await,
+            Servers::Quorum(_) => Ok(0),
         }
     }
 

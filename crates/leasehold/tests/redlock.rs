@@ -465,7 +465,6 @@ async fn list_reads_a_quorum_of_nodes_and_finds_leases_on_any_of_them() {
 #[tokio::test]
 async fn an_acquisition_refused_by_a_minority_takes_the_lease_there_at_once() {
     let servers = start_servers(5);
-    let client = redlock(&servers).await;
     // Two nodes hold a contender's attempt, which cannot win: three are free.
     for server in &servers[..2] {
         let _: () = redis::cmd("SET")
@@ -476,12 +475,28 @@ async fn an_acquisition_refused_by_a_minority_takes_the_lease_there_at_once() {
             .query(&mut server.connection())
             .unwrap();
     }
-    let guard = client
-        .lock("quick")
-        .ttl(Duration::from_secs(30))
-        .acquire()
+    // The three free nodes are frozen for a moment, so the two refusals
+    // reach the client before the quorum is decided (on a busy machine
+    // they could come after it, and only the first renewal would re-take
+    // those nodes).
+    let client = Client::builder()
+        .redlock(urls(&servers))
+        .node_timeout(Duration::from_secs(5))
+        .build()
         .await
-        .unwrap();
+        .expect("connect");
+    for server in &servers[2..] {
+        server.pause();
+    }
+    let acquiring = {
+        let lock = client.lock("quick").ttl(Duration::from_secs(30));
+        tokio::spawn(async move { lock.acquire().await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for server in &servers[2..] {
+        server.resume();
+    }
+    let guard = acquiring.await.expect("join").expect("acquire");
     // On every node as acquire returns, not at the first renewal (10 s on):
     // a restart of one of the three would otherwise lose it.
     let ours = Some(guard.token().to_owned());
