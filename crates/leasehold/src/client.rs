@@ -164,7 +164,7 @@ impl Client {
     /// the releases of every master. That costs cluster-bus traffic per
     /// release, which is fine for lock traffic; sharded pub/sub would not.
     ///
-    /// [`Client::list`] scans one node only on a cluster.
+    /// [`Client::list`] scans every master of the cluster.
     ///
     /// # Errors
     ///
