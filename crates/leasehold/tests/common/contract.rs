@@ -74,10 +74,7 @@ impl Kind {
             )],
             Kind::Read => vec![(Handle::Read(client.rw_lock(name).owner("")), "owner")],
             Kind::Write => vec![(Handle::Write(client.rw_lock(name).owner("")), "owner")],
-            Kind::Semaphore => vec![(
-                Handle::Semaphore(client.semaphore(name, 0)),
-                "0 permits",
-            )],
+            Kind::Semaphore => vec![(Handle::Semaphore(client.semaphore(name, 0)), "0 permits")],
             Kind::Lock | Kind::Fair => Vec::new(),
         }
     }
@@ -300,35 +297,25 @@ impl Deployment<'_> {
         }
     }
 
-    /// Commands the masters ran so far (`INFO commandstats`), but for
-    /// [`BACKGROUND_COMMANDS`].
+    /// Commands the masters ran so far (`INFO commandstats`, which counts
+    /// the commands scripts call too), but for [`BACKGROUND_COMMANDS`].
     pub fn lock_commands(&self) -> u64 {
-        let mut total = 0;
-        for server in self.masters() {
-            let info: String = redis::cmd("INFO")
-                .arg("commandstats")
-                .query(&mut server.connection())
-                .expect("INFO commandstats");
-            for line in info.lines() {
-                // cmdstat_evalsha:calls=3,usec=...
-                let Some((name, stats)) = line
-                    .strip_prefix("cmdstat_")
-                    .and_then(|l| l.split_once(':'))
-                else {
-                    continue;
-                };
-                let command = name.split('|').next().unwrap_or(name);
-                if BACKGROUND_COMMANDS.contains(&command) {
-                    continue;
-                }
-                let calls = stats
-                    .split(',')
-                    .find_map(|s| s.strip_prefix("calls="))
-                    .expect("calls=");
-                total += calls.parse::<u64>().expect("a count");
-            }
-        }
-        total
+        self.masters()
+            .into_iter()
+            .flat_map(command_calls)
+            .filter(|(command, _)| !BACKGROUND_COMMANDS.contains(&command.as_str()))
+            .map(|(_, calls)| calls)
+            .sum()
+    }
+
+    /// Scripts the masters ran so far (`EVALSHA`, `EVAL`).
+    pub fn scripts_run(&self) -> u64 {
+        self.masters()
+            .into_iter()
+            .flat_map(command_calls)
+            .filter(|(command, _)| command.starts_with("eval"))
+            .map(|(_, calls)| calls)
+            .sum()
     }
 
     /// Keys stored under any name starting with `name` (on every master).
@@ -402,6 +389,24 @@ impl Deployment<'_> {
             })
             .collect()
     }
+}
+
+/// Each command `server` ran (a subcommand counted as its command) and
+/// how many times, from `INFO commandstats`.
+fn command_calls(server: &RedisServer) -> Vec<(String, u64)> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.connection())
+        .expect("INFO commandstats");
+    info.lines()
+        .filter_map(|line| {
+            // cmdstat_client|list:calls=3,usec=...
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let command = name.split('|').next().unwrap_or(name);
+            let calls = stats.split(',').find_map(|s| s.strip_prefix("calls="))?;
+            Some((command.to_owned(), calls.parse().expect("a count")))
+        })
+        .collect()
 }
 
 /// See [`Deployment::footprint`].
@@ -499,7 +504,11 @@ pub async fn bad_inputs_are_refused_before_anything_is_sent(on: &Deployment<'_>,
             expect_invalid(r, "extend_by_token", "TTL");
         }
     }
-    assert_eq!(on.lock_commands(), sent, "{kind:?}: a refused call sent commands");
+    assert_eq!(
+        on.lock_commands(),
+        sent,
+        "{kind:?}: a refused call sent commands"
+    );
     for written in [on.keys_of(&name), on.keys_of(&long[..64])] {
         assert_eq!(written, Vec::<String>::new(), "{kind:?}: keys written");
     }
@@ -516,7 +525,11 @@ pub async fn bad_inputs_are_refused_before_anything_is_sent(on: &Deployment<'_>,
     for ttl in [Duration::ZERO, Duration::from_secs(25 * 3600)] {
         expect_invalid(guard.extend(ttl).await, "extend", "TTL");
     }
-    assert_eq!(on.lock_commands(), sent, "{kind:?}: a refused extend sent commands");
+    assert_eq!(
+        on.lock_commands(),
+        sent,
+        "{kind:?}: a refused extend sent commands"
+    );
     let after = on.snapshot_of(&name);
     assert_eq!(after[0].0, before[0].0, "{kind:?}: the lease changed");
     assert!(after[0].1 <= before[0].1, "{kind:?}: the expiry grew");
@@ -546,7 +559,10 @@ pub async fn another_token_changes_nothing(on: &Deployment<'_>, kind: Kind) {
     let before = on.snapshot_of(&name);
     let r = handle.release_by_token(other).await.expect("by-token kind");
     expect_err(r, is_not_owner, "release_by_token of another");
-    if let Some(r) = handle.extend_by_token(other, Duration::from_secs(600)).await {
+    if let Some(r) = handle
+        .extend_by_token(other, Duration::from_secs(600))
+        .await
+    {
         expect_err(r, is_not_owner, "extend_by_token of another");
     }
     let after = on.snapshot_of(&name);
@@ -578,11 +594,17 @@ pub async fn a_dropped_guard_frees_the_lock(on: &Deployment<'_>, kind: Kind) {
     drop(guard);
     let took = dropping.elapsed();
     server.resume();
-    assert!(took < Duration::from_millis(200), "{kind:?}: drop blocked for {took:?}");
+    assert!(
+        took < Duration::from_millis(200),
+        "{kind:?}: drop blocked for {took:?}"
+    );
     let rival = kind.rival().on(&other, &name).wait(Duration::from_secs(5));
     let started = Instant::now();
     let taken = rival.acquire().await.expect("the dropped lease comes back");
-    assert!(started.elapsed() < ttl / 2, "{kind:?}: freed only by its TTL");
+    assert!(
+        started.elapsed() < ttl / 2,
+        "{kind:?}: freed only by its TTL"
+    );
     taken.release().await.unwrap();
     assert_eq!(on.footprint(&name), NOTHING, "{kind:?}");
 }
@@ -606,7 +628,11 @@ pub async fn an_expired_lease_makes_the_guard_lost(on: &Deployment<'_>, kind: Ki
     assert!(guard.is_lost());
     // The client's view ends a little before Redis's (drift); let Redis's end too.
     footprint_becomes(on, &name, NOTHING, "the server expires the lease").await;
-    expect_err(guard.extend(Duration::from_secs(1)).await, is_lost, "extend");
+    expect_err(
+        guard.extend(Duration::from_secs(1)).await,
+        is_lost,
+        "extend",
+    );
     expect_err(guard.release().await, is_lost, "release");
 }
 
@@ -632,7 +658,10 @@ pub async fn an_acquire_cancelled_while_waiting_leaves_nothing(on: &Deployment<'
     holder.release().await.unwrap();
     footprint_becomes(on, &name, NOTHING, "the lock is free").await;
     let next = kind.on(&client, &name).try_acquire().await.unwrap();
-    next.expect("free for the next caller").release().await.unwrap();
+    next.expect("free for the next caller")
+        .release()
+        .await
+        .unwrap();
 }
 
 /// An acquire dropped while its attempt is in flight (the server is paused,
@@ -643,19 +672,22 @@ pub async fn an_acquire_cancelled_in_flight_leaves_nothing(on: &Deployment<'_>, 
     let name = name_for("cancel-flight", kind);
     let handle = kind.on(&client, &name).wait(Duration::from_secs(10));
     let server = on.server_of(&format!("leasehold:{{{name}}}:lock"));
-    let sent = on.lock_commands();
+    // Load the kind's scripts first: a paused attempt answered NOSCRIPT
+    // would never run, and the check would prove nothing.
+    handle.acquire().await.unwrap().release().await.unwrap();
+    let ran = on.scripts_run();
     server.pause();
     let cut = tokio::time::timeout(Duration::from_millis(100), handle.acquire()).await;
     server.resume();
     assert!(cut.is_err(), "{kind:?}: the acquire was not cut off");
-    // The attempt and the give-back both ran, in that order (one connection).
-    wait_until("the attempt and its give-back ran", || {
-        on.lock_commands() >= sent + 2
-    })
-    .await;
+    // The attempt ran (its give-back follows it on the same connection).
+    wait_until("the attempt ran", || on.scripts_run() > ran).await;
     footprint_becomes(on, &name, NOTHING, "the hold is given back").await;
     let next = handle.try_acquire().await.unwrap();
-    next.expect("free for the next caller").release().await.unwrap();
+    next.expect("free for the next caller")
+        .release()
+        .await
+        .unwrap();
 }
 
 /// `status()` reads and writes nothing: every key of the lock is as it
@@ -689,7 +721,11 @@ pub async fn fences_increase_across_acquisitions(on: &Deployment<'_>, kind: Kind
     let mut last = 0;
     for c in [&client, &other, &client] {
         let guard = kind.on(c, &name).acquire().await.unwrap();
-        assert!(guard.fence() > last, "{kind:?}: fence {} after {last}", guard.fence());
+        assert!(
+            guard.fence() > last,
+            "{kind:?}: fence {} after {last}",
+            guard.fence()
+        );
         last = guard.fence();
         guard.release().await.unwrap();
     }
@@ -711,7 +747,10 @@ pub async fn a_held_lock_refuses_try_acquire(on: &Deployment<'_>, kind: Kind) {
     assert!(!holder.is_lost());
     holder.release().await.unwrap();
     let free = handle.try_acquire().await.unwrap();
-    free.expect("free after the release").release().await.unwrap();
+    free.expect("free after the release")
+        .release()
+        .await
+        .unwrap();
 }
 
 /// Hands the name of every contract to the macro `$then`, so that the
