@@ -598,12 +598,13 @@ pub async fn a_dropped_guard_frees_the_lock(on: &Deployment<'_>, kind: Kind) {
         took < Duration::from_millis(200),
         "{kind:?}: drop blocked for {took:?}"
     );
-    let rival = kind.rival().on(&other, &name).wait(Duration::from_secs(5));
+    let rival = kind.rival().on(&other, &name).wait(Duration::from_secs(2));
     let started = Instant::now();
     let taken = rival.acquire().await.expect("the dropped lease comes back");
+    let waited = started.elapsed();
     assert!(
-        started.elapsed() < ttl / 2,
-        "{kind:?}: freed only by its TTL"
+        waited < Duration::from_millis(500),
+        "{kind:?}: freed after {waited:?}"
     );
     taken.release().await.unwrap();
     assert_eq!(on.footprint(&name), NOTHING, "{kind:?}");
@@ -743,7 +744,12 @@ pub async fn a_held_lock_refuses_try_acquire(on: &Deployment<'_>, kind: Kind) {
     let started = Instant::now();
     let timed_out = handle.clone().wait(wait).acquire().await;
     expect_err(timed_out, |e| matches!(e, Error::Timeout { .. }), "acquire");
-    assert!(started.elapsed() >= wait, "{kind:?}: gave up early");
+    let waited = started.elapsed();
+    assert!(waited >= wait, "{kind:?}: gave up after {waited:?}");
+    assert!(
+        waited < wait + Duration::from_millis(500),
+        "{kind:?}: {waited:?}"
+    );
     assert!(!holder.is_lost());
     holder.release().await.unwrap();
     let free = handle.try_acquire().await.unwrap();
@@ -771,6 +777,7 @@ macro_rules! contracts {
     };
 }
 
+#[allow(unused_imports)] // used by tests/contract.rs only
 pub(crate) use contracts;
 
 /// Every contract for every kind on `on`, one after the other (some
