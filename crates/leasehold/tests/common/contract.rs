@@ -432,6 +432,13 @@ async fn footprint_becomes(on: &Deployment<'_>, name: &str, want: Footprint, wha
     wait_until(what, || on.footprint(name) == want).await;
 }
 
+/// `try_acquire` on `handle` gets the lock (then gives it back).
+async fn free_at_once(handle: &Handle) {
+    let guard = handle.try_acquire().await.expect("try_acquire");
+    let guard = guard.expect("free for the next caller at once");
+    guard.release().await.expect("release");
+}
+
 fn expect_invalid<T>(result: Result<T, Error>, call: &str, word: &str) {
     match result {
         Err(Error::InvalidArgument(message)) => assert!(
@@ -658,11 +665,7 @@ pub async fn an_acquire_cancelled_while_waiting_leaves_nothing(on: &Deployment<'
     assert!(!holder.is_lost());
     holder.release().await.unwrap();
     footprint_becomes(on, &name, NOTHING, "the lock is free").await;
-    let next = kind.on(&client, &name).try_acquire().await.unwrap();
-    next.expect("free for the next caller")
-        .release()
-        .await
-        .unwrap();
+    free_at_once(&kind.on(&client, &name)).await;
 }
 
 /// An acquire dropped while its attempt is in flight (the server is paused,
@@ -684,11 +687,7 @@ pub async fn an_acquire_cancelled_in_flight_leaves_nothing(on: &Deployment<'_>, 
     // The attempt ran (its give-back follows it on the same connection).
     wait_until("the attempt ran", || on.scripts_run() > ran).await;
     footprint_becomes(on, &name, NOTHING, "the hold is given back").await;
-    let next = handle.try_acquire().await.unwrap();
-    next.expect("free for the next caller")
-        .release()
-        .await
-        .unwrap();
+    free_at_once(&handle).await;
 }
 
 /// `status()` reads and writes nothing: every key of the lock is as it
@@ -752,11 +751,7 @@ pub async fn a_held_lock_refuses_try_acquire(on: &Deployment<'_>, kind: Kind) {
     );
     assert!(!holder.is_lost());
     holder.release().await.unwrap();
-    let free = handle.try_acquire().await.unwrap();
-    free.expect("free after the release")
-        .release()
-        .await
-        .unwrap();
+    free_at_once(&handle).await;
 }
 
 /// Hands the name of every contract to the macro `$then`, so that the
