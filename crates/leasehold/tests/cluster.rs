@@ -31,6 +31,7 @@ async fn cluster_runs_the_locks_spread_over_every_master() {
     let cluster = RedisCluster::start(3, 1);
     let client = Client::cluster(cluster.urls()).await.expect("connect");
     common::lock_suite(&client, "cluster").await;
+    common::contract::run_all(&common::contract::Deployment::Cluster(&cluster)).await;
 
     // Many names: held at once, renewed by the watchdog in per-slot
     // batches (a cross-slot batch would fail), spread over all masters.

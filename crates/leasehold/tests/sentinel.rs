@@ -14,6 +14,7 @@ async fn sentinel_client_follows_a_failover() {
         .await
         .expect("connect through the sentinels");
     common::lock_suite(&client, "sentinel").await;
+    common::contract::run_all(&common::contract::Deployment::sentinel(&set)).await;
 
     let held = client
         .lock("across")

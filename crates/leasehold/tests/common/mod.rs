@@ -5,6 +5,8 @@
 
 use std::time::{Duration, Instant};
 
+pub mod contract;
+
 use leasehold::{Client, Error};
 use leasehold_testkit::RedisServer;
 
