@@ -240,9 +240,22 @@ fn redlock_cluster_and_sentinel_clients_are_made_from_a_thread() {
     let nodes = start_servers(3);
     let redlock = Client::redlock(nodes.iter().map(|n| n.url())).unwrap();
     let guard = redlock.lock("orders:42").acquire().unwrap();
+    // Acquire returns once a quorum (2 of 3) agreed; the third node's
+    // answer may come just after.
+    let deadline = Instant::now() + Duration::from_secs(5);
     for node in &nodes {
-        let holder: Option<String> = node.connection().get("leasehold:{orders:42}:lock").unwrap();
-        assert!(holder.is_some(), "Redlock acquires on every live node");
+        loop {
+            let holder: Option<String> =
+                node.connection().get("leasehold:{orders:42}:lock").unwrap();
+            if holder.is_some() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Redlock acquires on every live node"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
     assert_eq!(redlock.list("*").unwrap().len(), 1);
     guard.release().unwrap();
