@@ -350,22 +350,22 @@ impl ResourceView {
         self.state().history.clone()
     }
 
+    /// Applies `request`, or passes it to its hook. A hook runs in the
+    /// connection's thread and may wait for other workers' operations (the
+    /// injector waits for a later holder's write), so it is called with no
+    /// lock held: [`current`] clones it out of its slot first.
     fn handle(&self, worker: WorkerId, request: Request) -> Reply {
         if let Request::Holding { fence } = request {
-            return lock(&self.shared.hook)
-                .clone()
-                .map_or(Reply::Go, |h| h(worker, fence));
+            return current(&self.shared.hook).map_or(Reply::Go, |h| h(worker, fence));
         }
         if let Request::Acquiring { .. } = request {
-            return lock(&self.shared.acquiring_hook)
-                .clone()
-                .map_or(Reply::Go, |h| h(worker));
+            return current(&self.shared.acquiring_hook).map_or(Reply::Go, |h| h(worker));
         }
         let failed = matches!(request, Request::AcquireFailed { .. });
         let reply = self.state().apply(worker, request);
         self.shared.changed.notify_all();
         if failed {
-            if let Some(h) = lock(&self.shared.failed_hook).clone() {
+            if let Some(h) = current(&self.shared.failed_hook) {
                 return h(worker);
             }
         }
@@ -376,6 +376,19 @@ impl ResourceView {
 /// Locks a hook slot (a hook is replaced whole, so a poisoned slot is fine).
 fn lock<T: ?Sized>(slot: &Mutex<Option<Arc<T>>>) -> MutexGuard<'_, Option<Arc<T>>> {
     slot.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The hook in a slot, with the slot unlocked again before it is called.
+///
+/// `lock(slot).clone().map_or(.., |h| h(..))` would keep the guard, a
+/// temporary, until the end of the statement, across the call: a holder
+/// announcing while the injector's hook waits for another holder's write
+/// would then wait on the slot, still holding the lock, and that write
+/// would never come (`run-wrapper-kill`: the killed wrapper's replacement
+/// took the lock and renewed it for the whole wait).
+fn current<T: ?Sized>(slot: &Mutex<Option<Arc<T>>>) -> Option<Arc<T>> {
+    // The guard is a temporary of this function: dropped when it returns.
+    lock(slot).clone()
 }
 
 fn accept_loop(listener: &TcpListener, view: &ResourceView) {
@@ -412,5 +425,75 @@ fn serve(stream: TcpStream, view: &ResourceView) {
         if writeln!(writer, "{}", reply.encode()).is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+
+    use super::*;
+
+    /// One worker's connection, speaking the line protocol.
+    struct Conn {
+        reader: BufReader<TcpStream>,
+        writer: TcpStream,
+    }
+
+    impl Conn {
+        fn open(port: u16, worker: WorkerId) -> Conn {
+            let writer = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+            let reader = BufReader::new(writer.try_clone().expect("clone"));
+            let mut conn = Conn { reader, writer };
+            assert_eq!(conn.call(&Request::Hello { worker }), Reply::Ok);
+            conn
+        }
+
+        fn call(&mut self, request: &Request) -> Reply {
+            writeln!(self.writer, "{}", request.encode()).expect("send");
+            let mut line = String::new();
+            self.reader.read_line(&mut line).expect("reply");
+            Reply::parse(line.trim_end()).expect("a reply")
+        }
+    }
+
+    /// The injector's hook waits in the connection's thread for a later
+    /// holder's write; that holder's own announce must be answered
+    /// meanwhile (it was not: the hook's slot stayed locked across the
+    /// call, so the later holder waited on it while holding the lock).
+    #[test]
+    fn a_hook_waiting_for_another_holder_does_not_block_its_announce() {
+        let resource = Resource::start();
+        let view = resource.view();
+        let (waiting_tx, waiting_rx) = mpsc::channel();
+        {
+            let view = view.clone();
+            resource.view().set_hook(Arc::new(move |worker, fence| {
+                if worker != 1 {
+                    return Reply::Go;
+                }
+                let _ = waiting_tx.send(());
+                if view.wait_for_write_above(fence, Duration::from_secs(10)) {
+                    Reply::Go
+                } else {
+                    Reply::Error("no later write".into())
+                }
+            }));
+        }
+        let port = resource.port();
+        let first =
+            std::thread::spawn(move || Conn::open(port, 1).call(&Request::Holding { fence: 5 }));
+        // Worker 1's hook is now waiting for a write above fence 5.
+        waiting_rx.recv().expect("the hook runs");
+        let mut second = Conn::open(port, 2);
+        assert_eq!(second.call(&Request::Holding { fence: 6 }), Reply::Go);
+        let write = Request::Write {
+            fence: 6,
+            token: "t6".into(),
+            unfenced: 1,
+            fenced: Some(1),
+        };
+        assert_eq!(second.call(&write), Reply::Ok);
+        assert_eq!(first.join().expect("first connection"), Reply::Go);
     }
 }

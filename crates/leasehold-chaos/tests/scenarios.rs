@@ -41,6 +41,16 @@ fn leasehold_exe() -> PathBuf {
                 .arg("--target-dir")
                 .arg(target_dir)
                 .current_dir(env!("CARGO_MANIFEST_DIR"));
+            // What cargo set for this test binary is not the caller's
+            // environment: build scripts that track a variable among them
+            // (ring's tracks CARGO_MANIFEST_DIR) would see it changed, and
+            // this build and the next `cargo test` would each rebuild ring,
+            // rustls, redis and leasehold for the other (~30 s each).
+            for (name, _) in std::env::vars_os() {
+                if name.to_str().is_some_and(set_by_cargo_for_tests) {
+                    cargo.env_remove(&name);
+                }
+            }
             if profile_dir.ends_with("release") {
                 cargo.arg("--release");
             }
@@ -49,6 +59,21 @@ fn leasehold_exe() -> PathBuf {
             profile_dir.join("leasehold")
         })
         .clone()
+}
+
+/// Whether `name` is a variable cargo sets when it runs a test binary
+/// (not one of cargo's own settings, such as `CARGO_HOME`, which stay).
+fn set_by_cargo_for_tests(name: &str) -> bool {
+    matches!(
+        name,
+        "CARGO_MANIFEST_DIR"
+            | "CARGO_MANIFEST_PATH"
+            | "CARGO_MANIFEST_LINKS"
+            | "CARGO_PRIMARY_PACKAGE"
+            | "CARGO_CRATE_NAME"
+            | "CARGO_TARGET_TMPDIR"
+    ) || name.starts_with("CARGO_PKG_")
+        || name.starts_with("CARGO_BIN_EXE_")
 }
 
 fn run_ci(name: &str) -> Report {
