@@ -13,13 +13,13 @@ use crate::clock::Instant;
 
 use tokio::sync::Notify;
 
-use crate::client::Client;
+use crate::client::{Client, Inner};
 use crate::error::{Error, Result};
-use crate::events::Subscription;
+use crate::events::{Events, Subscription};
 use crate::guard::Held;
 use crate::key::{LockKeys, validate_name};
 use crate::lease::{Kind, Lease, validity};
-use crate::scripts::{Acquire, QUEUE_HEARTBEAT};
+use crate::scripts::{Acquire, Owned, QUEUE_HEARTBEAT};
 use crate::token::Token;
 
 /// Default lease length of every handle.
@@ -27,9 +27,47 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 /// Default bound on how long a handle's acquire waits for the holders.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 
+/// What the wait loop needs from its client: the client's [`Inner`] in a
+/// build, an in-process fake in the unit tests, which check the loop's
+/// timers and cancel paths on tokio's paused clock.
+pub(crate) trait Core: Sync {
+    /// The client's release events.
+    fn events(&self) -> &Events;
+
+    /// Whether [`Client::close`] was called.
+    fn is_closed(&self) -> bool;
+
+    /// Woken (`notify_waiters`) when the client is closed.
+    fn closing(&self) -> &Notify;
+
+    /// `min_replicas(n, timeout)`: replicas that must acknowledge each
+    /// acquisition.
+    fn min_replicas(&self) -> Option<(usize, Duration)>;
+
+    /// How many replicas acknowledged the writes made so far to `key`'s
+    /// master, up to `replicas`, waiting at most `timeout`.
+    fn wait_replicas(
+        &self,
+        key: &str,
+        replicas: usize,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<usize>> + Send;
+
+    /// Releases a hold now, owner-checked, and answers with the outcome.
+    fn release(
+        &self,
+        kind: Kind,
+        keys: &LockKeys,
+        hold: &str,
+    ) -> impl Future<Output = Result<Owned>> + Send;
+
+    /// Releases a hold in the background (the watchdog); never blocks.
+    fn release_in_background(&self, kind: Kind, keys: Arc<LockKeys>, hold: String);
+}
+
 /// What the attempts try to take.
-pub(crate) struct Target<'a> {
-    pub(crate) client: &'a Client,
+pub(crate) struct Target<'a, C: Core = Inner> {
+    pub(crate) core: &'a C,
     pub(crate) name: &'a str,
     pub(crate) keys: &'a Arc<LockKeys>,
     pub(crate) kind: Kind,
@@ -53,16 +91,17 @@ pub(crate) struct Target<'a> {
 ///
 /// Cancel safety: dropping the future while an attempt may have succeeded
 /// on the server releases that hold in the background.
-pub(crate) async fn acquire<F, Fut>(
-    target: &Target<'_>,
+pub(crate) async fn acquire<C, F, Fut>(
+    target: &Target<'_, C>,
     wait: Option<Duration>,
     mut attempt: F,
 ) -> Result<Option<(u64, Instant)>>
 where
+    C: Core,
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Acquire>>,
 {
-    let inner = &target.client.inner;
+    let core = target.core;
     let deadline = wait.map(|w| Instant::now() + w);
     let mut pending = PendingAttempt {
         target,
@@ -73,15 +112,15 @@ where
     // was waited for moments ago) registers before its first attempt, so a
     // refused first attempt needs no second one after subscribing.
     let mut subscription: Option<Subscription> =
-        deadline.and_then(|_| inner.events.subscribed(&target.channel, target.hold));
+        deadline.and_then(|_| core.events().subscribed(&target.channel, target.hold));
     let mut backoff = Duration::from_millis(10);
     loop {
         // Client::close wakes the waiters; registered before the check, so
         // a close between the two is not missed.
-        let closing = inner.closing.notified();
+        let closing = core.closing().notified();
         tokio::pin!(closing);
         closing.as_mut().enable();
-        if target.client.is_closed() {
+        if core.is_closed() {
             return Err(Error::Closed);
         }
         // Register for the wake-ups before trying, so a release that lands
@@ -111,7 +150,7 @@ where
                     // the lease of the guard the retry returns.
                     pending.give_back().await?;
                     Instant::now()
-                } else if target.client.is_closed() {
+                } else if core.is_closed() {
                     // Closed while the attempt was in flight: the client's
                     // watchdog gives back nothing it is told of from now
                     // on but in the background, so give it back here.
@@ -138,7 +177,7 @@ where
                     return Ok(None);
                 }
                 if subscription.is_none() {
-                    match inner.events.subscribe(&target.channel, target.hold).await {
+                    match core.events().subscribe(&target.channel, target.hold).await {
                         Ok(s) => {
                             subscription = Some(s);
                             continue;
@@ -183,7 +222,7 @@ where
                 }
             }
         }
-        if target.client.is_closed() {
+        if core.is_closed() {
             continue;
         }
         if deadline.is_some_and(|d| Instant::now() >= d) && !pending.armed {
@@ -218,30 +257,26 @@ fn jitter(d: Duration) -> Duration {
 /// An acquire attempt whose outcome may be unknown: if the future is dropped
 /// while armed, the hold is released in the background. A waiter that gave
 /// up leaves the queue the same way (the release script does both).
-struct PendingAttempt<'a, 'b> {
-    target: &'a Target<'b>,
+struct PendingAttempt<'a, 'b, C: Core> {
+    target: &'a Target<'b, C>,
     armed: bool,
     queued: bool,
 }
 
-impl PendingAttempt<'_, '_> {
+impl<C: Core> PendingAttempt<'_, '_, C> {
     /// With `min_replicas`, waits for the replicas to acknowledge the
     /// acquisition just made; too few release it (at once, or in the
     /// background if that fails) and fail.
     async fn replicated(&mut self) -> Result<()> {
         let t = self.target;
-        let inner = &t.client.inner;
-        let Some((needed, timeout)) = inner.min_replicas else {
+        let Some((needed, timeout)) = t.core.min_replicas() else {
             return Ok(());
         };
-        let acked = inner
-            .servers
-            .wait_replicas(t.keys.lock(), needed, timeout)
-            .await?;
+        let acked = t.core.wait_replicas(t.keys.lock(), needed, timeout).await?;
         if acked >= needed {
             return Ok(());
         }
-        match inner.servers.release(t.kind, t.keys, t.hold).await {
+        match t.core.release(t.kind, t.keys, t.hold).await {
             Ok(_) => {
                 self.armed = false;
                 self.queued = false;
@@ -265,7 +300,7 @@ impl PendingAttempt<'_, '_> {
     /// fails: a retry with this hold could race it.
     async fn give_back(&mut self) -> Result<()> {
         let t = self.target;
-        match t.client.inner.servers.release(t.kind, t.keys, t.hold).await {
+        match t.core.release(t.kind, t.keys, t.hold).await {
             Ok(_) => {
                 self.armed = false;
                 self.queued = false;
@@ -284,14 +319,12 @@ impl PendingAttempt<'_, '_> {
         self.armed = false;
         self.queued = false;
         let t = self.target;
-        t.client
-            .inner
-            .watchdog
-            .release(t.kind, Arc::clone(t.keys), t.hold.to_owned());
+        t.core
+            .release_in_background(t.kind, Arc::clone(t.keys), t.hold.to_owned());
     }
 }
 
-impl Drop for PendingAttempt<'_, '_> {
+impl<C: Core> Drop for PendingAttempt<'_, '_, C> {
     fn drop(&mut self) {
         if self.armed || self.queued {
             self.release_in_background();
@@ -341,7 +374,7 @@ impl Handle {
             _ => None,
         };
         Target {
-            client: &self.client,
+            core: &self.client.inner,
             name: &self.name,
             keys: &self.keys,
             kind,
