@@ -13,13 +13,13 @@ use crate::clock::Instant;
 
 use tokio::sync::Notify;
 
-use crate::client::Client;
+use crate::client::{Client, Inner};
 use crate::error::{Error, Result};
-use crate::events::Subscription;
+use crate::events::{Events, Subscription};
 use crate::guard::Held;
 use crate::key::{LockKeys, validate_name};
 use crate::lease::{Kind, Lease, validity};
-use crate::scripts::{Acquire, QUEUE_HEARTBEAT};
+use crate::scripts::{Acquire, Owned, QUEUE_HEARTBEAT};
 use crate::token::Token;
 
 /// Default lease length of every handle.
@@ -27,9 +27,47 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 /// Default bound on how long a handle's acquire waits for the holders.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 
+/// What the wait loop needs from its client: the client's [`Inner`] in a
+/// build, an in-process fake in the unit tests, which check the loop's
+/// timers and cancel paths on tokio's paused clock.
+pub(crate) trait Core: Sync {
+    /// The client's release events.
+    fn events(&self) -> &Events;
+
+    /// Whether [`Client::close`] was called.
+    fn is_closed(&self) -> bool;
+
+    /// Woken (`notify_waiters`) when the client is closed.
+    fn closing(&self) -> &Notify;
+
+    /// `min_replicas(n, timeout)`: replicas that must acknowledge each
+    /// acquisition.
+    fn min_replicas(&self) -> Option<(usize, Duration)>;
+
+    /// How many replicas acknowledged the writes made so far to `key`'s
+    /// master, up to `replicas`, waiting at most `timeout`.
+    fn wait_replicas(
+        &self,
+        key: &str,
+        replicas: usize,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<usize>> + Send;
+
+    /// Releases a hold now, owner-checked, and answers with the outcome.
+    fn release(
+        &self,
+        kind: Kind,
+        keys: &LockKeys,
+        hold: &str,
+    ) -> impl Future<Output = Result<Owned>> + Send;
+
+    /// Releases a hold in the background (the watchdog); never blocks.
+    fn release_in_background(&self, kind: Kind, keys: Arc<LockKeys>, hold: String);
+}
+
 /// What the attempts try to take.
-pub(crate) struct Target<'a> {
-    pub(crate) client: &'a Client,
+pub(crate) struct Target<'a, C: Core = Inner> {
+    pub(crate) core: &'a C,
     pub(crate) name: &'a str,
     pub(crate) keys: &'a Arc<LockKeys>,
     pub(crate) kind: Kind,
@@ -53,16 +91,17 @@ pub(crate) struct Target<'a> {
 ///
 /// Cancel safety: dropping the future while an attempt may have succeeded
 /// on the server releases that hold in the background.
-pub(crate) async fn acquire<F, Fut>(
-    target: &Target<'_>,
+pub(crate) async fn acquire<C, F, Fut>(
+    target: &Target<'_, C>,
     wait: Option<Duration>,
     mut attempt: F,
 ) -> Result<Option<(u64, Instant)>>
 where
+    C: Core,
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Acquire>>,
 {
-    let inner = &target.client.inner;
+    let core = target.core;
     let deadline = wait.map(|w| Instant::now() + w);
     let mut pending = PendingAttempt {
         target,
@@ -73,15 +112,15 @@ where
     // was waited for moments ago) registers before its first attempt, so a
     // refused first attempt needs no second one after subscribing.
     let mut subscription: Option<Subscription> =
-        deadline.and_then(|_| inner.events.subscribed(&target.channel, target.hold));
+        deadline.and_then(|_| core.events().subscribed(&target.channel, target.hold));
     let mut backoff = Duration::from_millis(10);
     loop {
         // Client::close wakes the waiters; registered before the check, so
         // a close between the two is not missed.
-        let closing = inner.closing.notified();
+        let closing = core.closing().notified();
         tokio::pin!(closing);
         closing.as_mut().enable();
-        if target.client.is_closed() {
+        if core.is_closed() {
             return Err(Error::Closed);
         }
         // Register for the wake-ups before trying, so a release that lands
@@ -111,7 +150,7 @@ where
                     // the lease of the guard the retry returns.
                     pending.give_back().await?;
                     Instant::now()
-                } else if target.client.is_closed() {
+                } else if core.is_closed() {
                     // Closed while the attempt was in flight: the client's
                     // watchdog gives back nothing it is told of from now
                     // on but in the background, so give it back here.
@@ -138,7 +177,7 @@ where
                     return Ok(None);
                 }
                 if subscription.is_none() {
-                    match inner.events.subscribe(&target.channel, target.hold).await {
+                    match core.events().subscribe(&target.channel, target.hold).await {
                         Ok(s) => {
                             subscription = Some(s);
                             continue;
@@ -183,7 +222,7 @@ where
                 }
             }
         }
-        if target.client.is_closed() {
+        if core.is_closed() {
             continue;
         }
         if deadline.is_some_and(|d| Instant::now() >= d) && !pending.armed {
@@ -218,30 +257,26 @@ fn jitter(d: Duration) -> Duration {
 /// An acquire attempt whose outcome may be unknown: if the future is dropped
 /// while armed, the hold is released in the background. A waiter that gave
 /// up leaves the queue the same way (the release script does both).
-struct PendingAttempt<'a, 'b> {
-    target: &'a Target<'b>,
+struct PendingAttempt<'a, 'b, C: Core> {
+    target: &'a Target<'b, C>,
     armed: bool,
     queued: bool,
 }
 
-impl PendingAttempt<'_, '_> {
+impl<C: Core> PendingAttempt<'_, '_, C> {
     /// With `min_replicas`, waits for the replicas to acknowledge the
     /// acquisition just made; too few release it (at once, or in the
     /// background if that fails) and fail.
     async fn replicated(&mut self) -> Result<()> {
         let t = self.target;
-        let inner = &t.client.inner;
-        let Some((needed, timeout)) = inner.min_replicas else {
+        let Some((needed, timeout)) = t.core.min_replicas() else {
             return Ok(());
         };
-        let acked = inner
-            .servers
-            .wait_replicas(t.keys.lock(), needed, timeout)
-            .await?;
+        let acked = t.core.wait_replicas(t.keys.lock(), needed, timeout).await?;
         if acked >= needed {
             return Ok(());
         }
-        match inner.servers.release(t.kind, t.keys, t.hold).await {
+        match t.core.release(t.kind, t.keys, t.hold).await {
             Ok(_) => {
                 self.armed = false;
                 self.queued = false;
@@ -265,7 +300,7 @@ impl PendingAttempt<'_, '_> {
     /// fails: a retry with this hold could race it.
     async fn give_back(&mut self) -> Result<()> {
         let t = self.target;
-        match t.client.inner.servers.release(t.kind, t.keys, t.hold).await {
+        match t.core.release(t.kind, t.keys, t.hold).await {
             Ok(_) => {
                 self.armed = false;
                 self.queued = false;
@@ -284,14 +319,12 @@ impl PendingAttempt<'_, '_> {
         self.armed = false;
         self.queued = false;
         let t = self.target;
-        t.client
-            .inner
-            .watchdog
-            .release(t.kind, Arc::clone(t.keys), t.hold.to_owned());
+        t.core
+            .release_in_background(t.kind, Arc::clone(t.keys), t.hold.to_owned());
     }
 }
 
-impl Drop for PendingAttempt<'_, '_> {
+impl<C: Core> Drop for PendingAttempt<'_, '_, C> {
     fn drop(&mut self) {
         if self.armed || self.queued {
             self.release_in_background();
@@ -341,7 +374,7 @@ impl Handle {
             _ => None,
         };
         Target {
-            client: &self.client,
+            core: &self.client.inner,
             name: &self.name,
             keys: &self.keys,
             kind,
@@ -472,3 +505,528 @@ macro_rules! owner_api {
 }
 
 pub(crate) use owner_api;
+
+#[cfg(test)]
+mod tests {
+    //! The wait loop's timers, wake-ups and cancel paths, on tokio's paused
+    //! clock against an in-process fake client: attempts are scripted, and
+    //! every call the loop makes is logged with its time.
+
+    use std::collections::VecDeque;
+    use std::pin::Pin;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use redis::{PushInfo, PushKind, Value};
+
+    use super::*;
+    use crate::events::{Channels, Shared};
+
+    const TTL: Duration = Duration::from_secs(1);
+    const HOLD: &str = "waiter-1";
+    const CHANNEL: &str = "t:{name}:released:conn-1";
+    /// How long the fake server takes to answer a release.
+    const RELEASE_RTT: Duration = Duration::from_millis(50);
+
+    /// Confirms every subscription at once.
+    struct Confirming;
+
+    impl Channels for Confirming {
+        fn subscribe(&self, _channel: &str) -> impl Future<Output = Result<()>> + Send {
+            std::future::ready(Ok(()))
+        }
+
+        fn unsubscribe(&self, _channel: &str) -> impl Future<Output = Result<()>> + Send {
+            std::future::ready(Ok(()))
+        }
+    }
+
+    /// A client whose events are real (on a server that confirms every
+    /// subscription), and whose releases and replica counts are faked and
+    /// logged with their time since `start`.
+    struct FakeCore {
+        start: Instant,
+        shared: Arc<Shared>,
+        events: Events,
+        log: Arc<Mutex<Vec<(Duration, String)>>>,
+        closed: AtomicBool,
+        closing: Notify,
+        min_replicas: Option<(usize, Duration)>,
+    }
+
+    impl FakeCore {
+        fn new() -> Arc<FakeCore> {
+            FakeCore::with_replicas(None)
+        }
+
+        fn with_replicas(min_replicas: Option<(usize, Duration)>) -> Arc<FakeCore> {
+            let shared = Arc::new(Shared::default());
+            Arc::new(FakeCore {
+                start: Instant::now(),
+                events: Events::start(Arc::clone(&shared), Confirming),
+                shared,
+                log: Arc::default(),
+                closed: AtomicBool::new(false),
+                closing: Notify::new(),
+                min_replicas,
+            })
+        }
+
+        fn log(&self, what: &str) {
+            log(&self.log, self.start, what);
+        }
+
+        fn close(&self) {
+            self.closed.store(true, Ordering::Release);
+            self.closing.notify_waiters();
+        }
+
+        fn entries(&self) -> Vec<String> {
+            self.log
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|(_, e)| e.clone())
+                .collect()
+        }
+
+        /// When each attempt was made, since `start`.
+        fn attempts(&self) -> Vec<Duration> {
+            let log = self.log.lock().unwrap();
+            log.iter()
+                .filter(|(_, e)| e == "attempt")
+                .map(|(at, _)| *at)
+                .collect()
+        }
+
+        fn count(&self, entry: &str) -> usize {
+            self.entries().iter().filter(|e| *e == entry).count()
+        }
+
+        /// A release message for `waiter` on the waiter's channel.
+        fn hand_off(&self, waiter: &str) {
+            self.shared.on_push(PushInfo {
+                kind: PushKind::Message,
+                data: vec![
+                    Value::BulkString(CHANNEL.as_bytes().to_vec()),
+                    Value::BulkString(waiter.as_bytes().to_vec()),
+                ],
+            });
+        }
+    }
+
+    fn log(log: &Mutex<Vec<(Duration, String)>>, start: Instant, what: &str) {
+        log.lock().unwrap().push((start.elapsed(), what.to_owned()));
+    }
+
+    impl Core for FakeCore {
+        fn events(&self) -> &Events {
+            &self.events
+        }
+
+        fn is_closed(&self) -> bool {
+            self.closed.load(Ordering::Acquire)
+        }
+
+        fn closing(&self) -> &Notify {
+            &self.closing
+        }
+
+        fn min_replicas(&self) -> Option<(usize, Duration)> {
+            self.min_replicas
+        }
+
+        fn wait_replicas(
+            &self,
+            _key: &str,
+            _replicas: usize,
+            _timeout: Duration,
+        ) -> impl Future<Output = Result<usize>> + Send {
+            self.log("wait replicas");
+            std::future::ready(Ok(0))
+        }
+
+        fn release(
+            &self,
+            _kind: Kind,
+            _keys: &LockKeys,
+            hold: &str,
+        ) -> impl Future<Output = Result<Owned>> + Send {
+            assert_eq!(hold, HOLD);
+            self.log("release sent");
+            let (entries, start) = (Arc::clone(&self.log), self.start);
+            async move {
+                tokio::time::sleep(RELEASE_RTT).await;
+                log(&entries, start, "release answered");
+                Ok(Owned::Done)
+            }
+        }
+
+        fn release_in_background(&self, _kind: Kind, _keys: Arc<LockKeys>, hold: String) {
+            assert_eq!(hold, HOLD);
+            self.log("background release");
+        }
+    }
+
+    /// What one scripted attempt does.
+    #[derive(Clone, Copy)]
+    enum Step {
+        /// Refused; the holder's lease has this much left.
+        Held(Duration),
+        /// Refused, but some node may have granted it (Redlock).
+        HeldUnsettled,
+        Granted(u64),
+        /// Granted, but the reply comes later than the TTL.
+        Late(u64),
+        /// Fails with a transient error (the outcome is unknown).
+        Transient,
+        /// Never answers.
+        Hang,
+        /// The client is closed while the attempt is in flight; granted.
+        GrantedAfterClose(u64),
+    }
+
+    type Attempt<'a> = Pin<Box<dyn Future<Output = Result<Acquire>> + 'a>>;
+
+    /// Attempts that follow `steps`, the last one repeated.
+    fn script<'a>(core: &'a FakeCore, steps: &[Step]) -> impl FnMut() -> Attempt<'a> + 'a {
+        let mut steps = VecDeque::from(steps.to_vec());
+        move || {
+            let step = if steps.len() > 1 {
+                steps.pop_front().expect("steps")
+            } else {
+                steps[0]
+            };
+            core.log("attempt");
+            Box::pin(async move {
+                match step {
+                    Step::Held(remaining) => Ok(Acquire::Held {
+                        remaining: Some(remaining),
+                        unsettled: false,
+                    }),
+                    Step::HeldUnsettled => Ok(Acquire::Held {
+                        remaining: Some(Duration::from_secs(20)),
+                        unsettled: true,
+                    }),
+                    Step::Granted(fence) => Ok(Acquire::Acquired { fence }),
+                    Step::Late(fence) => {
+                        tokio::time::sleep(TTL + Duration::from_millis(10)).await;
+                        Ok(Acquire::Acquired { fence })
+                    }
+                    Step::Transient => Err(Error::Unreachable {
+                        addr: "fake".into(),
+                        source: std::io::Error::other("connection reset").into(),
+                    }),
+                    Step::Hang => std::future::pending().await,
+                    Step::GrantedAfterClose(fence) => {
+                        core.close();
+                        Ok(Acquire::Acquired { fence })
+                    }
+                }
+            })
+        }
+    }
+
+    fn target<'a>(
+        core: &'a FakeCore,
+        keys: &'a Arc<LockKeys>,
+        queues: bool,
+    ) -> Target<'a, FakeCore> {
+        Target {
+            core,
+            name: "name",
+            keys,
+            kind: Kind::Lock,
+            hold: HOLD,
+            ttl: TTL,
+            queues,
+            channel: CHANNEL.to_owned(),
+        }
+    }
+
+    fn keys() -> Arc<LockKeys> {
+        Arc::new(LockKeys::new("t", "name"))
+    }
+
+    const WAIT: Option<Duration> = Some(Duration::from_secs(10));
+    const LONG: Duration = Duration::from_secs(20);
+
+    fn ms(ms: u64) -> Duration {
+        Duration::from_millis(ms)
+    }
+
+    /// Runs one acquire of `target` with `steps` to its end.
+    async fn run(
+        core: &FakeCore,
+        queues: bool,
+        wait: Option<Duration>,
+        steps: &[Step],
+    ) -> Result<Option<u64>> {
+        let keys = keys();
+        let target = target(core, &keys, queues);
+        let acquired = acquire(&target, wait, script(core, steps)).await;
+        acquired.map(|a| a.map(|(fence, _)| fence))
+    }
+
+    /// Starts an acquire and drops it after `after`; returns once dropped.
+    async fn give_up_after(core: &FakeCore, queues: bool, after: Duration, steps: &[Step]) {
+        let keys = keys();
+        let target = target(core, &keys, queues);
+        let waited = tokio::time::timeout(after, acquire(&target, WAIT, script(core, steps))).await;
+        assert!(waited.is_err(), "the acquire ended before it was dropped");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_an_event_a_waiter_retries_when_the_holders_lease_ends() {
+        let core = FakeCore::new();
+        let steps = [
+            Step::Held(ms(700)),
+            Step::Held(ms(700)),
+            Step::Held(ms(700)),
+            Step::Granted(7),
+        ];
+        assert_eq!(
+            run(&core, false, WAIT, &steps).await.expect("acquire"),
+            Some(7)
+        );
+        // The first refusal subscribes and tries again at once; then each
+        // retry comes when the holder's lease (700 ms) would end.
+        assert_eq!(core.attempts(), [ms(0), ms(0), ms(701), ms(1402)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queued_waiter_retries_every_queue_heartbeat() {
+        let core = FakeCore::new();
+        let steps = [
+            Step::Held(LONG),
+            Step::Held(LONG),
+            Step::Held(LONG),
+            Step::Held(LONG),
+            Step::Granted(7),
+        ];
+        assert_eq!(
+            run(&core, true, WAIT, &steps).await.expect("acquire"),
+            Some(7)
+        );
+        let s = QUEUE_HEARTBEAT;
+        assert_eq!(core.attempts(), [ms(0), ms(0), s, s * 2, s * 3]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hand_off_wakes_the_waiter_at_once_and_one_to_another_does_not() {
+        let core = FakeCore::new();
+        let messages = {
+            let core = Arc::clone(&core);
+            tokio::spawn(async move {
+                tokio::time::sleep(ms(100)).await;
+                core.hand_off("someone-else");
+                tokio::time::sleep(ms(200)).await;
+                core.hand_off(HOLD);
+            })
+        };
+        let steps = [Step::Held(LONG), Step::Held(LONG), Step::Granted(7)];
+        assert_eq!(
+            run(&core, true, WAIT, &steps).await.expect("acquire"),
+            Some(7)
+        );
+        assert_eq!(core.attempts(), [ms(0), ms(0), ms(300)]);
+        messages.await.expect("messages");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_transient_error_retries_with_jittered_back_off_doubling_to_500_ms() {
+        let core = FakeCore::new();
+        let mut steps = vec![Step::Transient; 9];
+        steps.push(Step::Granted(7));
+        assert_eq!(
+            run(&core, false, WAIT, &steps).await.expect("acquire"),
+            Some(7)
+        );
+        let attempts = core.attempts();
+        let gaps: Vec<Duration> = attempts.windows(2).map(|w| w[1] - w[0]).collect();
+        let bases = [10, 20, 40, 80, 160, 320, 500, 500, 500].map(ms);
+        assert_eq!(gaps.len(), bases.len());
+        for (gap, base) in gaps.iter().zip(bases) {
+            // Up to 50% jitter; the timer wheel rounds up to the millisecond.
+            assert!(
+                *gap >= base && *gap <= base * 3 / 2 + ms(1),
+                "gap {gap:?} outside {base:?}..={:?} (gaps {gaps:?})",
+                base * 3 / 2
+            );
+        }
+        assert!(
+            gaps.iter()
+                .zip(bases)
+                .any(|(gap, base)| *gap > base + ms(1)),
+            "no jitter in {gaps:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_transient_error_keeps_the_attempt_armed() {
+        let core = FakeCore::new();
+        // Dropped during the back-off after an attempt of unknown outcome.
+        give_up_after(&core, false, ms(5), &[Step::Transient]).await;
+        assert_eq!(core.attempts(), [ms(0)]);
+        assert_eq!(core.count("background release"), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dropping_an_attempt_in_flight_releases_it_in_the_background_once() {
+        let core = FakeCore::new();
+        give_up_after(&core, false, ms(500), &[Step::Hang]).await;
+        tokio::time::sleep(LONG).await;
+        assert_eq!(core.entries(), ["attempt", "background release"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dropping_a_queued_waiter_leaves_the_queue_once() {
+        let core = FakeCore::new();
+        give_up_after(&core, true, ms(2500), &[Step::Held(LONG)]).await;
+        tokio::time::sleep(LONG).await;
+        assert_eq!(core.count("background release"), 1);
+        assert_eq!(core.count("release sent"), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dropping_a_waiter_that_holds_nothing_releases_nothing_unless_unsettled() {
+        let core = FakeCore::new();
+        give_up_after(&core, false, ms(2500), &[Step::Held(LONG)]).await;
+        assert_eq!(
+            core.count("background release"),
+            0,
+            "a settled refusal holds nothing"
+        );
+        let core = FakeCore::new();
+        give_up_after(&core, false, ms(2500), &[Step::HeldUnsettled]).await;
+        assert_eq!(
+            core.count("background release"),
+            1,
+            "an unsettled refusal may hold a node"
+        );
+    }
+
+    /// Issue 13, item 1: the retry of a late grant uses the same hold, so
+    /// it goes out only once the give-back has answered.
+    #[tokio::test(start_paused = true)]
+    async fn a_late_grant_is_given_back_and_the_retry_waits_for_the_answer() {
+        let core = FakeCore::new();
+        let steps = [Step::Late(1), Step::Granted(2)];
+        assert_eq!(
+            run(&core, false, WAIT, &steps).await.expect("acquire"),
+            Some(2)
+        );
+        let late = TTL + ms(10);
+        let log = core.log.lock().unwrap().clone();
+        let expected = [
+            (ms(0), "attempt"),
+            (late, "release sent"),
+            (late + RELEASE_RTT, "release answered"),
+            (late + RELEASE_RTT, "attempt"),
+        ];
+        assert_eq!(
+            log.iter()
+                .map(|(at, e)| (*at, e.as_str()))
+                .collect::<Vec<_>>(),
+            expected
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_deadline_brings_one_last_try() {
+        let core = FakeCore::new();
+        let wait = ms(2500);
+        let steps = [Step::Held(LONG), Step::Held(LONG), Step::Granted(7)];
+        assert_eq!(
+            run(&core, false, Some(wait), &steps)
+                .await
+                .expect("acquire"),
+            Some(7)
+        );
+        assert_eq!(core.attempts(), [ms(0), ms(0), wait]);
+
+        // Refused at the deadline too: no more tries.
+        let core = FakeCore::new();
+        assert_eq!(
+            run(&core, false, Some(wait), &[Step::Held(LONG)])
+                .await
+                .expect("acquire"),
+            None
+        );
+        assert_eq!(core.attempts(), [ms(0), ms(0), wait]);
+    }
+
+    /// A grant at the deadline that came too late is not tried again: the
+    /// wait is over, and the grant is released in the background.
+    #[tokio::test(start_paused = true)]
+    async fn a_late_grant_at_the_last_try_ends_the_wait_and_is_released_in_the_background() {
+        let core = FakeCore::new();
+        let wait = ms(2500);
+        let steps = [Step::Held(LONG), Step::Held(LONG), Step::Late(7)];
+        let acquired = tokio::time::timeout(LONG, run(&core, false, Some(wait), &steps))
+            .await
+            .expect("the wait ended");
+        assert_eq!(acquired.expect("acquire"), None);
+        assert_eq!(core.attempts(), [ms(0), ms(0), wait]);
+        assert_eq!(core.count("background release"), 1);
+        assert_eq!(core.count("release sent"), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn close_ends_a_wait_with_closed() {
+        let core = FakeCore::new();
+        let closer = {
+            let core = Arc::clone(&core);
+            tokio::spawn(async move {
+                tokio::time::sleep(ms(200)).await;
+                core.close();
+            })
+        };
+        let result = run(&core, false, WAIT, &[Step::Held(LONG)]).await;
+        assert!(matches!(result, Err(Error::Closed)), "{result:?}");
+        assert_eq!(
+            core.start.elapsed(),
+            ms(200),
+            "the wait went on after close"
+        );
+        assert_eq!(core.attempts(), [ms(0), ms(0)]);
+        closer.await.expect("closer");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_after_close_is_given_back() {
+        let core = FakeCore::new();
+        let result = run(&core, false, WAIT, &[Step::GrantedAfterClose(7)]).await;
+        assert!(matches!(result, Err(Error::Closed)), "{result:?}");
+        assert_eq!(
+            core.entries(),
+            ["attempt", "release sent", "release answered"]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn too_few_replica_acks_give_the_grant_back_and_fail() {
+        let core = FakeCore::with_replicas(Some((1, ms(100))));
+        let result = run(&core, false, WAIT, &[Step::Granted(7)]).await;
+        assert!(
+            matches!(
+                result,
+                Err(Error::ReplicasNotReached {
+                    acked: 0,
+                    needed: 1,
+                    ..
+                })
+            ),
+            "{result:?}"
+        );
+        assert_eq!(
+            core.entries(),
+            [
+                "attempt",
+                "wait replicas",
+                "release sent",
+                "release answered"
+            ]
+        );
+    }
+}

@@ -1,18 +1,22 @@
 //! The entry point: a cheap, cloneable handle to one Redis deployment.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::acquire::Core;
 use crate::backend::{Backend, ConnectOptions, SentinelTarget, TlsOptions};
 use crate::error::{Error, Result};
 use crate::events::{Events, Shared};
 use crate::fair::FairLock;
-use crate::key::{glob_match, name_of_lock_key, validate_prefix};
+use crate::key::{LockKeys, glob_match, name_of_lock_key, validate_prefix};
+use crate::lease::Kind;
 use crate::lock::{Lock, LockStatus};
 use crate::redlock::Redlock;
 use crate::redlock::quorum::quorum;
 use crate::reentrant::ReentrantLock;
 use crate::rwlock::RwLock;
+use crate::scripts::Owned;
 use crate::semaphore::Semaphore;
 use crate::servers::Servers;
 use crate::watchdog::Watchdog;
@@ -69,6 +73,46 @@ impl Inner {
             )));
         }
         Ok(())
+    }
+}
+
+impl Core for Inner {
+    fn events(&self) -> &Events {
+        &self.events
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn closing(&self) -> &tokio::sync::Notify {
+        &self.closing
+    }
+
+    fn min_replicas(&self) -> Option<(usize, Duration)> {
+        self.min_replicas
+    }
+
+    fn wait_replicas(
+        &self,
+        key: &str,
+        replicas: usize,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<usize>> + Send {
+        self.servers.wait_replicas(key, replicas, timeout)
+    }
+
+    fn release(
+        &self,
+        kind: Kind,
+        keys: &LockKeys,
+        hold: &str,
+    ) -> impl Future<Output = Result<Owned>> + Send {
+        self.servers.release(kind, keys, hold)
+    }
+
+    fn release_in_background(&self, kind: Kind, keys: Arc<LockKeys>, hold: String) {
+        self.watchdog.release(kind, keys, hold);
     }
 }
 
@@ -430,7 +474,7 @@ impl Client {
 
     /// Whether [`Client::close`] was called.
     pub fn is_closed(&self) -> bool {
-        self.inner.closed.load(std::sync::atomic::Ordering::Acquire)
+        Core::is_closed(&*self.inner)
     }
 }
 

@@ -22,6 +22,7 @@
 //! SUBSCRIBE and UNSUBSCRIBE per contended acquisition.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -103,6 +104,27 @@ impl Shared {
     }
 }
 
+/// What the subscription task needs from the servers: [`Servers`] in a
+/// client, an in-process fake in the unit tests, which check the routing
+/// and the task's calls on tokio's paused clock.
+pub(crate) trait Channels: Send + Sync + 'static {
+    /// Subscribes to `channel`; returns once the server confirmed it.
+    fn subscribe(&self, channel: &str) -> impl Future<Output = Result<()>> + Send;
+
+    /// Ends a subscription made by [`Channels::subscribe`].
+    fn unsubscribe(&self, channel: &str) -> impl Future<Output = Result<()>> + Send;
+}
+
+impl Channels for Servers {
+    fn subscribe(&self, channel: &str) -> impl Future<Output = Result<()>> + Send {
+        Servers::subscribe(self, channel)
+    }
+
+    fn unsubscribe(&self, channel: &str) -> impl Future<Output = Result<()>> + Send {
+        Servers::unsubscribe(self, channel)
+    }
+}
+
 /// The client's registry of subscriptions.
 #[derive(Clone)]
 pub(crate) struct Events {
@@ -116,9 +138,9 @@ struct Ensure {
 }
 
 impl Events {
-    /// Starts the subscription task on `backend`, whose push frames must be
+    /// Starts the subscription task on `servers`, whose push frames must be
     /// routed to `shared.on_push`.
-    pub(crate) fn start(shared: Arc<Shared>, servers: Servers) -> Events {
+    pub(crate) fn start(shared: Arc<Shared>, servers: impl Channels) -> Events {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(run(Arc::clone(&shared), servers, rx));
         Events { shared, tx }
@@ -230,7 +252,7 @@ impl Drop for Subscription {
 }
 
 /// Makes the server's subscriptions follow the registry, one call at a time.
-async fn run(shared: Arc<Shared>, servers: Servers, mut rx: mpsc::UnboundedReceiver<Ensure>) {
+async fn run(shared: Arc<Shared>, servers: impl Channels, mut rx: mpsc::UnboundedReceiver<Ensure>) {
     let mut on_server: HashSet<String> = HashSet::new();
     let mut sweep = tokio::time::interval(LINGER / 2);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -274,5 +296,265 @@ async fn run(shared: Arc<Shared>, servers: Servers, mut rx: mpsc::UnboundedRecei
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The routing of release messages and the subscription task's calls,
+    //! on tokio's paused clock against an in-process fake server.
+
+    use std::pin::{Pin, pin};
+
+    use futures_util::FutureExt;
+    use tokio::sync::Semaphore;
+    use tokio::sync::futures::Notified;
+
+    use super::*;
+
+    /// A server that records every (un)subscribe, answers a subscribe only
+    /// with a permit each, and fails the next `failures` subscribes.
+    #[derive(Clone)]
+    struct Fake {
+        calls: Arc<Mutex<Vec<String>>>,
+        permits: Arc<Semaphore>,
+        failures: Arc<Mutex<usize>>,
+    }
+
+    impl Fake {
+        fn answering() -> Fake {
+            Fake::with_permits(Semaphore::MAX_PERMITS)
+        }
+
+        /// Subscribes wait for [`Fake::confirm`].
+        fn gated() -> Fake {
+            Fake::with_permits(0)
+        }
+
+        fn with_permits(permits: usize) -> Fake {
+            Fake {
+                calls: Arc::default(),
+                permits: Arc::new(Semaphore::new(permits)),
+                failures: Arc::default(),
+            }
+        }
+
+        fn confirm(&self) {
+            self.permits.add_permits(1);
+        }
+
+        fn calls(&self) -> Vec<String> {
+            self.calls.lock().unwrap().clone()
+        }
+    }
+
+    impl Channels for Fake {
+        fn subscribe(&self, channel: &str) -> impl Future<Output = Result<()>> + Send {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("subscribe {channel}"));
+            let (permits, failures) = (Arc::clone(&self.permits), Arc::clone(&self.failures));
+            async move {
+                permits.acquire().await.expect("open").forget();
+                let mut failures = failures.lock().unwrap();
+                if *failures > 0 {
+                    *failures -= 1;
+                    return Err(Error::Unreachable {
+                        addr: "fake".into(),
+                        source: std::io::Error::other("connection refused").into(),
+                    });
+                }
+                Ok(())
+            }
+        }
+
+        fn unsubscribe(&self, channel: &str) -> impl Future<Output = Result<()>> + Send {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("unsubscribe {channel}"));
+            std::future::ready(Ok(()))
+        }
+    }
+
+    fn start(fake: &Fake) -> (Arc<Shared>, Events) {
+        let shared = Arc::new(Shared::default());
+        let events = Events::start(Arc::clone(&shared), fake.clone());
+        (shared, events)
+    }
+
+    fn message(channel: &str, payload: &str) -> PushInfo {
+        PushInfo {
+            kind: PushKind::Message,
+            data: vec![
+                Value::BulkString(channel.as_bytes().to_vec()),
+                Value::BulkString(payload.as_bytes().to_vec()),
+            ],
+        }
+    }
+
+    /// Whether the wake-up has come, without waiting for it.
+    fn woken(notified: Pin<&mut Notified<'_>>) -> bool {
+        notified.now_or_never().is_some()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hand_off_wakes_only_the_waiter_it_names() {
+        let fake = Fake::answering();
+        let (shared, events) = start(&fake);
+        let a = events.subscribe("ch", "a").await.expect("subscribe");
+        let b = events.subscribe("ch", "b").await.expect("subscribe");
+        let (a_own, b_own, channel) = (a.own(), b.own(), a.notify());
+        let mut a_own = pin!(a_own.notified());
+        let mut b_own = pin!(b_own.notified());
+        let mut channel = pin!(channel.notified());
+        for n in [a_own.as_mut(), b_own.as_mut(), channel.as_mut()] {
+            n.enable();
+        }
+        // Hand-offs to a waiter this client does not have, or on a channel
+        // it does not know, wake nobody.
+        shared.on_push(message("ch", "c"));
+        shared.on_push(message("elsewhere", "b"));
+        shared.on_push(message("ch", "a"));
+        assert!(woken(a_own), "the named waiter slept on");
+        assert!(!woken(b_own.as_mut()), "another waiter woke");
+        assert!(!woken(channel.as_mut()), "the channel's waiters woke");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_empty_message_wakes_one_waiter_in_arrival_order_and_all_wakes_every_one() {
+        let fake = Fake::answering();
+        let (shared, events) = start(&fake);
+        let a = events.subscribe("ch", "a").await.expect("subscribe");
+        let _b = events.subscribe("ch", "b").await.expect("subscribe");
+        let (channel, a_own) = (a.notify(), a.own());
+        let mut first = pin!(channel.notified());
+        let mut second = pin!(channel.notified());
+        let mut own = pin!(a_own.notified());
+        for n in [first.as_mut(), second.as_mut(), own.as_mut()] {
+            n.enable();
+        }
+        shared.on_push(message("ch", ""));
+        assert!(woken(first), "the first waiter slept on");
+        assert!(!woken(second.as_mut()), "one release woke two waiters");
+        assert!(
+            !woken(own.as_mut()),
+            "an empty message counted as a hand-off"
+        );
+        shared.on_push(message("ch", ""));
+        assert!(
+            woken(second),
+            "the next release did not pass to the next waiter"
+        );
+
+        let mut first = pin!(channel.notified());
+        let mut second = pin!(channel.notified());
+        for n in [first.as_mut(), second.as_mut()] {
+            n.enable();
+        }
+        shared.on_push(message("ch", "all"));
+        assert!(
+            woken(first) && woken(second),
+            "`all` did not wake every waiter"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_disconnection_wakes_every_waiter_of_every_channel() {
+        let fake = Fake::answering();
+        let (shared, events) = start(&fake);
+        let a = events.subscribe("one", "a").await.expect("subscribe");
+        let b = events.subscribe("two", "b").await.expect("subscribe");
+        let (a_channel, b_channel, a_own, b_own) = (a.notify(), b.notify(), a.own(), b.own());
+        let mut waits = [
+            Box::pin(a_channel.notified()),
+            Box::pin(a_channel.notified()),
+            Box::pin(b_channel.notified()),
+            Box::pin(a_own.notified()),
+            Box::pin(b_own.notified()),
+        ];
+        for n in &mut waits {
+            n.as_mut().enable();
+        }
+        shared.on_push(PushInfo {
+            kind: PushKind::Disconnection,
+            data: vec![],
+        });
+        for (i, n) in waits.iter_mut().enumerate() {
+            assert!(woken(n.as_mut()), "wait {i} slept through a reconnect");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn subscribe_returns_only_once_the_server_confirmed() {
+        let fake = Fake::gated();
+        let (_shared, events) = start(&fake);
+        assert!(
+            events.subscribed("ch", "x").is_none(),
+            "registered on a channel never subscribed"
+        );
+        let mut first = pin!(events.subscribe("ch", "a"));
+        let early = tokio::time::timeout(Duration::from_secs(5), first.as_mut()).await;
+        assert!(
+            early.is_err(),
+            "subscribe returned before the server confirmed"
+        );
+        assert_eq!(fake.calls(), ["subscribe ch"]);
+        assert!(
+            events.subscribed("ch", "x").is_none(),
+            "registered without a server call before the server confirmed"
+        );
+        fake.confirm();
+        let _a = first.await.expect("subscribe");
+
+        // Confirmed: more waiters register without a server call.
+        let _b = events.subscribed("ch", "b").expect("registered");
+        let _c = events.subscribe("ch", "c").await.expect("subscribe");
+        assert_eq!(fake.calls(), ["subscribe ch"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_channel_unused_for_linger_is_unsubscribed_and_one_in_use_is_not() {
+        let fake = Fake::answering();
+        let (_shared, events) = start(&fake);
+        let _used = events.subscribe("used", "a").await.expect("subscribe");
+        drop(events.subscribe("idle", "b").await.expect("subscribe"));
+        tokio::time::sleep(LINGER - Duration::from_millis(100)).await;
+        assert_eq!(
+            fake.calls(),
+            ["subscribe used", "subscribe idle"],
+            "unsubscribed before the channel lingered"
+        );
+        tokio::time::sleep(LINGER * 2).await;
+        assert_eq!(
+            fake.calls(),
+            ["subscribe used", "subscribe idle", "unsubscribe idle"]
+        );
+        // Gone from the registry too: the next waiter asks the server again.
+        assert!(events.subscribed("idle", "c").is_none());
+        let _again = events.subscribe("idle", "c").await.expect("subscribe");
+        assert_eq!(
+            fake.calls().last().map(String::as_str),
+            Some("subscribe idle")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_subscribe_returns_its_error_and_the_next_call_retries() {
+        let fake = Fake::answering();
+        *fake.failures.lock().unwrap() = 1;
+        let (_shared, events) = start(&fake);
+        let failed = events.subscribe("ch", "a").await;
+        assert!(
+            matches!(failed, Err(Error::Unreachable { .. })),
+            "the failure was not returned"
+        );
+        assert!(
+            events.subscribed("ch", "b").is_none(),
+            "a failed subscription counts as made"
+        );
+        let _a = events.subscribe("ch", "a").await.expect("the retry");
+        assert_eq!(fake.calls(), ["subscribe ch", "subscribe ch"]);
     }
 }
