@@ -4,11 +4,13 @@
 //! order of the holds, no command may see another command's reply, and the
 //! client must work afterwards.
 
-use std::collections::HashMap;
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use common::holds::{Hold, violations};
 use leasehold::{Client, LockGuard};
 use leasehold_testkit::RedisCluster;
 
@@ -28,16 +30,6 @@ const LOAD_LIMIT: Duration = Duration::from_secs(45);
 /// between two nodes, a connection being replaced). A crossed reply is
 /// never tolerated, whatever its count.
 const ERRORS_TOLERATED: usize = 20;
-
-/// One hold of one name: from the acquire's return to the release's send,
-/// on the monotonic clock.
-#[derive(Debug, Clone, Copy)]
-struct Hold {
-    start: Instant,
-    end: Instant,
-    fence: u64,
-    task: usize,
-}
 
 #[derive(Default)]
 struct Outcome {
@@ -126,49 +118,6 @@ async fn worker(client: Client, task: usize, stop: Arc<AtomicBool>, deadline: In
 
 /// Every pair of holds of one name that overlap, and every pair whose
 /// fences do not follow their order, as messages.
-fn violations(holds: &[(usize, Hold)]) -> (Vec<String>, Vec<String>) {
-    let mut by_name: HashMap<usize, Vec<Hold>> = HashMap::new();
-    for (i, hold) in holds {
-        by_name.entry(*i).or_default().push(*hold);
-    }
-    let (mut overlaps, mut fences) = (Vec::new(), Vec::new());
-    for (i, mut holds) in by_name {
-        holds.sort_by_key(|h| h.start);
-        // The hold that ends last among those started so far: any later
-        // start before its end overlaps it.
-        let mut latest: Option<Hold> = None;
-        for (k, hold) in holds.iter().enumerate() {
-            if let Some(prev) = latest
-                && hold.start < prev.end
-            {
-                overlaps.push(format!(
-                    "{}: task {} (fence {}) held until {:?} after task {} (fence {}) took it",
-                    name(i),
-                    prev.task,
-                    prev.fence,
-                    prev.end - hold.start,
-                    hold.task,
-                    hold.fence
-                ));
-            }
-            if k > 0 && hold.fence <= holds[k - 1].fence {
-                fences.push(format!(
-                    "{}: fence {} (task {}) after fence {} (task {})",
-                    name(i),
-                    hold.fence,
-                    hold.task,
-                    holds[k - 1].fence,
-                    holds[k - 1].task
-                ));
-            }
-            if latest.is_none_or(|l| hold.end > l.end) {
-                latest = Some(*hold);
-            }
-        }
-    }
-    (overlaps, fences)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn live_reshard_crosses_no_replies_and_overlaps_no_holds() {
     let began = Instant::now();
@@ -221,7 +170,7 @@ async fn live_reshard_crosses_no_replies_and_overlaps_no_holds() {
         Instant::now() < deadline,
         "the load ran into its time bound ({LOAD_LIMIT:?})"
     );
-    let (overlaps, fences) = violations(&holds);
+    let (overlaps, fences) = violations(&holds, name);
     let wrong: Vec<&String> = errors.iter().filter(|e| is_wrong_reply(e)).collect();
     let summary = format!(
         "{acquired} holds, {} errors ({} of the wrong-reply class), {} overlaps, {} fences \

@@ -9,11 +9,13 @@
 //! The test kills the victim's connection (`CLIENT KILL ID`) `KILLS` times,
 //! each time once the previous reconnect has resubscribed every channel.
 
-use std::collections::HashMap;
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use common::holds::{Hold, violations};
 use leasehold::{Client, LockGuard};
 use leasehold_testkit::{Proxy, ProxyMode, RedisServer, SentinelSet};
 
@@ -63,15 +65,6 @@ fn is_wrong_reply(error: &str) -> bool {
     ]
     .iter()
     .any(|mark| error.contains(mark))
-}
-
-/// One hold of one name: from the acquire's return to the release's send.
-#[derive(Debug, Clone, Copy)]
-struct Hold {
-    start: Instant,
-    end: Instant,
-    fence: u64,
-    task: usize,
 }
 
 #[derive(Default)]
@@ -158,46 +151,6 @@ async fn worker(
 
 /// Every pair of holds of one name that overlap, and every pair whose
 /// fences do not follow their order.
-fn violations(holds: &[(usize, Hold)]) -> (Vec<String>, Vec<String>) {
-    let mut by_name: HashMap<usize, Vec<Hold>> = HashMap::new();
-    for (i, hold) in holds {
-        by_name.entry(*i).or_default().push(*hold);
-    }
-    let (mut overlaps, mut fences) = (Vec::new(), Vec::new());
-    for (i, mut holds) in by_name {
-        holds.sort_by_key(|h| h.start);
-        let mut latest: Option<Hold> = None;
-        for (k, hold) in holds.iter().enumerate() {
-            if let Some(prev) = latest
-                && hold.start < prev.end
-            {
-                overlaps.push(format!(
-                    "{}: task {} (fence {}) still held it when task {} (fence {}) took it",
-                    name(i),
-                    prev.task,
-                    prev.fence,
-                    hold.task,
-                    hold.fence
-                ));
-            }
-            if k > 0 && hold.fence <= holds[k - 1].fence {
-                fences.push(format!(
-                    "{}: fence {} (task {}) after fence {} (task {})",
-                    name(i),
-                    hold.fence,
-                    hold.task,
-                    holds[k - 1].fence,
-                    holds[k - 1].task
-                ));
-            }
-            if latest.is_none_or(|l| hold.end > l.end) {
-                latest = Some(*hold);
-            }
-        }
-    }
-    (overlaps, fences)
-}
-
 /// The `id` of the connection subscribed to at least `channels` channels,
 /// if there is exactly one.
 fn subscribed_connection(server: &RedisServer, channels: usize) -> Option<u64> {
@@ -332,7 +285,7 @@ async fn run(server: &RedisServer, holder: Client, victim: Client) {
             waiting.push((i, w));
         }
     }
-    let (overlaps, fences) = violations(&out.holds);
+    let (overlaps, fences) = violations(&out.holds, name);
     let wrong: Vec<&String> = out
         .errors
         .iter()

@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 pub mod contract;
+pub mod holds;
 
 use leasehold::{Client, Error};
 use leasehold_testkit::RedisServer;
