@@ -505,3 +505,79 @@ async fn an_acquisition_refused_by_a_minority_takes_the_lease_there_at_once() {
     }
     guard.release().await.unwrap();
 }
+
+/// Issue 13, item 7. A client starved between sending a renewal and reading
+/// its answers (here: another task blocks the only runtime thread for 0.7
+/// TTL) must not re-take a node on that stale quorum answer: the lease may
+/// have lapsed meanwhile, and the node may hold a new holder's token. The
+/// ordering is forced: the blocking task starts only once the server shows
+/// the extend ran on every node that had the lease, and the answers wait
+/// in the sockets until the thread is free again.
+#[test]
+fn a_renewal_answer_older_than_half_the_ttl_re_takes_nothing() {
+    let servers = start_servers(5);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let key = "leasehold:{starved}:lock";
+    let ttl = Duration::from_secs(2);
+    rt.block_on(async {
+        let client = Client::builder()
+            .redlock(urls(&servers))
+            .node_timeout(Duration::from_secs(5))
+            .build()
+            .await
+            .expect("connect");
+        let guard = client
+            .lock("starved")
+            .ttl(ttl)
+            .watchdog(false)
+            .acquire()
+            .await
+            .expect("acquire");
+        common::wait_until("every node holds the lease", || {
+            servers
+                .iter()
+                .all(|s| lock_value(s, "starved").as_deref() == Some(guard.token()))
+        })
+        .await;
+        // Node 0 lost its copy (a restart without persistence).
+        let _: () = servers[0].connection().del(key).unwrap();
+        // The other nodes' PTTL before the renewal (an extend to the same
+        // TTL, as the watchdog sends), to see when it ran.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let before: i64 = servers[1].connection().pttl(key).unwrap();
+        let guard = Arc::new(guard);
+        let extending = {
+            let guard = Arc::clone(&guard);
+            tokio::spawn(async move { guard.extend(ttl).await })
+        };
+        // Yield until the renewal ran on every node that had the lease.
+        loop {
+            let ran = servers[1..]
+                .iter()
+                .all(|s| s.connection().pttl::<_, i64>(key).unwrap() > before + 150);
+            if ran {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        // Starve the runtime for 0.7 TTL; meanwhile a new holder's
+        // attempt lands on node 0.
+        std::thread::sleep(ttl.mul_f64(0.7));
+        let _: () = servers[0]
+            .connection()
+            .set(key, "a-new-holders-attempt")
+            .unwrap();
+        // Whatever the renewal reports, node 0 must not be overwritten.
+        let _ = extending.await.expect("join");
+        // The re-take, if any, goes out right after the tally: give it time.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            lock_value(&servers[0], "starved").as_deref(),
+            Some("a-new-holders-attempt"),
+            "a re-take sent on a quorum answer 0.7 TTL old overwrote node 0"
+        );
+    });
+}
