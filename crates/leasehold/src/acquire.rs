@@ -369,10 +369,11 @@ impl Handle {
 
     /// A target for [`acquire`] of `kind`, known to the scripts as `hold`.
     pub(crate) fn target<'a>(&'a self, kind: Kind, hold: &'a str) -> Target<'a> {
-        let handoff = match kind {
-            Kind::Lock => self.client.inner.servers.handoff_channel(&self.keys),
-            _ => None,
-        };
+        let handoff = kind
+            .describe()
+            .hands_off
+            .then(|| self.client.inner.servers.handoff_channel(&self.keys))
+            .flatten();
         Target {
             core: &self.client.inner,
             name: &self.name,

@@ -389,7 +389,7 @@ impl Redlock {
         results: &[Result<Vec<Owned>>],
         verdicts: &[Option<Owned>],
     ) {
-        if kind != Kind::Lock {
+        if !kind.describe().retakes_on_redlock {
             return;
         }
         let elapsed = sent.elapsed();

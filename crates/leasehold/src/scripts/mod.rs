@@ -7,6 +7,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use redis::{Script, ScriptInvocation};
 
 use crate::backend::Backend;
@@ -40,6 +41,63 @@ static SEM_ACQUIRE: LazyLock<Script> =
 static RW_STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("rw_status.lua")));
 static REENTRANT_STATUS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("reentrant_status.lua")));
+
+/// What the core needs to know about one kind of lease, as data. It is the
+/// one place a kind is told apart: the wait loop, the watchdog, background
+/// releases and Redlock read it, and none of them matches on the kind.
+pub(crate) struct Description {
+    /// Renews a batch of its leases (KEYS: each lease's key; ARGV: its hold
+    /// and TTL in ms), answering one code per lease as [`Owned`].
+    extend: &'static LazyLock<Script>,
+    /// Gives one lease back by its hold, waking waiters if that frees the
+    /// lock: an explicit release, a dropped guard, a cancelled acquire.
+    release: for<'a> fn(&'a Backend, &'a LockKeys, &'a str, Spread) -> BoxFuture<'a, Result<Owned>>,
+    /// Its waiters queue (on one server) and a release hands the lease
+    /// straight to the first of them.
+    pub(crate) hands_off: bool,
+    /// On Redlock, a quorum's renewal or acquisition puts the lease back on
+    /// the nodes that lost it (only a lock has a Redlock form).
+    pub(crate) retakes_on_redlock: bool,
+}
+
+static LOCK: Description = Description {
+    extend: &LOCK_EXTEND,
+    release: |b, k, hold, spread| Box::pin(lock_release(b, k, hold, spread)),
+    hands_off: true,
+    retakes_on_redlock: true,
+};
+static REENTRANT: Description = Description {
+    extend: &REENTRANT_EXTEND,
+    // Any owner's hold, by its id.
+    release: |b, k, hold, _| Box::pin(reentrant_release(b, k, "", hold)),
+    hands_off: false,
+    retakes_on_redlock: false,
+};
+static RW: Description = Description {
+    extend: &RW_EXTEND,
+    release: |b, k, member, _| Box::pin(rw_release(b, k, member)),
+    hands_off: false,
+    retakes_on_redlock: false,
+};
+/// A permit is an entry of a sorted set, as an RwLock hold.
+static SEMAPHORE: Description = Description {
+    extend: &RW_EXTEND,
+    release: |b, k, member, _| Box::pin(sem_release(b, k, member)),
+    hands_off: false,
+    retakes_on_redlock: false,
+};
+
+impl Kind {
+    /// This kind's [`Description`].
+    pub(crate) fn describe(self) -> &'static Description {
+        match self {
+            Kind::Lock => &LOCK,
+            Kind::Reentrant => &REENTRANT,
+            Kind::Rw => &RW,
+            Kind::Semaphore => &SEMAPHORE,
+        }
+    }
+}
 
 /// How long the fence key outlives its last acquisition. After it expires
 /// the server clock alone keeps fences increasing.
@@ -265,12 +323,7 @@ pub(crate) async fn extend(
     kind: Kind,
     leases: &[Extension<'_>],
 ) -> Result<Vec<Owned>> {
-    let script: &Script = match kind {
-        Kind::Lock => &LOCK_EXTEND,
-        Kind::Reentrant => &REENTRANT_EXTEND,
-        // A permit is an entry of a sorted set, as an RwLock hold.
-        Kind::Rw | Kind::Semaphore => &RW_EXTEND,
-    };
+    let script: &Script = kind.describe().extend;
     let codes = per_lease(backend, script, leases, &format!("{kind:?} renewal")).await?;
     Ok(codes.into_iter().map(Owned::from_code).collect())
 }
@@ -322,12 +375,7 @@ pub(crate) async fn release(
     hold: &str,
     spread: Spread,
 ) -> Result<Owned> {
-    match kind {
-        Kind::Lock => lock_release(backend, keys, hold, spread).await,
-        Kind::Reentrant => reentrant_release(backend, keys, "", hold).await,
-        Kind::Rw => rw_release(backend, keys, hold).await,
-        Kind::Semaphore => sem_release(backend, keys, hold).await,
-    }
+    (kind.describe().release)(backend, keys, hold, spread).await
 }
 
 /// Adds hold `hold` for `owner` to the reentrant lock if it is free or
