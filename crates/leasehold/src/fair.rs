@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use crate::acquire::{Handle, handle_api};
 use crate::client::Client;
 use crate::error::Result;
+use crate::handle::{Handle, handle_api};
 use crate::lock::{Lock, LockGuard, LockStatus};
 
 /// A handle to one named lease lock whose waiters are served in arrival

@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use crate::clock::Instant;
 
-use crate::acquire::{Handle, acquire, handle_api, owner_api};
+use crate::acquire::acquire;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{Held, guard_api};
+use crate::handle::{Handle, handle_api, owner_api};
 use crate::key::{LockKeys, validate_name};
 use crate::lease::{Kind, Lease};
 use crate::reentrant::validate_owner;

@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
-use crate::acquire::{Handle, acquire, handle_api};
+use crate::acquire::acquire;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{Held, guard_api};
+use crate::handle::{Handle, handle_api};
 use crate::key::validate_name;
 use crate::lease::Kind;
 use crate::rwlock::HoldStatus;

@@ -1,0 +1,196 @@
+//! What every primitive's handle holds (the lock's name, keys, and the
+//! options of its guards), the setters every handle shares, and their
+//! defaults. The primitives' layer over the core: the wait loop
+//! (`acquire.rs`) knows nothing of clients, handles or guards.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::acquire::Target;
+use crate::client::{Client, Inner};
+use crate::clock::Instant;
+use crate::error::{Error, Result};
+use crate::guard::Held;
+use crate::key::{LockKeys, validate_name};
+use crate::lease::{Kind, Lease};
+use crate::token::Token;
+
+/// Default lease length of every handle.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+/// Default bound on how long a handle's acquire waits for the holders.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
+
+/// What every primitive's handle holds: the lock's name and keys and the
+/// options of its guards. Public handles wrap it and get their setters from
+/// [`handle_api!`].
+#[derive(Clone)]
+pub(crate) struct Handle {
+    pub(crate) client: Client,
+    pub(crate) name: String,
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) ttl: Duration,
+    pub(crate) wait: Duration,
+    pub(crate) watchdog: bool,
+}
+
+impl Handle {
+    pub(crate) fn new(client: Client, name: String) -> Handle {
+        let keys = Arc::new(LockKeys::new(&client.inner.prefix, &name));
+        Handle {
+            client,
+            name,
+            keys,
+            ttl: DEFAULT_TTL,
+            wait: DEFAULT_WAIT,
+            watchdog: true,
+        }
+    }
+
+    /// Checks the name and TTL before anything is sent.
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.client.is_closed() {
+            return Err(Error::Closed);
+        }
+        validate_name(&self.name)?;
+        self.client.inner.check_ttl(self.ttl)
+    }
+
+    /// A target for [`acquire`] of `kind`, known to the scripts as `hold`.
+    pub(crate) fn target<'a>(&'a self, kind: Kind, hold: &'a str) -> Target<'a, Inner> {
+        let handoff = kind
+            .describe()
+            .hands_off
+            .then(|| self.client.inner.servers.handoff_channel(&self.keys))
+            .flatten();
+        Target {
+            core: &self.client.inner,
+            name: &self.name,
+            keys: &self.keys,
+            kind,
+            hold,
+            ttl: self.ttl,
+            queues: handoff.is_some(),
+            channel: handoff.unwrap_or_else(|| self.keys.channel().to_owned()),
+        }
+    }
+
+    /// The error for a wait that ran out.
+    pub(crate) fn timeout(&self) -> Error {
+        Error::Timeout {
+            name: self.name.clone(),
+            waited: self.wait,
+        }
+    }
+
+    /// Wraps a lease acquired by an attempt sent at `sent`, starting its
+    /// renewal if the watchdog is on.
+    pub(crate) fn held(
+        &self,
+        (kind, token, hold): (Kind, Token, String),
+        fence: u64,
+        sent: Instant,
+    ) -> Held {
+        let lease = Lease::new(
+            self.name.clone(),
+            Arc::clone(&self.keys),
+            kind,
+            token,
+            hold,
+            self.ttl,
+            sent,
+        );
+        Held::new(&self.client, lease, fence, self.watchdog)
+    }
+}
+
+/// The setters every handle has, on its `h: Handle` field. `$acquire` names
+/// the method that waits, for the docs.
+macro_rules! handle_api {
+    ($handle:ident, $acquire:literal) => {
+        impl std::fmt::Debug for $handle {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($handle))
+                    .field("name", &self.h.name)
+                    .field("ttl", &self.h.ttl)
+                    .field("wait", &self.h.wait)
+                    .field("watchdog", &self.h.watchdog)
+                    .finish()
+            }
+        }
+
+        impl $handle {
+            /// The length of the lease. While a guard is held, the watchdog
+            /// renews it every `ttl / 3`, so the TTL bounds how long a crashed
+            /// holder keeps the lock, not how long a live one may hold it.
+            ///
+            /// Must lie within the client's TTL bounds (10 ms ..= 24 h unless
+            /// set with [`ClientBuilder::ttl_bounds`](crate::ClientBuilder::ttl_bounds)).
+            /// Defaults to 30 s.
+            pub fn ttl(mut self, ttl: std::time::Duration) -> Self {
+                self.h.ttl = ttl;
+                self
+            }
+
+            #[doc = concat!("How long [`", stringify!($handle), "::", $acquire, "`] waits for holders to release.")]
+            ///
+            /// Defaults to 10 s.
+            pub fn wait(mut self, wait: std::time::Duration) -> Self {
+                self.h.wait = wait;
+                self
+            }
+
+            /// Whether the client's watchdog renews held leases. Without it a
+            /// lease simply ends after its TTL, unless extended with the
+            /// guard's `extend`.
+            ///
+            /// Defaults to `true`.
+            pub fn watchdog(mut self, renew: bool) -> Self {
+                self.h.watchdog = renew;
+                self
+            }
+
+            /// The lock's name.
+            pub fn name(&self) -> &str {
+                &self.h.name
+            }
+        }
+    };
+}
+
+pub(crate) use handle_api;
+
+/// The owner setters of handles whose holds belong to an owner id (an
+/// `owner: Token` field). `$make` is example code that yields a handle.
+macro_rules! owner_api {
+    ($handle:ident, $make:literal) => {
+        impl $handle {
+            /// The owner id: handles with the same id share the lock's holds
+            /// (reentrancy), from any task or process. Anyone who knows it
+            /// can act as the owner, so treat it as a secret when that
+            /// matters.
+            ///
+            /// Must be 1 to 512 bytes. Defaults to a random 128-bit id per
+            /// handle (clones of a handle share it).
+            ///
+            /// # Example
+            ///
+            /// ```no_run
+            /// # fn run(client: leasehold::Client) {
+            #[doc = concat!("let lock = ", $make, ".owner(\"job-7\");")]
+            /// assert_eq!(lock.owner_id(), "job-7");
+            /// # }
+            /// ```
+            pub fn owner(mut self, id: impl Into<String>) -> Self {
+                self.owner = crate::token::Token::from_owner(id.into());
+                self
+            }
+
+            /// The owner id of this handle.
+            pub fn owner_id(&self) -> &str {
+                self.owner.as_str()
+            }
+        }
+    };
+}
+
+pub(crate) use owner_api;
