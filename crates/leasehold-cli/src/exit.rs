@@ -82,7 +82,19 @@ impl Failure {
 
 impl From<Error> for Failure {
     fn from(err: Error) -> Failure {
-        Failure::with_code(code_for(&err), err.to_string())
+        let code = code_for(&err);
+        match err {
+            // The library's text names its own setter; here the flag.
+            Error::Timeout { name, waited } => Failure::with_code(
+                code,
+                format!(
+                    "timed out after {} waiting for lock {name:?}: another holder kept it; \
+                     wait longer (--wait) or check who holds it (`leasehold status {name}`)",
+                    humantime::format_duration(waited)
+                ),
+            ),
+            err => Failure::with_code(code, err.to_string()),
+        }
     }
 }
 
@@ -105,6 +117,22 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[test]
+    fn a_wait_that_runs_out_names_the_flag_not_the_library_call() {
+        let failure = Failure::from(Error::Timeout {
+            name: "jobs".into(),
+            waited: Duration::from_secs(5),
+        });
+        assert_eq!(failure.code, TEMPFAIL);
+        assert!(failure.message.contains("--wait"), "{}", failure.message);
+        assert!(!failure.message.contains(".wait()"), "{}", failure.message);
+        assert!(
+            failure.message.contains("leasehold status jobs"),
+            "{}",
+            failure.message
+        );
+    }
 
     fn redis_err(kind: redis::ErrorKind) -> redis::RedisError {
         redis::RedisError::from((kind, "test"))
