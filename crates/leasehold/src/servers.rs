@@ -88,7 +88,7 @@ impl Servers {
     ) -> Result<Acquire> {
         match self {
             Servers::One(backend) => {
-                scripts::lock_acquire(backend, keys, token, ttl, queueing, Spread::One, fair).await
+                scripts::lock_acquire(backend, keys, token, ttl, queueing, fair).await
             }
             Servers::Quorum(_) if fair => Err(needs_one_server("FairLock")),
             Servers::Quorum(redlock) => redlock.lock_acquire(keys, token, ttl).await,

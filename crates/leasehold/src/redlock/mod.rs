@@ -182,8 +182,7 @@ impl Redlock {
                 |node| {
                     let (keys, token) = (keys.clone(), token.to_owned());
                     async move {
-                        let (q, spread) = (Queueing::No, Spread::Quorum);
-                        scripts::lock_acquire(&node, &keys, &token, ttl, q, spread, false).await
+                        scripts::lock_acquire(&node, &keys, &token, ttl, Queueing::No, false).await
                     }
                 },
                 |so_far| {
