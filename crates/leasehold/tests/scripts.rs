@@ -1155,3 +1155,210 @@ fn reentrant_status_reads_owner_holds_and_fence_and_writes_nothing() {
     let len: i64 = conn.llen(LOCK).unwrap();
     assert_eq!(len, 1);
 }
+
+// Fences of every kind (prelude.lua's next_fence).
+
+/// The kinds of acquisition, each run by its script as shipped with the
+/// fence memory the client sends (the lease's TTL).
+const KINDS: [&str; 5] = ["lock", "reentrant", "read", "write", "permit"];
+
+/// Takes `kind` on the keys of `name` as holder `who` for `ttl_ms`; the
+/// fence it was issued.
+fn take(conn: &mut Connection, kind: &str, name: &str, who: &str, ttl_ms: u64) -> i64 {
+    let (lock, fence) = (format!("t:{{{name}}}:lock"), format!("t:{{{name}}}:fence"));
+    let (script, args): (&str, Vec<String>) = match kind {
+        "lock" => (
+            "lock_acquire",
+            vec![
+                who.into(),
+                ttl_ms.to_string(),
+                ttl_ms.to_string(),
+                "0".into(),
+                "0".into(),
+                "0".into(),
+                CONN.into(),
+            ],
+        ),
+        "reentrant" => (
+            "reentrant_acquire",
+            vec![
+                who.into(),
+                who.into(),
+                ttl_ms.to_string(),
+                ttl_ms.to_string(),
+            ],
+        ),
+        "read" | "write" => (
+            "rw_acquire",
+            vec![
+                kind[..1].into(),
+                who.into(),
+                who.into(),
+                ttl_ms.to_string(),
+                ttl_ms.to_string(),
+                "0".into(),
+            ],
+        ),
+        _ => (
+            "sem_acquire",
+            vec![
+                "1".into(),
+                who.into(),
+                ttl_ms.to_string(),
+                ttl_ms.to_string(),
+            ],
+        ),
+    };
+    let script = redis::Script::new(&shipped(script));
+    let mut call = script.prepare_invoke();
+    call.key(&lock).key(&fence);
+    if kind == "lock" {
+        call.key(format!("t:{{{name}}}:queue"))
+            .key(format!("t:{{{name}}}:alive"));
+    }
+    for arg in &args {
+        call.arg(arg);
+    }
+    let (ok, fence): (i64, i64) = call.invoke(conn).unwrap();
+    assert_eq!(ok, 1, "{kind} of {name} by {who} refused");
+    fence
+}
+
+/// Gives back what `take` took.
+fn give_back(conn: &mut Connection, kind: &str, name: &str, who: &str) {
+    let (lock, channel) = (
+        format!("t:{{{name}}}:lock"),
+        format!("t:{{{name}}}:released"),
+    );
+    let (script, args): (&str, Vec<String>) = match kind {
+        "lock" => (
+            "lock_release",
+            vec![who.into(), "500".into(), "0".into(), CONN.into()],
+        ),
+        "reentrant" => ("reentrant_release", vec![who.into(), who.into()]),
+        "read" | "write" => ("rw_release", vec![format!("{}:{who}:{who}", &kind[..1])]),
+        _ => ("rw_release", vec![format!("1:{who}"), String::new()]),
+    };
+    let script = redis::Script::new(&shipped(script));
+    let mut call = script.prepare_invoke();
+    call.key(&lock).key(&channel);
+    if kind == "lock" {
+        call.key(format!("t:{{{name}}}:queue"))
+            .key(format!("t:{{{name}}}:alive"));
+    }
+    for arg in &args {
+        call.arg(arg);
+    }
+    let released: i64 = call.invoke(conn).unwrap();
+    assert_eq!(released, 1, "{kind} of {name} by {who} not released");
+}
+
+#[test]
+fn fences_of_every_kind_rise_across_release_expiry_a_lost_key_and_a_stale_one() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    for kind in KINDS {
+        let name = format!("f-{kind}");
+        let fence_key = format!("t:{{{name}}}:fence");
+        let mut fences = vec![take(&mut conn, kind, &name, "a", 10_000)];
+        give_back(&mut conn, kind, &name, "a");
+        fences.push(take(&mut conn, kind, &name, "b", 100));
+        // Expiry: the lease and the fence key both lapse.
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        let left: bool = conn.exists(&fence_key).unwrap();
+        assert!(!left, "{kind}: the fence key outlived its memory");
+        fences.push(take(&mut conn, kind, &name, "c", 10_000));
+        give_back(&mut conn, kind, &name, "c");
+        // A restart without persistence: the fence key is gone.
+        let _: () = conn.del(&fence_key).unwrap();
+        fences.push(take(&mut conn, kind, &name, "d", 10_000));
+        give_back(&mut conn, kind, &name, "d");
+        // A failover to a replica that missed the last acquisitions: the
+        // fence key holds an older fence.
+        let _: () = conn.set(&fence_key, fences[1]).unwrap();
+        fences.push(take(&mut conn, kind, &name, "e", 10_000));
+        assert!(
+            fences.windows(2).all(|w| w[0] < w[1]),
+            "{kind}: fences {fences:?} do not strictly rise"
+        );
+    }
+}
+
+#[test]
+fn the_fence_key_lives_no_longer_than_its_memory_unless_the_clock_is_behind_it() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    for kind in KINDS {
+        let name = format!("m-{kind}");
+        let fence_key = format!("t:{{{name}}}:fence");
+        take(&mut conn, kind, &name, "a", 2_000);
+        let pttl: i64 = conn.pttl(&fence_key).unwrap();
+        assert!(pttl > 0 && pttl <= 2_000, "{kind}: fence key pttl {pttl}");
+        give_back(&mut conn, kind, &name, "a");
+        // A stored fence 60 s ahead of the clock (the clock stepped back):
+        // kept until the clock passes it, so the next fences still rise.
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query(&mut conn).unwrap();
+        let ahead = (secs + 60) * 1_000_000 + micros;
+        let _: () = conn.set(&fence_key, ahead).unwrap();
+        assert_eq!(
+            take(&mut conn, kind, &name, "b", 2_000),
+            ahead + 1,
+            "{kind}"
+        );
+        let pttl: i64 = conn.pttl(&fence_key).unwrap();
+        assert!(
+            pttl > 59_000 && pttl <= 60_001,
+            "{kind}: fence key pttl {pttl}"
+        );
+    }
+}
+
+#[test]
+fn no_key_remains_after_names_used_once() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let ttl_ms = 200;
+    for i in 0..200 {
+        let kind = KINDS[i % KINDS.len()];
+        let name = format!("once-{i}");
+        take(&mut conn, kind, &name, "a", ttl_ms);
+        if kind == "lock" {
+            // A waiter queues, is handed the lease at release, claims it.
+            let (lock, fence) = (format!("t:{{{name}}}:lock"), format!("t:{{{name}}}:fence"));
+            let (queue, alive) = (format!("t:{{{name}}}:queue"), format!("t:{{{name}}}:alive"));
+            let attempt = |conn: &mut Connection, already: &str| -> (i64, i64) {
+                redis::Script::new(&ACQUIRE)
+                    .key(&lock)
+                    .key(&fence)
+                    .key(&queue)
+                    .key(&alive)
+                    .arg("b")
+                    .arg(ttl_ms)
+                    .arg(ttl_ms)
+                    .arg(1_000)
+                    .arg(already)
+                    .arg("0")
+                    .arg(CONN)
+                    .invoke(conn)
+                    .unwrap()
+            };
+            assert_eq!(attempt(&mut conn, "0").0, 0);
+            give_back(&mut conn, kind, &name, "a");
+            assert_eq!(attempt(&mut conn, "1").0, 1);
+            give_back(&mut conn, kind, &name, "b");
+        } else {
+            give_back(&mut conn, kind, &name, "a");
+        }
+    }
+    // The leases' TTL and the queue window (1 s here) have passed.
+    std::thread::sleep(std::time::Duration::from_millis(1_300));
+    let keys: Vec<String> = conn.keys("*").unwrap();
+    assert!(
+        keys.is_empty(),
+        "{} keys left: {:?}",
+        keys.len(),
+        &keys[..keys.len().min(5)]
+    );
+    let size: i64 = redis::cmd("DBSIZE").query(&mut conn).unwrap();
+    assert_eq!(size, 0);
+}

@@ -1,0 +1,181 @@
+//! Fencing tokens through the client, for every kind of lock: they leave no
+//! key behind a name used once, and they keep rising across a failover to a
+//! replica that missed the last acquisitions.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use leasehold::Client;
+use leasehold_testkit::{RedisServer, SentinelSet};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_key_remains_after_names_used_once() {
+    let server = RedisServer::start();
+    let client = common::client(&server).await;
+    let ttl = Duration::from_millis(300);
+    for i in 0..200 {
+        let name = format!("once-{i}");
+        match i % 6 {
+            0 => {
+                client
+                    .lock(name)
+                    .ttl(ttl)
+                    .acquire()
+                    .await
+                    .unwrap()
+                    .release()
+                    .await
+            }
+            1 => {
+                client
+                    .fair_lock(name)
+                    .ttl(ttl)
+                    .acquire()
+                    .await
+                    .unwrap()
+                    .release()
+                    .await
+            }
+            2 => {
+                client
+                    .reentrant_lock(name)
+                    .ttl(ttl)
+                    .acquire()
+                    .await
+                    .unwrap()
+                    .release()
+                    .await
+            }
+            3 => {
+                client
+                    .rw_lock(name)
+                    .ttl(ttl)
+                    .read()
+                    .await
+                    .unwrap()
+                    .release()
+                    .await
+            }
+            4 => {
+                client
+                    .rw_lock(name)
+                    .ttl(ttl)
+                    .write()
+                    .await
+                    .unwrap()
+                    .release()
+                    .await
+            }
+            _ => {
+                client
+                    .semaphore(name, 2)
+                    .ttl(ttl)
+                    .acquire()
+                    .await
+                    .unwrap()
+                    .release()
+                    .await
+            }
+        }
+        .expect("release");
+    }
+    // Past the leases' TTL (nobody queued, so no queue keys were written).
+    tokio::time::sleep(ttl + Duration::from_millis(700)).await;
+    let mut conn = server.connection();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
+    assert!(
+        keys.is_empty(),
+        "{} keys left, e.g. {:?}",
+        keys.len(),
+        &keys[..keys.len().min(3)]
+    );
+    let size: i64 = redis::cmd("DBSIZE").query(&mut conn).unwrap();
+    assert_eq!(size, 0, "expired keys not yet reclaimed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fences_rise_across_a_failover_to_a_replica_that_missed_the_last_acquisitions() {
+    let set = SentinelSet::start("fencemaster", 1, 3);
+    let client = Client::sentinel(set.sentinel_urls(), set.name())
+        .await
+        .expect("connect through the sentinels");
+    let lock = client.lock("f").ttl(Duration::from_secs(30));
+    let mut fences = Vec::new();
+    let mut stale = None;
+    for i in 0..4 {
+        let guard = lock.acquire().await.expect("acquire");
+        fences.push(guard.fence());
+        guard.release().await.expect("release");
+        if i == 1 {
+            // The fence key as the replica would hold it had it missed the
+            // acquisitions from here on.
+            let (value, pttl): (String, i64) = redis::pipe()
+                .cmd("GET")
+                .arg("leasehold:{f}:fence")
+                .cmd("PTTL")
+                .arg("leasehold:{f}:fence")
+                .query(&mut set.servers()[0].connection())
+                .unwrap();
+            stale = Some((value, pttl));
+        }
+    }
+    let (value, pttl) = stale.expect("taken");
+    assert!(pttl > 0, "the fence key expires");
+    // Wait until the replica has every write, then set its fence key back:
+    // the state of a replica that missed the last two acquisitions.
+    let mut master = set.servers()[0].connection();
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(5000)
+        .query(&mut master)
+        .unwrap();
+    assert_eq!(acked, 1);
+    let mut replica = set.servers()[1].connection();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("replica-read-only")
+        .arg("no")
+        .query(&mut replica)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("leasehold:{f}:fence")
+        .arg(&value)
+        .arg("PX")
+        .arg(pttl)
+        .query(&mut replica)
+        .unwrap();
+
+    let new_master = set.failover();
+    assert_eq!(new_master, set.servers()[1].port());
+    let on_new: String = redis::cmd("GET")
+        .arg("leasehold:{f}:fence")
+        .query(&mut set.servers()[1].connection())
+        .unwrap();
+    assert_eq!(on_new, value, "the new master holds the stale fence");
+    // The client asks the sentinels every 0.5 s: retry until an acquisition
+    // reaches the new master (the old one is a replica now and refuses).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let fence = loop {
+        match lock.try_acquire().await {
+            Ok(Some(guard)) => {
+                let fence = guard.fence();
+                guard.release().await.expect("release");
+                break fence;
+            }
+            Ok(None) => panic!("nobody else holds this lock"),
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "no acquisition after failover: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let earlier = fences.iter().max().copied().unwrap_or(0);
+    assert!(
+        fence > earlier,
+        "fence {fence} after the failover is not above the earlier {fences:?}"
+    );
+}
