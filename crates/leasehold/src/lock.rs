@@ -230,6 +230,7 @@ impl Lock {
                     self.h.ttl,
                     queueing,
                     self.fair,
+                    self.h.fence_memory(),
                 )
                 .await;
             // Refused, or no reply (it may have been refused and queued

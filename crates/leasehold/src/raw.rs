@@ -51,6 +51,7 @@ impl LockCalls {
             ttl,
             Queueing::No,
             false,
+            ttl,
             &self.connection,
         )
     }

@@ -185,7 +185,8 @@ impl ReentrantLock {
         let owner = self.owner.as_str();
         let target = self.h.target(Kind::Reentrant, hold.as_str());
         let acquired = acquire(&target, wait, || {
-            servers.reentrant_acquire(&self.h.keys, owner, hold.as_str(), self.h.ttl)
+            let memory = self.h.fence_memory();
+            servers.reentrant_acquire(&self.h.keys, owner, hold.as_str(), self.h.ttl, memory)
         })
         .await?;
         Ok(acquired.map(|(fence, sent)| {

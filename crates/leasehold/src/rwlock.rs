@@ -252,6 +252,7 @@ impl RwLock {
             hold: hold.as_str(),
             ttl: self.h.ttl,
             waits: wait.is_some(),
+            fence_memory: self.h.fence_memory(),
         };
         // A waiting writer leaves an entry that blocks new readers; take it
         // away if we leave without the lock (the script removes it on success).

@@ -185,7 +185,13 @@ impl Semaphore {
         let target = self.h.target(Kind::Semaphore, &member);
         let acquired = acquire(&target, wait, || async {
             match servers
-                .sem_acquire(&self.h.keys, self.permits, hold.as_str(), self.h.ttl)
+                .sem_acquire(
+                    &self.h.keys,
+                    self.permits,
+                    hold.as_str(),
+                    self.h.ttl,
+                    self.h.fence_memory(),
+                )
                 .await?
             {
                 SemAcquire::Lock(reply) => Ok(reply),

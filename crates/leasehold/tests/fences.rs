@@ -153,15 +153,28 @@ async fn fences_rise_across_a_failover_to_a_replica_that_missed_the_last_acquisi
         .query(&mut set.servers()[1].connection())
         .unwrap();
     assert_eq!(on_new, value, "the new master holds the stale fence");
-    // The client asks the sentinels every 0.5 s: retry until an acquisition
-    // reaches the new master (the old one is a replica now and refuses).
+    // The client asks the sentinels every 0.5 s: until it switches, its
+    // acquisitions may reach the old master (still a master for a moment,
+    // then a replica that refuses). Those fences count as earlier ones too;
+    // retry until an acquisition is made on the new master.
+    let on_new_master = || -> bool {
+        redis::cmd("EXISTS")
+            .arg("leasehold:{f}:lock")
+            .query(&mut set.servers()[1].connection())
+            .unwrap()
+    };
     let deadline = Instant::now() + Duration::from_secs(20);
     let fence = loop {
         match lock.try_acquire().await {
             Ok(Some(guard)) => {
                 let fence = guard.fence();
-                guard.release().await.expect("release");
-                break fence;
+                if on_new_master() {
+                    guard.release().await.expect("release");
+                    break fence;
+                }
+                fences.push(fence);
+                // On the old master; its fate there is not what is tested.
+                let _ = guard.release().await;
             }
             Ok(None) => panic!("nobody else holds this lock"),
             Err(e) => {
@@ -172,10 +185,102 @@ async fn fences_rise_across_a_failover_to_a_replica_that_missed_the_last_acquisi
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
+        assert!(
+            Instant::now() < deadline,
+            "no acquisition on the new master"
+        );
     };
     let earlier = fences.iter().max().copied().unwrap_or(0);
     assert!(
         fence > earlier,
         "fence {fence} after the failover is not above the earlier {fences:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fence_is_kept_for_the_lease_or_the_longer_fence_memory() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let fence_pttl = |conn: &mut redis::Connection, name: &str| -> i64 {
+        redis::cmd("PTTL")
+            .arg(format!("leasehold:{{{name}}}:fence"))
+            .query(conn)
+            .unwrap()
+    };
+    let plain = common::client(&server).await;
+    let lock = plain.lock("plain").ttl(Duration::from_millis(800));
+    lock.acquire().await.unwrap().release().await.unwrap();
+    let pttl = fence_pttl(&mut conn, "plain");
+    assert!(
+        pttl > 0 && pttl <= 800,
+        "fence kept {pttl} ms for an 800 ms lease"
+    );
+
+    let keeping = Client::builder()
+        .url(server.url())
+        .fence_memory(Duration::from_secs(60))
+        .build()
+        .await
+        .unwrap();
+    let names = ["kept-lock", "kept-re", "kept-rw", "kept-sem"];
+    let ttl = Duration::from_millis(800);
+    keeping
+        .lock(names[0])
+        .ttl(ttl)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    keeping
+        .reentrant_lock(names[1])
+        .ttl(ttl)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    keeping
+        .rw_lock(names[2])
+        .ttl(ttl)
+        .write()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    keeping
+        .semaphore(names[3], 1)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    for name in names {
+        let pttl = fence_pttl(&mut conn, name);
+        assert!(
+            pttl > 59_000 && pttl <= 60_000,
+            "{name}: fence kept {pttl} ms"
+        );
+    }
+    // A lease longer than the memory keeps the fence for the lease.
+    let long = Duration::from_secs(90);
+    keeping
+        .lock("long")
+        .ttl(long)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let pttl = fence_pttl(&mut conn, "long");
+    assert!(
+        pttl > 89_000 && pttl <= 90_000,
+        "fence kept {pttl} ms for a 90 s lease"
     );
 }

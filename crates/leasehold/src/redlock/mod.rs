@@ -173,6 +173,7 @@ impl Redlock {
         keys: &LockKeys,
         token: &str,
         ttl: Duration,
+        fence_memory: Duration,
     ) -> Result<Acquire> {
         let n = self.nodes.len();
         let sent = Instant::now();
@@ -182,7 +183,9 @@ impl Redlock {
                 |node| {
                     let (keys, token) = (keys.clone(), token.to_owned());
                     async move {
-                        scripts::lock_acquire(&node, &keys, &token, ttl, Queueing::No, false).await
+                        let q = Queueing::No;
+                        scripts::lock_acquire(&node, &keys, &token, ttl, q, false, fence_memory)
+                            .await
                     }
                 },
                 |so_far| {

@@ -128,12 +128,10 @@ impl Kind {
     }
 }
 
-/// How long the last fence of a name is kept after an acquisition with
-/// lease `ttl`: as long as the lease. Fences need no more: each is at least
-/// the server time in µs, above every earlier one (see `prelude.lua`), so a
-/// name used once leaves no key once its lease is gone.
-fn fence_memory(ttl: Duration) -> Duration {
-    ttl.max(Duration::from_millis(1))
+/// The fence memory argument of the acquire scripts: how long the last
+/// fence of a name is kept at least (`prelude.lua`), in ms, never 0.
+fn memory_ms(fence_memory: Duration) -> u64 {
+    millis(fence_memory).max(1)
 }
 
 /// The least a lease handed off at release waits for the waiter it was
@@ -223,8 +221,10 @@ pub(crate) async fn lock_acquire(
     ttl: Duration,
     queueing: Queueing,
     fair: bool,
+    fence_memory: Duration,
 ) -> Result<Acquire> {
-    let invocation = lock_acquire_call(keys, token, ttl, queueing, fair, backend.id());
+    let invocation =
+        lock_acquire_call(keys, token, ttl, queueing, fair, fence_memory, backend.id());
     acquire_reply(backend, &invocation, keys, "string").await
 }
 
@@ -237,6 +237,7 @@ pub(crate) fn lock_acquire_call(
     ttl: Duration,
     queueing: Queueing,
     fair: bool,
+    fence_memory: Duration,
     connection: &str,
 ) -> ScriptInvocation<'static> {
     let (window, already) = match queueing {
@@ -251,7 +252,7 @@ pub(crate) fn lock_acquire_call(
         .key(keys.alive())
         .arg(token)
         .arg(millis(ttl))
-        .arg(millis(fence_memory(ttl)))
+        .arg(memory_ms(fence_memory))
         .arg(window)
         .arg(if already { "1" } else { "0" })
         .arg(if fair { "1" } else { "0" })
@@ -416,6 +417,7 @@ pub(crate) async fn reentrant_acquire(
     owner: &str,
     hold: &str,
     ttl: Duration,
+    fence_memory: Duration,
 ) -> Result<Acquire> {
     let mut invocation = REENTRANT_ACQUIRE.prepare_invoke();
     invocation
@@ -424,7 +426,7 @@ pub(crate) async fn reentrant_acquire(
         .arg(owner)
         .arg(hold)
         .arg(millis(ttl))
-        .arg(millis(fence_memory(ttl)));
+        .arg(memory_ms(fence_memory));
     acquire_reply(backend, &invocation, keys, "hash").await
 }
 
@@ -490,6 +492,8 @@ pub(crate) struct RwAttempt<'a> {
     /// A blocked writer registers as waiting (for `ttl`), which stops new
     /// readers.
     pub(crate) waits: bool,
+    /// How long the fence issued is kept at least.
+    pub(crate) fence_memory: Duration,
 }
 
 /// Takes a read or write hold on an RwLock.
@@ -502,6 +506,7 @@ pub(crate) async fn rw_acquire(
         hold,
         ttl,
         waits,
+        fence_memory,
     }: RwAttempt<'_>,
 ) -> Result<RwAcquire> {
     let mut invocation = RW_ACQUIRE.prepare_invoke();
@@ -512,7 +517,7 @@ pub(crate) async fn rw_acquire(
         .arg(owner)
         .arg(hold)
         .arg(millis(ttl))
-        .arg(millis(fence_memory(ttl)))
+        .arg(memory_ms(fence_memory))
         .arg(if waits { "1" } else { "0" });
     match invoke_typed::<(i64, i64)>(backend, &invocation, keys, "zset").await? {
         (-1, _) => Ok(RwAcquire::Upgrade),
@@ -567,6 +572,7 @@ pub(crate) async fn sem_acquire(
     permits: u32,
     hold: &str,
     ttl: Duration,
+    fence_memory: Duration,
 ) -> Result<SemAcquire> {
     let mut invocation = SEM_ACQUIRE.prepare_invoke();
     invocation
@@ -575,7 +581,7 @@ pub(crate) async fn sem_acquire(
         .arg(permits)
         .arg(hold)
         .arg(millis(ttl))
-        .arg(millis(fence_memory(ttl)));
+        .arg(memory_ms(fence_memory));
     match invoke_typed::<(i64, i64)>(backend, &invocation, keys, "zset").await? {
         (-1, theirs) => Ok(SemAcquire::Mismatch(u64::try_from(theirs).unwrap_or(0))),
         (-2, _) => Err(Error::WrongType {
