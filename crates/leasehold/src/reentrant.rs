@@ -219,7 +219,9 @@ pub struct ReentrantStatus {
     /// when free.
     pub remaining: Option<Duration>,
     /// The fencing token of the owner's holds while held; when free, the
-    /// last one issued for this name, if remembered.
+    /// last one issued for this name, if still kept: for the lease's TTL
+    /// after it was issued, or the client's
+    /// [`fence_memory`](crate::ClientBuilder::fence_memory) if longer.
     pub fence: Option<u64>,
 }
 

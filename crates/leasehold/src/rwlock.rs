@@ -296,7 +296,9 @@ pub struct RwLockStatus {
     /// Blocked writers waiting for the lock; while there are any, owners
     /// that hold nothing yet cannot start reading.
     pub waiting_writers: usize,
-    /// The last fencing token issued for this name, if remembered.
+    /// The last fencing token issued for this name, if still kept: for the
+    /// lease's TTL after it was issued, or the client's
+    /// [`fence_memory`](crate::ClientBuilder::fence_memory) if longer.
     pub fence: Option<u64>,
 }
 
