@@ -3,7 +3,8 @@
 //! `leasehold bench`'s raw floor, which runs them on a plain redis-rs
 //! connection to measure what the library adds. Keeping this here, made by
 //! the same functions the client calls, means the floor can never drift
-//! from what the library really sends.
+//! from what the library really sends. Also every script's text as the
+//! client loads it ([`script_source`]), for the script contract tests.
 
 use std::time::Duration;
 

@@ -3,16 +3,16 @@
 --
 -- Fences: next_fence issues max(last stored + 1, server time in µs) on every acquisition of
 -- every kind, and stores it until max(now + memory, the moment the clock passes it).
--- Why fences only grow: every earlier fence of the name was at most the server time when it
--- was issued (it was that time, or the one before it + 1, issued more than 1 µs earlier:
--- a script takes longer than that), so the server time now is above all of them, whatever
--- happened to the stored one since: expiry, a release, a restart without persistence, a
--- failover to a replica that missed the last increments. The stored value adds the rest:
--- two fences within one µs, and a server clock that steps back. A clock that steps back by
--- d while the fence key lives keeps fences growing (the key then lives until the clock has
--- passed its value again); one that steps back while the key is gone (no acquisition within
--- the memory before the step) can issue fences up to d lower than earlier ones, and so can a
--- failover to a replica whose clock is behind the old master's.
+-- Why fences only grow: a fence is the server time at its issue, or, when the stored one is
+-- not behind the clock (the clock stepped back, or one µs saw two acquisitions), the stored
+-- one + 1, and such a fence is kept until the clock has passed it. So whenever the stored
+-- fence is gone or old (expiry, a restart without persistence, a failover to a replica that
+-- missed the last acquisitions), the clock has passed every earlier fence, as long as it did
+-- not step back meanwhile: a script takes more than 1 µs, so the time now exceeds every
+-- fence issued before. The stored fence covers a clock that steps back by d while it is
+-- kept; one that steps back while it is not (no acquisition within the memory before the
+-- step) can issue fences up to d lower than earlier ones, and so can a failover to a replica
+-- whose clock is behind the old master's.
 
 -- The server time in ms.
 local function now_ms()
