@@ -56,6 +56,9 @@ pub(crate) struct Inner {
     /// `min_replicas(n, timeout)`: replicas that must acknowledge each
     /// acquisition.
     pub(crate) min_replicas: Option<(usize, Duration)>,
+    /// `fence_memory(d)`: how long each fence is kept at least (the lease's
+    /// TTL if longer).
+    pub(crate) fence_memory: Duration,
     /// Set by [`Client::close`]: no more acquisitions.
     pub(crate) closed: std::sync::atomic::AtomicBool,
     /// Wakes the callers waiting to acquire when the client is closed.
@@ -492,6 +495,7 @@ pub struct ClientBuilder {
     command_timeout: Duration,
     min_ttl: Duration,
     max_ttl: Duration,
+    fence_memory: Duration,
 }
 
 impl Default for ClientBuilder {
@@ -508,6 +512,7 @@ impl Default for ClientBuilder {
             command_timeout: Duration::from_secs(2),
             min_ttl: Duration::from_millis(10),
             max_ttl: Duration::from_secs(24 * 3600),
+            fence_memory: Duration::ZERO,
         }
     }
 }
@@ -649,6 +654,26 @@ impl ClientBuilder {
         self
     }
 
+    /// How long a lock name's last fencing token is kept on the server after
+    /// each acquisition, at least: the lease's TTL when that is longer.
+    ///
+    /// Fences rise without it: each is at least the server time in µs,
+    /// above every earlier one as long as the server clock does not step
+    /// back. The kept fence covers a clock that steps back while it lives:
+    /// it then lives until the clock has passed it again, and fences keep
+    /// rising. A step back while no fence of the name is kept (none issued
+    /// within the memory before it) can issue fences lower than earlier
+    /// ones by up to the step. Keep fences longer to cover steps that come
+    /// later after the last acquisition, at the cost of one key per lock
+    /// name for that long.
+    ///
+    /// Defaults to the lease's TTL: a name used once leaves no key once its
+    /// lease is gone.
+    pub fn fence_memory(mut self, memory: Duration) -> Self {
+        self.fence_memory = memory;
+        self
+    }
+
     /// Connects and checks the server.
     ///
     /// # Errors
@@ -718,6 +743,7 @@ impl ClientBuilder {
                 min_ttl: self.min_ttl,
                 max_ttl: self.max_ttl,
                 min_replicas: self.min_replicas,
+                fence_memory: self.fence_memory,
                 closed: std::sync::atomic::AtomicBool::new(false),
                 closing: tokio::sync::Notify::new(),
             }),

@@ -46,6 +46,13 @@ impl Handle {
         }
     }
 
+    /// How long the fence of each acquisition is kept at least: the lease's
+    /// TTL, or the client's [`fence_memory`](crate::ClientBuilder::fence_memory)
+    /// if longer.
+    pub(crate) fn fence_memory(&self) -> Duration {
+        self.ttl.max(self.client.inner.fence_memory)
+    }
+
     /// Checks the name and TTL before anything is sent.
     pub(crate) fn validate(&self) -> Result<()> {
         if self.client.is_closed() {

@@ -54,12 +54,15 @@
 //! every earlier one for that name; pass it to the resource and have the
 //! resource reject writes with a lower fence than it has seen.
 //!
-//! Fences keep increasing across release, expiry and a restart of Redis
-//! without persistence: they count up from a seed taken from the server's
-//! clock in µs whenever the counter is missing, and no lock is acquired a
-//! million times a second. They can repeat or go back if the Redis server's
-//! clock goes back, or after a failover to a replica that missed the
-//! counter and whose clock is behind.
+//! Fences keep increasing across release, expiry, a restart of Redis
+//! without persistence and a failover to a replica that missed the last
+//! acquisitions: each is `max(last kept + 1, server time in µs)`, and the
+//! server time is above every earlier fence as long as the server clock does
+//! not step back. The last fence is kept for the lease's TTL (longer with
+//! [`ClientBuilder::fence_memory`]), so names used once leave nothing
+//! behind. A clock step back while it is kept changes nothing; one while it
+//! is not, or a failover to a replica whose clock is behind, can make fences
+//! go back by up to the step.
 //!
 //! # Example
 //!

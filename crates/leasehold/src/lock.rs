@@ -230,6 +230,7 @@ impl Lock {
                     self.h.ttl,
                     queueing,
                     self.fair,
+                    self.h.fence_memory(),
                 )
                 .await;
             // Refused, or no reply (it may have been refused and queued
@@ -260,7 +261,9 @@ pub struct LockStatus {
     pub holder: Option<String>,
     /// The holder's remaining lease, or `None` when free.
     pub remaining: Option<Duration>,
-    /// The last fencing token issued for this name, if remembered.
+    /// The last fencing token issued for this name, if still kept: for the
+    /// lease's TTL after it was issued, or the client's
+    /// [`fence_memory`](crate::ClientBuilder::fence_memory) if longer.
     pub fence: Option<u64>,
     /// Waiters queued for the lock (callers of [`Lock::acquire`] that were
     /// refused and are still waiting), in every client.

@@ -3,7 +3,8 @@
 //! `leasehold bench`'s raw floor, which runs them on a plain redis-rs
 //! connection to measure what the library adds. Keeping this here, made by
 //! the same functions the client calls, means the floor can never drift
-//! from what the library really sends.
+//! from what the library really sends. Also every script's text as the
+//! client loads it ([`script_source`]), for the script contract tests.
 
 use std::time::Duration;
 
@@ -36,21 +37,22 @@ impl LockCalls {
     }
 
     /// An attempt that does not wait (so never queues), as on one server
-    /// or, with `redlock_node`, on one Redlock node. Replies `[1, fence]`
-    /// when `token` holds the lease, `[0, pttl]` otherwise.
+    /// or on one Redlock node: the two send the same call (`redlock_node`
+    /// changes nothing; fences are issued alike). Replies `[1, fence]` when
+    /// `token` holds the lease, `[0, pttl]` otherwise.
     pub fn acquire(
         &self,
         token: &str,
         ttl: Duration,
-        redlock_node: bool,
+        _redlock_node: bool,
     ) -> ScriptInvocation<'static> {
         scripts::lock_acquire_call(
             &self.keys,
             token,
             ttl,
             Queueing::No,
-            spread(redlock_node),
             false,
+            ttl,
             &self.connection,
         )
     }
@@ -68,4 +70,12 @@ fn spread(redlock_node: bool) -> Spread {
     } else {
         Spread::One
     }
+}
+
+/// The script `name` (its file's name without `.lua`, e.g. `lock_acquire`)
+/// exactly as the client loads it: the shared prelude included. For the
+/// script contract tests, so they run what ships. `None` for an unknown
+/// name.
+pub fn script_source(name: &str) -> Option<String> {
+    scripts::source(name)
 }

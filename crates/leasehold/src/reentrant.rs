@@ -185,7 +185,8 @@ impl ReentrantLock {
         let owner = self.owner.as_str();
         let target = self.h.target(Kind::Reentrant, hold.as_str());
         let acquired = acquire(&target, wait, || {
-            servers.reentrant_acquire(&self.h.keys, owner, hold.as_str(), self.h.ttl)
+            let memory = self.h.fence_memory();
+            servers.reentrant_acquire(&self.h.keys, owner, hold.as_str(), self.h.ttl, memory)
         })
         .await?;
         Ok(acquired.map(|(fence, sent)| {
@@ -218,7 +219,9 @@ pub struct ReentrantStatus {
     /// when free.
     pub remaining: Option<Duration>,
     /// The fencing token of the owner's holds while held; when free, the
-    /// last one issued for this name, if remembered.
+    /// last one issued for this name, if still kept: for the lease's TTL
+    /// after it was issued, or the client's
+    /// [`fence_memory`](crate::ClientBuilder::fence_memory) if longer.
     pub fence: Option<u64>,
 }
 

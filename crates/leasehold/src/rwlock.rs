@@ -252,6 +252,7 @@ impl RwLock {
             hold: hold.as_str(),
             ttl: self.h.ttl,
             waits: wait.is_some(),
+            fence_memory: self.h.fence_memory(),
         };
         // A waiting writer leaves an entry that blocks new readers; take it
         // away if we leave without the lock (the script removes it on success).
@@ -295,7 +296,9 @@ pub struct RwLockStatus {
     /// Blocked writers waiting for the lock; while there are any, owners
     /// that hold nothing yet cannot start reading.
     pub waiting_writers: usize,
-    /// The last fencing token issued for this name, if remembered.
+    /// The last fencing token issued for this name, if still kept: for the
+    /// lease's TTL after it was issued, or the client's
+    /// [`fence_memory`](crate::ClientBuilder::fence_memory) if longer.
     pub fence: Option<u64>,
 }
 

@@ -185,7 +185,13 @@ impl Semaphore {
         let target = self.h.target(Kind::Semaphore, &member);
         let acquired = acquire(&target, wait, || async {
             match servers
-                .sem_acquire(&self.h.keys, self.permits, hold.as_str(), self.h.ttl)
+                .sem_acquire(
+                    &self.h.keys,
+                    self.permits,
+                    hold.as_str(),
+                    self.h.ttl,
+                    self.h.fence_memory(),
+                )
                 .await?
             {
                 SemAcquire::Lock(reply) => Ok(reply),
@@ -220,7 +226,9 @@ pub struct SemaphoreStatus {
     /// The permits held, soonest to end first: at most 100 (see
     /// [`held`](SemaphoreStatus::held) for all).
     pub holders: Vec<HoldStatus>,
-    /// The last fencing token issued for this name, if remembered.
+    /// The last fencing token issued for this name, if still kept: for the
+    /// lease's TTL after it was issued, or the client's
+    /// [`fence_memory`](crate::ClientBuilder::fence_memory) if longer.
     pub fence: Option<u64>,
 }
 

@@ -85,13 +85,14 @@ impl Servers {
         ttl: Duration,
         queueing: Queueing,
         fair: bool,
+        fence_memory: Duration,
     ) -> Result<Acquire> {
         match self {
             Servers::One(backend) => {
-                scripts::lock_acquire(backend, keys, token, ttl, queueing, Spread::One, fair).await
+                scripts::lock_acquire(backend, keys, token, ttl, queueing, fair, fence_memory).await
             }
             Servers::Quorum(_) if fair => Err(needs_one_server("FairLock")),
-            Servers::Quorum(redlock) => redlock.lock_acquire(keys, token, ttl).await,
+            Servers::Quorum(redlock) => redlock.lock_acquire(keys, token, ttl, fence_memory).await,
         }
     }
 
@@ -147,8 +148,10 @@ impl Servers {
         owner: &str,
         hold: &str,
         ttl: Duration,
+        fence_memory: Duration,
     ) -> Result<Acquire> {
-        scripts::reentrant_acquire(self.single("ReentrantLock")?, keys, owner, hold, ttl).await
+        let backend = self.single("ReentrantLock")?;
+        scripts::reentrant_acquire(backend, keys, owner, hold, ttl, fence_memory).await
     }
 
     /// Gives back the hold `hold` of `owner` (any one of its holds when empty).
@@ -186,8 +189,10 @@ impl Servers {
         permits: u32,
         hold: &str,
         ttl: Duration,
+        fence_memory: Duration,
     ) -> Result<SemAcquire> {
-        scripts::sem_acquire(self.single("Semaphore")?, keys, permits, hold, ttl).await
+        let backend = self.single("Semaphore")?;
+        scripts::sem_acquire(backend, keys, permits, hold, ttl, fence_memory).await
     }
 
     /// How many client connections listen for the lock's releases (its

@@ -11,7 +11,7 @@ use leasehold_testkit::RedisServer;
 /// WAIT for `min_replicas`; keys and channels under the prefix only.
 const LOCK_USER_RULES: &str = "+evalsha +eval +script|load +subscribe +unsubscribe +ping \
     +hello +wait +get +set +del +exists +pexpire +pttl +time +publish +hget +hset +hdel \
-    +hexists +hkeys +hlen +incr +zadd +zrem +zrange +zrangebyscore +zremrangebyscore \
+    +hexists +hkeys +hlen +zadd +zrem +zrange +zrangebyscore +zremrangebyscore \
     +zscore +zcard +zcount ~leasehold:* &leasehold:*";
 
 fn server_with_user(name: &str, rules: &str) -> RedisServer {

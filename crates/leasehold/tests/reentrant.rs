@@ -333,13 +333,35 @@ async fn status_shows_the_owner_prefix_its_holds_and_fence_and_changes_nothing()
     assert_eq!(lock.status().await.unwrap().holds, 1);
     first.release().await.unwrap();
 
-    // A lock whose lease ended is free; its last fence is still known.
+    // A lock whose lease ended is free; its last fence is kept as long as
+    // the lease was, so it is gone with it.
     let short = lock
         .clone()
         .ttl(Duration::from_millis(300))
         .acquire()
         .await
         .unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let status = lock.status().await.unwrap();
+    assert_eq!(
+        (status.owner, status.holds, status.remaining, status.fence),
+        (None, 0, None, None)
+    );
+    drop(short);
+
+    // With a longer fence memory, the last fence is still known.
+    let keeping = Client::builder()
+        .url(server.url())
+        .fence_memory(Duration::from_secs(60))
+        .build()
+        .await
+        .unwrap();
+    let lock = keeping
+        .reentrant_lock("job")
+        .owner("job-owner-seven")
+        .ttl(Duration::from_millis(300))
+        .watchdog(false);
+    let short = lock.acquire().await.unwrap();
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let status = lock.status().await.unwrap();
     assert_eq!(

@@ -1,14 +1,22 @@
 //! The server-side contract of each script, apart from the Rust around it.
-//! Each test runs the `.lua` file as shipped against a real server.
+//! Each test runs the script exactly as shipped (its `.lua` file with the
+//! shared prelude, as the client loads it) against a real server.
+
+use std::sync::LazyLock;
 
 use leasehold_testkit::RedisServer;
 use redis::{Commands, Connection, Value};
 
-const ACQUIRE: &str = include_str!("../src/scripts/lock_acquire.lua");
-const RELEASE: &str = include_str!("../src/scripts/lock_release.lua");
-const EXTEND: &str = include_str!("../src/scripts/lock_extend.lua");
-const STATUS: &str = include_str!("../src/scripts/lock_status.lua");
-const RETAKE: &str = include_str!("../src/scripts/lock_retake.lua");
+/// The script `name` as the client loads it.
+fn shipped(name: &str) -> String {
+    leasehold::raw::script_source(name).unwrap_or_else(|| panic!("no script {name}"))
+}
+
+static ACQUIRE: LazyLock<String> = LazyLock::new(|| shipped("lock_acquire"));
+static RELEASE: LazyLock<String> = LazyLock::new(|| shipped("lock_release"));
+static EXTEND: LazyLock<String> = LazyLock::new(|| shipped("lock_extend"));
+static STATUS: LazyLock<String> = LazyLock::new(|| shipped("lock_status"));
+static RETAKE: LazyLock<String> = LazyLock::new(|| shipped("lock_retake"));
 
 const LOCK: &str = "t:{n}:lock";
 const FENCE: &str = "t:{n}:fence";
@@ -32,8 +40,8 @@ fn lock_acquire(
     lock_attempt(conn, token, ttl_ms, window_ms, already_queued, false)
 }
 
-/// lock_acquire.lua with every argument but Redlock's clock fence (ARGV[6]
-/// off); `fair` is ARGV[7].
+/// lock_acquire.lua with every argument, the fence memory as long as the
+/// lease (as the client sends it); `fair` is ARGV[6].
 fn lock_attempt(
     conn: &mut Connection,
     token: &str,
@@ -42,17 +50,16 @@ fn lock_attempt(
     already_queued: bool,
     fair: bool,
 ) -> redis::RedisResult<(i64, i64)> {
-    redis::Script::new(ACQUIRE)
+    redis::Script::new(&ACQUIRE)
         .key(LOCK)
         .key(FENCE)
         .key(QUEUE)
         .key(ALIVE)
         .arg(token)
         .arg(ttl_ms)
-        .arg(3_600_000)
+        .arg(ttl_ms)
         .arg(window_ms)
         .arg(if already_queued { "1" } else { "0" })
-        .arg("0")
         .arg(if fair { "1" } else { "0" })
         .arg(CONN)
         .invoke(conn)
@@ -68,7 +75,7 @@ fn release(conn: &mut Connection, token: &str) -> i64 {
 
 /// lock_release.lua; `publish_free` as a Redlock node runs it (ARGV[3]).
 fn lock_release(conn: &mut Connection, token: &str, publish_free: bool) -> i64 {
-    redis::Script::new(RELEASE)
+    redis::Script::new(&RELEASE)
         .key(LOCK)
         .key(CHANNEL)
         .key(QUEUE)
@@ -81,19 +88,18 @@ fn lock_release(conn: &mut Connection, token: &str, publish_free: bool) -> i64 {
         .unwrap()
 }
 
-/// lock_acquire.lua as one Redlock node runs it: no queue, clock fences.
+/// lock_acquire.lua as one Redlock node runs it: no queue.
 fn redlock_node_acquire(conn: &mut Connection, token: &str) -> (i64, i64) {
-    redis::Script::new(ACQUIRE)
+    redis::Script::new(&ACQUIRE)
         .key(LOCK)
         .key(FENCE)
         .key(QUEUE)
         .key(ALIVE)
         .arg(token)
         .arg(10_000)
-        .arg(3_600_000)
+        .arg(10_000)
         .arg(0)
         .arg("0")
-        .arg("1")
         .arg("0")
         .arg(CONN)
         .invoke(conn)
@@ -143,7 +149,7 @@ fn queued(conn: &mut Connection) -> Vec<String> {
 }
 
 fn extend(conn: &mut Connection, leases: &[(&str, &str, u64)]) -> Vec<i64> {
-    let script = redis::Script::new(EXTEND);
+    let script = redis::Script::new(&EXTEND);
     let mut call = script.prepare_invoke();
     for (key, token, ttl) in leases {
         call.key(*key).arg(*token).arg(*ttl);
@@ -379,7 +385,7 @@ fn status_reads_without_writing() {
     let server = RedisServer::start();
     let mut conn = server.connection();
     let status = |conn: &mut Connection| -> Vec<Value> {
-        redis::Script::new(STATUS)
+        redis::Script::new(&STATUS)
             .key(LOCK)
             .key(FENCE)
             .key(ALIVE)
@@ -392,7 +398,7 @@ fn status_reads_without_writing() {
     assert_eq!(free[3], Value::Int(0));
     let (_, fence) = acquire(&mut conn, "a", 10_000);
     lock_acquire(&mut conn, "b", 10_000, 3000, false).unwrap();
-    let (holder, pttl, stored, waiters): (String, i64, i64, i64) = redis::Script::new(STATUS)
+    let (holder, pttl, stored, waiters): (String, i64, i64, i64) = redis::Script::new(&STATUS)
         .key(LOCK)
         .key(FENCE)
         .key(ALIVE)
@@ -417,24 +423,24 @@ fn a_foreign_key_of_another_type_is_refused_untouched() {
     assert_eq!(fence, None, "nothing written before the type error");
 }
 
-const RE_ACQUIRE: &str = include_str!("../src/scripts/reentrant_acquire.lua");
-const RE_RELEASE: &str = include_str!("../src/scripts/reentrant_release.lua");
-const RE_EXTEND: &str = include_str!("../src/scripts/reentrant_extend.lua");
+static RE_ACQUIRE: LazyLock<String> = LazyLock::new(|| shipped("reentrant_acquire"));
+static RE_RELEASE: LazyLock<String> = LazyLock::new(|| shipped("reentrant_release"));
+static RE_EXTEND: LazyLock<String> = LazyLock::new(|| shipped("reentrant_extend"));
 
 fn re_acquire(conn: &mut Connection, owner: &str, hold: &str, ttl_ms: u64) -> (i64, i64) {
-    redis::Script::new(RE_ACQUIRE)
+    redis::Script::new(&RE_ACQUIRE)
         .key(LOCK)
         .key(FENCE)
         .arg(owner)
         .arg(hold)
         .arg(ttl_ms)
-        .arg(3_600_000)
+        .arg(ttl_ms)
         .invoke(conn)
         .unwrap()
 }
 
 fn re_release(conn: &mut Connection, owner: &str, hold: &str) -> i64 {
-    redis::Script::new(RE_RELEASE)
+    redis::Script::new(&RE_RELEASE)
         .key(LOCK)
         .key(CHANNEL)
         .arg(owner)
@@ -521,7 +527,7 @@ fn reentrant_extend_renews_existing_holds_and_leaves_the_rest() {
     let mut conn = server.connection();
     re_acquire(&mut conn, "o", "1", 1_000);
     let _: () = conn.set("t:{str}:lock", "plain").unwrap();
-    let script = redis::Script::new(RE_EXTEND);
+    let script = redis::Script::new(&RE_EXTEND);
     let mut call = script.prepare_invoke();
     for (key, hold) in [
         (LOCK, "1"),
@@ -544,7 +550,7 @@ fn reentrant_acquire_refuses_a_plain_lock_key_untouched() {
     let server = RedisServer::start();
     let mut conn = server.connection();
     acquire(&mut conn, "a", 10_000);
-    let err = redis::Script::new(RE_ACQUIRE)
+    let err = redis::Script::new(&RE_ACQUIRE)
         .key(LOCK)
         .key(FENCE)
         .arg("o")
@@ -564,10 +570,10 @@ fn reentrant_acquire_refuses_a_plain_lock_key_untouched() {
     assert_eq!(hold_fields(&mut conn), ["h:1"]);
 }
 
-const RW_ACQUIRE: &str = include_str!("../src/scripts/rw_acquire.lua");
-const RW_RELEASE: &str = include_str!("../src/scripts/rw_release.lua");
-const RW_EXTEND: &str = include_str!("../src/scripts/rw_extend.lua");
-const RW_DOWNGRADE: &str = include_str!("../src/scripts/rw_downgrade.lua");
+static RW_ACQUIRE: LazyLock<String> = LazyLock::new(|| shipped("rw_acquire"));
+static RW_RELEASE: LazyLock<String> = LazyLock::new(|| shipped("rw_release"));
+static RW_EXTEND: LazyLock<String> = LazyLock::new(|| shipped("rw_extend"));
+static RW_DOWNGRADE: LazyLock<String> = LazyLock::new(|| shipped("rw_downgrade"));
 
 /// rw_acquire with a waiting writer (ARGV[6] = 1) unless `waits` is false.
 fn rw(
@@ -578,21 +584,21 @@ fn rw(
     ttl_ms: u64,
     waits: bool,
 ) -> (i64, i64) {
-    redis::Script::new(RW_ACQUIRE)
+    redis::Script::new(&RW_ACQUIRE)
         .key(LOCK)
         .key(FENCE)
         .arg(mode)
         .arg(owner)
         .arg(hold)
         .arg(ttl_ms)
-        .arg(3_600_000)
+        .arg(ttl_ms)
         .arg(if waits { "1" } else { "0" })
         .invoke(conn)
         .unwrap()
 }
 
 fn rw_release(conn: &mut Connection, member: &str) -> i64 {
-    redis::Script::new(RW_RELEASE)
+    redis::Script::new(&RW_RELEASE)
         .key(LOCK)
         .key(CHANNEL)
         .arg(member)
@@ -736,7 +742,7 @@ fn rw_extend_renews_only_its_own_entry() {
     std::thread::sleep(std::time::Duration::from_millis(50));
     let _: () = conn.set("t:{str}:lock", "plain").unwrap();
     let before: f64 = conn.zscore(LOCK, "r:2:b").unwrap();
-    let script = redis::Script::new(RW_EXTEND);
+    let script = redis::Script::new(&RW_EXTEND);
     let mut call = script.prepare_invoke();
     for (key, member) in [
         (LOCK, "r:1:a"),
@@ -761,7 +767,7 @@ fn rw_downgrade_swaps_write_for_read_in_one_step() {
     let server = RedisServer::start();
     let mut conn = server.connection();
     let downgrade = |conn: &mut Connection, write: &str, read: &str| -> i64 {
-        redis::Script::new(RW_DOWNGRADE)
+        redis::Script::new(&RW_DOWNGRADE)
             .key(LOCK)
             .key(CHANNEL)
             .arg(write)
@@ -797,7 +803,7 @@ fn rw_scripts_refuse_keys_of_other_kinds_untouched() {
     let server = RedisServer::start();
     let mut conn = server.connection();
     acquire(&mut conn, "plain", 10_000);
-    let err = redis::Script::new(RW_ACQUIRE)
+    let err = redis::Script::new(&RW_ACQUIRE)
         .key(LOCK)
         .key(FENCE)
         .arg("r")
@@ -813,7 +819,7 @@ fn rw_scripts_refuse_keys_of_other_kinds_untouched() {
     assert_eq!(holder, "plain");
     release(&mut conn, "plain");
     re_acquire(&mut conn, "o", "1", 10_000);
-    let err = redis::Script::new(RW_RELEASE)
+    let err = redis::Script::new(&RW_RELEASE)
         .key(LOCK)
         .key(CHANNEL)
         .arg("r:1:o")
@@ -825,7 +831,7 @@ fn rw_scripts_refuse_keys_of_other_kinds_untouched() {
     // A wrong-typed fence key: nothing is written to the lock.
     let _: () = conn.del(FENCE).unwrap();
     let _: () = conn.hset(FENCE, "f", "v").unwrap();
-    let err = redis::Script::new(RW_ACQUIRE)
+    let err = redis::Script::new(&RW_ACQUIRE)
         .key(LOCK)
         .key(FENCE)
         .arg("w")
@@ -841,17 +847,17 @@ fn rw_scripts_refuse_keys_of_other_kinds_untouched() {
     assert!(!exists);
 }
 
-const SEM_ACQUIRE: &str = include_str!("../src/scripts/sem_acquire.lua");
+static SEM_ACQUIRE: LazyLock<String> = LazyLock::new(|| shipped("sem_acquire"));
 
 /// sem_acquire.lua for hold `hold` of a semaphore of `permits`.
 fn sem(conn: &mut Connection, permits: u32, hold: &str, ttl_ms: u64) -> (i64, i64) {
-    redis::Script::new(SEM_ACQUIRE)
+    redis::Script::new(&SEM_ACQUIRE)
         .key(LOCK)
         .key(FENCE)
         .arg(permits)
         .arg(hold)
         .arg(ttl_ms)
-        .arg(3_600_000)
+        .arg(ttl_ms)
         .invoke(conn)
         .unwrap()
 }
@@ -883,7 +889,7 @@ fn sem_acquire_grants_up_to_n_permits_with_rising_fences_and_refuses_when_full()
     );
     // A permit given back (rw_release.lua with payload '') makes room.
     assert_eq!(
-        redis::Script::new(RW_RELEASE)
+        redis::Script::new(&RW_RELEASE)
             .key(LOCK)
             .key(CHANNEL)
             .arg("2:b")
@@ -930,13 +936,13 @@ fn sem_acquire_refuses_another_count_of_permits_untouched() {
     assert_eq!(sem(&mut conn, 3, "a", 10_000), (-1, 5));
 
     let _: () = conn.set("t:{n}:lock", "a string").unwrap();
-    let err = redis::Script::new(SEM_ACQUIRE)
+    let err = redis::Script::new(&SEM_ACQUIRE)
         .key(LOCK)
         .key(FENCE)
         .arg(1)
         .arg("x")
         .arg(1000)
-        .arg(3_600_000)
+        .arg(1000)
         .invoke::<(i64, i64)>(&mut conn)
         .unwrap_err();
     assert_eq!(err.code(), Some("WRONGTYPE"));
@@ -1016,7 +1022,7 @@ fn retake_sets_the_lease_back_over_a_missing_or_other_token_but_never_another_ty
     let _: () = conn.set("t:{attempt}:lock", "a-waiters-attempt").unwrap();
     let _: () = conn.set("t:{ours}:lock", "ours").unwrap();
     let _: () = conn.hset("t:{hash}:lock", "owner", "x").unwrap();
-    let script = redis::Script::new(RETAKE);
+    let script = redis::Script::new(&RETAKE);
     let mut call = script.prepare_invoke();
     for key in [
         "t:{free}:lock",
@@ -1038,15 +1044,15 @@ fn retake_sets_the_lease_back_over_a_missing_or_other_token_but_never_another_ty
     assert_eq!(owner, "x", "a key of another type is left alone");
 }
 
-const RW_STATUS: &str = include_str!("../src/scripts/rw_status.lua");
-const RE_STATUS: &str = include_str!("../src/scripts/reentrant_status.lua");
+static RW_STATUS: LazyLock<String> = LazyLock::new(|| shipped("rw_status"));
+static RE_STATUS: LazyLock<String> = LazyLock::new(|| shipped("reentrant_status"));
 
 /// One group of rw_status.lua: the member prefix, the count, the entries listed.
 type Group = (String, i64, Vec<(String, i64)>);
 
 /// rw_status.lua listing at most `most` entries per group.
 fn rw_status(conn: &mut Connection, most: usize) -> redis::RedisResult<(Option<i64>, Vec<Group>)> {
-    redis::Script::new(RW_STATUS)
+    redis::Script::new(&RW_STATUS)
         .key(LOCK)
         .key(FENCE)
         .arg(most)
@@ -1118,7 +1124,7 @@ fn rw_status_reads_a_semaphore_grouped_by_its_permits() {
 
 /// reentrant_status.lua: owner, holds, pttl, fence.
 fn re_status(conn: &mut Connection) -> redis::RedisResult<(Option<String>, i64, i64, Option<i64>)> {
-    redis::Script::new(RE_STATUS)
+    redis::Script::new(&RE_STATUS)
         .key(LOCK)
         .key(FENCE)
         .invoke(conn)
@@ -1148,4 +1154,211 @@ fn reentrant_status_reads_owner_holds_and_fence_and_writes_nothing() {
     assert_eq!(err.code(), Some("WRONGTYPE"));
     let len: i64 = conn.llen(LOCK).unwrap();
     assert_eq!(len, 1);
+}
+
+// Fences of every kind (prelude.lua's next_fence).
+
+/// The kinds of acquisition, each run by its script as shipped with the
+/// fence memory the client sends (the lease's TTL).
+const KINDS: [&str; 5] = ["lock", "reentrant", "read", "write", "permit"];
+
+/// Takes `kind` on the keys of `name` as holder `who` for `ttl_ms`; the
+/// fence it was issued.
+fn take(conn: &mut Connection, kind: &str, name: &str, who: &str, ttl_ms: u64) -> i64 {
+    let (lock, fence) = (format!("t:{{{name}}}:lock"), format!("t:{{{name}}}:fence"));
+    let (script, args): (&str, Vec<String>) = match kind {
+        "lock" => (
+            "lock_acquire",
+            vec![
+                who.into(),
+                ttl_ms.to_string(),
+                ttl_ms.to_string(),
+                "0".into(),
+                "0".into(),
+                "0".into(),
+                CONN.into(),
+            ],
+        ),
+        "reentrant" => (
+            "reentrant_acquire",
+            vec![
+                who.into(),
+                who.into(),
+                ttl_ms.to_string(),
+                ttl_ms.to_string(),
+            ],
+        ),
+        "read" | "write" => (
+            "rw_acquire",
+            vec![
+                kind[..1].into(),
+                who.into(),
+                who.into(),
+                ttl_ms.to_string(),
+                ttl_ms.to_string(),
+                "0".into(),
+            ],
+        ),
+        _ => (
+            "sem_acquire",
+            vec![
+                "1".into(),
+                who.into(),
+                ttl_ms.to_string(),
+                ttl_ms.to_string(),
+            ],
+        ),
+    };
+    let script = redis::Script::new(&shipped(script));
+    let mut call = script.prepare_invoke();
+    call.key(&lock).key(&fence);
+    if kind == "lock" {
+        call.key(format!("t:{{{name}}}:queue"))
+            .key(format!("t:{{{name}}}:alive"));
+    }
+    for arg in &args {
+        call.arg(arg);
+    }
+    let (ok, fence): (i64, i64) = call.invoke(conn).unwrap();
+    assert_eq!(ok, 1, "{kind} of {name} by {who} refused");
+    fence
+}
+
+/// Gives back what `take` took.
+fn give_back(conn: &mut Connection, kind: &str, name: &str, who: &str) {
+    let (lock, channel) = (
+        format!("t:{{{name}}}:lock"),
+        format!("t:{{{name}}}:released"),
+    );
+    let (script, args): (&str, Vec<String>) = match kind {
+        "lock" => (
+            "lock_release",
+            vec![who.into(), "500".into(), "0".into(), CONN.into()],
+        ),
+        "reentrant" => ("reentrant_release", vec![who.into(), who.into()]),
+        "read" | "write" => ("rw_release", vec![format!("{}:{who}:{who}", &kind[..1])]),
+        _ => ("rw_release", vec![format!("1:{who}"), String::new()]),
+    };
+    let script = redis::Script::new(&shipped(script));
+    let mut call = script.prepare_invoke();
+    call.key(&lock).key(&channel);
+    if kind == "lock" {
+        call.key(format!("t:{{{name}}}:queue"))
+            .key(format!("t:{{{name}}}:alive"));
+    }
+    for arg in &args {
+        call.arg(arg);
+    }
+    let released: i64 = call.invoke(conn).unwrap();
+    assert_eq!(released, 1, "{kind} of {name} by {who} not released");
+}
+
+#[test]
+fn fences_of_every_kind_rise_across_release_expiry_a_lost_key_and_a_stale_one() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    for kind in KINDS {
+        let name = format!("f-{kind}");
+        let fence_key = format!("t:{{{name}}}:fence");
+        let mut fences = vec![take(&mut conn, kind, &name, "a", 10_000)];
+        give_back(&mut conn, kind, &name, "a");
+        fences.push(take(&mut conn, kind, &name, "b", 100));
+        // Expiry: the lease and the fence key both lapse.
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        let left: bool = conn.exists(&fence_key).unwrap();
+        assert!(!left, "{kind}: the fence key outlived its memory");
+        fences.push(take(&mut conn, kind, &name, "c", 10_000));
+        give_back(&mut conn, kind, &name, "c");
+        // A restart without persistence: the fence key is gone.
+        let _: () = conn.del(&fence_key).unwrap();
+        fences.push(take(&mut conn, kind, &name, "d", 10_000));
+        give_back(&mut conn, kind, &name, "d");
+        // A failover to a replica that missed the last acquisitions: the
+        // fence key holds an older fence.
+        let _: () = conn.set(&fence_key, fences[1]).unwrap();
+        fences.push(take(&mut conn, kind, &name, "e", 10_000));
+        assert!(
+            fences.windows(2).all(|w| w[0] < w[1]),
+            "{kind}: fences {fences:?} do not strictly rise"
+        );
+    }
+}
+
+#[test]
+fn the_fence_key_lives_no_longer_than_its_memory_unless_the_clock_is_behind_it() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    for kind in KINDS {
+        let name = format!("m-{kind}");
+        let fence_key = format!("t:{{{name}}}:fence");
+        take(&mut conn, kind, &name, "a", 2_000);
+        let pttl: i64 = conn.pttl(&fence_key).unwrap();
+        assert!(pttl > 0 && pttl <= 2_000, "{kind}: fence key pttl {pttl}");
+        give_back(&mut conn, kind, &name, "a");
+        // A stored fence 60 s ahead of the clock (the clock stepped back):
+        // kept until the clock passes it, so the next fences still rise.
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query(&mut conn).unwrap();
+        let ahead = (secs + 60) * 1_000_000 + micros;
+        let _: () = conn.set(&fence_key, ahead).unwrap();
+        assert_eq!(
+            take(&mut conn, kind, &name, "b", 2_000),
+            ahead + 1,
+            "{kind}"
+        );
+        let pttl: i64 = conn.pttl(&fence_key).unwrap();
+        assert!(
+            pttl > 59_000 && pttl <= 60_001,
+            "{kind}: fence key pttl {pttl}"
+        );
+    }
+}
+
+#[test]
+fn no_key_remains_after_names_used_once() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let ttl_ms = 200;
+    for i in 0..200 {
+        let kind = KINDS[i % KINDS.len()];
+        let name = format!("once-{i}");
+        take(&mut conn, kind, &name, "a", ttl_ms);
+        if kind == "lock" {
+            // A waiter queues, is handed the lease at release, claims it.
+            let (lock, fence) = (format!("t:{{{name}}}:lock"), format!("t:{{{name}}}:fence"));
+            let (queue, alive) = (format!("t:{{{name}}}:queue"), format!("t:{{{name}}}:alive"));
+            let attempt = |conn: &mut Connection, already: &str| -> (i64, i64) {
+                redis::Script::new(&ACQUIRE)
+                    .key(&lock)
+                    .key(&fence)
+                    .key(&queue)
+                    .key(&alive)
+                    .arg("b")
+                    .arg(ttl_ms)
+                    .arg(ttl_ms)
+                    .arg(1_000)
+                    .arg(already)
+                    .arg("0")
+                    .arg(CONN)
+                    .invoke(conn)
+                    .unwrap()
+            };
+            assert_eq!(attempt(&mut conn, "0").0, 0);
+            give_back(&mut conn, kind, &name, "a");
+            assert_eq!(attempt(&mut conn, "1").0, 1);
+            give_back(&mut conn, kind, &name, "b");
+        } else {
+            give_back(&mut conn, kind, &name, "a");
+        }
+    }
+    // The leases' TTL and the queue window (1 s here) have passed.
+    std::thread::sleep(std::time::Duration::from_millis(1_300));
+    let keys: Vec<String> = conn.keys("*").unwrap();
+    assert!(
+        keys.is_empty(),
+        "{} keys left: {:?}",
+        keys.len(),
+        &keys[..keys.len().min(5)]
+    );
+    let size: i64 = redis::cmd("DBSIZE").query(&mut conn).unwrap();
+    assert_eq!(size, 0);
 }

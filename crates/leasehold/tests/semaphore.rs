@@ -193,16 +193,25 @@ async fn permits_are_renewed_and_have_ttls() {
         .semaphore("exports", 2)
         .ttl(Duration::from_millis(300));
     let permit = sem.acquire().await.unwrap();
+    let fence: i64 = server
+        .connection()
+        .pttl("leasehold:{exports}:fence")
+        .unwrap();
+    assert!(
+        fence > 0 && fence <= 300,
+        "the fence key is kept as long as the lease: {fence}"
+    );
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert!(!permit.is_lost(), "the watchdog renews the permit");
     assert_eq!(permits(&server).len(), 1);
     let pttl: i64 = server.connection().pttl(KEY).unwrap();
     assert!(pttl > 0 && pttl <= 300, "the key has a TTL: {pttl}");
+    // Renewals do not keep the fence key: fences rise without it.
     let fence: i64 = server
         .connection()
         .pttl("leasehold:{exports}:fence")
         .unwrap();
-    assert!(fence > 0, "the fence key has a TTL: {fence}");
+    assert_eq!(fence, -2, "the fence key outlived its memory");
     permit.extend(Duration::from_secs(5)).await.expect("extend");
     permit.release().await.expect("release");
 }

@@ -173,6 +173,7 @@ impl Redlock {
         keys: &LockKeys,
         token: &str,
         ttl: Duration,
+        fence_memory: Duration,
     ) -> Result<Acquire> {
         let n = self.nodes.len();
         let sent = Instant::now();
@@ -182,8 +183,9 @@ impl Redlock {
                 |node| {
                     let (keys, token) = (keys.clone(), token.to_owned());
                     async move {
-                        let (q, spread) = (Queueing::No, Spread::Quorum);
-                        scripts::lock_acquire(&node, &keys, &token, ttl, q, spread, false).await
+                        let q = Queueing::No;
+                        scripts::lock_acquire(&node, &keys, &token, ttl, q, false, fence_memory)
+                            .await
                     }
                 },
                 |so_far| {

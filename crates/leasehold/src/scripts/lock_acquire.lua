@@ -3,25 +3,20 @@
 -- caller that will wait, join the queue of waiters.
 -- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] queue (zset: waiter token -> arrival, µs)
 -- KEYS[4] alive (zset: waiter token -> deadline, ms of server time)
--- ARGV[1] owner token   ARGV[2] lease ttl in ms   ARGV[3] fence key ttl in ms
+-- ARGV[1] owner token   ARGV[2] lease ttl in ms   ARGV[3] fence memory in ms: how long the
+--         last fence is kept at least (see prelude.lua)
 -- ARGV[4] queue window in ms: how long a waiter stays queued without trying again
 --         (0: the caller does not wait, so it does not queue)
 -- ARGV[5] '1' if this caller may already be queued (an earlier attempt was refused)
--- ARGV[6] '1' to raise the fence to at least the server time in µs on every acquisition,
---         so fences from different servers are comparable (Redlock); costs two calls
--- ARGV[7] '1' for a fair lock: a free lease goes to the caller only if no live waiter is
+-- ARGV[6] '1' for a fair lock: a free lease goes to the caller only if no live waiter is
 --         ahead of it in the queue; waiters past their deadline are pruned first
--- ARGV[8] the caller's connection id: a queued waiter is the member '<id>:<token>', and a
+-- ARGV[7] the caller's connection id: a queued waiter is the member '<id>:<token>', and a
 --         lease handed to it is announced on '<release channel>:<id>' (lock_release.lua)
 -- Returns {1, fence} when the caller holds the lease now, {0, pttl} when another owner
 -- holds it (pttl: the holder's remaining ms, -1 if the key has no expiry).
---
--- Fences come from INCR on the fence key. When that key is missing (never used, expired,
--- or lost in a restart without persistence) it is seeded with the server time in µs. Every
--- earlier fence is at most its seed plus the acquisitions since, and an acquisition takes
--- far more than a µs of server time, so the new seed is above all of them as long as the
--- server clock does not go back.
-local member = ARGV[8] .. ':' .. ARGV[1]
+-- Fences come from next_fence (prelude.lua), as for every kind of lock: on one server and
+-- on each Redlock node alike, so the nodes' fences are comparable.
+local member = ARGV[7] .. ':' .. ARGV[1]
 local function refuse()
   local window = tonumber(ARGV[4])
   if window > 0 then
@@ -34,10 +29,8 @@ local function refuse()
   end
   return {0, redis.call('PTTL', KEYS[1])}
 end
-if ARGV[7] == '1' and not redis.call('GET', KEYS[1]) then
-  local now = redis.call('TIME')
-  local now_ms = now[1] * 1000 + math.floor(now[2] / 1000)
-  for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now_ms)) do
+if ARGV[6] == '1' and not redis.call('GET', KEYS[1]) then
+  for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now_ms())) do
     redis.call('ZREM', KEYS[3], dead)
     redis.call('ZREM', KEYS[4], dead)
   end
@@ -53,21 +46,13 @@ end
 if holder then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
-local fence = redis.pcall('INCR', KEYS[2])
-if type(fence) == 'table' then
+local fence, refused = next_fence(KEYS[2], ARGV[3])
+if not fence then
   -- The fence key holds something else: leave it alone and undo our SET.
   if not holder then
     redis.call('DEL', KEYS[1])
   end
-  return fence
-end
-if fence == 1 or ARGV[6] == '1' then
-  local now = redis.call('TIME')
-  local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  if clock > fence then
-    fence = clock
-    redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])
-  end
+  return refused
 end
 -- A queued caller leaves the queue once it holds the lease, whether it found the lease free
 -- or handed to it (a waiter handed the lease keeps its place until it claims it).

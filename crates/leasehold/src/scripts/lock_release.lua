@@ -29,15 +29,14 @@ if holder ~= ARGV[1] then
   end
   return 0
 end
-local now_ms
+local now
 while true do
   local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   if not head then
     break
   end
-  if not now_ms then
-    local now = redis.call('TIME')
-    now_ms = now[1] * 1000 + math.floor(now[2] / 1000)
+  if not now then
+    now = now_ms()
   end
   local deadline = tonumber(redis.call('ZSCORE', KEYS[4], head))
   local channel, waiter = KEYS[2], head
@@ -45,8 +44,8 @@ while true do
   if split then
     channel, waiter = KEYS[2] .. ':' .. string.sub(head, 1, split - 1), string.sub(head, split + 1)
   end
-  if waiter ~= ARGV[1] and deadline and deadline > now_ms then
-    local reserve = math.max(deadline - now_ms, tonumber(ARGV[2]))
+  if waiter ~= ARGV[1] and deadline and deadline > now then
+    local reserve = math.max(deadline - now, tonumber(ARGV[2]))
     redis.call('SET', KEYS[1], waiter, 'PX', string.format('%d', reserve))
     redis.call('PUBLISH', channel, waiter)
     return 1

@@ -4,11 +4,10 @@
 -- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] alive (see lock_acquire.lua)
 -- Returns {holder token or false, pttl of the lease in ms (-2 if none), last fence or false,
 -- number of queued waiters whose deadline has not passed}.
-local now = redis.call('TIME')
-local now_ms = now[1] * 1000 + math.floor(now[2] / 1000)
+local now = now_ms()
 return {
   redis.call('GET', KEYS[1]),
   redis.call('PTTL', KEYS[1]),
   redis.call('GET', KEYS[2]),
-  redis.call('ZCOUNT', KEYS[3], '(' .. string.format('%d', now_ms), '+inf'),
+  redis.call('ZCOUNT', KEYS[3], '(' .. string.format('%d', now), '+inf'),
 }

@@ -15,32 +15,61 @@ use crate::error::{Error, Result};
 use crate::key::LockKeys;
 use crate::lease::Kind;
 
-static LOCK_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lock_acquire.lua")));
-static LOCK_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lock_release.lua")));
-static LOCK_EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lock_extend.lua")));
-static LOCK_RETAKE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lock_retake.lua")));
-static LOCK_STATUS: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lock_status.lua")));
-static REENTRANT_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("reentrant_acquire.lua")));
-static REENTRANT_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("reentrant_release.lua")));
-static REENTRANT_EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("reentrant_extend.lua")));
-static RW_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("rw_acquire.lua")));
-static RW_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("rw_release.lua")));
-static RW_EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("rw_extend.lua")));
-static RW_DOWNGRADE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("rw_downgrade.lua")));
-static SEM_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("sem_acquire.lua")));
-static RW_STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("rw_status.lua")));
-static REENTRANT_STATUS: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("reentrant_status.lua")));
+/// The prelude every script starts with: the helpers they share (server
+/// time, fences).
+const PRELUDE: &str = include_str!("prelude.lua");
+
+/// Every script, by name, as written in its file (without the prelude).
+const BODIES: &[(&str, &str)] = &[
+    ("lock_acquire", include_str!("lock_acquire.lua")),
+    ("lock_release", include_str!("lock_release.lua")),
+    ("lock_extend", include_str!("lock_extend.lua")),
+    ("lock_retake", include_str!("lock_retake.lua")),
+    ("lock_status", include_str!("lock_status.lua")),
+    ("reentrant_acquire", include_str!("reentrant_acquire.lua")),
+    ("reentrant_release", include_str!("reentrant_release.lua")),
+    ("reentrant_extend", include_str!("reentrant_extend.lua")),
+    ("reentrant_status", include_str!("reentrant_status.lua")),
+    ("rw_acquire", include_str!("rw_acquire.lua")),
+    ("rw_release", include_str!("rw_release.lua")),
+    ("rw_extend", include_str!("rw_extend.lua")),
+    ("rw_downgrade", include_str!("rw_downgrade.lua")),
+    ("rw_status", include_str!("rw_status.lua")),
+    ("sem_acquire", include_str!("sem_acquire.lua")),
+];
+
+/// The script `name` as it is shipped: its file with [`PRELUDE`] put in
+/// after its `#!lua` line (which must stay first), or at its top. `None`
+/// for an unknown name.
+pub(crate) fn source(name: &str) -> Option<String> {
+    let (_, body) = BODIES.iter().find(|(n, _)| *n == name)?;
+    Some(
+        match body.strip_prefix("#!").and_then(|_| body.split_once('\n')) {
+            Some((shebang, rest)) => format!("{shebang}\n{PRELUDE}{rest}"),
+            None => format!("{PRELUDE}{body}"),
+        },
+    )
+}
+
+fn load(name: &str) -> Script {
+    Script::new(&source(name).expect("every script is listed in BODIES"))
+}
+
+static LOCK_ACQUIRE: LazyLock<Script> = LazyLock::new(|| load("lock_acquire"));
+static LOCK_RELEASE: LazyLock<Script> = LazyLock::new(|| load("lock_release"));
+static LOCK_EXTEND: LazyLock<Script> = LazyLock::new(|| load("lock_extend"));
+static LOCK_RETAKE: LazyLock<Script> = LazyLock::new(|| load("lock_retake"));
+static LOCK_STATUS: LazyLock<Script> = LazyLock::new(|| load("lock_status"));
+static REENTRANT_ACQUIRE: LazyLock<Script> = LazyLock::new(|| load("reentrant_acquire"));
+static REENTRANT_RELEASE: LazyLock<Script> = LazyLock::new(|| load("reentrant_release"));
+static REENTRANT_EXTEND: LazyLock<Script> = LazyLock::new(|| load("reentrant_extend"));
+static REENTRANT_STATUS: LazyLock<Script> = LazyLock::new(|| load("reentrant_status"));
+static RW_ACQUIRE: LazyLock<Script> = LazyLock::new(|| load("rw_acquire"));
+static RW_RELEASE: LazyLock<Script> = LazyLock::new(|| load("rw_release"));
+static RW_EXTEND: LazyLock<Script> = LazyLock::new(|| load("rw_extend"));
+static RW_DOWNGRADE: LazyLock<Script> = LazyLock::new(|| load("rw_downgrade"));
+static RW_STATUS: LazyLock<Script> = LazyLock::new(|| load("rw_status"));
+static SEM_ACQUIRE: LazyLock<Script> = LazyLock::new(|| load("sem_acquire"));
 
 /// What the core needs to know about one kind of lease, as data. It is the
 /// one place a kind is told apart: the wait loop, the watchdog, background
@@ -99,9 +128,11 @@ impl Kind {
     }
 }
 
-/// How long the fence key outlives its last acquisition. After it expires
-/// the server clock alone keeps fences increasing.
-const FENCE_KEY_TTL: Duration = Duration::from_secs(3600);
+/// The fence memory argument of the acquire scripts: how long the last
+/// fence of a name is kept at least (`prelude.lua`), in ms, never 0.
+fn memory_ms(fence_memory: Duration) -> u64 {
+    millis(fence_memory).max(1)
+}
 
 /// The least a lease handed off at release waits for the waiter it was
 /// handed to. It waits until the waiter's queue deadline (a live waiter
@@ -189,10 +220,11 @@ pub(crate) async fn lock_acquire(
     token: &str,
     ttl: Duration,
     queueing: Queueing,
-    spread: Spread,
     fair: bool,
+    fence_memory: Duration,
 ) -> Result<Acquire> {
-    let invocation = lock_acquire_call(keys, token, ttl, queueing, spread, fair, backend.id());
+    let invocation =
+        lock_acquire_call(keys, token, ttl, queueing, fair, fence_memory, backend.id());
     acquire_reply(backend, &invocation, keys, "string").await
 }
 
@@ -204,8 +236,8 @@ pub(crate) fn lock_acquire_call(
     token: &str,
     ttl: Duration,
     queueing: Queueing,
-    spread: Spread,
     fair: bool,
+    fence_memory: Duration,
     connection: &str,
 ) -> ScriptInvocation<'static> {
     let (window, already) = match queueing {
@@ -220,10 +252,9 @@ pub(crate) fn lock_acquire_call(
         .key(keys.alive())
         .arg(token)
         .arg(millis(ttl))
-        .arg(millis(FENCE_KEY_TTL.max(ttl * 2)))
+        .arg(memory_ms(fence_memory))
         .arg(window)
         .arg(if already { "1" } else { "0" })
-        .arg(if spread == Spread::Quorum { "1" } else { "0" })
         .arg(if fair { "1" } else { "0" })
         .arg(connection);
     invocation
@@ -386,6 +417,7 @@ pub(crate) async fn reentrant_acquire(
     owner: &str,
     hold: &str,
     ttl: Duration,
+    fence_memory: Duration,
 ) -> Result<Acquire> {
     let mut invocation = REENTRANT_ACQUIRE.prepare_invoke();
     invocation
@@ -394,7 +426,7 @@ pub(crate) async fn reentrant_acquire(
         .arg(owner)
         .arg(hold)
         .arg(millis(ttl))
-        .arg(millis(FENCE_KEY_TTL.max(ttl * 2)));
+        .arg(memory_ms(fence_memory));
     acquire_reply(backend, &invocation, keys, "hash").await
 }
 
@@ -460,6 +492,8 @@ pub(crate) struct RwAttempt<'a> {
     /// A blocked writer registers as waiting (for `ttl`), which stops new
     /// readers.
     pub(crate) waits: bool,
+    /// How long the fence issued is kept at least.
+    pub(crate) fence_memory: Duration,
 }
 
 /// Takes a read or write hold on an RwLock.
@@ -472,6 +506,7 @@ pub(crate) async fn rw_acquire(
         hold,
         ttl,
         waits,
+        fence_memory,
     }: RwAttempt<'_>,
 ) -> Result<RwAcquire> {
     let mut invocation = RW_ACQUIRE.prepare_invoke();
@@ -482,7 +517,7 @@ pub(crate) async fn rw_acquire(
         .arg(owner)
         .arg(hold)
         .arg(millis(ttl))
-        .arg(millis(FENCE_KEY_TTL.max(ttl * 2)))
+        .arg(memory_ms(fence_memory))
         .arg(if waits { "1" } else { "0" });
     match invoke_typed::<(i64, i64)>(backend, &invocation, keys, "zset").await? {
         (-1, _) => Ok(RwAcquire::Upgrade),
@@ -537,6 +572,7 @@ pub(crate) async fn sem_acquire(
     permits: u32,
     hold: &str,
     ttl: Duration,
+    fence_memory: Duration,
 ) -> Result<SemAcquire> {
     let mut invocation = SEM_ACQUIRE.prepare_invoke();
     invocation
@@ -545,7 +581,7 @@ pub(crate) async fn sem_acquire(
         .arg(permits)
         .arg(hold)
         .arg(millis(ttl))
-        .arg(millis(FENCE_KEY_TTL.max(ttl * 2)));
+        .arg(memory_ms(fence_memory));
     match invoke_typed::<(i64, i64)>(backend, &invocation, keys, "zset").await? {
         (-1, theirs) => Ok(SemAcquire::Mismatch(u64::try_from(theirs).unwrap_or(0))),
         (-2, _) => Err(Error::WrongType {

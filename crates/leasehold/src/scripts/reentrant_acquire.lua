@@ -1,7 +1,7 @@
 -- reentrant_acquire.lua: take the reentrant lock if it is free or already the owner's, adding one hold.
 -- KEYS[1] lock key (hash: owner, fence, h:<hold id> per hold)   KEYS[2] fence key
 -- ARGV[1] owner id   ARGV[2] hold id (random per acquisition)   ARGV[3] lease ttl in ms
--- ARGV[4] fence key ttl in ms
+-- ARGV[4] fence memory in ms (see prelude.lua)
 -- Returns {1, fence} when the caller holds it now, {0, pttl} when another owner holds it (pttl:
 -- the holder's remaining ms, -1 if the key has no expiry).
 -- The fence is issued when the owner takes the free lock (as in lock_acquire.lua); re-entries
@@ -18,13 +18,9 @@ if holder then
   redis.call('PEXPIRE', KEYS[1], ARGV[3], 'GT')
   return {1, tonumber(redis.call('HGET', KEYS[1], 'fence'))}
 end
-local now = redis.call('TIME')
-local fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
--- SET .. GET fails on a key of another type before writing anything.
-local last = tonumber(redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[4], 'GET'))
-if last and last >= fence then
-  fence = last + 1
-  redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[4])
+local fence, refused = next_fence(KEYS[2], ARGV[4])
+if not fence then
+  return refused
 end
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'fence', string.format('%d', fence), hold, 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])

@@ -2,7 +2,7 @@
 -- KEYS[1] rw key (sorted set; member '<kind>:<hold id>:<owner>', score = its expiry in server
 -- ms; kind 'r' reader, 'w' writer, 'i' a writer waiting)   KEYS[2] fence key
 -- ARGV[1] 'r' or 'w'   ARGV[2] owner id   ARGV[3] hold id   ARGV[4] ttl in ms
--- ARGV[5] fence key ttl in ms   ARGV[6] '1' if a blocked writer waits (leaves an 'i' entry)
+-- ARGV[5] fence memory in ms (see prelude.lua)   ARGV[6] '1' if a blocked writer waits (leaves an 'i' entry)
 -- Returns {1, fence} when the hold is taken, {0, ms} when blocked (ms: until the first
 -- blocking entry expires), {-1, 0} for a write by an owner that holds only reads (an upgrade,
 -- refused: two upgrading readers would wait for each other forever), {-2, 0} when the set
@@ -12,8 +12,7 @@
 -- lives, owners that hold nothing yet cannot start reading. Every entry expires on its own
 -- score; expired ones are pruned here, and the key expires with its last entry.
 local key, mode, owner = KEYS[1], ARGV[1], ARGV[2]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local ttl = tonumber(ARGV[4])
 -- A semaphore's set has the same type; its members start with a number, not a kind.
 local first = redis.call('ZRANGE', key, 0, 0)[1]
@@ -61,12 +60,9 @@ if blocked_until then
   end
   return {0, math.max(1, blocked_until - now)}
 end
-local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
--- SET .. GET fails on a key of another type before writing anything.
-local last = tonumber(redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[5], 'GET'))
-if last and last >= fence then
-  fence = last + 1
-  redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[5])
+local fence, refused = next_fence(KEYS[2], ARGV[5])
+if not fence then
+  return refused
 end
 redis.call('ZREM', key, intent)
 redis.call('ZADD', key, now + ttl, mode .. ':' .. ARGV[3] .. ':' .. owner)

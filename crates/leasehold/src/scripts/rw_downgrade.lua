@@ -4,8 +4,7 @@
 -- Returns 1 if done, 0 if the write hold was missing or expired (nothing is changed).
 -- Publishes 'all' so waiting readers enter.
 local key = KEYS[1]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local score = redis.call('ZSCORE', key, ARGV[1])
 if not score or tonumber(score) <= now then
   return 0

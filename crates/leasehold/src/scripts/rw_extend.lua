@@ -5,8 +5,7 @@
 -- Returns a list with, for each hold: 1 if renewed (its score is now + ttl; no other entry
 -- changes), 0 if it is missing or expired, -1 if the key holds another type (left alone).
 -- The key's expiry only grows here (PEXPIRE GT), to cover the renewed hold.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local out = {}
 for i, key in ipairs(KEYS) do
   local member, ttl = ARGV[2 * i - 1], tonumber(ARGV[2 * i])

@@ -6,8 +6,7 @@
 -- Publishes 'all' for an RwLock: every waiter may proceed (many readers can enter at once);
 -- a semaphore passes '' (one permit frees, so one waiter per client wakes).
 local key = KEYS[1]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local score = redis.call('ZSCORE', key, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
 local released = 0

@@ -8,8 +8,7 @@
 -- skipped, not pruned) grouped by the text before the first ':' of their member (an RwLock's
 -- kind 'r', 'w' or 'i'; a semaphore's permits), each group {that text, number of entries,
 -- {{rest of the member, ms left}, ...} for its first ARGV[1] entries, soonest expiry first}.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local most = tonumber(ARGV[1])
 local fence = redis.call('GET', KEYS[2])
 local live = redis.call('ZRANGE', KEYS[1], '(' .. now, '+inf', 'BYSCORE', 'WITHSCORES')

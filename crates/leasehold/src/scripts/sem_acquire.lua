@@ -2,7 +2,7 @@
 -- KEYS[1] semaphore key (sorted set; member '<permits>:<hold id>', score = its expiry in
 -- server ms)   KEYS[2] fence key
 -- ARGV[1] permits (N, a positive integer)   ARGV[2] hold id   ARGV[3] ttl in ms
--- ARGV[4] fence key ttl in ms
+-- ARGV[4] fence memory in ms (see prelude.lua)
 -- Returns {1, fence} when the permit is taken (or was already this hold's: a retry after a
 -- lost reply), {0, ms} when all N are held (ms: until the first of them expires), {-1, n}
 -- when live permits were taken by clients that count n permits, not N, {-2, 0} when the set
@@ -11,8 +11,7 @@
 -- the last. N travels in each member, so it lives exactly as long as a permit does: once
 -- every permit is gone, the next caller's N counts.
 local key, permits = KEYS[1], ARGV[1]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 -- An RwLock's set has the same type; its members start with a kind letter, not a number.
 -- (ZRANGE also fails on a key of another type before anything is written.)
 local oldest = redis.call('ZRANGE', key, 0, 0)[1]
@@ -32,12 +31,9 @@ if not redis.call('ZSCORE', key, member) and redis.call('ZCARD', key) >= tonumbe
   local soonest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
   return {0, math.max(1, tonumber(soonest[2]) - now)}
 end
-local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
--- SET .. GET fails on a key of another type before writing anything.
-local last = tonumber(redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[4], 'GET'))
-if last and last >= fence then
-  fence = last + 1
-  redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[4])
+local fence, refused = next_fence(KEYS[2], ARGV[4])
+if not fence then
+  return refused
 end
 redis.call('ZADD', key, now + tonumber(ARGV[3]), member)
 local top = redis.call('ZRANGE', key, 0, 0, 'REV', 'WITHSCORES')

@@ -1,0 +1,45 @@
+-- prelude.lua: shared by every script; scripts/mod.rs puts it at the top of each one (after
+-- its '#!lua' line, if any) when it loads them, and tests/scripts.rs runs them so assembled.
+--
+-- Fences: next_fence issues max(last stored + 1, server time in µs) on every acquisition of
+-- every kind, and stores it until max(now + memory, the moment the clock passes it).
+-- Why fences only grow: a fence is the server time at its issue, or, when the stored one is
+-- not behind the clock (the clock stepped back, or one µs saw two acquisitions), the stored
+-- one + 1, and such a fence is kept until the clock has passed it. So whenever the stored
+-- fence is gone or old (expiry, a restart without persistence, a failover to a replica that
+-- missed the last acquisitions), the clock has passed every earlier fence, as long as it did
+-- not step back meanwhile: a script takes more than 1 µs, so the time now exceeds every
+-- fence issued before. The stored fence covers a clock that steps back by d while it is
+-- kept; one that steps back while it is not (no acquisition within the memory before the
+-- step) can issue fences up to d lower than earlier ones, and so can a failover to a replica
+-- whose clock is behind the old master's.
+
+-- The server time in ms.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The next fence of the name whose fence key is fence_key, kept at least memory_ms (a
+-- positive integer). Returns the fence, or nil and the error reply when the fence key holds
+-- another type (then nothing is written).
+local function next_fence(fence_key, memory_ms)
+  local t = redis.call('TIME')
+  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local keep = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(memory_ms)
+  -- SET .. GET fails on a key of another type before writing anything.
+  local last = redis.pcall('SET', fence_key, string.format('%d', now_us), 'PXAT',
+    string.format('%d', keep), 'GET')
+  if type(last) == 'table' then
+    return nil, last
+  end
+  last = tonumber(last)
+  if not last or last < now_us then
+    return now_us
+  end
+  -- The stored fence is ahead of the clock (it stepped back, or one µs saw two fences).
+  local fence = last + 1
+  redis.call('SET', fence_key, string.format('%d', fence), 'PXAT',
+    string.format('%d', math.max(keep, math.floor(fence / 1000) + 1)))
+  return fence
+end

@@ -1,0 +1,288 @@
+//! Fencing tokens through the client, for every kind of lock: they leave no
+//! key behind a name used once, and they keep rising across a failover to a
+//! replica that missed the last acquisitions.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use leasehold::Client;
+use leasehold_testkit::{RedisServer, SentinelSet};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_key_remains_after_names_used_once() {
+    let server = RedisServer::start();
+    let client = common::client(&server).await;
+    let ttl = Duration::from_millis(300);
+    for i in 0..200 {
+        let name = format!("once-{i}");
+        match i % 6 {
+            0 => {
+                client
+                    .lock(name)
+                    .ttl(ttl)
+                    .acquire()
+                    .await
+                    .unwrap()
+                    .release()
+                    .await
+            }
+            1 => {
+                client
+                    .fair_lock(name)
+                    .ttl(ttl)
+                    .acquire()
+                    .await
+                    .unwrap()
+                    .release()
+                    .await
+            }
+            2 => {
+                client
+                    .reentrant_lock(name)
+                    .ttl(ttl)
+                    .acquire()
+                    .await
+                    .unwrap()
+                    .release()
+                    .await
+            }
+            3 => {
+                client
+                    .rw_lock(name)
+                    .ttl(ttl)
+                    .read()
+                    .await
+                    .unwrap()
+                    .release()
+                    .await
+            }
+            4 => {
+                client
+                    .rw_lock(name)
+                    .ttl(ttl)
+                    .write()
+                    .await
+                    .unwrap()
+                    .release()
+                    .await
+            }
+            _ => {
+                client
+                    .semaphore(name, 2)
+                    .ttl(ttl)
+                    .acquire()
+                    .await
+                    .unwrap()
+                    .release()
+                    .await
+            }
+        }
+        .expect("release");
+    }
+    // Past the leases' TTL (nobody queued, so no queue keys were written).
+    tokio::time::sleep(ttl + Duration::from_millis(700)).await;
+    let mut conn = server.connection();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
+    assert!(
+        keys.is_empty(),
+        "{} keys left, e.g. {:?}",
+        keys.len(),
+        &keys[..keys.len().min(3)]
+    );
+    let size: i64 = redis::cmd("DBSIZE").query(&mut conn).unwrap();
+    assert_eq!(size, 0, "expired keys not yet reclaimed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fences_rise_across_a_failover_to_a_replica_that_missed_the_last_acquisitions() {
+    let set = SentinelSet::start("fencemaster", 1, 3);
+    let client = Client::sentinel(set.sentinel_urls(), set.name())
+        .await
+        .expect("connect through the sentinels");
+    let lock = client.lock("f").ttl(Duration::from_secs(30));
+    let mut fences = Vec::new();
+    let mut stale = None;
+    for i in 0..4 {
+        let guard = lock.acquire().await.expect("acquire");
+        fences.push(guard.fence());
+        guard.release().await.expect("release");
+        if i == 1 {
+            // The fence key as the replica would hold it had it missed the
+            // acquisitions from here on.
+            let (value, pttl): (String, i64) = redis::pipe()
+                .cmd("GET")
+                .arg("leasehold:{f}:fence")
+                .cmd("PTTL")
+                .arg("leasehold:{f}:fence")
+                .query(&mut set.servers()[0].connection())
+                .unwrap();
+            stale = Some((value, pttl));
+        }
+    }
+    let (value, pttl) = stale.expect("taken");
+    assert!(pttl > 0, "the fence key expires");
+    // Wait until the replica has every write, then set its fence key back:
+    // the state of a replica that missed the last two acquisitions.
+    let mut master = set.servers()[0].connection();
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(5000)
+        .query(&mut master)
+        .unwrap();
+    assert_eq!(acked, 1);
+    let mut replica = set.servers()[1].connection();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("replica-read-only")
+        .arg("no")
+        .query(&mut replica)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("leasehold:{f}:fence")
+        .arg(&value)
+        .arg("PX")
+        .arg(pttl)
+        .query(&mut replica)
+        .unwrap();
+
+    let new_master = set.failover();
+    assert_eq!(new_master, set.servers()[1].port());
+    let on_new: String = redis::cmd("GET")
+        .arg("leasehold:{f}:fence")
+        .query(&mut set.servers()[1].connection())
+        .unwrap();
+    assert_eq!(on_new, value, "the new master holds the stale fence");
+    // The client asks the sentinels every 0.5 s: until it switches, its
+    // acquisitions may reach the old master (still a master for a moment,
+    // then a replica that refuses). Those fences count as earlier ones too;
+    // retry until an acquisition is made on the new master.
+    let on_new_master = || -> bool {
+        redis::cmd("EXISTS")
+            .arg("leasehold:{f}:lock")
+            .query(&mut set.servers()[1].connection())
+            .unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let fence = loop {
+        match lock.try_acquire().await {
+            Ok(Some(guard)) => {
+                let fence = guard.fence();
+                if on_new_master() {
+                    guard.release().await.expect("release");
+                    break fence;
+                }
+                fences.push(fence);
+                // On the old master; its fate there is not what is tested.
+                let _ = guard.release().await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok(None) => panic!("nobody else holds this lock"),
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "no acquisition after failover: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no acquisition on the new master"
+        );
+    };
+    let earlier = fences.iter().max().copied().unwrap_or(0);
+    assert!(
+        fence > earlier,
+        "fence {fence} after the failover is not above the earlier {earlier} (of {} fences)",
+        fences.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fence_is_kept_for_the_lease_or_the_longer_fence_memory() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let fence_pttl = |conn: &mut redis::Connection, name: &str| -> i64 {
+        redis::cmd("PTTL")
+            .arg(format!("leasehold:{{{name}}}:fence"))
+            .query(conn)
+            .unwrap()
+    };
+    let plain = common::client(&server).await;
+    let lock = plain.lock("plain").ttl(Duration::from_millis(800));
+    lock.acquire().await.unwrap().release().await.unwrap();
+    let pttl = fence_pttl(&mut conn, "plain");
+    assert!(
+        pttl > 0 && pttl <= 800,
+        "fence kept {pttl} ms for an 800 ms lease"
+    );
+
+    let keeping = Client::builder()
+        .url(server.url())
+        .fence_memory(Duration::from_secs(60))
+        .build()
+        .await
+        .unwrap();
+    let names = ["kept-lock", "kept-re", "kept-rw", "kept-sem"];
+    let ttl = Duration::from_millis(800);
+    keeping
+        .lock(names[0])
+        .ttl(ttl)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    keeping
+        .reentrant_lock(names[1])
+        .ttl(ttl)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    keeping
+        .rw_lock(names[2])
+        .ttl(ttl)
+        .write()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    keeping
+        .semaphore(names[3], 1)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    for name in names {
+        let pttl = fence_pttl(&mut conn, name);
+        assert!(
+            pttl > 59_000 && pttl <= 60_000,
+            "{name}: fence kept {pttl} ms"
+        );
+    }
+    // A lease longer than the memory keeps the fence for the lease.
+    let long = Duration::from_secs(90);
+    keeping
+        .lock("long")
+        .ttl(long)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let pttl = fence_pttl(&mut conn, "long");
+    assert!(
+        pttl > 89_000 && pttl <= 90_000,
+        "fence kept {pttl} ms for a 90 s lease"
+    );
+}
