@@ -81,9 +81,6 @@ struct Timing {
     /// the TTL after it.
     set_at: Instant,
     valid_until: Instant,
-    /// Bumped by every explicit extend, so a renewal sent before it cannot
-    /// overwrite the validity the extend set.
-    generation: u64,
 }
 
 /// The state of a lease's timing at one moment, for a renewal.
@@ -91,7 +88,6 @@ struct Timing {
 pub(crate) struct Snapshot {
     pub(crate) ttl: Duration,
     pub(crate) valid_until: Instant,
-    pub(crate) generation: u64,
 }
 
 impl Lease {
@@ -115,7 +111,6 @@ impl Lease {
                 ttl,
                 set_at: sent,
                 valid_until: valid_until(sent, ttl),
-                generation: 0,
             }),
             changing: Arc::new(tokio::sync::Mutex::new(())),
             lost: AtomicBool::new(false),
@@ -133,17 +128,16 @@ impl Lease {
         Snapshot {
             ttl: t.ttl,
             valid_until: t.valid_until,
-            generation: t.generation,
         }
     }
 
-    /// A renewal sent at `sent` with the timing of `at` succeeded.
+    /// A renewal sent at `sent` with the timing of `at` succeeded. No
+    /// extend ran meanwhile (the renewal held [`Lease::change`]), so `at` is
+    /// still the lease's timing.
     pub(crate) fn renewed(&self, sent: Instant, at: Snapshot) {
         let mut t = self.timing();
-        if t.generation == at.generation {
-            t.valid_until = t.valid_until.max(valid_until(sent, at.ttl));
-            t.set_at = t.set_at.max(sent);
-        }
+        t.valid_until = t.valid_until.max(valid_until(sent, at.ttl));
+        t.set_at = t.set_at.max(sent);
     }
 
     /// When the next renewal is due: a third of the TTL after the lease's
@@ -193,7 +187,6 @@ impl Lease {
             t.ttl = ttl;
             t.set_at = sent;
             t.valid_until = valid_until(sent, ttl);
-            t.generation += 1;
         });
         Ok(true)
     }

@@ -415,11 +415,9 @@ impl<D: Door> State<D> {
                 vec![None; batch.len()]
             }
         };
+        // No command was handled during the round, so every lease of the
+        // batch is still on the books (unscheduled while it was renewed).
         for ((lease, snap, _), result) in batch.iter().zip(results) {
-            if !self.leases.contains_key(&lease.id) {
-                // Released, handed on or closed meanwhile.
-                continue;
-            }
             match result {
                 Some(Owned::Done) => {
                     lease.renewed(sent, *snap);
