@@ -4,12 +4,14 @@
 //! process it starts, by PID. Timing bounds are generous: these tests must
 //! pass on a loaded two-core machine.
 
-use std::io::Read;
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use common::{leasehold, read_in_background, temp_dir};
 use leasehold_testkit::RedisServer;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -17,16 +19,6 @@ use serde_json::Value;
 
 /// Longest any single invocation may take before the test fails.
 const LIMIT: Duration = Duration::from_secs(120);
-
-/// The binary, with a clean environment for the variables it reads, and
-/// backtraces switched on so a panic would show.
-fn leasehold() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-    cmd.env_remove("LEASEHOLD_URL")
-        .env("RUST_BACKTRACE", "1")
-        .stdin(Stdio::null());
-    cmd
-}
 
 /// What one finished invocation did.
 #[derive(Debug)]
@@ -142,17 +134,6 @@ impl Drop for Proc {
     }
 }
 
-/// Reads `pipe` to its end on a thread; the text arrives on the channel.
-fn read_in_background(mut pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = pipe.read_to_string(&mut s);
-        let _ = tx.send(s);
-    });
-    rx
-}
-
 /// A process started by a command we ran (its PID read from a file);
 /// SIGKILLed on drop if still alive.
 struct Grandchild(Pid);
@@ -227,14 +208,6 @@ fn wait_for_file(path: &Path) -> String {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-}
-
-/// A fresh temporary directory, removed on drop.
-fn temp_dir() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("leasehold-cli-test-")
-        .tempdir()
-        .expect("temp dir")
 }
 
 /// `leasehold --json status NAME`, parsed.

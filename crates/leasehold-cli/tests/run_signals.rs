@@ -11,13 +11,14 @@
 //! each bounded; every process is reaped by PID at the end, stopped ones
 //! included (SIGCONT, then SIGKILL).
 
-use std::io::Read;
+mod common;
+
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use common::{leasehold, read_in_background, temp_dir};
 use leasehold_testkit::RedisServer;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -28,15 +29,6 @@ const FIRST_TTL: &str = "2s";
 
 /// Longest any wait for an observable state may take before the test fails.
 const BOUND: Duration = Duration::from_secs(30);
-
-/// The binary, with a clean environment for the variables it reads.
-fn leasehold() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-    cmd.env_remove("LEASEHOLD_URL")
-        .env("RUST_BACKTRACE", "1")
-        .stdin(Stdio::null());
-    cmd
-}
 
 /// What one finished invocation did.
 #[derive(Debug)]
@@ -164,17 +156,6 @@ impl Drop for Grandchild {
     }
 }
 
-/// Reads `pipe` to its end on a thread; the text arrives on the channel.
-fn read_in_background(mut pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = pipe.read_to_string(&mut s);
-        let _ = tx.send(s);
-    });
-    rx
-}
-
 /// The scheduler state of `pid` (`R`, `S`, `T`, `Z`, ...), or `None` once
 /// it is gone.
 fn state(pid: Pid) -> Option<char> {
@@ -242,14 +223,6 @@ fn now_ns() -> u128 {
 fn timestamps(path: &Path) -> Vec<u128> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     text.lines().filter_map(|l| l.trim().parse().ok()).collect()
-}
-
-/// A fresh temporary directory, removed on drop.
-fn temp_dir() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("leasehold-run-signals-")
-        .tempdir()
-        .expect("temp dir")
 }
 
 /// The first holder's command: records its PID, starts the stubborn
