@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::holds::{Hold, violations};
-use leasehold::{Client, LockGuard};
+use common::holds::{Hold, take, violations};
+use leasehold::Client;
 use leasehold_testkit::RedisCluster;
 
 /// Names locked; enough that every master holds some and the moved slots
@@ -68,18 +68,7 @@ async fn worker(client: Client, task: usize, stop: Arc<AtomicBool>, deadline: In
         }
         let i = (task * 7 + attempt * 13) % NAMES;
         let lock = client.lock(name(i)).ttl(ttl);
-        let result: leasehold::Result<Option<LockGuard>> = if task % 2 == 0 {
-            lock.wait(Duration::from_millis(200))
-                .acquire()
-                .await
-                .map(Some)
-                .or_else(|e| match e {
-                    leasehold::Error::Timeout { .. } => Ok(None),
-                    e => Err(e),
-                })
-        } else {
-            lock.try_acquire().await
-        };
+        let result = take(lock, task % 2 == 0).await;
         let guard = match result {
             Ok(Some(guard)) => guard,
             Ok(None) => continue,

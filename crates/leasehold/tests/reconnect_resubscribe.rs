@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::holds::{Hold, violations};
-use leasehold::{Client, LockGuard};
+use common::holds::{Hold, take, violations};
+use leasehold::Client;
 use leasehold_testkit::{Proxy, ProxyMode, RedisServer, SentinelSet};
 
 /// Names held by the other client, each with one waiter of the victim:
@@ -92,18 +92,7 @@ async fn worker(
         attempt += 1;
         let i = (task * 7 + attempt * 13) % NAMES;
         let lock = client.lock(name(i)).ttl(Duration::from_secs(5));
-        let result: leasehold::Result<Option<LockGuard>> = if task % 2 == 0 {
-            lock.wait(Duration::from_millis(200))
-                .acquire()
-                .await
-                .map(Some)
-                .or_else(|e| match e {
-                    leasehold::Error::Timeout { .. } => Ok(None),
-                    e => Err(e),
-                })
-        } else {
-            lock.try_acquire().await
-        };
+        let result = take(lock, task % 2 == 0).await;
         let guard = match result {
             Ok(Some(guard)) => guard,
             Ok(None) => continue,

@@ -62,3 +62,23 @@ pub fn violations(
     }
     (overlaps, fences)
 }
+
+/// One attempt of a load task on `lock`: waiting a short while (200 ms)
+/// when `waits`, else only trying. `Ok(None)` when someone else held it.
+pub async fn take(
+    lock: leasehold::Lock,
+    waits: bool,
+) -> leasehold::Result<Option<leasehold::LockGuard>> {
+    if !waits {
+        return lock.try_acquire().await;
+    }
+    match lock
+        .wait(std::time::Duration::from_millis(200))
+        .acquire()
+        .await
+    {
+        Ok(guard) => Ok(Some(guard)),
+        Err(leasehold::Error::Timeout { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
