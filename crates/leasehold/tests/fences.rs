@@ -6,8 +6,21 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::contract::Kind;
 use leasehold::Client;
 use leasehold_testkit::{RedisServer, SentinelSet};
+
+/// Takes `name` once with a guard of `kind` (TTL `ttl`) and gives it back.
+async fn use_once(client: &Client, kind: Kind, name: &str, ttl: Duration) {
+    kind.on(client, name)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("acquire")
+        .release()
+        .await
+        .expect("release");
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_key_remains_after_names_used_once() {
@@ -15,70 +28,13 @@ async fn no_key_remains_after_names_used_once() {
     let client = common::client(&server).await;
     let ttl = Duration::from_millis(300);
     for i in 0..200 {
-        let name = format!("once-{i}");
-        match i % 6 {
-            0 => {
-                client
-                    .lock(name)
-                    .ttl(ttl)
-                    .acquire()
-                    .await
-                    .unwrap()
-                    .release()
-                    .await
-            }
-            1 => {
-                client
-                    .fair_lock(name)
-                    .ttl(ttl)
-                    .acquire()
-                    .await
-                    .unwrap()
-                    .release()
-                    .await
-            }
-            2 => {
-                client
-                    .reentrant_lock(name)
-                    .ttl(ttl)
-                    .acquire()
-                    .await
-                    .unwrap()
-                    .release()
-                    .await
-            }
-            3 => {
-                client
-                    .rw_lock(name)
-                    .ttl(ttl)
-                    .read()
-                    .await
-                    .unwrap()
-                    .release()
-                    .await
-            }
-            4 => {
-                client
-                    .rw_lock(name)
-                    .ttl(ttl)
-                    .write()
-                    .await
-                    .unwrap()
-                    .release()
-                    .await
-            }
-            _ => {
-                client
-                    .semaphore(name, 2)
-                    .ttl(ttl)
-                    .acquire()
-                    .await
-                    .unwrap()
-                    .release()
-                    .await
-            }
-        }
-        .expect("release");
+        use_once(
+            &client,
+            Kind::ALL[i % Kind::ALL.len()],
+            &format!("once-{i}"),
+            ttl,
+        )
+        .await;
     }
     // Past the leases' TTL (nobody queued, so no queue keys were written).
     tokio::time::sleep(ttl + Duration::from_millis(700)).await;
@@ -225,43 +181,10 @@ async fn the_fence_is_kept_for_the_lease_or_the_longer_fence_memory() {
         .await
         .unwrap();
     let names = ["kept-lock", "kept-re", "kept-rw", "kept-sem"];
-    let ttl = Duration::from_millis(800);
-    keeping
-        .lock(names[0])
-        .ttl(ttl)
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
-    keeping
-        .reentrant_lock(names[1])
-        .ttl(ttl)
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
-    keeping
-        .rw_lock(names[2])
-        .ttl(ttl)
-        .write()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
-    keeping
-        .semaphore(names[3], 1)
-        .ttl(ttl)
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    let kinds = [Kind::Lock, Kind::Reentrant, Kind::Write, Kind::Semaphore];
+    for (kind, name) in kinds.into_iter().zip(names) {
+        use_once(&keeping, kind, name, Duration::from_millis(800)).await;
+    }
     for name in names {
         let pttl = fence_pttl(&mut conn, name);
         assert!(
@@ -271,15 +194,7 @@ async fn the_fence_is_kept_for_the_lease_or_the_longer_fence_memory() {
     }
     // A lease longer than the memory keeps the fence for the lease.
     let long = Duration::from_secs(90);
-    keeping
-        .lock("long")
-        .ttl(long)
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    use_once(&keeping, Kind::Lock, "long", long).await;
     let pttl = fence_pttl(&mut conn, "long");
     assert!(
         pttl > 89_000 && pttl <= 90_000,
