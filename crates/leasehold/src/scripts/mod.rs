@@ -206,8 +206,10 @@ pub(crate) enum Queueing {
 /// How a lock is spread over servers, as its scripts need to know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Spread {
-    /// One server: queue-based hand-off, fences from the server's counter.
-    One,
+    /// One server: queue-based hand-off. `queued`: the TTL the hold queued
+    /// with, if it may be a queued waiter (a cancelled acquire); its member
+    /// of the queue names it, and the release takes it out.
+    One { queued: Option<Duration> },
     /// One of several Redlock nodes: fences at least the server clock (so the
     /// nodes' fences are comparable), and releases wake non-queued waiters.
     Quorum,
@@ -350,7 +352,11 @@ pub(crate) fn lock_release_call(
         .arg(millis(HANDOFF_GRACE))
         .arg(if spread == Spread::Quorum { "1" } else { "0" })
         .arg(connection)
-        .arg(millis(QUEUE_WINDOW));
+        .arg(millis(QUEUE_WINDOW))
+        .arg(match spread {
+            Spread::One { queued: Some(ttl) } => millis(ttl).to_string(),
+            _ => String::new(),
+        });
     invocation
 }
 
