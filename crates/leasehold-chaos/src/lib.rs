@@ -43,5 +43,8 @@ pub use history::{
 };
 pub use monitor::GiveBacks;
 pub use runner::{Report, RunOptions, run, table};
-pub use scenario::{Class, Fault, NodeStop, SCENARIOS, Scenario, Topology, find, verdict};
+pub use scenario::{
+    Class, Fault, NodeStop, QUEUE_HEARTBEAT, QUEUE_WINDOW, SCENARIOS, Scenario, Topology, find,
+    verdict,
+};
 pub use worker::{WorkerConfig, run as run_worker};
