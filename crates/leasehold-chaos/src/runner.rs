@@ -555,9 +555,9 @@ fn handoff_pause_floor(ttl: Duration) -> Duration {
 
 /// How long a queue fault needs after it fires for its outcome to show: a
 /// live worker must get the lock within the bound of
-/// [`crate::check::liveness`], and then hold.
+/// [`crate::check::liveness`] while the workers still start acquisitions.
 fn queue_aftermath(ttl: Duration) -> Duration {
-    ttl.max(QUEUE_WINDOW) + QUEUE_HEARTBEAT + Duration::from_secs(1) + ttl
+    ttl.max(QUEUE_WINDOW) + QUEUE_HEARTBEAT + Duration::from_millis(1500)
 }
 
 /// The next restart of a [`Fault::RollingRestart`].
@@ -777,8 +777,8 @@ impl Injector {
             queued.filter(|_| Instant::now() + queue_aftermath(self.ttl) <= self.end)
         else {
             // Someone was not queued in time (a replacement starting, a
-            // waiter between attempts); a later holder tries again.
-            self.state().next_arm = Instant::now() + self.ttl;
+            // waiter between attempts): the next holder tries again.
+            self.state().next_arm = Instant::now();
             return Reply::Go;
         };
         if self.fault == Fault::PauseHandedOff {

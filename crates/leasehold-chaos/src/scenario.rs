@@ -354,7 +354,7 @@ pub const SCENARIOS: &[Scenario] = &[
         topology: Topology::Single,
         deterministic: true,
         ttl: TTL,
-        ci_duration: Duration::from_secs(8),
+        ci_duration: Duration::from_secs(10),
         checks: "every queued waiter (all workers but the holder, counted by the lock's status) \
                  SIGKILLed, then the holder releases to a dead waiter: a live worker gets the \
                  lock within 3 s (queue window) + 1 s (heartbeat) + 1 s of the kill, no overlap",
