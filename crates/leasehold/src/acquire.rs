@@ -12,12 +12,14 @@ use std::time::Duration;
 use crate::clock::Instant;
 
 use tokio::sync::Notify;
+use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::events::{Events, Grant, Subscription};
 use crate::key::LockKeys;
 use crate::lease::{Kind, validity};
 use crate::scripts::{Acquire, Owned, QUEUE_HEARTBEAT, QUEUE_WINDOW};
+use crate::telemetry::{self, Outcome};
 
 /// What the wait loop needs from its client: the client's [`Inner`] in a
 /// build, an in-process fake in the unit tests, which check the loop's
@@ -147,10 +149,46 @@ impl Deadlines {
 /// Calls `attempt` until it acquires or, with `wait: Some`, until the wait
 /// runs out (`Ok(None)`); with `None`, tries once. A waiter of a lease lock
 /// may also be handed the lease whole at release (a message, no attempt).
+/// Each call is a `leasehold.acquire` span and counts in the metrics.
 ///
 /// Cancel safety: dropping the future while an attempt may have succeeded
 /// on the server releases that hold in the background.
 pub(crate) async fn acquire<C, F, Fut>(
+    target: &Target<'_, C>,
+    wait: Option<Duration>,
+    attempt: F,
+) -> Result<Option<Won>>
+where
+    C: Core,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Acquire>>,
+{
+    let started = Instant::now();
+    let span = tracing::info_span!(
+        "leasehold.acquire",
+        lock = target.name,
+        kind = target.kind.label(),
+        outcome = tracing::field::Empty,
+        waited = tracing::field::Empty,
+    );
+    let result = wait_for(target, wait, attempt)
+        .instrument(span.clone())
+        .await;
+    let outcome = match &result {
+        Ok(Some(_)) => Outcome::Acquired,
+        Ok(None) if wait.is_some() => Outcome::Timeout,
+        Ok(None) => Outcome::Busy,
+        Err(_) => Outcome::Error,
+    };
+    let waited = started.elapsed();
+    span.record("outcome", outcome.label());
+    span.record("waited", tracing::field::debug(waited));
+    telemetry::acquisition(target.kind, outcome, waited);
+    result
+}
+
+/// [`acquire`]'s loop.
+async fn wait_for<C, F, Fut>(
     target: &Target<'_, C>,
     wait: Option<Duration>,
     mut attempt: F,
@@ -306,6 +344,8 @@ where
             // we are out of the queue.
             pending.armed = false;
             pending.queued = false;
+            tracing::debug!(lock = %target.name, fence = won.fence, "handed the lease at release");
+            telemetry::handoff();
             return Ok(Some(won));
         }
         if deadline.is_some_and(|d| Instant::now() >= d) && !pending.armed {

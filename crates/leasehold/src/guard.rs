@@ -9,10 +9,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tracing::Instrument;
+
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::scripts::{Extension, Owned};
+use crate::telemetry::{HeldLease, LostReason};
 
 /// One held lease, tracked by the watchdog while it lives.
 pub(crate) struct Held {
@@ -22,6 +25,8 @@ pub(crate) struct Held {
     watchdog: bool,
     /// Released, detached or handed on: nothing left to do on drop.
     done: bool,
+    /// In `leasehold_held_leases` while the guard lives.
+    _counted: HeldLease,
 }
 
 impl Held {
@@ -36,6 +41,7 @@ impl Held {
             fence,
             watchdog,
             done: false,
+            _counted: HeldLease::count(),
         }
     }
 
@@ -102,15 +108,18 @@ impl Held {
         inner.watchdog.untrack(self.lease.id);
         let mut pending = ReleaseOnDrop(Some(&self));
         let lease = &self.lease;
+        let span =
+            tracing::info_span!("leasehold.release", lock = %lease.name, kind = lease.kind.label());
         let outcome = inner
             .servers
             .release(lease.kind, &lease.keys, &lease.hold, None)
+            .instrument(span)
             .await;
         pending.0 = None;
         match outcome {
             Ok(Owned::Done) => Ok(()),
-            Ok(Owned::Missing | Owned::OtherOwner) => {
-                self.lease.mark_lost();
+            Ok(gone @ (Owned::Missing | Owned::OtherOwner)) => {
+                self.lease.mark_lost(LostReason::gone(gone));
                 Err(self.lost_error())
             }
             Err(e) => {

@@ -15,6 +15,7 @@ use tokio::sync::Notify;
 use crate::error::Result;
 use crate::key::LockKeys;
 use crate::scripts::Owned;
+use crate::telemetry::{self, LostReason};
 use crate::token::Token;
 
 /// Allowance for clock rate differences between client and server.
@@ -201,9 +202,12 @@ impl Lease {
         }
         let sent = Instant::now();
         self.update(|t| t.valid_until = t.valid_until.min(valid_until(sent, ttl)));
-        if send().await? != Owned::Done {
-            self.mark_lost();
-            return Ok(false);
+        match send().await? {
+            Owned::Done => {}
+            gone => {
+                self.mark_lost(LostReason::gone(gone));
+                return Ok(false);
+            }
         }
         self.update(|t| {
             t.ttl = ttl;
@@ -243,10 +247,12 @@ impl Lease {
             .saturating_duration_since(Instant::now())
     }
 
-    /// Records that the lease is gone and wakes everyone in [`Lease::lost`].
-    pub(crate) fn mark_lost(&self) {
+    /// Records that the lease is gone, for `reason`, and wakes everyone in
+    /// [`Lease::lost`]; counted and logged once.
+    pub(crate) fn mark_lost(&self, reason: LostReason) {
         if !self.lost.swap(true, Ordering::AcqRel) {
-            tracing::warn!(lock = %self.name, token = ?self.token, "lease lost");
+            tracing::warn!(lock = %self.name, token = ?self.token, reason = reason.label(), "lease lost");
+            telemetry::lost(reason);
         }
         self.lost_notify.notify_waiters();
     }
@@ -263,7 +269,7 @@ impl Lease {
             }
             let until = self.timing().valid_until;
             if Instant::now() >= until {
-                self.mark_lost();
+                self.mark_lost(LostReason::Expired);
                 return;
             }
             tokio::select! {

@@ -64,6 +64,34 @@
 //! is not, or a failover to a replica whose clock is behind, can make fences
 //! go back by up to the step.
 //!
+//! # Metrics and tracing
+//!
+//! With the `metrics` feature (on by default) the library reports through
+//! the [`metrics`](https://docs.rs/metrics/0.24) facade: nothing is recorded
+//! until the application installs a recorder (a Prometheus exporter, for
+//! one: `examples/metrics.rs`). No label carries a lock name, so the number
+//! of series stays fixed however many names are used.
+//!
+//! | name | type | labels | what |
+//! |---|---|---|---|
+//! | `leasehold_acquisitions_total` | counter | `kind`, `outcome` | acquire calls that ended: `acquired`, `timeout` (the wait ran out), `busy` (a try found it held), `error` |
+//! | `leasehold_acquire_wait_seconds` | histogram | `kind` | how long each acquisition took, waiting included |
+//! | `leasehold_held_leases` | gauge | | guards alive in this process |
+//! | `leasehold_renewals_total` | counter | | leases the watchdog renewed |
+//! | `leasehold_renewal_batches_total` | counter | | renewal calls (each renews a batch of leases) |
+//! | `leasehold_leases_lost_total` | counter | `reason` | leases lost: `expired` (gone from the server, or validity passed before a renewal went out), `taken` (another owner holds it), `unreachable` (renewals got no answer until the validity ran out) |
+//! | `leasehold_handoffs_total` | counter | | acquisitions by a lease handed over whole at release |
+//!
+//! `kind` is `lock` (also [`FairLock`]), `reentrant`, `rwlock` or
+//! `semaphore`. Build with `default-features = false` to leave the facade
+//! out.
+//!
+//! [`tracing`](https://docs.rs/tracing) spans: `leasehold.acquire` (INFO;
+//! fields `lock`, `kind`, `outcome`, `waited`), `leasehold.release` (INFO;
+//! `lock`, `kind`) and `leasehold.renew` (DEBUG; `kind`, `leases`, one per
+//! renewal call); events: a lost lease (WARN, with its `reason`), failed
+//! renewals and releases (WARN), hand-offs and retries (DEBUG).
+//!
 //! # Example
 //!
 //! ```no_run
@@ -100,6 +128,7 @@ mod rwlock;
 mod scripts;
 mod semaphore;
 mod servers;
+mod telemetry;
 mod token;
 mod watchdog;
 

@@ -465,8 +465,8 @@ impl WriteGuard {
                     held: Held::new(&client, next, fence, watchdog),
                 })
             }
-            Owned::Missing | Owned::OtherOwner => {
-                lease.mark_lost();
+            gone @ (Owned::Missing | Owned::OtherOwner) => {
+                lease.mark_lost(crate::telemetry::LostReason::gone(gone));
                 Err(error)
             }
         }

@@ -30,6 +30,7 @@ use crate::clock::Instant;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use tokio::sync::{OwnedMutexGuard, mpsc, oneshot};
+use tracing::Instrument;
 
 use crate::error::{Error, Result};
 
@@ -37,6 +38,7 @@ use crate::key::{LockKeys, slot};
 use crate::lease::{Kind, Lease, Snapshot};
 use crate::scripts::{Extension, Owned};
 use crate::servers::Servers;
+use crate::telemetry::{self, LostReason};
 
 /// Leases due within this much of each other share one renewal call.
 const COALESCE: Duration = Duration::from_millis(20);
@@ -392,7 +394,7 @@ impl<D: Door> State<D> {
             let lease = Arc::clone(&tracked.lease);
             if lease.is_lost() {
                 self.untrack(id);
-                lease.mark_lost();
+                lease.mark_lost(LostReason::Expired);
                 continue;
             }
             let Some(changing) = lease.try_change() else {
@@ -440,22 +442,24 @@ impl<D: Door> State<D> {
         };
         // No command was handled during the round, so every lease of the
         // batch is still on the books (unscheduled while it was renewed).
+        let mut renewed = 0;
         for ((lease, snap, _), result) in batch.iter().zip(results) {
             match result {
                 Some(Owned::Done) => {
                     lease.renewed(sent, *snap);
                     self.schedule(Arc::clone(lease), Some(sent + snap.ttl / 3));
+                    renewed += 1;
                 }
-                Some(Owned::Missing | Owned::OtherOwner) => {
+                Some(gone @ (Owned::Missing | Owned::OtherOwner)) => {
                     self.untrack(lease.id);
-                    lease.mark_lost();
+                    lease.mark_lost(LostReason::gone(gone));
                 }
                 // Not known: keep trying while the lease may still be valid.
                 None => {
                     let valid_until = lease.snapshot().valid_until;
                     if now >= valid_until {
                         self.untrack(lease.id);
-                        lease.mark_lost();
+                        lease.mark_lost(LostReason::Unreachable);
                     } else {
                         let retry = (now + retry_delay(snap.ttl)).min(valid_until);
                         self.schedule(Arc::clone(lease), Some(retry));
@@ -463,6 +467,7 @@ impl<D: Door> State<D> {
                 }
             }
         }
+        telemetry::renewed(renewed);
     }
 }
 
@@ -492,7 +497,12 @@ async fn renew_batch(
         })
         .collect();
     let sent = Instant::now();
-    (sent, servers.extend(kind, &extensions).await)
+    telemetry::renewal_batch();
+    let span = tracing::debug_span!("leasehold.renew", kind = kind.label(), leases = batch.len());
+    (
+        sent,
+        servers.extend(kind, &extensions).instrument(span).await,
+    )
 }
 
 #[cfg(test)]

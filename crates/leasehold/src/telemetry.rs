@@ -1,0 +1,160 @@
+//! What the library reports to an application's metrics recorder: the
+//! `metrics` facade (feature `metrics`, on by default), whose calls do
+//! nothing until the application installs a recorder. Names and labels are
+//! in the crate docs' table; no label carries a lock name (cardinality).
+//!
+//! Every call site goes through these functions, so the names live here
+//! only and a build without the feature compiles them to nothing.
+
+use std::time::Duration;
+
+use crate::lease::Kind;
+use crate::scripts::Owned;
+
+/// `leasehold_acquisitions_total{kind, outcome}`.
+#[cfg(feature = "metrics")]
+pub(crate) const ACQUISITIONS: &str = "leasehold_acquisitions_total";
+/// `leasehold_acquire_wait_seconds{kind}`.
+#[cfg(feature = "metrics")]
+pub(crate) const ACQUIRE_WAIT: &str = "leasehold_acquire_wait_seconds";
+/// `leasehold_held_leases`.
+#[cfg(feature = "metrics")]
+pub(crate) const HELD_LEASES: &str = "leasehold_held_leases";
+/// `leasehold_renewals_total`.
+#[cfg(feature = "metrics")]
+pub(crate) const RENEWALS: &str = "leasehold_renewals_total";
+/// `leasehold_renewal_batches_total`.
+#[cfg(feature = "metrics")]
+pub(crate) const RENEWAL_BATCHES: &str = "leasehold_renewal_batches_total";
+/// `leasehold_leases_lost_total{reason}`.
+#[cfg(feature = "metrics")]
+pub(crate) const LEASES_LOST: &str = "leasehold_leases_lost_total";
+/// `leasehold_handoffs_total`.
+#[cfg(feature = "metrics")]
+pub(crate) const HANDOFFS: &str = "leasehold_handoffs_total";
+
+/// How one acquire call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Acquired,
+    /// The wait ran out.
+    Timeout,
+    /// A try without waiting found the lock held.
+    Busy,
+    Error,
+}
+
+impl Outcome {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Outcome::Acquired => "acquired",
+            Outcome::Timeout => "timeout",
+            Outcome::Busy => "busy",
+            Outcome::Error => "error",
+        }
+    }
+}
+
+/// Why a lease was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LostReason {
+    /// The lease ran out: gone from the server when renewed or released,
+    /// or its validity passed before a renewal could be sent.
+    Expired,
+    /// Another owner holds it.
+    Taken,
+    /// Renewals got no answer until its validity ran out.
+    Unreachable,
+}
+
+impl LostReason {
+    /// The reason a renewal, extend or release that found the lease not
+    /// ours gives.
+    pub(crate) fn gone(outcome: Owned) -> LostReason {
+        match outcome {
+            Owned::OtherOwner => LostReason::Taken,
+            Owned::Missing | Owned::Done => LostReason::Expired,
+        }
+    }
+
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            LostReason::Expired => "expired",
+            LostReason::Taken => "taken",
+            LostReason::Unreachable => "unreachable",
+        }
+    }
+}
+
+impl Kind {
+    /// The `kind` label.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Kind::Lock => "lock",
+            Kind::Reentrant => "reentrant",
+            Kind::Rw => "rwlock",
+            Kind::Semaphore => "semaphore",
+        }
+    }
+}
+
+/// One acquire call ended with `outcome` after `waited`; the wait is
+/// recorded for acquisitions.
+pub(crate) fn acquisition(kind: Kind, outcome: Outcome, waited: Duration) {
+    #[cfg(feature = "metrics")]
+    {
+        metrics::counter!(ACQUISITIONS, "kind" => kind.label(), "outcome" => outcome.label())
+            .increment(1);
+        if outcome == Outcome::Acquired {
+            metrics::histogram!(ACQUIRE_WAIT, "kind" => kind.label()).record(waited);
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (kind, outcome, waited);
+}
+
+/// `leases` leases were renewed (one batch call).
+pub(crate) fn renewed(leases: usize) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(RENEWALS).increment(leases as u64);
+    #[cfg(not(feature = "metrics"))]
+    let _ = leases;
+}
+
+/// One renewal call was sent (a batch of leases of one kind and slot).
+pub(crate) fn renewal_batch() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(RENEWAL_BATCHES).increment(1);
+}
+
+/// A lease was lost.
+pub(crate) fn lost(reason: LostReason) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(LEASES_LOST, "reason" => reason.label()).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = reason;
+}
+
+/// A waiter took a lease handed to it whole at release.
+pub(crate) fn handoff() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(HANDOFFS).increment(1);
+}
+
+/// Counts a held lease in `leasehold_held_leases` while it lives.
+pub(crate) struct HeldLease(());
+
+impl HeldLease {
+    pub(crate) fn count() -> HeldLease {
+        #[cfg(feature = "metrics")]
+        metrics::gauge!(HELD_LEASES).increment(1.0);
+        HeldLease(())
+    }
+}
+
+impl Drop for HeldLease {
+    fn drop(&mut self) {
+        #[cfg(feature = "metrics")]
+        metrics::gauge!(HELD_LEASES).decrement(1.0);
+    }
+}
