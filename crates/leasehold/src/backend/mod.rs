@@ -100,6 +100,9 @@ pub(crate) struct Backend {
     /// only this connection subscribes to, so a release wakes one process,
     /// not every process with a waiter.
     id: Arc<str>,
+    /// Release messages go by SPUBLISH and are heard by SSUBSCRIBE (a
+    /// cluster whose masters have sharded pub/sub), not PUBLISH/SUBSCRIBE.
+    sharded: bool,
 }
 
 #[derive(Clone)]
@@ -160,6 +163,7 @@ impl Backend {
             conn,
             addr,
             id: id.as_str().into(),
+            sharded: false,
         }
     }
 
@@ -501,6 +505,13 @@ impl Backend {
             Conn::Sentinel(f) => f.unsubscribe(channel).await,
         }
         .inspect_err(|e| self.note(e))
+    }
+
+    /// Whether release messages go by SPUBLISH (scripts) and SSUBSCRIBE
+    /// (subscriptions), so that a cluster delivers each to its channel's
+    /// shard only; false on one server, Sentinel, and a cluster without it.
+    pub(crate) fn sharded_pubsub(&self) -> bool {
+        self.sharded
     }
 
     /// Whether keys of different hash slots may live on different servers

@@ -47,7 +47,7 @@ while true do
   if waiter ~= ARGV[1] and deadline and deadline > now then
     local reserve = math.max(deadline - now, tonumber(ARGV[2]))
     redis.call('SET', KEYS[1], waiter, 'PX', string.format('%d', reserve))
-    redis.call('PUBLISH', channel, waiter)
+    publish(ARGV[5], channel, waiter)
     return 1
   end
   redis.call('ZREM', KEYS[3], head)
@@ -55,6 +55,6 @@ while true do
 end
 redis.call('DEL', KEYS[1])
 if ARGV[3] == '1' then
-  redis.call('PUBLISH', KEYS[2], '')
+  publish(ARGV[5], KEYS[2], '')
 end
 return 1

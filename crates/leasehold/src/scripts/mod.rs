@@ -311,17 +311,19 @@ pub(crate) async fn lock_release(
     token: &str,
     spread: Spread,
 ) -> Result<Owned> {
-    let invocation = lock_release_call(keys, token, spread, backend.id());
+    let invocation = lock_release_call(keys, token, spread, backend.id(), sharded(backend));
     let code: i64 = backend.invoke(&invocation, keys.lock()).await?;
     Ok(Owned::from_code(code))
 }
 
-/// The call [`lock_release`] sends from the connection `connection`.
+/// The call [`lock_release`] sends from the connection `connection`;
+/// `sharded` publishes by SPUBLISH (ARGV[5], see [`sharded`]).
 pub(crate) fn lock_release_call(
     keys: &LockKeys,
     token: &str,
     spread: Spread,
     connection: &str,
+    sharded: &str,
 ) -> ScriptInvocation<'static> {
     let mut invocation = LOCK_RELEASE.prepare_invoke();
     invocation
@@ -332,7 +334,8 @@ pub(crate) fn lock_release_call(
         .arg(token)
         .arg(millis(HANDOFF_GRACE))
         .arg(if spread == Spread::Quorum { "1" } else { "0" })
-        .arg(connection);
+        .arg(connection)
+        .arg(sharded);
     invocation
 }
 
@@ -445,7 +448,8 @@ pub(crate) async fn reentrant_release(
                 .key(keys.lock())
                 .key(keys.channel())
                 .arg(owner)
-                .arg(hold),
+                .arg(hold)
+                .arg(sharded(backend)),
             keys.lock(),
         )
         .await?;
@@ -547,7 +551,8 @@ async fn zset_release(
                 .key(keys.lock())
                 .key(keys.channel())
                 .arg(member)
-                .arg(payload),
+                .arg(payload)
+                .arg(sharded(backend)),
             keys.lock(),
         )
         .await?;
@@ -617,7 +622,8 @@ pub(crate) async fn rw_downgrade(
                 .key(keys.channel())
                 .arg(write)
                 .arg(read)
-                .arg(millis(ttl)),
+                .arg(millis(ttl))
+                .arg(sharded(backend)),
             keys.lock(),
         )
         .await?;
@@ -738,20 +744,38 @@ pub(crate) async fn reentrant_status(backend: &Backend, keys: &LockKeys) -> Resu
 /// How many connections listen for the releases of the lock whose release
 /// channel is `channel` (clients waiting for it, or that did so in the last
 /// seconds): those on the channel itself, and one per hand-off channel
-/// `<channel>:<connection id>` (each belongs to one connection).
+/// `<channel>:<connection id>` (each belongs to one connection). Where
+/// servers have sharded pub/sub, shard subscriptions count too (a client
+/// without it, e.g. an ACL user without SSUBSCRIBE, still subscribes the
+/// plain way); a cluster's driver asks every node and adds up.
 pub(crate) async fn subscribers(backend: &Backend, channel: &str) -> Result<usize> {
-    let (_, on_channel): (String, usize) = backend
-        .query(redis::cmd("PUBSUB").arg("NUMSUB").arg(channel), "")
-        .await?;
-    let handoff: Vec<String> = backend
-        .query(
-            redis::cmd("PUBSUB")
-                .arg("CHANNELS")
-                .arg(format!("{}:*", crate::key::glob_escape(channel))),
-            "",
-        )
-        .await?;
-    Ok(on_channel + handoff.len())
+    let mut kinds = vec![("NUMSUB", "CHANNELS")];
+    if backend.sharded_pubsub() {
+        kinds.push(("SHARDNUMSUB", "SHARDCHANNELS"));
+    }
+    let mut count = 0;
+    for (numsub, channels) in kinds {
+        let (_, on_channel): (String, usize) = backend
+            .query(redis::cmd("PUBSUB").arg(numsub).arg(channel), "")
+            .await?;
+        let handoff: Vec<String> = backend
+            .query(
+                redis::cmd("PUBSUB")
+                    .arg(channels)
+                    .arg(format!("{}:*", crate::key::glob_escape(channel))),
+                "",
+            )
+            .await?;
+        count += on_channel + handoff.len();
+    }
+    Ok(count)
+}
+
+/// The last argument of every script that publishes (`publish` in
+/// `prelude.lua`): `"1"` where release messages go by SPUBLISH (a cluster
+/// whose masters all have it, see [`Backend::sharded_pubsub`]), else `"0"`.
+pub(crate) fn sharded(backend: &Backend) -> &'static str {
+    if backend.sharded_pubsub() { "1" } else { "0" }
 }
 
 /// Whole milliseconds, at least 1 (Redis refuses `PX 0`).

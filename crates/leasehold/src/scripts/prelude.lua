@@ -43,3 +43,13 @@ local function next_fence(fence_key, memory_ms)
     string.format('%d', math.max(keep, math.floor(fence / 1000) + 1)))
   return fence
 end
+
+-- Publishes message on channel: by SPUBLISH when sharded is '1' (a cluster whose servers have
+-- it: only the channel's shard hears it), else by PUBLISH (one server, Sentinel, Redlock, or a
+-- cluster without sharded pub/sub, which forwards it to every node).
+local function publish(sharded, channel, message)
+  if sharded == '1' then
+    return redis.call('SPUBLISH', channel, message)
+  end
+  return redis.call('PUBLISH', channel, message)
+end
