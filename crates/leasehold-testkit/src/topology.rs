@@ -211,6 +211,27 @@ impl RedisCluster {
         self.wait_until_ok();
     }
 
+    /// How many cluster bus messages of `kind` every running node has sent
+    /// so far, added up: `cluster_stats_messages_<kind>_sent` of `CLUSTER
+    /// INFO` (`publish` for a PUBLISH forwarded to every node,
+    /// `publishshard` for an SPUBLISH forwarded within its shard, `ping`..).
+    pub fn bus_messages_sent(&self, kind: &str) -> u64 {
+        let field = format!("cluster_stats_messages_{kind}_sent:");
+        self.nodes
+            .iter()
+            .filter(|n| n.is_running())
+            .map(|n| {
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query(&mut n.connection())
+                    .expect("CLUSTER INFO");
+                info.lines()
+                    .find_map(|l| l.strip_prefix(&field))
+                    .map_or(0, |v| v.trim().parse::<u64>().expect("a counter"))
+            })
+            .sum()
+    }
+
     /// Waits until every running node reports `cluster_state:ok` and agrees
     /// on one master per slot range, and every replica's link is up.
     pub fn wait_until_ok(&self) {

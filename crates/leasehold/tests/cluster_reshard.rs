@@ -210,16 +210,16 @@ async fn live_reshard_crosses_no_replies_and_overlaps_no_holds() {
     eprintln!("whole test: {:?}", began.elapsed());
 }
 
-/// The nodes (by port) whose PUBSUB CHANNELS list a channel starting with
-/// `prefix`.
-fn subscribed_on(cluster: &RedisCluster, prefix: &str) -> Vec<u16> {
+/// The nodes (by port) whose `PUBSUB <sub>` (`CHANNELS`, `SHARDCHANNELS`)
+/// lists a channel starting with `prefix`.
+fn subscribed_on(cluster: &RedisCluster, sub: &str, prefix: &str) -> Vec<u16> {
     cluster
         .nodes()
         .iter()
         .filter(|n| n.is_running())
         .filter(|n| {
             let channels: Vec<String> = redis::cmd("PUBSUB")
-                .arg("CHANNELS")
+                .arg(sub)
                 .arg(format!("{prefix}*"))
                 .query(&mut n.connection())
                 .unwrap_or_default();
@@ -229,12 +229,12 @@ fn subscribed_on(cluster: &RedisCluster, prefix: &str) -> Vec<u16> {
         .collect()
 }
 
-/// Waits (bounded) until exactly one running node has a subscription to a
-/// channel starting with `prefix`; returns its port.
-async fn wait_subscribed(cluster: &RedisCluster, prefix: &str) -> u16 {
+/// Waits (bounded) until exactly one running node has a subscription
+/// (`PUBSUB <sub>`) to a channel starting with `prefix`; returns its port.
+async fn wait_subscribed(cluster: &RedisCluster, sub: &str, prefix: &str) -> u16 {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        if let [port] = subscribed_on(cluster, prefix)[..] {
+        if let [port] = subscribed_on(cluster, sub, prefix)[..] {
             return port;
         }
         assert!(
@@ -245,11 +245,15 @@ async fn wait_subscribed(cluster: &RedisCluster, prefix: &str) -> u16 {
     }
 }
 
+/// The way of a client whose user may not run SPUBLISH and SSUBSCRIBE (as
+/// every cluster client before sharded pub/sub): all its subscriptions on
+/// one node, any one, moved to another when that node dies.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn pubsub_moves_to_another_node_when_its_node_dies() {
+async fn plain_pubsub_moves_to_another_node_when_its_node_dies() {
     let mut cluster = RedisCluster::start(3, 1);
-    let holder = Client::cluster(cluster.urls()).await.expect("connect");
-    let waiter = Client::cluster(cluster.urls()).await.expect("connect");
+    let urls = common::user_on_every_node(&cluster, "plain", common::PLAIN_PUBSUB_RULES);
+    let holder = Client::cluster(urls.clone()).await.expect("connect");
+    let waiter = Client::cluster(urls).await.expect("connect");
 
     // A first wait puts the waiter's pub/sub connection on some node.
     let probe = holder.lock("probe").acquire().await.expect("acquire");
@@ -263,7 +267,7 @@ async fn pubsub_moves_to_another_node_when_its_node_dies() {
                 .await
         })
     };
-    let node = wait_subscribed(&cluster, "leasehold:{probe}:released").await;
+    let node = wait_subscribed(&cluster, "CHANNELS", "leasehold:{probe}:released").await;
     probe.release().await.expect("release");
     probing
         .await
@@ -298,7 +302,7 @@ async fn pubsub_moves_to_another_node_when_its_node_dies() {
     };
     let prefix = format!("leasehold:{{{name}}}:released");
     assert_eq!(
-        wait_subscribed(&cluster, &prefix).await,
+        wait_subscribed(&cluster, "CHANNELS", &prefix).await,
         node,
         "the waiter subscribes on its client's one pub/sub node"
     );
@@ -311,7 +315,7 @@ async fn pubsub_moves_to_another_node_when_its_node_dies() {
         .expect("node");
     let killed = Instant::now();
     cluster.nodes_mut()[index].kill();
-    let moved_to = wait_subscribed(&cluster, &prefix).await;
+    let moved_to = wait_subscribed(&cluster, "CHANNELS", &prefix).await;
     assert_ne!(moved_to, node, "subscribed again on a live node");
     eprintln!(
         "pub/sub moved from {node} to {moved_to} in {:?}",

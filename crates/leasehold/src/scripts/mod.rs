@@ -4,6 +4,7 @@
 //! keys of one call share one hash tag. Primitives call these functions and
 //! never build Redis commands themselves.
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -744,10 +745,10 @@ pub(crate) async fn reentrant_status(backend: &Backend, keys: &LockKeys) -> Resu
 /// How many connections listen for the releases of the lock whose release
 /// channel is `channel` (clients waiting for it, or that did so in the last
 /// seconds): those on the channel itself, and one per hand-off channel
-/// `<channel>:<connection id>` (each belongs to one connection). Where
-/// servers have sharded pub/sub, shard subscriptions count too (a client
-/// without it, e.g. an ACL user without SSUBSCRIBE, still subscribes the
-/// plain way); a cluster's driver asks every node and adds up.
+/// `<channel>:<connection id>` (each belongs to one connection), over every
+/// node of a cluster. Where servers have sharded pub/sub, shard
+/// subscriptions count too (a client without it, e.g. an ACL user without
+/// SSUBSCRIBE, still subscribes the plain way).
 pub(crate) async fn subscribers(backend: &Backend, channel: &str) -> Result<usize> {
     let mut kinds = vec![("NUMSUB", "CHANNELS")];
     if backend.sharded_pubsub() {
@@ -755,18 +756,18 @@ pub(crate) async fn subscribers(backend: &Backend, channel: &str) -> Result<usiz
     }
     let mut count = 0;
     for (numsub, channels) in kinds {
-        let (_, on_channel): (String, usize) = backend
-            .query(redis::cmd("PUBSUB").arg(numsub).arg(channel), "")
+        let on_channel: Vec<HashMap<String, usize>> = backend
+            .query_each_node(redis::cmd("PUBSUB").arg(numsub).arg(channel))
             .await?;
-        let handoff: Vec<String> = backend
-            .query(
+        let handoff: Vec<Vec<String>> = backend
+            .query_each_node(
                 redis::cmd("PUBSUB")
                     .arg(channels)
                     .arg(format!("{}:*", crate::key::glob_escape(channel))),
-                "",
             )
             .await?;
-        count += on_channel + handoff.len();
+        count += on_channel.iter().flat_map(HashMap::values).sum::<usize>();
+        count += handoff.iter().map(Vec::len).sum::<usize>();
     }
     Ok(count)
 }
