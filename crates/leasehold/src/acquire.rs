@@ -14,10 +14,10 @@ use crate::clock::Instant;
 use tokio::sync::Notify;
 
 use crate::error::{Error, Result};
-use crate::events::{Events, Subscription};
+use crate::events::{Events, Grant, Subscription};
 use crate::key::LockKeys;
 use crate::lease::{Kind, validity};
-use crate::scripts::{Acquire, Owned, QUEUE_HEARTBEAT};
+use crate::scripts::{Acquire, Owned, QUEUE_HEARTBEAT, QUEUE_WINDOW};
 
 /// What the wait loop needs from its client: the client's [`Inner`] in a
 /// build, an in-process fake in the unit tests, which check the loop's
@@ -75,11 +75,60 @@ pub(crate) struct Target<'a, C: Core> {
     /// The channel whose messages wake this caller: its client's hand-off
     /// channel for the lock when it queues, else the lock's release channel.
     pub(crate) channel: String,
+    /// A lease handed to this waiter whole at release ([`Grant`]) counts as
+    /// acquired, without another attempt. Off where a lease must be more
+    /// than what a hand-off gives: without the watchdog (a handed lease
+    /// lasts until the waiter's queue deadline, not its TTL, and only a
+    /// renewal gives it the TTL) or with `min_replicas` (the replicas must
+    /// acknowledge a write of this client's own connection).
+    pub(crate) takes_grants: bool,
+}
+
+/// An acquisition: its fence, when the attempt that took the lease was
+/// sent, and how long the lease lasts on the server from then at least
+/// (the TTL, or a lease handed over whole: until the waiter's deadline).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Won {
+    pub(crate) fence: u64,
+    pub(crate) sent: Instant,
+    pub(crate) span: Duration,
+}
+
+/// How long a lease handed over whole lasts at least from the moment the
+/// waiter sent the attempt whose deadline it names: the queue window, less
+/// the millisecond the script's deadline may have lost to rounding down.
+const GRANT_SPAN: Duration = QUEUE_WINDOW.saturating_sub(Duration::from_millis(1));
+
+/// The deadlines a waiter's refused attempts were given, each with when the
+/// attempt was sent: a lease handed over whole names one of them.
+#[derive(Default)]
+struct Deadlines(Vec<(u64, Instant)>);
+
+impl Deadlines {
+    fn record(&mut self, deadline: u64, sent: Instant) {
+        // Those older than a window can no longer be named by a live grant.
+        self.0.retain(|(_, at)| at.elapsed() < QUEUE_WINDOW);
+        self.0.push((deadline, sent));
+    }
+
+    /// The lease `grant` hands over, as an acquisition, if one of our
+    /// attempts was given its deadline and the lease is still valid by our
+    /// clock; `None` for a grant we cannot date (the reply to its attempt
+    /// was lost, or it is stale) or that ran out.
+    fn won(&self, grant: Grant) -> Option<Won> {
+        let (_, sent) = self.0.iter().find(|(d, _)| *d == grant.deadline)?;
+        validity(GRANT_SPAN, sent.elapsed())?;
+        Some(Won {
+            fence: grant.fence,
+            sent: *sent,
+            span: GRANT_SPAN,
+        })
+    }
 }
 
 /// Calls `attempt` until it acquires or, with `wait: Some`, until the wait
-/// runs out (`Ok(None)`); with `None`, tries once. On success returns the
-/// fence and when the successful attempt was sent.
+/// runs out (`Ok(None)`); with `None`, tries once. A waiter of a lease lock
+/// may also be handed the lease whole at release (a message, no attempt).
 ///
 /// Cancel safety: dropping the future while an attempt may have succeeded
 /// on the server releases that hold in the background.
@@ -87,7 +136,7 @@ pub(crate) async fn acquire<C, F, Fut>(
     target: &Target<'_, C>,
     wait: Option<Duration>,
     mut attempt: F,
-) -> Result<Option<(u64, Instant)>>
+) -> Result<Option<Won>>
 where
     C: Core,
     F: FnMut() -> Fut,
@@ -106,6 +155,7 @@ where
     let mut subscription: Option<Subscription> =
         deadline.and_then(|_| core.events().subscribed(&target.channel, target.hold));
     let mut backoff = Duration::from_millis(10);
+    let mut deadlines = Deadlines::default();
     loop {
         // Client::close wakes the waiters; registered before the check, so
         // a close between the two is not missed.
@@ -141,6 +191,9 @@ where
                     // give-back still queued behind it would then delete
                     // the lease of the guard the retry returns.
                     pending.give_back().await?;
+                    // A grant naming an attempt before the give-back is
+                    // for the lease just given back.
+                    deadlines = Deadlines::default();
                     Instant::now()
                 } else if core.is_closed() {
                     // Closed while the attempt was in flight: the client's
@@ -152,15 +205,23 @@ where
                     pending.replicated().await?;
                     pending.armed = false;
                     pending.queued = false;
-                    return Ok(Some((fence, sent)));
+                    return Ok(Some(Won {
+                        fence,
+                        sent,
+                        span: target.ttl,
+                    }));
                 }
             }
             Ok(Acquire::Held {
                 remaining,
                 unsettled,
+                queued_until,
             }) => {
                 // Settled: nothing of this attempt is held anywhere.
                 pending.armed = unsettled;
+                if let Some(deadline) = queued_until {
+                    deadlines.record(deadline, sent);
+                }
                 let Some(deadline) = deadline else {
                     return Ok(None);
                 };
@@ -217,6 +278,18 @@ where
         if core.is_closed() {
             continue;
         }
+        if let Some(won) = subscription
+            .as_ref()
+            .filter(|_| target.takes_grants)
+            .and_then(Subscription::take_grant)
+            .and_then(|grant| deadlines.won(grant))
+        {
+            // Handed the lease whole: it is ours on the server already, and
+            // we are out of the queue.
+            pending.armed = false;
+            pending.queued = false;
+            return Ok(Some(won));
+        }
         if deadline.is_some_and(|d| Instant::now() >= d) && !pending.armed {
             // One last try at the deadline, so a release that woke us
             // right at the end still counts.
@@ -228,7 +301,11 @@ where
                     pending.replicated().await?;
                     pending.armed = false;
                     pending.queued = false;
-                    Some((fence, sent))
+                    Some(Won {
+                        fence,
+                        sent,
+                        span: target.ttl,
+                    })
                 }
                 // Too late to be of use: `pending` gives it back on drop.
                 Acquire::Acquired { .. } => None,
@@ -431,6 +508,12 @@ mod tests {
                 ],
             });
         }
+
+        /// The message of a lease handed to `HOLD` whole, with `fence`,
+        /// naming the queue deadline `deadline`.
+        fn grant(&self, fence: u64, deadline: u64) {
+            self.hand_off(&format!("{HOLD} {fence} {deadline}"));
+        }
     }
 
     fn log(log: &Mutex<Vec<(Duration, String)>>, start: Instant, what: &str) {
@@ -491,6 +574,8 @@ mod tests {
     enum Step {
         /// Refused; the holder's lease has this much left.
         Held(Duration),
+        /// Refused and queued until this deadline (ms of server time).
+        Queued(u64),
         /// Refused, but some node may have granted it (Redlock).
         HeldUnsettled,
         Granted(u64),
@@ -521,10 +606,17 @@ mod tests {
                     Step::Held(remaining) => Ok(Acquire::Held {
                         remaining: Some(remaining),
                         unsettled: false,
+                        queued_until: None,
+                    }),
+                    Step::Queued(deadline) => Ok(Acquire::Held {
+                        remaining: Some(LONG),
+                        unsettled: false,
+                        queued_until: Some(deadline),
                     }),
                     Step::HeldUnsettled => Ok(Acquire::Held {
                         remaining: Some(Duration::from_secs(20)),
                         unsettled: true,
+                        queued_until: None,
                     }),
                     Step::Granted(fence) => Ok(Acquire::Acquired { fence }),
                     Step::Late(fence) => {
@@ -559,6 +651,7 @@ mod tests {
             ttl: TTL,
             queues,
             channel: CHANNEL.to_owned(),
+            takes_grants: true,
         }
     }
 
@@ -583,7 +676,7 @@ mod tests {
         let keys = keys();
         let target = target(core, &keys, queues);
         let acquired = acquire(&target, wait, script(core, steps)).await;
-        acquired.map(|a| a.map(|(fence, _)| fence))
+        acquired.map(|a| a.map(|won| won.fence))
     }
 
     /// Starts an acquire and drops it after `after`; returns once dropped.
@@ -649,6 +742,133 @@ mod tests {
         );
         assert_eq!(core.attempts(), [ms(0), ms(0), ms(300)]);
         messages.await.expect("messages");
+    }
+
+    /// Runs one acquire with a grant sent by `grants` (spawned), and
+    /// returns what it won.
+    async fn run_granted(
+        core: &Arc<FakeCore>,
+        takes_grants: bool,
+        steps: &[Step],
+        grants: impl Future<Output = ()> + Send + 'static,
+    ) -> Won {
+        let keys = keys();
+        let target = Target {
+            takes_grants,
+            ..target(core, &keys, true)
+        };
+        let grants = tokio::spawn(grants);
+        let won = acquire(&target, WAIT, script(core, steps))
+            .await
+            .expect("acquire")
+            .expect("acquired");
+        grants.await.expect("grants");
+        won
+    }
+
+    /// Issue 15, item 1: a lease handed over whole is held at once, with no
+    /// attempt after the message, and dated from the send time of the
+    /// attempt whose deadline it names: a heartbeat's, not the first
+    /// attempt's.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_handed_over_whole_is_held_without_another_attempt() {
+        let core = FakeCore::new();
+        let steps = [Step::Queued(10), Step::Queued(11), Step::Queued(12)];
+        let c = Arc::clone(&core);
+        let won = run_granted(&core, true, &steps, async move {
+            tokio::time::sleep(QUEUE_HEARTBEAT + ms(300)).await;
+            c.grant(77, 12);
+        })
+        .await;
+        let s = QUEUE_HEARTBEAT;
+        assert_eq!(core.attempts(), [ms(0), ms(0), s], "no claim attempt");
+        assert_eq!(won.fence, 77);
+        assert_eq!(won.sent - core.start, s, "dated from the heartbeat");
+        assert_eq!(won.span, GRANT_SPAN);
+        assert_eq!(core.count("background release"), 0);
+    }
+
+    /// A grant naming an earlier attempt's deadline is dated from that
+    /// attempt.
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_is_dated_from_the_attempt_it_names() {
+        let core = FakeCore::new();
+        let steps = [Step::Queued(10), Step::Queued(11), Step::Queued(12)];
+        let c = Arc::clone(&core);
+        let won = run_granted(&core, true, &steps, async move {
+            tokio::time::sleep(QUEUE_HEARTBEAT + ms(300)).await;
+            c.grant(77, 11);
+        })
+        .await;
+        assert_eq!(won.sent - core.start, ms(0));
+    }
+
+    /// A grant the waiter cannot date (no attempt of its was given that
+    /// deadline: its reply was lost, or the grant is stale), one too old to
+    /// be valid, and any grant when grants are off (no watchdog), are
+    /// claimed by an attempt, whose reply decides.
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_the_waiter_cannot_use_is_claimed_by_an_attempt() {
+        let s = QUEUE_HEARTBEAT;
+        let soon = [Step::Queued(10), Step::Queued(11), Step::Granted(8)];
+        let late = [
+            Step::Queued(10),
+            Step::Queued(11),
+            Step::Queued(12),
+            Step::Queued(13),
+            Step::Granted(8),
+        ];
+        // Just inside the window, but past its validity (the drift allowance).
+        let old = QUEUE_WINDOW - ms(10);
+        /// Grants taken?, the deadline the grant names, when it comes, the
+        /// attempts' steps, and when the attempts are expected.
+        type Case<'a> = (bool, u64, Duration, &'a [Step], &'a [Duration]);
+        let cases: [Case<'_>; 3] = [
+            (true, 99, ms(300), &soon, &[ms(0), ms(0), ms(300)]),
+            (false, 11, ms(300), &soon, &[ms(0), ms(0), ms(300)]),
+            (true, 11, old, &late, &[ms(0), ms(0), s, s * 2, old]),
+        ];
+        for (takes_grants, deadline, at, steps, attempts) in cases {
+            let core = FakeCore::new();
+            let c = Arc::clone(&core);
+            let won = run_granted(&core, takes_grants, steps, async move {
+                tokio::time::sleep(at).await;
+                c.grant(77, deadline);
+            })
+            .await;
+            assert_eq!(
+                won.fence, 8,
+                "grant naming {deadline} at {at:?} (grants taken: {takes_grants})"
+            );
+            assert_eq!(won.span, TTL);
+            assert_eq!(core.attempts(), attempts);
+        }
+    }
+
+    /// A grant that names an attempt made before a late grant was given
+    /// back is for the lease given back: it is not taken.
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_from_before_a_give_back_is_not_taken() {
+        let core = FakeCore::new();
+        let steps = [
+            Step::Queued(10),
+            Step::Late(5),
+            Step::Queued(12),
+            Step::Granted(8),
+        ];
+        let c = Arc::clone(&core);
+        let won = run_granted(&core, true, &steps, async move {
+            // After the give-back and the next refusal.
+            tokio::time::sleep(TTL + RELEASE_RTT + ms(100)).await;
+            c.grant(77, 10);
+        })
+        .await;
+        assert_eq!(won.fence, 8);
+        assert_eq!(
+            core.count("release answered"),
+            1,
+            "the late grant was given back"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -37,6 +37,39 @@ use crate::servers::Servers;
 /// How long a channel stays subscribed after its last waiter left.
 const LINGER: Duration = Duration::from_secs(5);
 
+/// A lease handed to a waiter whole at release: its fence, and the queue
+/// deadline (ms of server time) it lasts until, which the waiter learned
+/// from the reply to one of its attempts (`lock_release.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub(crate) fence: u64,
+    pub(crate) deadline: u64,
+}
+
+impl Grant {
+    /// Parses '<fence> <deadline>'.
+    fn parse(text: &str) -> Option<Grant> {
+        let (fence, deadline) = text.split_once(' ')?;
+        Some(Grant {
+            fence: fence.parse().ok()?,
+            deadline: deadline.parse().ok()?,
+        })
+    }
+}
+
+/// One waiter's own wake-up, and the lease handed to it, if any.
+#[derive(Default)]
+struct Own {
+    notify: Arc<Notify>,
+    grant: Mutex<Option<Grant>>,
+}
+
+/// Locks `m`; every update under these locks is a single write, so a
+/// poisoned one still holds valid data.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[derive(Default)]
 pub(crate) struct Shared {
     channels: Mutex<HashMap<String, Entry>>,
@@ -47,7 +80,7 @@ struct Entry {
     /// Wakes one or all waiters of the channel (empty or `all` payloads).
     notify: Arc<Notify>,
     /// Each waiter's own wake-up, by waiter id (payload = that id).
-    waiters: HashMap<String, Arc<Notify>>,
+    waiters: HashMap<String, Arc<Own>>,
     /// The server confirmed the subscription (set by the task).
     subscribed: bool,
     idle_since: Instant,
@@ -80,10 +113,19 @@ impl Shared {
                     match payload {
                         b"" => entry.notify.notify_one(),
                         b"all" => entry.notify.notify_waiters(),
-                        id => {
-                            let id = std::str::from_utf8(id).unwrap_or("");
+                        payload => {
+                            // '<id>' or '<id> <fence> <deadline>' (a lease handed
+                            // over whole, lock_release.lua).
+                            let payload = std::str::from_utf8(payload).unwrap_or("");
+                            let (id, grant) = match payload.split_once(' ') {
+                                Some((id, rest)) => (id, Grant::parse(rest)),
+                                None => (payload, None),
+                            };
                             if let Some(waiter) = entry.waiters.get(id) {
-                                waiter.notify_one();
+                                if let Some(grant) = grant {
+                                    *lock(&waiter.grant) = Some(grant);
+                                }
+                                waiter.notify.notify_one();
                             }
                         }
                     }
@@ -96,7 +138,7 @@ impl Shared {
                 for entry in self.channels().values() {
                     entry.notify.notify_waiters();
                     for waiter in entry.waiters.values() {
-                        waiter.notify_one();
+                        waiter.notify.notify_one();
                     }
                 }
             }
@@ -194,7 +236,7 @@ impl Events {
     /// Adds `waiter` to `channel`'s registry; says whether the server
     /// confirmed the channel's subscription already.
     fn register(&self, channel: &str, waiter: &str) -> (Subscription, bool) {
-        let own = Arc::new(Notify::new());
+        let own = Arc::new(Own::default());
         let (notify, subscribed) = {
             let mut channels = self.shared.channels();
             let entry = channels.entry(channel.to_owned()).or_insert_with(|| Entry {
@@ -225,7 +267,7 @@ pub(crate) struct Subscription {
     channel: String,
     waiter: String,
     notify: Arc<Notify>,
-    own: Arc<Notify>,
+    own: Arc<Own>,
 }
 
 impl Subscription {
@@ -236,7 +278,13 @@ impl Subscription {
 
     /// This waiter's own wake-up: a lease was handed to it.
     pub(crate) fn own(&self) -> Arc<Notify> {
-        Arc::clone(&self.own)
+        Arc::clone(&self.own.notify)
+    }
+
+    /// The last lease handed to this waiter whole, taken out (so each is
+    /// looked at once).
+    pub(crate) fn take_grant(&self) -> Option<Grant> {
+        lock(&self.own.grant).take()
     }
 }
 

@@ -63,6 +63,10 @@ impl Held {
         self.lease.is_lost()
     }
 
+    pub(crate) fn valid_for(&self) -> std::time::Duration {
+        self.lease.valid_for()
+    }
+
     pub(crate) async fn lost(&self) {
         self.lease.lost().await;
     }
@@ -198,6 +202,24 @@ macro_rules! guard_api {
             /// watchdog could not run.
             pub fn is_lost(&self) -> bool {
                 self.held.is_lost()
+            }
+
+            #[doc = concat!("How long the ", $what, " is certain to last from now, by this client's")]
+            /// monotonic clock (the server keeps it at least that long);
+            /// zero once it is lost. The watchdog's renewals push it back;
+            /// without them it only shrinks.
+            ///
+            /// ```no_run
+            /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+            /// # async fn step() {}
+            #[doc = concat!("let guard = ", $acquire, ";")]
+            /// if guard.valid_for() > std::time::Duration::from_secs(5) {
+            ///     step().await; // short enough to finish inside the lease
+            /// }
+            /// # Ok(()) }
+            /// ```
+            pub fn valid_for(&self) -> std::time::Duration {
+                self.held.valid_for()
             }
 
             #[doc = concat!("Resolves when the ", $what, " is lost: another owner took it, or it could")]

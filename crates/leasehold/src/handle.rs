@@ -6,9 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::acquire::Target;
+use crate::acquire::{Target, Won};
 use crate::client::{Client, Inner};
-use crate::clock::Instant;
 use crate::error::{Error, Result};
 use crate::guard::Held;
 use crate::key::{LockKeys, validate_name};
@@ -78,6 +77,7 @@ impl Handle {
             ttl: self.ttl,
             queues: handoff.is_some(),
             channel: handoff.unwrap_or_else(|| self.keys.channel().to_owned()),
+            takes_grants: self.watchdog && self.client.inner.min_replicas.is_none(),
         }
     }
 
@@ -89,14 +89,9 @@ impl Handle {
         }
     }
 
-    /// Wraps a lease acquired by an attempt sent at `sent`, starting its
-    /// renewal if the watchdog is on.
-    pub(crate) fn held(
-        &self,
-        (kind, token, hold): (Kind, Token, String),
-        fence: u64,
-        sent: Instant,
-    ) -> Held {
+    /// Wraps a lease acquired by `won`, starting its renewal if the
+    /// watchdog is on.
+    pub(crate) fn held(&self, (kind, token, hold): (Kind, Token, String), won: Won) -> Held {
         let lease = Lease::new(
             self.name.clone(),
             Arc::clone(&self.keys),
@@ -104,9 +99,14 @@ impl Handle {
             token,
             hold,
             self.ttl,
-            sent,
+            won.sent,
         );
-        Held::new(&self.client, lease, fence, self.watchdog)
+        let lease = if won.span == self.ttl {
+            lease
+        } else {
+            lease.first_span(won.span)
+        };
+        Held::new(&self.client, lease, won.fence, self.watchdog)
     }
 }
 

@@ -78,8 +78,12 @@ struct Timing {
     ttl: Duration,
     /// When the command that last set the lease's expiry (its acquisition,
     /// a renewal, an extend) was sent: the next renewal is due a third of
-    /// the TTL after it.
+    /// `span` after it.
     set_at: Instant,
+    /// How long that command set the lease for: the TTL, or, for a lease
+    /// handed to its waiter at release, until the waiter's queue deadline
+    /// if that is shorter.
+    span: Duration,
     valid_until: Instant,
 }
 
@@ -110,12 +114,27 @@ impl Lease {
             timing: Mutex::new(Timing {
                 ttl,
                 set_at: sent,
+                span: ttl,
                 valid_until: valid_until(sent, ttl),
             }),
             changing: Arc::new(tokio::sync::Mutex::new(())),
             lost: AtomicBool::new(false),
             lost_notify: Notify::new(),
         }
+    }
+
+    /// This lease, set on the server for `span` from when its acquisition
+    /// was sent rather than for its TTL: a lease handed to its waiter at
+    /// release lasts until the waiter's queue deadline. Its validity is
+    /// that span's, and its first renewal is due a third of the shorter of
+    /// the span and the TTL after it was sent.
+    pub(crate) fn first_span(self, span: Duration) -> Lease {
+        {
+            let mut t = self.timing();
+            t.valid_until = valid_until(t.set_at, span);
+            t.span = span.min(t.ttl);
+        }
+        self
     }
 
     fn timing(&self) -> MutexGuard<'_, Timing> {
@@ -134,17 +153,20 @@ impl Lease {
     /// A renewal sent at `sent` with the timing of `at` succeeded. No
     /// extend ran meanwhile (the renewal held [`Lease::change`]), so `at` is
     /// still the lease's timing.
+    /// The renewal set the expiry anew, to the TTL from when it was
+    /// applied: a handed lease's first span, if longer, ends with it.
     pub(crate) fn renewed(&self, sent: Instant, at: Snapshot) {
         let mut t = self.timing();
-        t.valid_until = t.valid_until.max(valid_until(sent, at.ttl));
+        t.valid_until = valid_until(sent, at.ttl);
         t.set_at = t.set_at.max(sent);
+        t.span = at.ttl;
     }
 
-    /// When the next renewal is due: a third of the TTL after the lease's
-    /// expiry was last set (possibly already past).
+    /// When the next renewal is due: a third of the span the lease's
+    /// expiry was last set for after it was set (possibly already past).
     pub(crate) fn renewal_due(&self) -> Instant {
         let t = self.timing();
-        t.set_at + t.ttl / 3
+        t.set_at + t.span / 3
     }
 
     /// Waits until no renewal or extend of this lease is in flight, and
@@ -186,6 +208,7 @@ impl Lease {
         self.update(|t| {
             t.ttl = ttl;
             t.set_at = sent;
+            t.span = ttl;
             t.valid_until = valid_until(sent, ttl);
         });
         Ok(true)
@@ -208,6 +231,16 @@ impl Lease {
     /// True once the lease may have expired or was taken.
     pub(crate) fn is_lost(&self) -> bool {
         self.lost.load(Ordering::Acquire) || Instant::now() >= self.timing().valid_until
+    }
+
+    /// How long the lease lasts from now by our clock; zero once lost.
+    pub(crate) fn valid_for(&self) -> Duration {
+        if self.lost.load(Ordering::Acquire) {
+            return Duration::ZERO;
+        }
+        self.timing()
+            .valid_until
+            .saturating_duration_since(Instant::now())
     }
 
     /// Records that the lease is gone and wakes everyone in [`Lease::lost`].
@@ -271,6 +304,41 @@ mod tests {
             ttl,
             Instant::now(),
         ))
+    }
+
+    /// Issue 15, item 1: a lease handed to its waiter at release lasts until
+    /// the waiter's deadline, not its TTL. With a TTL shorter than that, the
+    /// first renewal comes a third of the TTL in, and sets the expiry anew:
+    /// the validity is the renewal's, shorter than the handed span (a
+    /// renewal used to keep whichever validity was longer, which here would
+    /// outlast the server's expiry).
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_after_a_longer_handed_span_shortens_the_validity() {
+        let ttl = Duration::from_secs(1);
+        let span = Duration::from_secs(3);
+        let start = Instant::now();
+        let held = Arc::try_unwrap(lease(ttl)).ok().unwrap().first_span(span);
+        assert_eq!(held.snapshot().valid_until, valid_until(start, span));
+        assert_eq!(held.renewal_due(), start + ttl / 3);
+        tokio::time::sleep(ttl / 3).await;
+        let sent = Instant::now();
+        held.renewed(sent, held.snapshot());
+        assert_eq!(held.snapshot().valid_until, valid_until(sent, ttl));
+        assert_eq!(held.renewal_due(), sent + ttl / 3);
+    }
+
+    /// With a TTL longer than the handed span, the first renewal comes a
+    /// third of the span in, well before the span ends.
+    #[tokio::test(start_paused = true)]
+    async fn a_handed_span_shorter_than_the_ttl_is_renewed_early() {
+        let span = Duration::from_secs(3);
+        let start = Instant::now();
+        let held = Arc::try_unwrap(lease(Duration::from_secs(30)))
+            .ok()
+            .unwrap()
+            .first_span(span);
+        assert_eq!(held.renewal_due(), start + span / 3);
+        assert_eq!(held.snapshot().valid_until, valid_until(start, span));
     }
 
     /// An extend to a shorter TTL whose answer never comes (cancelled, or

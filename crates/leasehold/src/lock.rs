@@ -241,10 +241,10 @@ impl Lock {
             reply
         })
         .await?;
-        Ok(acquired.map(|(fence, sent)| {
+        Ok(acquired.map(|won| {
             let hold = token.as_str().to_owned();
             LockGuard {
-                held: self.h.held((Kind::Lock, token, hold), fence, sent),
+                held: self.h.held((Kind::Lock, token, hold), won),
             }
         }))
     }

@@ -189,14 +189,14 @@ impl ReentrantLock {
             servers.reentrant_acquire(&self.h.keys, owner, hold.as_str(), self.h.ttl, memory)
         })
         .await?;
-        Ok(acquired.map(|(fence, sent)| {
+        Ok(acquired.map(|won| {
             let id = (
                 Kind::Reentrant,
                 self.owner.clone(),
                 hold.as_str().to_owned(),
             );
             ReentrantGuard {
-                held: self.h.held(id, fence, sent),
+                held: self.h.held(id, won),
             }
         }))
     }

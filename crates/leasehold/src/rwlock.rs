@@ -267,14 +267,14 @@ impl RwLock {
             attempt_once(servers, &self.h.keys, name, attempt)
         })
         .await?;
-        let Some((fence, sent)) = acquired else {
+        let Some(won) = acquired else {
             return Ok(None);
         };
         if let Some(intent) = intent.as_mut() {
             intent.member.clear();
         }
         let id = (Kind::Rw, self.owner.clone(), member);
-        Ok(Some(self.h.held(id, fence, sent)))
+        Ok(Some(self.h.held(id, won)))
     }
 }
 
@@ -329,6 +329,7 @@ async fn attempt_once(
             Ok(Acquire::Held {
                 remaining: Some(remaining.map_or(refresh, |r| r.min(refresh))),
                 unsettled: false,
+                queued_until: None,
             })
         }
         RwAcquire::Lock(reply) => Ok(reply),

@@ -203,10 +203,8 @@ impl Semaphore {
             }
         })
         .await?;
-        Ok(acquired.map(|(fence, sent)| Permit {
-            held: self
-                .h
-                .held((Kind::Semaphore, hold, member.clone()), fence, sent),
+        Ok(acquired.map(|won| Permit {
+            held: self.h.held((Kind::Semaphore, hold, member.clone()), won),
         }))
     }
 }

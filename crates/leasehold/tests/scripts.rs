@@ -29,7 +29,11 @@ const ALIVE: &str = "t:{n}:alive";
 const CONN: &str = "conn1";
 const HANDOFF: &str = "t:{n}:released:conn1";
 
-/// lock_acquire.lua; `window_ms` 0 means "do not queue".
+/// The queue window the client sends (`QUEUE_WINDOW`), in ms.
+const WINDOW: u64 = 3000;
+
+/// lock_acquire.lua; `window_ms` 0 means "do not queue", else the caller
+/// queues with that window.
 fn lock_acquire(
     conn: &mut Connection,
     token: &str,
@@ -37,11 +41,12 @@ fn lock_acquire(
     window_ms: u64,
     already_queued: bool,
 ) -> redis::RedisResult<(i64, i64)> {
-    lock_attempt(conn, token, ttl_ms, window_ms, already_queued, false)
+    lock_attempt(conn, token, ttl_ms, window_ms, already_queued, false).map(|r| (r[0], r[1]))
 }
 
 /// lock_acquire.lua with every argument, the fence memory as long as the
-/// lease (as the client sends it); `fair` is ARGV[6].
+/// lease (as the client sends it); `fair` is ARGV[6]. Replies as the
+/// script: `{1, fence}`, `{0, pttl}` or, queued, `{0, pttl, deadline}`.
 fn lock_attempt(
     conn: &mut Connection,
     token: &str,
@@ -49,7 +54,12 @@ fn lock_attempt(
     window_ms: u64,
     already_queued: bool,
     fair: bool,
-) -> redis::RedisResult<(i64, i64)> {
+) -> redis::RedisResult<Vec<i64>> {
+    let queues = match (window_ms, already_queued) {
+        (0, _) => "0",
+        (_, false) => "1",
+        (_, true) => "2",
+    };
     redis::Script::new(&ACQUIRE)
         .key(LOCK)
         .key(FENCE)
@@ -58,8 +68,8 @@ fn lock_attempt(
         .arg(token)
         .arg(ttl_ms)
         .arg(ttl_ms)
-        .arg(window_ms)
-        .arg(if already_queued { "1" } else { "0" })
+        .arg(if window_ms == 0 { WINDOW } else { window_ms })
+        .arg(queues)
         .arg(if fair { "1" } else { "0" })
         .arg(CONN)
         .invoke(conn)
@@ -80,12 +90,28 @@ fn lock_release(conn: &mut Connection, token: &str, publish_free: bool) -> i64 {
         .key(CHANNEL)
         .key(QUEUE)
         .key(ALIVE)
+        .key(FENCE)
         .arg(token)
         .arg(500)
         .arg(if publish_free { "1" } else { "0" })
         .arg(CONN)
+        .arg(WINDOW)
         .invoke(conn)
         .unwrap()
+}
+
+/// Makes the queued waiter `token` look as if it arrived `ms` earlier (and
+/// has not tried since): past the window, it is dead.
+fn backdate(conn: &mut Connection, token: &str, ms: u64) {
+    let member = format!("{CONN}:{token}");
+    let arrival: f64 = conn.zscore(QUEUE, &member).unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg(QUEUE)
+        .arg("XX")
+        .arg(arrival as u64 - ms * 1000)
+        .arg(&member)
+        .query(conn)
+        .unwrap();
 }
 
 /// lock_acquire.lua as one Redlock node runs it: no queue.
@@ -98,7 +124,7 @@ fn redlock_node_acquire(conn: &mut Connection, token: &str) -> (i64, i64) {
         .arg(token)
         .arg(10_000)
         .arg(10_000)
-        .arg(0)
+        .arg(WINDOW)
         .arg("0")
         .arg("0")
         .arg(CONN)
@@ -218,7 +244,7 @@ fn release_checks_the_owner() {
 }
 
 #[test]
-fn release_hands_the_lease_to_the_first_live_waiter_and_wakes_only_it() {
+fn release_hands_the_lease_whole_to_the_first_live_waiter_and_wakes_only_it() {
     let server = RedisServer::start();
     let mut conn = server.connection();
     let mut sub_conn = server.connection();
@@ -230,17 +256,27 @@ fn release_hands_the_lease_to_the_first_live_waiter_and_wakes_only_it() {
         pubsub.subscribe(channel).unwrap();
     }
     let (_, first) = acquire(&mut conn, "a", 10_000);
-    // Refused waiters queue in arrival order, each once.
+    // Refused waiters queue in arrival order, each once, and learn their
+    // deadline: the server time + the window.
+    let (secs, _): (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
+    let b = lock_attempt(&mut conn, "b", 10_000, WINDOW, false, false).unwrap();
+    assert_eq!(b[0], 0);
+    assert_eq!(b.len(), 3, "a queued waiter is told its deadline: {b:?}");
+    let deadline = u64::try_from(b[2]).unwrap();
+    assert!(
+        deadline >= secs * 1000 + WINDOW && deadline <= (secs + 2) * 1000 + WINDOW,
+        "deadline {deadline} is not now + the window"
+    );
     assert_eq!(
-        lock_acquire(&mut conn, "b", 10_000, 3000, false).unwrap().0,
+        lock_acquire(&mut conn, "c", 10_000, WINDOW, false)
+            .unwrap()
+            .0,
         0
     );
     assert_eq!(
-        lock_acquire(&mut conn, "c", 10_000, 3000, false).unwrap().0,
-        0
-    );
-    assert_eq!(
-        lock_acquire(&mut conn, "b", 10_000, 3000, true).unwrap().0,
+        lock_acquire(&mut conn, "b", 10_000, WINDOW, true)
+            .unwrap()
+            .0,
         0
     );
     assert_eq!(queued(&mut conn), ["b", "c"]);
@@ -250,30 +286,37 @@ fn release_hands_the_lease_to_the_first_live_waiter_and_wakes_only_it() {
     }
 
     assert_eq!(release(&mut conn, "a"), 1);
+    // Issue 15, item 1: b holds the lease now, with its fence, out of the
+    // queue; the message tells it all, so it needs no attempt of its own.
     let holder: String = conn.get(LOCK).unwrap();
     assert_eq!(holder, "b", "handed to the first waiter");
-    // Issue 13, item 5: the reservation lasts until the waiter's queue
-    // deadline, longer than the 1 s a live waiter may go between attempts,
-    // so a waiter that missed the message (or stalled after it) still finds
-    // the lease its own; and it keeps its place at the head of the queue
-    // until it claims the lease. (It used to be 500 ms, with the waiter
-    // already out of the queue: re-queued at the back, barged, or idle.)
-    let pttl: i64 = conn.pttl(LOCK).unwrap();
-    assert!(
-        pttl > 1000 && pttl <= 3000,
-        "a hand-off waits out the waiter's next attempt: {pttl}"
-    );
-    assert_eq!(
-        queued(&mut conn),
-        ["b", "c"],
-        "b keeps its place until it claims"
-    );
+    assert_eq!(queued(&mut conn), ["c"], "b holds: it left the queue");
     pubsub
         .set_read_timeout(Some(std::time::Duration::from_secs(2)))
         .unwrap();
     let msg = pubsub.get_message().unwrap();
     assert_eq!(msg.get_channel_name(), HANDOFF);
-    assert_eq!(msg.get_payload::<String>().unwrap(), "b");
+    let payload: String = msg.get_payload().unwrap();
+    let parts: Vec<&str> = payload.split(' ').collect();
+    assert_eq!(parts.len(), 3, "'<token> <fence> <deadline>': {payload}");
+    assert_eq!(parts[0], "b");
+    let fence: i64 = parts[1].parse().unwrap();
+    assert!(fence > first, "a new fence: {fence} after {first}");
+    let stored: i64 = conn.get(FENCE).unwrap();
+    assert_eq!(stored, fence, "the handed fence is the last one issued");
+    let fence_ttl: i64 = conn.pttl(FENCE).unwrap();
+    assert!(fence_ttl > 0, "the fence key must expire: {fence_ttl}");
+    // The deadline named is one b was told (its first attempt's, still
+    // ahead), and the lease lasts at least until then on the server.
+    assert_eq!(parts[2].parse::<u64>().unwrap(), deadline);
+    let expires: u64 = redis::cmd("PEXPIRETIME")
+        .arg(LOCK)
+        .query(&mut conn)
+        .unwrap();
+    assert!(
+        expires >= deadline,
+        "the lease ends at {expires}, before the deadline {deadline} b dates it by"
+    );
     // Nothing else was published: the next message is a marker sent now.
     let _: () = conn.publish(other, "marker").unwrap();
     let msg = pubsub.get_message().unwrap();
@@ -283,19 +326,50 @@ fn release_hands_the_lease_to_the_first_live_waiter_and_wakes_only_it() {
         "the hand-off woke another connection"
     );
 
-    // The releasing owner cannot barge in; the chosen waiter takes it.
+    // The releasing owner cannot barge in.
     assert_eq!(
-        lock_acquire(&mut conn, "a2", 10_000, 3000, false)
+        lock_acquire(&mut conn, "a2", 10_000, WINDOW, false)
             .unwrap()
             .0,
         0
     );
-    let (ok, fence) = lock_acquire(&mut conn, "b", 10_000, 3000, true).unwrap();
+    // A waiter that missed the message finds the lease its own on its next
+    // attempt, with its own TTL and a newer fence.
+    let (ok, again) = lock_acquire(&mut conn, "b", 10_000, WINDOW, true).unwrap();
     assert_eq!(ok, 1);
-    assert!(fence > first);
+    assert!(again > fence);
     let pttl: i64 = conn.pttl(LOCK).unwrap();
     assert!(pttl > 9_000, "the new owner's own TTL: {pttl}");
     assert_eq!(queued(&mut conn), ["c", "a2"]);
+}
+
+#[test]
+fn a_hand_off_dates_the_lease_from_the_waiters_latest_deadline() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let mut sub_conn = server.connection();
+    let mut pubsub = sub_conn.as_pubsub();
+    pubsub.subscribe(HANDOFF).unwrap();
+    pubsub
+        .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .unwrap();
+    acquire(&mut conn, "a", 10_000);
+    lock_acquire(&mut conn, "b", 10_000, WINDOW, false).unwrap();
+    // b has waited longer than the window since it arrived, and tried again
+    // since: its heartbeat's deadline counts.
+    backdate(&mut conn, "b", WINDOW + 1000);
+    let beat = lock_attempt(&mut conn, "b", 10_000, WINDOW, true, false).unwrap();
+    assert_eq!(release(&mut conn, "a"), 1);
+    let payload: String = pubsub.get_message().unwrap().get_payload().unwrap();
+    assert_eq!(
+        payload.split(' ').nth(2).unwrap(),
+        beat[2].to_string(),
+        "the heartbeat's deadline: {payload}"
+    );
+    let holder: String = conn.get(LOCK).unwrap();
+    assert_eq!(holder, "b");
+    let left: i64 = conn.zcard(ALIVE).unwrap();
+    assert_eq!(left, 0, "b's heartbeat entry went with it");
 }
 
 #[test]
@@ -303,21 +377,13 @@ fn waiters_past_their_deadline_are_skipped() {
     let server = RedisServer::start();
     let mut conn = server.connection();
     acquire(&mut conn, "a", 10_000);
-    lock_acquire(&mut conn, "dead", 10_000, 50, false).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(150));
-    lock_acquire(&mut conn, "live", 10_000, 3000, false).unwrap();
+    lock_acquire(&mut conn, "dead", 10_000, WINDOW, false).unwrap();
+    lock_acquire(&mut conn, "live", 10_000, WINDOW, false).unwrap();
+    backdate(&mut conn, "dead", WINDOW + 1);
     assert_eq!(release(&mut conn, "a"), 1);
     let holder: String = conn.get(LOCK).unwrap();
     assert_eq!(holder, "live");
-    // The dead one is gone; the live one keeps its place until it claims.
-    assert_eq!(queued(&mut conn), ["live"]);
-    assert_eq!(
-        lock_acquire(&mut conn, "live", 10_000, 3000, true)
-            .unwrap()
-            .0,
-        1
-    );
-    assert!(queued(&mut conn).is_empty());
+    assert!(queued(&mut conn).is_empty(), "dead skipped, live holds");
 }
 
 #[test]
@@ -325,15 +391,15 @@ fn a_waiter_that_gives_up_leaves_the_queue_and_passes_on_a_hand_off() {
     let server = RedisServer::start();
     let mut conn = server.connection();
     acquire(&mut conn, "a", 10_000);
-    lock_acquire(&mut conn, "b", 10_000, 3000, false).unwrap();
-    lock_acquire(&mut conn, "c", 10_000, 3000, false).unwrap();
+    lock_acquire(&mut conn, "b", 10_000, WINDOW, false).unwrap();
+    lock_acquire(&mut conn, "c", 10_000, WINDOW, false).unwrap();
     // b gives up while a holds: it only leaves the queue.
     assert_eq!(release(&mut conn, "b"), -1);
     assert_eq!(queued(&mut conn), ["c"]);
     let holder: String = conn.get(LOCK).unwrap();
     assert_eq!(holder, "a");
     // c gives up right after the lease was handed to it: it passes it on.
-    lock_acquire(&mut conn, "d", 10_000, 3000, false).unwrap();
+    lock_acquire(&mut conn, "d", 10_000, WINDOW, false).unwrap();
     assert_eq!(release(&mut conn, "a"), 1);
     let holder: String = conn.get(LOCK).unwrap();
     assert_eq!(holder, "c");
@@ -388,7 +454,9 @@ fn status_reads_without_writing() {
         redis::Script::new(&STATUS)
             .key(LOCK)
             .key(FENCE)
+            .key(QUEUE)
             .key(ALIVE)
+            .arg(WINDOW)
             .invoke(conn)
             .unwrap()
     };
@@ -398,10 +466,14 @@ fn status_reads_without_writing() {
     assert_eq!(free[3], Value::Int(0));
     let (_, fence) = acquire(&mut conn, "a", 10_000);
     lock_acquire(&mut conn, "b", 10_000, 3000, false).unwrap();
+    lock_acquire(&mut conn, "dead", 10_000, 3000, false).unwrap();
+    backdate(&mut conn, "dead", WINDOW + 1);
     let (holder, pttl, stored, waiters): (String, i64, i64, i64) = redis::Script::new(&STATUS)
         .key(LOCK)
         .key(FENCE)
+        .key(QUEUE)
         .key(ALIVE)
+        .arg(WINDOW)
         .invoke(&mut conn)
         .unwrap();
     assert_eq!(holder, "a");
@@ -950,7 +1022,8 @@ fn sem_acquire_refuses_another_count_of_permits_untouched() {
 
 /// lock_acquire.lua for a fair lock.
 fn fair_acquire(conn: &mut Connection, token: &str, window_ms: u64, already: bool) -> (i64, i64) {
-    lock_attempt(conn, token, 10_000, window_ms, already, true).unwrap()
+    let reply = lock_attempt(conn, token, 10_000, window_ms, already, true).unwrap();
+    (reply[0], reply[1])
 }
 
 #[test]
@@ -980,6 +1053,7 @@ fn a_fair_acquire_leaves_a_free_lock_to_the_first_live_waiter() {
     release(&mut conn, "w1");
     let holder: String = conn.get(LOCK).unwrap();
     assert_eq!(holder, "w2", "released into w2's hands");
+    assert!(queued(&mut conn).is_empty());
 }
 
 #[test]
@@ -987,7 +1061,7 @@ fn a_fair_acquire_prunes_waiters_past_their_deadline() {
     let server = RedisServer::start();
     let mut conn = server.connection();
     acquire(&mut conn, "holder", 10_000);
-    assert_eq!(fair_acquire(&mut conn, "dead", 100, false).0, 0);
+    assert_eq!(fair_acquire(&mut conn, "dead", 3000, false).0, 0);
     assert_eq!(fair_acquire(&mut conn, "live", 3000, false).0, 0);
     let _: () = conn.del(LOCK).unwrap();
     assert_eq!(
@@ -995,7 +1069,7 @@ fn a_fair_acquire_prunes_waiters_past_their_deadline() {
         0,
         "dead is still in time"
     );
-    std::thread::sleep(std::time::Duration::from_millis(150));
+    backdate(&mut conn, "dead", WINDOW + 1);
     assert_eq!(
         fair_acquire(&mut conn, "live", 3000, true).0,
         1,
@@ -1443,10 +1517,12 @@ fn release_scripts_publish_by_spublish_when_their_last_argument_is_1() {
                 .key(CHANNEL)
                 .key(QUEUE)
                 .key(ALIVE)
+                .key(FENCE)
                 .arg(token)
                 .arg(500)
                 .arg("1")
                 .arg(CONN)
+                .arg(WINDOW)
                 .arg(sharded)
                 .invoke(conn)
                 .unwrap()
@@ -1498,7 +1574,18 @@ fn release_scripts_publish_by_spublish_when_their_last_argument_is_1() {
             (CHANNEL.to_owned(), "all".to_owned()),
             (CHANNEL.to_owned(), String::new()),
         ];
+        // A hand-off says '<token> <fence> <deadline>': its token is enough here.
+        let tokens = |heard: Heard| -> Heard {
+            heard
+                .into_iter()
+                .map(|(channel, payload)| {
+                    let token = payload.split(' ').next().unwrap_or("").to_owned();
+                    (channel, token)
+                })
+                .collect()
+        };
         let (plain, by_shard) = listeners.take(&mut conn);
+        let (plain, by_shard) = (tokens(plain), tokens(by_shard));
         if sharded == "1" {
             assert_eq!(by_shard, published, "'1': SPUBLISH");
             assert_eq!(plain, [], "'1': no PUBLISH");

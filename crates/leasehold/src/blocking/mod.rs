@@ -549,6 +549,12 @@ macro_rules! blocking_guard {
                 self.0.inner.is_lost()
             }
 
+            #[doc = concat!("How long the ", $what, " is certain to last from now, by this client's clock;")]
+            /// zero once it is lost.
+            pub fn valid_for(&self) -> std::time::Duration {
+                self.0.inner.valid_for()
+            }
+
             #[doc = concat!("Blocks until the ", $what, " is lost: another owner took it, or it could")]
             /// not be renewed before its validity ran out (see the async
             /// guard's `lost`). Call it on a thread that watches the lease.

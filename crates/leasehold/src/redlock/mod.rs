@@ -264,6 +264,7 @@ impl Redlock {
                 Ok(Acquire::Held {
                     remaining,
                     unsettled,
+                    queued_until: None,
                 })
             }
             // A split vote among a quorum of answering nodes: others hold
@@ -277,6 +278,7 @@ impl Redlock {
                 Ok(Acquire::Held {
                     remaining,
                     unsettled,
+                    queued_until: None,
                 })
             }
             Verdict::Undecided => {

@@ -1,13 +1,27 @@
 #!lua flags=no-writes
 -- lock_status.lua: read a lock's state without changing it (the flag above makes Redis
 -- refuse any write).
--- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] alive (see lock_acquire.lua)
+-- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] queue   KEYS[4] heartbeats (see
+-- lock_acquire.lua)   ARGV[1] the queue window in ms
 -- Returns {holder token or false, pttl of the lease in ms (-2 if none), last fence or false,
 -- number of queued waiters whose deadline has not passed}.
 local now = now_ms()
+local window = tonumber(ARGV[1])
+local waiters = 0
+local queue = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
+for i = 1, #queue, 2 do
+  if math.floor(tonumber(queue[i + 1]) / 1000) + window > now then
+    waiters = waiters + 1
+  else
+    local beat = tonumber(redis.call('ZSCORE', KEYS[4], queue[i]))
+    if beat and beat > now then
+      waiters = waiters + 1
+    end
+  end
+end
 return {
   redis.call('GET', KEYS[1]),
   redis.call('PTTL', KEYS[1]),
   redis.call('GET', KEYS[2]),
-  redis.call('ZCOUNT', KEYS[3], '(' .. string.format('%d', now), '+inf'),
+  waiters,
 }

@@ -166,6 +166,9 @@ pub(crate) enum Acquire {
         /// the lease there; it must be given back if the caller gives up
         /// (the caller's own retries find it already theirs).
         unsettled: bool,
+        /// A lease lock's waiter: queued until this deadline (ms of server
+        /// time), which a lease handed to it names (`lock_release.lua`).
+        queued_until: Option<u64>,
     },
 }
 
@@ -226,7 +229,18 @@ pub(crate) async fn lock_acquire(
 ) -> Result<Acquire> {
     let invocation =
         lock_acquire_call(keys, token, ttl, queueing, fair, fence_memory, backend.id());
-    acquire_reply(backend, &invocation, keys, "string").await
+    let reply: Vec<i64> = invoke_typed(backend, &invocation, keys, "string").await?;
+    match *reply.as_slice() {
+        [acquired, value] => Ok(Acquire::from_pair((acquired, value))),
+        [0, pttl, deadline] => Ok(Acquire::Held {
+            remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
+            unsettled: false,
+            queued_until: u64::try_from(deadline).ok(),
+        }),
+        _ => Err(Error::Unsupported(format!(
+            "the lock acquire script replied {reply:?}"
+        ))),
+    }
 }
 
 /// The call [`lock_acquire`] sends from the connection `connection`:
@@ -241,9 +255,10 @@ pub(crate) fn lock_acquire_call(
     fence_memory: Duration,
     connection: &str,
 ) -> ScriptInvocation<'static> {
-    let (window, already) = match queueing {
-        Queueing::No => (0, false),
-        Queueing::Wait { already } => (millis(QUEUE_WINDOW), already),
+    let queues = match queueing {
+        Queueing::No => "0",
+        Queueing::Wait { already: false } => "1",
+        Queueing::Wait { already: true } => "2",
     };
     let mut invocation = LOCK_ACQUIRE.prepare_invoke();
     invocation
@@ -254,8 +269,8 @@ pub(crate) fn lock_acquire_call(
         .arg(token)
         .arg(millis(ttl))
         .arg(memory_ms(fence_memory))
-        .arg(window)
-        .arg(if already { "1" } else { "0" })
+        .arg(millis(QUEUE_WINDOW))
+        .arg(queues)
         .arg(if fair { "1" } else { "0" })
         .arg(connection);
     invocation
@@ -298,6 +313,7 @@ impl Acquire {
             Acquire::Held {
                 remaining: u64::try_from(value).ok().map(Duration::from_millis),
                 unsettled: false,
+                queued_until: None,
             }
         }
     }
@@ -318,7 +334,7 @@ pub(crate) async fn lock_release(
 }
 
 /// The call [`lock_release`] sends from the connection `connection`;
-/// `sharded` publishes by SPUBLISH (ARGV[5], see [`sharded`]).
+/// `sharded` publishes by SPUBLISH (ARGV[6], see [`sharded`]).
 pub(crate) fn lock_release_call(
     keys: &LockKeys,
     token: &str,
@@ -332,10 +348,12 @@ pub(crate) fn lock_release_call(
         .key(keys.channel())
         .key(keys.queue())
         .key(keys.alive())
+        .key(keys.fence())
         .arg(token)
         .arg(millis(HANDOFF_GRACE))
         .arg(if spread == Spread::Quorum { "1" } else { "0" })
         .arg(connection)
+        .arg(millis(QUEUE_WINDOW))
         .arg(sharded);
     invocation
 }
@@ -651,7 +669,9 @@ pub(crate) async fn lock_status(backend: &Backend, keys: &LockKeys) -> Result<St
             LOCK_STATUS
                 .key(keys.lock())
                 .key(keys.fence())
-                .key(keys.alive()),
+                .key(keys.queue())
+                .key(keys.alive())
+                .arg(millis(QUEUE_WINDOW)),
             keys.lock(),
         )
         .await?;

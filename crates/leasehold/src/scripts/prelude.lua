@@ -14,19 +14,24 @@
 -- step) can issue fences up to d lower than earlier ones, and so can a failover to a replica
 -- whose clock is behind the old master's.
 
+-- The server time: {ms, µs}.
+local function now_both()
+  local t = redis.call('TIME')
+  local s, us = tonumber(t[1]), tonumber(t[2])
+  return s * 1000 + math.floor(us / 1000), s * 1000000 + us
+end
+
 -- The server time in ms.
 local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return (now_both())
 end
 
 -- The next fence of the name whose fence key is fence_key, kept at least memory_ms (a
--- positive integer). Returns the fence, or nil and the error reply when the fence key holds
--- another type (then nothing is written).
-local function next_fence(fence_key, memory_ms)
-  local t = redis.call('TIME')
-  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local keep = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(memory_ms)
+-- positive integer) from now_ms; now_ms and now_us are the server time (now_both()).
+-- Returns the fence, or nil and the error reply when the fence key holds another type (then
+-- nothing is written).
+local function next_fence_at(fence_key, memory_ms, now_ms, now_us)
+  local keep = now_ms + tonumber(memory_ms)
   -- SET .. GET fails on a key of another type before writing anything.
   local last = redis.pcall('SET', fence_key, string.format('%d', now_us), 'PXAT',
     string.format('%d', keep), 'GET')
@@ -41,6 +46,36 @@ local function next_fence(fence_key, memory_ms)
   local fence = last + 1
   redis.call('SET', fence_key, string.format('%d', fence), 'PXAT',
     string.format('%d', math.max(keep, math.floor(fence / 1000) + 1)))
+  return fence
+end
+
+-- next_fence_at, at the server time now.
+local function next_fence(fence_key, memory_ms)
+  local now_ms, now_us = now_both()
+  return next_fence_at(fence_key, memory_ms, now_ms, now_us)
+end
+
+-- The fence of a lease handed to a waiter at release (lock_release.lua), at the server time
+-- now_us. As next_fence_at, except that it keeps the fence key's expiry, set by the last
+-- acquisition that was not a hand-off (its TTL or fence memory from then): hand-offs follow
+-- each other within moments, and keeping the expiry costs no command. A fence key that was
+-- gone is kept keep_ms. Returns as next_fence_at.
+local function handed_fence(fence_key, keep_ms, now_us)
+  local last = redis.pcall('SET', fence_key, string.format('%d', now_us), 'KEEPTTL', 'GET')
+  if type(last) == 'table' then
+    return nil, last
+  end
+  last = tonumber(last)
+  if not last then
+    redis.call('PEXPIRE', fence_key, keep_ms)
+    return now_us
+  end
+  if last < now_us then
+    return now_us
+  end
+  local fence = last + 1
+  redis.call('SET', fence_key, string.format('%d', fence), 'PXAT',
+    string.format('%d', math.floor(fence / 1000) + 1 + keep_ms))
   return fence
 end
 

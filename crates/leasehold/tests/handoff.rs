@@ -1,0 +1,219 @@
+//! The one-trip hand-off (issue 15, item 1) and the commands each
+//! acquisition costs the server (items 2 and 5), against a real server.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::contract::Deployment;
+use leasehold::Client;
+use leasehold_testkit::RedisServer;
+use redis::Commands;
+
+const TTL: Duration = Duration::from_secs(30);
+
+fn lock_key(name: &str) -> String {
+    format!("leasehold:{{{name}}}:lock")
+}
+
+/// Waits until `name` has `n` waiters queued (each on its own client).
+async fn queued(client: &Client, name: &str, n: usize) {
+    let started = Instant::now();
+    while client.lock(name).status().await.expect("status").waiters < n {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{n} waiters never queued"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Holder `a` releases while `waiter` (on another client) waits: returns
+/// the waiter's guard and how many scripts the server ran from the release
+/// until the waiter held.
+async fn hand_off(
+    server: &RedisServer,
+    name: &str,
+    waiter: leasehold::Lock,
+) -> (leasehold::LockGuard, u64) {
+    let a = common::client(server).await;
+    let on = Deployment::Single(server);
+    // A first round subscribes the waiter's client to its channel (which
+    // then stays subscribed for a while), so the waiter below makes one
+    // attempt before it waits, not a second one once subscribed.
+    let held = a.lock(name).ttl(TTL).acquire().await.expect("acquire");
+    let first = tokio::spawn({
+        let waiter = waiter.clone();
+        async move { waiter.acquire().await }
+    });
+    queued(&a, name, 1).await;
+    held.release().await.expect("release");
+    first
+        .await
+        .expect("join")
+        .expect("acquire")
+        .release()
+        .await
+        .expect("release");
+
+    let held = a.lock(name).ttl(TTL).acquire().await.expect("acquire");
+    let waiting = tokio::spawn(async move { waiter.acquire().await });
+    queued(&a, name, 1).await;
+    let before = on.scripts_run();
+    held.release().await.expect("release");
+    let guard = waiting.await.expect("join").expect("the waiter acquires");
+    let scripts = on.scripts_run() - before;
+    (guard, scripts)
+}
+
+/// The lease handed to a waiter is valid exactly as long as the waiter
+/// believes: never longer than the server keeps it, and shorter only by
+/// the drift allowance and a network hop. The waiter holds it with no
+/// attempt of its own (the release is the only script between the
+/// release call and the guard), and renews it to its TTL soon after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_handed_off_is_valid_exactly_as_long_as_the_client_believes() {
+    let server = RedisServer::start();
+    let b = common::client(&server).await;
+    let waiter = b.lock("h").ttl(TTL).wait(Duration::from_secs(10));
+    let (guard, scripts) = hand_off(&server, "h", waiter).await;
+
+    // Server first, then the client: the client's view, read later, must
+    // not exceed what the server had left when read.
+    let server_left: i64 = server.connection().pttl(lock_key("h")).unwrap();
+    let client_left = guard.valid_for();
+    let server_left = Duration::from_millis(u64::try_from(server_left).unwrap());
+    assert!(
+        client_left <= server_left,
+        "the client believes {client_left:?}, the server keeps {server_left:?}"
+    );
+    // drift(3 s) = 32 ms, the rounding of the deadline 1 ms, one hop: a
+    // generous bound for a loaded machine.
+    assert!(
+        server_left - client_left < Duration::from_millis(250),
+        "the client believes {client_left:?}, far less than the server's {server_left:?}"
+    );
+    // A hand-off lasts until the waiter's queue deadline (3 s after its
+    // attempt), not its 30 s TTL.
+    assert!(server_left <= Duration::from_secs(3), "{server_left:?}");
+    assert_eq!(scripts, 1, "the waiter made an attempt after the hand-off");
+
+    // The first renewal (a third of the 3 s span) gives it the TTL.
+    let started = Instant::now();
+    loop {
+        let left: i64 = server.connection().pttl(lock_key("h")).unwrap();
+        if left > 20_000 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "the handed lease was not renewed to its TTL"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(guard.valid_for() > Duration::from_secs(20));
+    assert!(!guard.is_lost());
+    guard.release().await.expect("release");
+    b.close().await.expect("close");
+}
+
+/// Without the watchdog, a handed lease is claimed by an attempt, which
+/// gives it the waiter's TTL: nobody would renew a 3 s hand-off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_watchdog_a_handed_lease_is_claimed_for_its_ttl() {
+    let server = RedisServer::start();
+    let b = common::client(&server).await;
+    let waiter = b
+        .lock("h")
+        .ttl(TTL)
+        .wait(Duration::from_secs(10))
+        .watchdog(false);
+    let (guard, scripts) = hand_off(&server, "h", waiter).await;
+    let left: i64 = server.connection().pttl(lock_key("h")).unwrap();
+    assert!(left > 25_000, "the claim sets the TTL: {left} ms");
+    assert!(guard.valid_for() > Duration::from_secs(25));
+    assert_eq!(scripts, 2, "the release, then the waiter's claim");
+    guard.release().await.expect("release");
+}
+
+/// What one uncontended acquire and release costs the server, Lua-internal
+/// commands included: the acquire script (EVALSHA, SET NX, TIME, the
+/// fence's SET) and the release script (EVALSHA, GET, ZPOPMIN on the empty
+/// queue, DEL). Counted, so a later change cannot add commands silently.
+#[tokio::test]
+async fn an_uncontended_acquisition_costs_eight_commands() {
+    let server = RedisServer::start();
+    let client = common::client(&server).await;
+    let on = Deployment::Single(&server);
+    let lock = client.lock("u");
+    // Warm up: the scripts are loaded and the name's fence exists.
+    lock.acquire().await.unwrap().release().await.unwrap();
+    let before = on.lock_commands();
+    for _ in 0..100 {
+        lock.acquire().await.unwrap().release().await.unwrap();
+    }
+    let per = (on.lock_commands() - before) as f64 / 100.0;
+    assert!(
+        (per - 8.0).abs() < f64::EPSILON,
+        "{per} commands per uncontended acquisition"
+    );
+}
+
+/// Sixteen waiters, each on its own client, take turns. Each acquisition
+/// costs one refused attempt that queues (EVALSHA, SET NX, PTTL, TIME,
+/// ZADD, PEXPIRE) and one release that hands the lease over whole
+/// (EVALSHA, GET, ZPOPMIN, TIME, SET, the fence's SET; its PUBLISH is not
+/// counted here): 12, with no attempt after the hand-off. It was 20 (21
+/// with the PUBLISH) with a claim attempt per hand-off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contended_acquisition_costs_a_dozen_commands() {
+    const WAITERS: usize = 16;
+    const EACH: usize = 40;
+    let server = RedisServer::start();
+    let on = Deployment::Single(&server);
+    let mut clients = Vec::new();
+    for _ in 0..WAITERS {
+        clients.push(common::client(&server).await);
+    }
+    // Warm up: scripts loaded, each client subscribed to its channel.
+    for client in &clients {
+        client
+            .lock("c")
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    let before = on.lock_commands();
+    let started = Instant::now();
+    let tasks: Vec<_> = clients
+        .iter()
+        .map(|client| {
+            let lock = client.lock("c").wait(Duration::from_secs(60));
+            tokio::spawn(async move {
+                for _ in 0..EACH {
+                    let guard = lock.acquire().await.expect("acquire");
+                    tokio::time::sleep(Duration::from_micros(200)).await;
+                    guard.release().await.expect("release");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("join");
+    }
+    let per = (on.lock_commands() - before) as f64 / (WAITERS * EACH) as f64;
+    // Waits here last milliseconds, so waiters seldom reach a heartbeat;
+    // the ones whose attempt found the lock free cost less. A machine slow
+    // enough to stall a waiter for a second adds a heartbeat (6 more).
+    assert!(
+        per <= 12.5,
+        "{per:.2} commands per contended acquisition over {:?}",
+        started.elapsed()
+    );
+    for client in clients {
+        client.close().await.expect("close");
+    }
+}
