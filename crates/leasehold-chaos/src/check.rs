@@ -101,6 +101,21 @@ pub struct Bounds {
     pub liveness_slack: Duration,
     /// Scheduling allowance for a lost notice.
     pub notice_slack: Duration,
+    /// The library's queue window ([`crate::QUEUE_WINDOW`]): a lease handed
+    /// to a waiter is reserved for it at most this long after its last
+    /// attempt.
+    pub queue_window: Duration,
+    /// The longest a queued waiter sleeps between attempts
+    /// ([`crate::QUEUE_HEARTBEAT`]).
+    pub queue_heartbeat: Duration,
+}
+
+/// How long a holder stopped right after a hand-off ([`FaultKind::HandOffPaused`])
+/// may take, once continued, to be told `lost()`: it is told to hold this
+/// long before touching the resource, abandoning the work when `lost()`
+/// fires; its lease ended while it was stopped, so `lost()` must fire at once.
+pub fn woken_notice(ttl: Duration) -> Duration {
+    ttl / 2
 }
 
 fn us(d: Duration) -> Micros {
@@ -117,7 +132,12 @@ pub fn check_all(history: &History, bounds: Bounds) -> Vec<Violation> {
     out.extend(duplicate_fences(&history.acquisitions));
     out.extend(fence_regressions(&history.acquisitions));
     out.extend(non_owner_successes(&history.probes));
-    out.extend(liveness(&history.acquisitions, &history.faults, bounds));
+    out.extend(liveness(
+        &history.acquisitions,
+        &history.acquire_errors,
+        &history.faults,
+        bounds,
+    ));
     out.extend(recoveries(
         &history.acquisitions,
         &history.acquire_errors,
@@ -283,13 +303,41 @@ pub fn non_owner_successes(probes: &[Probe]) -> Vec<Violation> {
 /// with no holder held across it, or a frozen Redis server continued, some
 /// worker must get the lock within the same bound.
 ///
-/// Faults too close to the end of the history to be judged are skipped.
-pub fn liveness(acquisitions: &[Acquisition], faults: &[Fault], bounds: Bounds) -> Vec<Violation> {
-    let limit = us(bounds.ttl + bounds.liveness_slack);
-    let end = acquisitions.iter().map(|a| a.t).max().unwrap_or(0);
+/// Waiting in the queue adds to that: the lease of a holder stopped right
+/// after a hand-off may have been reserved for it until its queue deadline,
+/// and a lease handed to a dead waiter is reserved until that waiter's
+/// deadline; both end at most a queue window after the fault, and a live
+/// waiter tries again at least every queue heartbeat. So after a hand-off
+/// pause another worker must get the lock within max(TTL, queue window) +
+/// heartbeat + slack, and after queued waiters were killed some worker
+/// within queue window + heartbeat + slack.
+///
+/// Faults too close to the end of the history (its last acquisition or
+/// failed acquisition) to be judged are skipped.
+pub fn liveness(
+    acquisitions: &[Acquisition],
+    errors: &[AcquireError],
+    faults: &[Fault],
+    bounds: Bounds,
+) -> Vec<Violation> {
+    let ends = acquisitions.iter().map(|a| a.t);
+    let end = ends.chain(errors.iter().map(|e| e.t)).max().unwrap_or(0);
     let mut out = Vec::new();
     for fault in faults {
+        let retry = bounds.queue_heartbeat + bounds.liveness_slack;
+        let limit = us(match fault.kind {
+            FaultKind::HandOffPaused { .. } => bounds.ttl.max(bounds.queue_window) + retry,
+            FaultKind::WaitersKilled { .. } => bounds.queue_window + retry,
+            _ => bounds.ttl + bounds.liveness_slack,
+        });
         let (victim, what) = match (fault.kind, fault.target) {
+            (FaultKind::HandOffPaused { .. }, Some((w, fence))) => (
+                Some(w),
+                format!("its holder (fence {fence}), handed the lock after waiting, stopped"),
+            ),
+            (FaultKind::WaitersKilled { killed, .. }, _) => {
+                (None, format!("{killed} queued waiter(s) were killed"))
+            }
             (FaultKind::Kill | FaultKind::PauseLong, Some((w, fence))) => {
                 (Some(w), format!("its holder (fence {fence}) stopped"))
             }
@@ -334,8 +382,9 @@ pub fn liveness(acquisitions: &[Acquisition], faults: &[Fault], bounds: Bounds) 
     out
 }
 
-/// A frozen holder must learn it lost the lease once it runs again; a
-/// blackholed one, or one whose lease was left on fewer than a quorum of
+/// A frozen holder must learn it lost the lease once it runs again, and
+/// one frozen right after a hand-off within [`woken_notice`] of running
+/// again (its lease ended while it was frozen); a blackholed one, or one whose lease was left on fewer than a quorum of
 /// running Redlock nodes, must learn it no later than its lease's validity
 /// ends (at most one TTL after the fault began, plus scheduling slack).
 pub fn lost_notices(lost: &[LostEvent], faults: &[Fault], bounds: Bounds) -> Vec<Violation> {
@@ -343,6 +392,9 @@ pub fn lost_notices(lost: &[LostEvent], faults: &[Fault], bounds: Bounds) -> Vec
     for fault in faults {
         let deadline = match fault.kind {
             FaultKind::PauseLong => None,
+            FaultKind::HandOffPaused { for_ms } => {
+                Some(fault.t + for_ms * 1000 + us(woken_notice(bounds.ttl) + bounds.notice_slack))
+            }
             FaultKind::Blackhole => Some(fault.t + us(bounds.ttl + bounds.notice_slack)),
             FaultKind::NodesDown { .. } if !fault.kind.lease_survives() => {
                 Some(fault.t + us(bounds.ttl + bounds.notice_slack))
@@ -633,6 +685,8 @@ mod tests {
             ttl: Duration::from_secs(1),
             liveness_slack: Duration::from_secs(1),
             notice_slack: Duration::from_millis(100),
+            queue_window: Duration::from_secs(3),
+            queue_heartbeat: Duration::from_secs(1),
         }
     }
 
@@ -769,14 +823,14 @@ mod tests {
         };
         // Free again 1.5 s after the kill: within TTL (1 s) + slack (1 s).
         let ok = [acq(1, 0, 1, 10), acq(2, 0, 1_500 * MS, 11)];
-        assert!(liveness(&ok, &[kill(0)], bounds()).is_empty());
+        assert!(liveness(&ok, &[], &[kill(0)], bounds()).is_empty());
         let late = [acq(1, 0, 1, 10), acq(2, 0, 2_500 * MS, 11)];
-        let found = liveness(&late, &[kill(0)], bounds());
+        let found = liveness(&late, &[], &[kill(0)], bounds());
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].property, Property::Liveness);
         // The holder's own later acquisitions do not count.
         let same = [acq(1, 0, 1_200 * MS, 11), acq(2, 0, 3_000 * MS, 12)];
-        assert_eq!(liveness(&same, &[kill(0)], bounds()).len(), 1);
+        assert_eq!(liveness(&same, &[], &[kill(0)], bounds()).len(), 1);
     }
 
     #[test]
@@ -788,9 +842,9 @@ mod tests {
         }];
         // Any worker counts, the one that held last included.
         let soon = [acq(1, 0, 500 * MS, 9), acq(1, 500 * MS, 2_900 * MS, 10)];
-        assert!(liveness(&soon, &resumed, bounds()).is_empty());
+        assert!(liveness(&soon, &[], &resumed, bounds()).is_empty());
         let late = [acq(1, 0, 500 * MS, 9), acq(2, 500 * MS, 3_100 * MS, 10)];
-        let found = liveness(&late, &resumed, bounds());
+        let found = liveness(&late, &[], &resumed, bounds());
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(found[0].detail.contains("after a freeze"), "{}", found[0]);
         // The freeze itself asks nothing.
@@ -799,7 +853,7 @@ mod tests {
             kind: FaultKind::RedisPaused,
             target: None,
         }];
-        assert!(liveness(&late, &paused, bounds()).is_empty());
+        assert!(liveness(&late, &[], &paused, bounds()).is_empty());
     }
 
     #[test]
@@ -810,9 +864,9 @@ mod tests {
             target: Some((1, 10)),
         }];
         let ok = [acq(1, 0, 1, 10), acq(2, 0, 1_900 * MS, 11)];
-        assert!(liveness(&ok, &killed, bounds()).is_empty());
+        assert!(liveness(&ok, &[], &killed, bounds()).is_empty());
         let late = [acq(1, 0, 1, 10), acq(2, 0, 2_100 * MS, 11)];
-        assert_eq!(liveness(&late, &killed, bounds()).len(), 1);
+        assert_eq!(liveness(&late, &[], &killed, bounds()).len(), 1);
     }
 
     #[test]
@@ -1036,17 +1090,17 @@ mod tests {
         let free = [restart(1_000 * MS, 3, 0, None)];
         // Any worker counts, even the one that held last.
         let soon = [acq(1, 0, 500 * MS, 9), acq(1, 1_000 * MS, 1_900 * MS, 10)];
-        assert!(liveness(&soon, &free, bounds()).is_empty());
+        assert!(liveness(&soon, &[], &free, bounds()).is_empty());
         let late = [acq(1, 0, 500 * MS, 9), acq(2, 1_000 * MS, 3_100 * MS, 10)];
-        let found = liveness(&late, &free, bounds());
+        let found = liveness(&late, &[], &free, bounds());
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].property, Property::Liveness);
         assert!(found[0].detail.contains("node 3 restarted"), "{}", found[0]);
         // Nothing granted after it yet: too close to the end to judge.
-        assert!(liveness(&soon[..1], &free, bounds()).is_empty());
+        assert!(liveness(&soon[..1], &[], &free, bounds()).is_empty());
         // A restart under a held holder: the others wait for it on purpose.
         let held = [restart(1_000 * MS, 3, 4, Some((1, 9)))];
-        assert!(liveness(&late, &held, bounds()).is_empty());
+        assert!(liveness(&late, &[], &held, bounds()).is_empty());
     }
 
     #[test]
@@ -1068,5 +1122,84 @@ mod tests {
         assert!(lost_notices(&[], std::slice::from_ref(&kept), bounds()).is_empty());
         assert_eq!(kept_leases(&[lost(500 * MS)], &[], &[kept]).len(), 1);
         assert!(kept_leases(&[lost(500 * MS)], &[], &[cut]).is_empty());
+    }
+
+    fn handoff_pause(t: u64, for_ms: u64) -> Fault {
+        Fault {
+            t,
+            kind: FaultKind::HandOffPaused { for_ms },
+            target: Some((1, 10)),
+        }
+    }
+
+    fn waiters_killed(t: u64) -> Fault {
+        Fault {
+            t,
+            kind: FaultKind::WaitersKilled {
+                killed: 3,
+                queued: 3,
+            },
+            target: None,
+        }
+    }
+
+    #[test]
+    fn lock_not_granted_soon_after_a_holder_paused_past_a_handoff_is_reported() {
+        let paused = [handoff_pause(0, 3_500)];
+        // Bound: max(TTL 1 s, queue window 3 s) + heartbeat 1 s + slack 1 s.
+        let ok = [acq(1, 0, 1, 10), acq(2, 0, 4_900 * MS, 11)];
+        assert!(liveness(&ok, &[], &paused, bounds()).is_empty());
+        let late = [acq(1, 0, 1, 10), acq(2, 0, 5_100 * MS, 11)];
+        let found = liveness(&late, &[], &paused, bounds());
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].detail.contains("handed the lock"), "{}", found[0]);
+        // The paused holder's own later acquisitions do not count.
+        let own = [acq(1, 0, 4_000 * MS, 11), acq(2, 0, 5_100 * MS, 12)];
+        assert_eq!(liveness(&own, &[], &paused, bounds()).len(), 1);
+    }
+
+    #[test]
+    fn lock_not_granted_soon_after_queued_waiters_were_killed_is_reported() {
+        let killed = [waiters_killed(1_000 * MS)];
+        // Bound: queue window 3 s + heartbeat 1 s + slack 1 s; any worker.
+        let ok = [acq(1, 0, 500 * MS, 9), acq(1, 900 * MS, 5_900 * MS, 10)];
+        assert!(liveness(&ok, &[], &killed, bounds()).is_empty());
+        let late = [acq(1, 0, 500 * MS, 9), acq(2, 900 * MS, 6_100 * MS, 10)];
+        let found = liveness(&late, &[], &killed, bounds());
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].detail.contains("3 queued waiter(s)"),
+            "{}",
+            found[0]
+        );
+        // Never granted again, while acquire() kept failing long enough to
+        // tell (a lease handed to a dead waiter that never expires).
+        let stuck = liveness(&ok[..1], &[failed(7_000 * MS, false)], &killed, bounds());
+        assert_eq!(stuck.len(), 1, "{stuck:?}");
+        assert!(
+            stuck[0].detail.contains("nobody got the lock"),
+            "{}",
+            stuck[0]
+        );
+        // Failures too close to the kill to tell.
+        assert!(liveness(&ok[..1], &[failed(5_000 * MS, false)], &killed, bounds()).is_empty());
+    }
+
+    #[test]
+    fn holder_paused_after_a_handoff_must_be_told_lost_soon_after_waking() {
+        let paused = handoff_pause(0, 3_500);
+        let lost = |t| LostEvent {
+            worker: 1,
+            t,
+            fence: 10,
+        };
+        // Woken at 3.5 s: told within half a TTL plus the notice slack.
+        let ok = [lost(3_900 * MS)];
+        assert!(lost_notices(&ok, std::slice::from_ref(&paused), bounds()).is_empty());
+        let late = [lost(4_200 * MS)];
+        let found = lost_notices(&late, std::slice::from_ref(&paused), bounds());
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].property, Property::LostNotice);
+        assert_eq!(lost_notices(&[], &[paused], bounds()).len(), 1);
     }
 }

@@ -181,6 +181,24 @@ pub enum FaultKind {
     /// A `leasehold run` wrapper was killed with SIGKILL while its command
     /// (the target) held the lock; the command itself was not signalled.
     WrapperKilled,
+    /// A holder whose `acquire()` had waited in the lock's queue (called
+    /// while another worker held the lock, which let go only once every
+    /// other worker was queued) was SIGSTOPped right as that `acquire()`
+    /// returned, for `for_ms`, then continued (SIGCONT).
+    HandOffPaused {
+        /// How long it was stopped, in ms.
+        for_ms: u64,
+    },
+    /// Waiters queued for the lock were killed with SIGKILL while the
+    /// holder was held; the holder let go right after, so its release
+    /// found dead waiters at the head of the queue.
+    WaitersKilled {
+        /// Workers killed: every worker but the holder, each inside
+        /// `acquire()` for a while.
+        killed: u32,
+        /// Waiters the lock's status counted just before the kill.
+        queued: u32,
+    },
     /// Redlock nodes were stopped under a holder: `killed` with kill -9,
     /// `paused` with SIGSTOP, out of `nodes`. Recorded once they are all
     /// stopped.

@@ -91,6 +91,10 @@ struct WorkerArgs {
     announce: bool,
     #[arg(long)]
     report_acquiring: bool,
+    #[arg(long)]
+    announce_slow: bool,
+    #[arg(long)]
+    no_probes: bool,
     #[arg(long, default_value_t = 0)]
     ballast: usize,
 }
@@ -167,6 +171,8 @@ fn worker(args: WorkerArgs) -> ExitCode {
         max_sleep: Duration::from_micros(args.max_sleep_us),
         announce: args.announce,
         report_acquiring: args.report_acquiring,
+        announce_slow: args.announce_slow,
+        probes: !args.no_probes,
         ballast: args.ballast,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()

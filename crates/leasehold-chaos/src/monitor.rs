@@ -139,7 +139,8 @@ fn parse_call(line: &str) -> Option<Line> {
     let keys: usize = args.get(2)?.parse().ok()?;
     let (lock, second) = (args.get(3)?, args.get(4)?);
     let token = args.get(3 + keys)?.clone();
-    if keys != 4 || !lock.ends_with(":lock") {
+    // lock_acquire.lua has four keys, lock_release.lua five.
+    if !(4..=5).contains(&keys) || !lock.ends_with(":lock") {
         return None;
     }
     if second.ends_with(":fence") {
@@ -232,7 +233,7 @@ mod tests {
     fn monitor_lines_are_parsed() {
         let acquire = r#"+1700000000.123456 [0 127.0.0.1:50000] "EVALSHA" "ab12" "4" "leasehold:{chaos}:lock" "leasehold:{chaos}:fence" "leasehold:{chaos}:queue" "leasehold:{chaos}:alive" "tok1" "1000" "3600000" "3000" "0" "0" "0" "7""#;
         assert_eq!(parse(acquire), Line::Script(Call::Acquire("tok1".into())));
-        let release = r#"+1700000000.2 [0 127.0.0.1:50000] "evalsha" "cd34" "4" "leasehold:{chaos}:lock" "leasehold:{chaos}:released" "leasehold:{chaos}:queue" "leasehold:{chaos}:alive" "tok1" "500" "0" "7""#;
+        let release = r#"+1700000000.2 [0 127.0.0.1:50000] "evalsha" "cd34" "5" "leasehold:{chaos}:lock" "leasehold:{chaos}:released" "leasehold:{chaos}:queue" "leasehold:{chaos}:alive" "leasehold:{chaos}:fence" "tok1" "500" "0" "7" "3000" """#;
         assert_eq!(parse(release), Line::Script(Call::Release("tok1".into())));
         let inside = r#"+1700000000.3 [0 lua] "SET" "leasehold:{chaos}:lock" "tok1""#;
         assert_eq!(parse(inside), Line::InScript);

@@ -72,6 +72,12 @@ impl Procs {
         if config.report_acquiring {
             cmd.arg("--report-acquiring");
         }
+        if config.announce_slow {
+            cmd.arg("--announce-slow");
+        }
+        if !config.probes {
+            cmd.arg("--no-probes");
+        }
         if config.ballast > 0 {
             cmd.arg(format!("--ballast={}", config.ballast));
         }
@@ -111,6 +117,11 @@ impl Procs {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", wrapper.display()));
         self.children().insert(config.id, child);
+    }
+
+    /// The workers started and not yet reaped.
+    pub(crate) fn ids(&self) -> Vec<WorkerId> {
+        self.children().keys().copied().collect()
     }
 
     /// Sends `signal` to a running worker; false if it is not running.

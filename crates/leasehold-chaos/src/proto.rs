@@ -16,12 +16,15 @@ pub(crate) enum Request {
     },
     /// "About to call `acquire()`." Reply: [`Reply::Go`], or
     /// [`Reply::Frozen`] when the checker froze Redis just now. Sent only by
-    /// workers told to report it.
+    /// workers told to report it; the checker counts the worker as inside
+    /// `acquire()` from its reply until [`Request::Acquired`] or
+    /// [`Request::AcquireFailed`].
     Acquiring {
         /// When the worker sent it.
         t: Micros,
     },
-    /// `acquire()` returned a guard.
+    /// `acquire()` returned a guard. Reply: [`Reply::Ok`], or
+    /// [`Reply::Hold`].
     Acquired {
         /// When `acquire()` was called.
         started: Micros,
@@ -114,7 +117,9 @@ pub(crate) enum Reply {
     Frozen,
     /// To [`Request::Holding`]: keep holding this many milliseconds before
     /// writing, giving up as soon as the lease is lost. To
-    /// [`Request::AcquireFailed`]: wait this long before the next attempt.
+    /// [`Request::Acquired`]: the same before touching the resource at all
+    /// (given up: no operation). To [`Request::AcquireFailed`]: wait this
+    /// long before the next attempt.
     Hold(u64),
     /// The request could not be parsed.
     Error(String),

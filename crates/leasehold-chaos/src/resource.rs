@@ -5,6 +5,7 @@
 //! resource. Worker events arrive on the same connections and go into the
 //! same [`History`].
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,6 +34,12 @@ pub(crate) type FailedHook = dyn Fn(WorkerId) -> Reply + Send + Sync;
 /// injector runs the fault from here, before the worker's first attempt.
 pub(crate) type AcquiringHook = dyn Fn(WorkerId) -> Reply + Send + Sync;
 
+/// Decides what a worker whose `acquire()` returned a guard is told (after
+/// the acquisition is recorded), with the acquisition: [`Reply::Ok`], or
+/// [`Reply::Hold`]. The fault injector may stop the worker from here, while
+/// it waits for the answer.
+pub(crate) type AcquiredHook = dyn Fn(&Acquisition) -> Reply + Send + Sync;
+
 /// A handle on the resource's state for the fault injector.
 #[derive(Clone)]
 pub(crate) struct ResourceView {
@@ -46,6 +53,7 @@ struct Shared {
     hook: Mutex<Option<Arc<HoldingHook>>>,
     failed_hook: Mutex<Option<Arc<FailedHook>>>,
     acquiring_hook: Mutex<Option<Arc<AcquiringHook>>>,
+    acquired_hook: Mutex<Option<Arc<AcquiredHook>>>,
 }
 
 #[derive(Default)]
@@ -56,6 +64,9 @@ struct State {
     highest: Option<(u64, String)>,
     seq: u64,
     history: History,
+    /// Workers inside `acquire()` (they reported it and have not reported
+    /// its outcome yet), with when they were told to go on.
+    acquiring: BTreeMap<WorkerId, Micros>,
 }
 
 impl State {
@@ -81,6 +92,7 @@ impl State {
                 fence,
                 token,
             } => {
+                self.acquiring.remove(&worker);
                 self.history.acquisitions.push(Acquisition {
                     worker,
                     started,
@@ -91,6 +103,7 @@ impl State {
                 Reply::Ok
             }
             Request::AcquireFailed { t, quorum, error } => {
+                self.acquiring.remove(&worker);
                 self.history.acquire_errors.push(AcquireError {
                     worker,
                     t,
@@ -226,6 +239,7 @@ impl Resource {
             hook: Mutex::new(None),
             failed_hook: Mutex::new(None),
             acquiring_hook: Mutex::new(None),
+            acquired_hook: Mutex::new(None),
         });
         let view = ResourceView { shared };
         let acceptor = {
@@ -278,6 +292,17 @@ impl ResourceView {
     /// Sets what workers about to call `acquire()` are told.
     pub(crate) fn set_acquiring_hook(&self, hook: Arc<AcquiringHook>) {
         *lock(&self.shared.acquiring_hook) = Some(hook);
+    }
+
+    /// Sets what workers whose `acquire()` returned a guard are told.
+    pub(crate) fn set_acquired_hook(&self, hook: Arc<AcquiredHook>) {
+        *lock(&self.shared.acquired_hook) = Some(hook);
+    }
+
+    /// The workers inside `acquire()` now, each with when it was told to
+    /// call it (only workers that report their `acquire()` calls).
+    pub(crate) fn acquiring(&self) -> BTreeMap<WorkerId, Micros> {
+        self.state().acquiring.clone()
     }
 
     /// Records a read of the lock on a live node.
@@ -359,15 +384,36 @@ impl ResourceView {
             return current(&self.shared.hook).map_or(Reply::Go, |h| h(worker, fence));
         }
         if let Request::Acquiring { .. } = request {
-            return current(&self.shared.acquiring_hook).map_or(Reply::Go, |h| h(worker));
+            let reply = current(&self.shared.acquiring_hook).map_or(Reply::Go, |h| h(worker));
+            // From now on: the worker calls acquire() once it has the reply.
+            self.state().acquiring.insert(worker, now_us());
+            return reply;
         }
         let failed = matches!(request, Request::AcquireFailed { .. });
+        let acquired = match &request {
+            Request::Acquired {
+                started,
+                t,
+                fence,
+                token,
+            } => Some(Acquisition {
+                worker,
+                started: *started,
+                t: *t,
+                fence: *fence,
+                token: token.clone(),
+            }),
+            _ => None,
+        };
         let reply = self.state().apply(worker, request);
         self.shared.changed.notify_all();
         if failed {
             if let Some(h) = current(&self.shared.failed_hook) {
                 return h(worker);
             }
+        }
+        if let (Some(acquisition), Some(h)) = (acquired, current(&self.shared.acquired_hook)) {
+            return h(&acquisition);
         }
         reply
     }

@@ -10,14 +10,16 @@ use std::time::{Duration, Instant};
 use leasehold_testkit::{Proxy, ProxyMode, RedisServer, start_servers};
 use nix::sys::signal::Signal;
 
-use crate::check::{Bounds, Outage, Violation, check_all, outages, unproven_outages};
+use crate::check::{Bounds, Outage, Violation, check_all, outages, unproven_outages, woken_notice};
 use crate::clock::now_us;
-use crate::history::{self, FaultKind, History, Micros, NodeCheck, WorkerId};
+use crate::history::{self, Acquisition, FaultKind, History, Micros, NodeCheck, WorkerId};
 use crate::monitor::{self, Call, GiveBacks, Monitor};
 use crate::procs::Procs;
 use crate::proto::Reply;
 use crate::resource::{Resource, ResourceView};
-use crate::scenario::{Class, Fault, NodeStop, Scenario, Topology, verdict};
+use crate::scenario::{
+    Class, Fault, NodeStop, QUEUE_HEARTBEAT, QUEUE_WINDOW, Scenario, Topology, verdict,
+};
 use crate::worker::WorkerConfig;
 
 /// How to run a scenario.
@@ -94,6 +96,9 @@ impl Report {
         for line in self.describe_restarts() {
             let _ = writeln!(s, "  {line}");
         }
+        for line in self.describe_queue_faults() {
+            let _ = writeln!(s, "  {line}");
+        }
         if let Some(late) = &self.late_grants {
             let total = |f: fn(&GiveBacks) -> usize| late.iter().map(f).sum::<usize>();
             let per_freeze: Vec<usize> = late.iter().skip(1).map(|g| g.total()).collect();
@@ -124,6 +129,84 @@ impl Report {
             .iter()
             .filter(|e| e.quorum)
             .count()
+    }
+
+    /// One line per hand-off pause or kill of queued waiters.
+    fn describe_queue_faults(&self) -> Vec<String> {
+        let h = &self.history;
+        let ms = |us: u64| us / 1000;
+        let mut lines = Vec::new();
+        for f in &h.faults {
+            let victim = f.target.map(|(w, _)| w);
+            let next = h
+                .acquisitions
+                .iter()
+                .filter(|a| Some(a.worker) != victim && a.t > f.t)
+                .min_by_key(|a| a.t);
+            let granted = next.map_or("nobody got the lock after it".to_owned(), |a| {
+                format!(
+                    "worker {} got the lock {} ms later",
+                    a.worker,
+                    ms(a.t - f.t)
+                )
+            });
+            match (f.kind, f.target) {
+                (FaultKind::HandOffPaused { for_ms }, Some((w, fence))) => {
+                    let mut line = format!("worker {w} (fence {fence}) stopped for {for_ms} ms");
+                    let acquired = h
+                        .acquisitions
+                        .iter()
+                        .find(|a| a.worker == w && a.fence == fence);
+                    // The holder before it: the highest fence below its own.
+                    let before = h
+                        .acquisitions
+                        .iter()
+                        .filter(|a| a.fence < fence)
+                        .max_by_key(|a| a.fence);
+                    let let_go = before.and_then(|b| {
+                        h.releases
+                            .iter()
+                            .find(|r| r.worker == b.worker && r.fence == b.fence)
+                    });
+                    if let Some(a) = acquired {
+                        let _ = write!(
+                            line,
+                            " as its acquire() returned after {} ms",
+                            ms(a.t - a.started)
+                        );
+                        if let Some(r) = let_go {
+                            let _ = write!(
+                                line,
+                                " (called {} ms before the holder before it released)",
+                                ms(r.t.saturating_sub(a.started))
+                            );
+                        }
+                    }
+                    let resumed = f.t + for_ms * 1000;
+                    let told = h.lost.iter().find(|l| l.worker == w && l.fence == fence);
+                    let ops = h
+                        .ops
+                        .iter()
+                        .filter(|op| op.worker == w && op.fence == fence && op.t > f.t)
+                        .count();
+                    let _ = write!(
+                        line,
+                        "; {granted}; {}; {ops} operation(s) of its after the stop",
+                        told.map_or("never told lost()".to_owned(), |l| format!(
+                            "told lost() {} ms after it was continued",
+                            ms(l.t.saturating_sub(resumed))
+                        )),
+                    );
+                    lines.push(line);
+                }
+                (FaultKind::WaitersKilled { killed, queued }, _) => lines.push(format!(
+                    "{killed} waiter(s) killed while queued ({queued} counted by the lock's \
+                     status), then the holder let go; {granted}"
+                )),
+                _ => {}
+            }
+        }
+        lines
     }
 
     /// One line per node restart of a rolling restart, then one per holder
@@ -302,6 +385,17 @@ const ROLLING_SPACING_TENTHS: u32 = 7;
 const ROLLING_HELD_RESTARTS: u32 = 3;
 /// Redis freeze: its length, in tenths of the TTL (see [`freeze`]).
 const REDIS_FREEZE_TENTHS: u32 = 14;
+/// Queue faults: how long every other worker must have been inside
+/// `acquire()` before the holder lets go (or they are killed), so that each
+/// was refused and queued; the lock's status must count them too.
+const QUEUED_FOR: Duration = Duration::from_millis(200);
+/// Queue faults: the longest the announcing holder is kept waiting for the
+/// others to queue (it holds and renews meanwhile) before the fault is
+/// tried again with a later holder.
+const QUEUE_GATE: Duration = Duration::from_secs(2);
+/// Hand-off pause: the longest the stopped holder waits for another
+/// holder's write (the lock must be granted to another within 5 s).
+const HANDOFF_PAUSE_MAX: Duration = Duration::from_secs(8);
 /// Redis freeze: leases each worker holds on locks of its own and drops as
 /// the server freezes, so its watchdog has a backlog of releases (more than
 /// it runs at once) when the late grant arrives. A give-back handed to the
@@ -373,6 +467,12 @@ impl NodeReader {
     }
 
     fn read_once(&self, i: usize) -> Stored {
+        self.status(i).map(|status| status.holder)
+    }
+
+    /// The lock's status on node `i` (the server, on one server), through
+    /// the public API.
+    fn status(&self, i: usize) -> Result<leasehold::LockStatus, String> {
         let Some(client) = &self.clients[i] else {
             return Err("no client (the node was unreachable at the start)".to_owned());
         };
@@ -382,7 +482,7 @@ impl NodeReader {
             .runtime
             .block_on(async { tokio::time::timeout(Duration::from_secs(1), status).await })
         {
-            Ok(Ok(status)) => Ok(status.holder),
+            Ok(Ok(status)) => Ok(status),
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err("no answer within 1 s".to_owned()),
         }
@@ -424,7 +524,40 @@ struct InjectorState {
     held: Option<(WorkerId, u64)>,
     /// When frozen Redis is due to continue.
     frozen_until: Option<Instant>,
+    /// A hand-off pause waiting for its target's acquisition.
+    handoff: Option<Handoff>,
     notes: Vec<String>,
+}
+
+/// An armed [`Fault::PauseHandedOff`]: the first acquisition by one of
+/// `waiters` whose `acquire()` was called before `before` is stopped.
+struct Handoff {
+    /// Workers that were queued while the holder was kept.
+    waiters: BTreeSet<WorkerId>,
+    /// When the holder was let go (it held until then).
+    before: Micros,
+    /// Disarmed if nothing matched by then.
+    until: Instant,
+}
+
+/// Every worker but the holder, found queued for the lock.
+struct Queued {
+    waiters: Vec<WorkerId>,
+    /// Queued waiters the lock's status counted.
+    counted: usize,
+}
+
+/// Shortest stop of a [`Fault::PauseHandedOff`]: past the holder's lease,
+/// whether the TTL or the queue window bounds it.
+fn handoff_pause_floor(ttl: Duration) -> Duration {
+    ttl.max(QUEUE_WINDOW) + Duration::from_millis(500)
+}
+
+/// How long a queue fault needs after it fires for its outcome to show: a
+/// live worker must get the lock within the bound of
+/// [`crate::check::liveness`] while the workers still start acquisitions.
+fn queue_aftermath(ttl: Duration) -> Duration {
+    ttl.max(QUEUE_WINDOW) + QUEUE_HEARTBEAT + Duration::from_millis(1500)
 }
 
 /// The next restart of a [`Fault::RollingRestart`].
@@ -461,6 +594,9 @@ impl Injector {
             // the TTL: less than its first renewal, longer than a give-back
             // queued behind the ballast's releases takes to land.
             return Reply::Hold(millis(self.ttl / 4));
+        }
+        if matches!(self.fault, Fault::PauseHandedOff | Fault::KillQueuedWaiters) {
+            return self.queue_fault(worker);
         }
         let stretch = {
             let mut st = self.state();
@@ -609,10 +745,175 @@ impl Injector {
                 self.state().held = None;
                 Reply::Go
             }
-            Fault::None | Fault::ScriptFlush | Fault::PauseRedis => Reply::Go,
+            Fault::None
+            | Fault::ScriptFlush
+            | Fault::PauseRedis
+            | Fault::PauseHandedOff
+            | Fault::KillQueuedWaiters => Reply::Go,
         };
         self.state().next_arm = Instant::now() + self.ttl * 2;
         reply
+    }
+
+    /// A holder announced in a queue scenario: keeps it (holding) until
+    /// every other worker is queued, then kills them all
+    /// ([`Fault::KillQueuedWaiters`]) or arms the pause of the first of them
+    /// to be handed the lock ([`Fault::PauseHandedOff`]), and lets it go.
+    fn queue_fault(&self, holder: WorkerId) -> Reply {
+        {
+            let mut st = self.state();
+            let now = Instant::now();
+            if now < st.next_arm
+                || st.handoff.is_some()
+                || now + queue_aftermath(self.ttl) > self.end
+            {
+                return Reply::Go;
+            }
+            st.next_arm = now + self.ttl * 30;
+        }
+        let queued = self.all_queued(holder);
+        // Leave time at the end for the aftermath to show.
+        let Some(queued) =
+            queued.filter(|_| Instant::now() + queue_aftermath(self.ttl) <= self.end)
+        else {
+            // Someone was not queued in time (a replacement starting, a
+            // waiter between attempts): the next holder tries again.
+            self.state().next_arm = Instant::now();
+            return Reply::Go;
+        };
+        if self.fault == Fault::PauseHandedOff {
+            self.state().handoff = Some(Handoff {
+                waiters: queued.waiters.iter().copied().collect(),
+                before: now_us(),
+                until: Instant::now() + self.wait + self.ttl,
+            });
+            return Reply::Go;
+        }
+        let t = now_us();
+        // Marked before the kill, so the runner's loop replaces them.
+        self.state().killed.extend(&queued.waiters);
+        for &w in &queued.waiters {
+            if !self.procs.signal(w, Signal::SIGKILL) {
+                self.note(format!(
+                    "queued waiter {w} had exited before it could be killed"
+                ));
+            }
+        }
+        self.view.record_fault(history::Fault {
+            t,
+            kind: FaultKind::WaitersKilled {
+                killed: count(queued.waiters.len()),
+                queued: count(queued.counted),
+            },
+            target: None,
+        });
+        let mut st = self.state();
+        st.injected += 1;
+        // Their queue deadlines pass before the next kill.
+        st.next_arm = Instant::now() + QUEUE_WINDOW + self.ttl;
+        Reply::Go
+    }
+
+    /// Waits (at most [`QUEUE_GATE`]) until every running worker but
+    /// `holder` has been inside `acquire()` for [`QUEUED_FOR`] and the
+    /// lock's status counts as many queued waiters: each of them was
+    /// refused while `holder` held, and waits in the queue.
+    fn all_queued(&self, holder: WorkerId) -> Option<Queued> {
+        let reader = self.reader.as_ref()?;
+        let deadline = Instant::now() + QUEUE_GATE;
+        loop {
+            let killed = self.state().killed.clone();
+            let waiters: Vec<WorkerId> = self
+                .procs
+                .ids()
+                .into_iter()
+                .filter(|w| *w != holder && !killed.contains(w))
+                .collect();
+            let acquiring = self.view.acquiring();
+            let now = now_us();
+            let settled = !waiters.is_empty()
+                && waiters.iter().all(|w| {
+                    acquiring
+                        .get(w)
+                        .is_some_and(|&since| now.saturating_sub(since) >= micros(QUEUED_FOR))
+                });
+            if settled {
+                match reader.status(0) {
+                    Ok(status) if status.waiters == waiters.len() => {
+                        return Some(Queued {
+                            counted: status.waiters,
+                            waiters,
+                        });
+                    }
+                    Ok(_) => {}
+                    Err(e) => self.note(format!("cannot read the lock's status: {e}")),
+                }
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Called when a worker's `acquire()` returned a guard: stops it if it
+    /// is the waiter an armed [`Fault::PauseHandedOff`] waits for, past its
+    /// lease and until another holder wrote, then has it hold (abandoning
+    /// its work on `lost()`) for [`woken_notice`].
+    fn on_acquired(&self, a: &Acquisition) -> Reply {
+        if self.fault != Fault::PauseHandedOff {
+            return Reply::Ok;
+        }
+        {
+            let mut st = self.state();
+            let Some(armed) = &st.handoff else {
+                return Reply::Ok;
+            };
+            if Instant::now() >= armed.until {
+                st.handoff = None;
+                st.next_arm = Instant::now();
+                return Reply::Ok;
+            }
+            if !armed.waiters.contains(&a.worker) || a.started >= armed.before {
+                return Reply::Ok;
+            }
+            st.handoff = None;
+        }
+        let target = Some((a.worker, a.fence));
+        let t = now_us();
+        let stopped = Instant::now();
+        if !self.procs.signal(a.worker, Signal::SIGSTOP) {
+            self.note(format!(
+                "worker {} exited before it could be stopped after its hand-off",
+                a.worker
+            ));
+            self.state().next_arm = Instant::now();
+            return Reply::Ok;
+        }
+        let other_wrote = self.view.wait_for_write_above(a.fence, HANDOFF_PAUSE_MAX);
+        let floor = handoff_pause_floor(self.ttl);
+        if stopped.elapsed() < floor {
+            std::thread::sleep(floor - stopped.elapsed());
+        }
+        // Recorded before SIGCONT: the lost notice is due from here.
+        self.view.record_fault(history::Fault {
+            t,
+            kind: FaultKind::HandOffPaused {
+                for_ms: millis(stopped.elapsed()),
+            },
+            target,
+        });
+        self.procs.signal(a.worker, Signal::SIGCONT);
+        if !other_wrote {
+            self.note(format!(
+                "no other holder wrote while fence {} was stopped after its hand-off",
+                a.fence
+            ));
+        }
+        let mut st = self.state();
+        st.injected += 1;
+        st.next_arm = Instant::now() + self.ttl * 2;
+        Reply::Hold(millis(woken_notice(self.ttl)))
     }
 
     /// Called when a worker is about to call `acquire()`: when a freeze is
@@ -959,6 +1260,10 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Report {
     let procs = Arc::new(Procs::new(options.worker_exe.clone(), wrapper));
     // Started before any worker, so it sees every attempt.
     let monitor = (scenario.fault == Fault::PauseRedis).then(|| Monitor::start(servers[0].port()));
+    let queue_fault = matches!(
+        scenario.fault,
+        Fault::PauseHandedOff | Fault::KillQueuedWaiters
+    );
     let started = Instant::now();
     let end = started + options.duration;
     let until = now_us() + u64::try_from(options.duration.as_micros()).unwrap_or(u64::MAX);
@@ -971,7 +1276,7 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Report {
         servers: Mutex::new(servers),
         proxy,
         workers: workers as usize,
-        reader: matches!(scenario.topology, Topology::Redlock { .. })
+        reader: (matches!(scenario.topology, Topology::Redlock { .. }) || queue_fault)
             .then(|| NodeReader::connect(&direct_urls)),
         wait,
         state: Mutex::new(InjectorState {
@@ -985,6 +1290,7 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Report {
             rolling: None,
             held: None,
             frozen_until: None,
+            handoff: None,
             notes: Vec::new(),
         }),
         rolling: Mutex::new(()),
@@ -1001,6 +1307,12 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Report {
         let injector = Arc::downgrade(&injector);
         resource.view().set_failed_hook(Arc::new(move |w| {
             injector.upgrade().map_or(Reply::Ok, |i| i.on_failed(w))
+        }));
+    }
+    {
+        let injector = Arc::downgrade(&injector);
+        resource.view().set_acquired_hook(Arc::new(move |a| {
+            injector.upgrade().map_or(Reply::Ok, |i| i.on_acquired(a))
         }));
     }
     {
@@ -1027,8 +1339,11 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Report {
         until,
         seed: options.seed,
         max_sleep: Duration::from_millis(2),
-        announce: holder_faults && slot == 0,
-        report_acquiring: scenario.fault == Fault::PauseRedis,
+        // A queue fault may fall on any holder: every worker announces.
+        announce: holder_faults && (slot == 0 || queue_fault),
+        report_acquiring: scenario.fault == Fault::PauseRedis || queue_fault,
+        announce_slow: scenario.fault == Fault::PauseRedis,
+        probes: scenario.fault != Fault::PauseRedis,
         ballast: if scenario.fault == Fault::PauseRedis {
             BALLAST
         } else {
@@ -1080,6 +1395,8 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Report {
         ttl,
         liveness_slack: Duration::from_secs(1),
         notice_slack: Duration::from_millis(150),
+        queue_window: QUEUE_WINDOW,
+        queue_heartbeat: QUEUE_HEARTBEAT,
     };
     let violations = check_all(&history, bounds);
     let stale_rejected = history.stale_rejected();
@@ -1154,6 +1471,10 @@ pub fn table(reports: &[Report]) -> String {
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn micros(d: Duration) -> Micros {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 fn count(n: usize) -> u32 {

@@ -86,6 +86,40 @@ pub enum Fault {
     /// written. A command that outlived its wrapper then writes after the
     /// lease expired: an overlap and a lost update.
     KillRunWrapper,
+    /// SIGSTOP a holder that got the lock by waiting in the queue, right
+    /// as its `acquire()` returns, for longer than its lease can last, then
+    /// SIGCONT.
+    ///
+    /// Every worker reports each `acquire()` before calling it. When a
+    /// holder announces, it is kept (still holding, renewing) until every
+    /// other worker has been inside `acquire()` for 200 ms and the lock's
+    /// status counts that many queued waiters; then it lets go. The first
+    /// of those waiters whose `acquire()` returns is stopped before it
+    /// touches the resource: its `acquire()` was called while another
+    /// worker held the lock, so it was refused and queued, and it got the
+    /// lock from a release. It stays stopped past its lease (longer than
+    /// the TTL and than [`QUEUE_WINDOW`], the longest a lease handed to a
+    /// waiter stays reserved for it) and until another worker has written,
+    /// then is told to hold half a TTL first, abandoning its work as soon
+    /// as `lost()` fires. It must be told `lost()` within that half TTL of
+    /// being continued, must never operate, and another worker must get
+    /// the lock within max(TTL, [`QUEUE_WINDOW`]) + [`QUEUE_HEARTBEAT`] +
+    /// 1 s of the pause.
+    PauseHandedOff,
+    /// SIGKILL every queued waiter while the holder holds, then let the
+    /// holder release: the lock is handed to a dead waiter.
+    ///
+    /// When a holder announces, it is kept (still holding, renewing) until
+    /// every other worker has been inside `acquire()` for 200 ms and the
+    /// lock's status counts that many queued waiters; they are killed with
+    /// SIGKILL (and replaced), and the holder lets go at once. The lease a
+    /// release hands to a dead waiter stays reserved for it at most until
+    /// that waiter's queue deadline, [`QUEUE_WINDOW`] after its last
+    /// attempt (which came before the kill); a live waiter, such as the
+    /// holder queueing again behind the dead ones, tries at least every
+    /// [`QUEUE_HEARTBEAT`]. So some live worker must get the lock within
+    /// [`QUEUE_WINDOW`] + [`QUEUE_HEARTBEAT`] + 1 s of the kill.
+    KillQueuedWaiters,
     /// Redlock: stop nodes, one stretch after another (see [`NodeStop`]).
     ///
     /// A stretch starts when a holder announces (its lease is then on every
@@ -173,6 +207,16 @@ pub struct Scenario {
 }
 
 const TTL: Duration = Duration::from_secs(1);
+
+/// How long the library keeps a waiter queued without it trying again
+/// (`QUEUE_WINDOW` in `crates/leasehold/src/scripts/mod.rs`): a waiter's
+/// queue deadline is this long after its last attempt, and a lease handed to
+/// a waiter that does not claim it stays reserved for it at most until then.
+pub const QUEUE_WINDOW: Duration = Duration::from_secs(3);
+
+/// The longest a queued waiter sleeps between two attempts
+/// (`QUEUE_HEARTBEAT` in `crates/leasehold/src/scripts/mod.rs`).
+pub const QUEUE_HEARTBEAT: Duration = Duration::from_secs(1);
 const REDLOCK: Topology = Topology::Redlock { nodes: 5 };
 
 /// Every scenario, in the order of the results table.
@@ -289,6 +333,31 @@ pub const SCENARIOS: &[Scenario] = &[
                  while its command holds: the command and what it started never write after \
                  the lease could have expired (no overlap, both counters exact), the lock is \
                  free within TTL + 1 s",
+    },
+    Scenario {
+        name: "handoff-pause-past-lease",
+        class: Class::Safe,
+        fault: Fault::PauseHandedOff,
+        topology: Topology::Single,
+        deterministic: true,
+        ttl: TTL,
+        ci_duration: Duration::from_secs(10),
+        checks: "a waiter handed the lock is SIGSTOPped as its acquire() returns, past its lease \
+                 (TTL and the 3 s queue window) until another holder wrote: it is told lost() \
+                 within half a TTL of waking and never operates, no overlap or lost update, \
+                 another worker gets the lock within max(TTL, 3 s) + 1 s + 1 s",
+    },
+    Scenario {
+        name: "queued-waiters-kill",
+        class: Class::Safe,
+        fault: Fault::KillQueuedWaiters,
+        topology: Topology::Single,
+        deterministic: true,
+        ttl: TTL,
+        ci_duration: Duration::from_secs(10),
+        checks: "every queued waiter (all workers but the holder, counted by the lock's status) \
+                 SIGKILLed, then the holder releases to a dead waiter: a live worker gets the \
+                 lock within 3 s (queue window) + 1 s (heartbeat) + 1 s of the kill, no overlap",
     },
     Scenario {
         name: "redlock-no-faults",

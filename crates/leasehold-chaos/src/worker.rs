@@ -46,9 +46,15 @@ pub struct WorkerConfig {
     /// Whether to announce "holding" (and obey the answer) each time.
     pub announce: bool,
     /// Whether to tell the checker before each `acquire()` (and wait for
-    /// its answer: it may freeze Redis meanwhile), and to announce
-    /// "holding" after an `acquire()` that took longer than the TTL.
+    /// its answer: it may freeze Redis meanwhile).
     pub report_acquiring: bool,
+    /// Whether to announce "holding" after an `acquire()` that took longer
+    /// than the TTL (when not announcing every time).
+    pub announce_slow: bool,
+    /// Whether to probe now and then with the token of an acquisition
+    /// already released (off while the checker reads give-backs off the
+    /// server: a second release of a token is what it looks for).
+    pub probes: bool,
     /// Leases to hold on locks of the worker's own, dropped when the
     /// checker says it froze Redis (and taken anew on fresh names at the
     /// next iteration).
@@ -178,7 +184,7 @@ pub async fn run(config: WorkerConfig) -> Result<(), String> {
         };
         let fence = guard.fence();
         let token = guard.token().to_owned();
-        resource
+        let reply = resource
             .call(&Request::Acquired {
                 started,
                 t: now_us(),
@@ -187,13 +193,26 @@ pub async fn run(config: WorkerConfig) -> Result<(), String> {
             })
             .await
             .map_err(io)?;
-        let sleep = rng.below(config.max_sleep.as_micros() as u64 + 1);
         // An acquire() that spanned a freeze may have met a late grant.
         let slow = now_us().saturating_sub(started) > config.ttl.as_micros() as u64;
-        let announce = config.announce || (config.report_acquiring && slow);
-        let lost_at = critical_section(&mut resource, &guard, announce, sleep)
-            .await
-            .map_err(io)?;
+        let announce = config.announce || (config.announce_slow && slow);
+        let sleep = rng.below(config.max_sleep.as_micros() as u64 + 1);
+        let given_up = match reply {
+            // Long work done right, before touching the resource: stop as
+            // soon as the lease is lost.
+            Reply::Hold(ms) => tokio::select! {
+                biased;
+                () = guard.lost() => Some(now_us()),
+                () = tokio::time::sleep(Duration::from_millis(ms.min(MAX_HOLD_MS))) => None,
+            },
+            _ => None,
+        };
+        let lost_at = match given_up {
+            Some(t) => Some(t),
+            None => critical_section(&mut resource, &guard, announce, sleep)
+                .await
+                .map_err(io)?,
+        };
         if let Some(t) = lost_at {
             resource
                 .call(&Request::Lost { t, fence })
@@ -212,10 +231,8 @@ pub async fn run(config: WorkerConfig) -> Result<(), String> {
             .map_err(io)?;
         // Probe with a token whose release was confirmed: it can never own
         // the lock again, so success would be a non-owner release or extend.
-        // Not while the checker reads give-backs off the server: a second
-        // release of a token is what it looks for.
         if let Some((old_fence, old_token)) = released.take() {
-            if iteration % PROBE_EVERY == 0 && !config.report_acquiring {
+            if iteration % PROBE_EVERY == 0 && config.probes {
                 let extend = rng.below(2) == 0;
                 let result = if extend {
                     lock.extend_by_token(&old_token, config.ttl).await

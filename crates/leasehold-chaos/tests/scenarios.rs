@@ -8,7 +8,10 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use leasehold_chaos::check::{Outage, Property, outages};
-use leasehold_chaos::{FaultKind, OpKind, Outcome, Register, Report, RunOptions, find, run};
+use leasehold_chaos::{
+    FaultKind, OpKind, Outcome, QUEUE_HEARTBEAT, QUEUE_WINDOW, Register, Report, RunOptions, find,
+    run,
+};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -312,6 +315,118 @@ fn killed_run_wrapper_takes_its_command_down_before_the_lease_expires() {
         );
     }
     assert!(report.acquisitions >= 50, "{}", report.summary());
+}
+
+/// One holder is kept until every other worker is queued; the first of
+/// them to be handed the lock is stopped as its `acquire()` returns, past
+/// its lease (the TTL, and the queue window a lease handed to a waiter may
+/// stay reserved for), until another worker has written. Once continued
+/// it must be told `lost()` at once and never touch the resource.
+#[test]
+fn waiter_stopped_past_its_lease_after_a_handoff_is_told_lost_and_others_go_on() {
+    let report = run_ci("handoff-pause-past-lease");
+    let ttl = find("handoff-pause-past-lease").expect("exists").ttl;
+    let history = &report.history;
+    let paused: Vec<_> = history
+        .faults
+        .iter()
+        .filter_map(|f| match (f.kind, f.target) {
+            (FaultKind::HandOffPaused { for_ms }, Some(target)) => Some((f.t, for_ms, target)),
+            _ => None,
+        })
+        .collect();
+    assert!(!paused.is_empty(), "{}", report.summary());
+    for (t, for_ms, (worker, fence)) in paused {
+        assert!(
+            for_ms * MS >= micros(ttl.max(QUEUE_WINDOW)),
+            "stopped only {for_ms} ms"
+        );
+        // Its acquire() waited: called while the holder before it held.
+        let acquired = history
+            .acquisitions
+            .iter()
+            .find(|a| a.worker == worker && a.fence == fence)
+            .expect("the stopped acquisition was recorded");
+        let previous = history
+            .acquisitions
+            .iter()
+            .filter(|a| a.fence < fence)
+            .max_by_key(|a| a.fence)
+            .expect("a holder before it");
+        assert_ne!(previous.worker, worker);
+        let let_go = history
+            .releases
+            .iter()
+            .find(|r| r.worker == previous.worker && r.fence == previous.fence)
+            .expect("the holder before it released")
+            .t;
+        assert!(
+            acquired.started < let_go,
+            "fence {fence}'s acquire() was called after the holder before it released"
+        );
+        // Another worker got the lock while it was stopped.
+        let next = history
+            .acquisitions
+            .iter()
+            .filter(|a| a.worker != worker && a.t > t)
+            .map(|a| a.t)
+            .min()
+            .expect("someone acquired after the stop");
+        let resumed = t + for_ms * MS;
+        assert!(next < resumed, "granted only after the stop ended");
+        let bound = micros(ttl.max(QUEUE_WINDOW) + QUEUE_HEARTBEAT + Duration::from_secs(1));
+        assert!(next - t <= bound, "granted {} ms after", (next - t) / MS);
+        // Told lost() as soon as it ran again; never touched the resource.
+        let lost = lost_at(&report, worker, fence).expect("lost() fired");
+        assert!(
+            lost >= resumed && lost - resumed <= micros(ttl / 2),
+            "lost() {} ms after it was continued",
+            lost.saturating_sub(resumed) / MS
+        );
+        assert!(
+            !history
+                .ops
+                .iter()
+                .any(|op| op.worker == worker && op.fence == fence),
+            "fence {fence} touched the resource"
+        );
+        assert_ne!(released(&report, worker, fence), Outcome::Ok);
+    }
+}
+
+/// One holder is kept until every other worker is queued; they are all
+/// killed with SIGKILL, and the holder lets go, handing the lock to a dead
+/// waiter. That lease is reserved at most until the dead waiter's queue
+/// deadline, a queue window after its last attempt; a live waiter then
+/// tries within a heartbeat.
+#[test]
+fn waiters_killed_while_queued_leave_the_lock_to_a_live_worker_within_the_queue_window() {
+    let report = run_ci("queued-waiters-kill");
+    let history = &report.history;
+    let kills: Vec<_> = history
+        .faults
+        .iter()
+        .filter_map(|f| match f.kind {
+            FaultKind::WaitersKilled { killed, queued } => Some((f.t, killed, queued)),
+            _ => None,
+        })
+        .collect();
+    assert!(!kills.is_empty(), "{}", report.summary());
+    for (t, killed, queued) in kills {
+        // Every worker but the holder, each counted queued.
+        assert_eq!(killed, 3, "{}", report.summary());
+        assert_eq!(queued, killed, "{}", report.summary());
+        let next = history
+            .acquisitions
+            .iter()
+            .filter(|a| a.t > t)
+            .map(|a| a.t)
+            .min()
+            .expect("someone acquired after the kill");
+        let bound = micros(QUEUE_WINDOW + QUEUE_HEARTBEAT + Duration::from_secs(1));
+        assert!(next - t <= bound, "granted {} ms after", (next - t) / MS);
+    }
+    assert!(report.acquisitions >= 100, "{}", report.summary());
 }
 
 #[test]

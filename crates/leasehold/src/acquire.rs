@@ -45,16 +45,25 @@ pub(crate) trait Core: Sync {
         timeout: Duration,
     ) -> impl Future<Output = Result<usize>> + Send;
 
-    /// Releases a hold now, owner-checked, and answers with the outcome.
+    /// Releases a hold now, owner-checked, and answers with the outcome;
+    /// `queued` is the TTL it queued with, if it may be a queued waiter of a
+    /// lease lock (which then leaves the queue).
     fn release(
         &self,
         kind: Kind,
         keys: &LockKeys,
         hold: &str,
+        queued: Option<Duration>,
     ) -> impl Future<Output = Result<Owned>> + Send;
 
     /// Releases a hold in the background (the watchdog); never blocks.
-    fn release_in_background(&self, kind: Kind, keys: Arc<LockKeys>, hold: String);
+    fn release_in_background(
+        &self,
+        kind: Kind,
+        keys: Arc<LockKeys>,
+        hold: String,
+        queued: Option<Duration>,
+    );
 }
 
 /// What the attempts try to take.
@@ -84,6 +93,15 @@ pub(crate) struct Target<'a, C: Core> {
     pub(crate) takes_grants: bool,
 }
 
+impl<C: Core> Target<'_, C> {
+    /// What a release of this target's hold says of its queueing: the TTL
+    /// its attempts queued with (they are members of the queue under it),
+    /// if they queue.
+    fn queued(&self) -> Option<Duration> {
+        self.queues.then_some(self.ttl)
+    }
+}
+
 /// An acquisition: its fence, when the attempt that took the lease was
 /// sent, and how long the lease lasts on the server from then at least
 /// (the TTL, or a lease handed over whole: until the waiter's deadline).
@@ -94,10 +112,9 @@ pub(crate) struct Won {
     pub(crate) span: Duration,
 }
 
-/// How long a lease handed over whole lasts at least from the moment the
-/// waiter sent the attempt whose deadline it names: the queue window, less
-/// the millisecond the script's deadline may have lost to rounding down.
-const GRANT_SPAN: Duration = QUEUE_WINDOW.saturating_sub(Duration::from_millis(1));
+/// What the server's time of a waiter's attempt may have lost to rounding
+/// down to the millisecond: a grant's span is counted from it.
+const ROUNDING: Duration = Duration::from_millis(1);
 
 /// The deadlines a waiter's refused attempts were given, each with when the
 /// attempt was sent: a lease handed over whole names one of them.
@@ -117,11 +134,12 @@ impl Deadlines {
     /// was lost, or it is stale) or that ran out.
     fn won(&self, grant: Grant) -> Option<Won> {
         let (_, sent) = self.0.iter().find(|(d, _)| *d == grant.deadline)?;
-        validity(GRANT_SPAN, sent.elapsed())?;
+        let span = grant.span.checked_sub(ROUNDING)?;
+        validity(span, sent.elapsed())?;
         Some(Won {
             fence: grant.fence,
             sent: *sent,
-            span: GRANT_SPAN,
+            span,
         })
     }
 }
@@ -345,7 +363,7 @@ impl<C: Core> PendingAttempt<'_, '_, C> {
         if acked >= needed {
             return Ok(());
         }
-        match t.core.release(t.kind, t.keys, t.hold).await {
+        match t.core.release(t.kind, t.keys, t.hold, t.queued()).await {
             Ok(_) => {
                 self.armed = false;
                 self.queued = false;
@@ -369,7 +387,7 @@ impl<C: Core> PendingAttempt<'_, '_, C> {
     /// fails: a retry with this hold could race it.
     async fn give_back(&mut self) -> Result<()> {
         let t = self.target;
-        match t.core.release(t.kind, t.keys, t.hold).await {
+        match t.core.release(t.kind, t.keys, t.hold, t.queued()).await {
             Ok(_) => {
                 self.armed = false;
                 self.queued = false;
@@ -389,7 +407,7 @@ impl<C: Core> PendingAttempt<'_, '_, C> {
         self.queued = false;
         let t = self.target;
         t.core
-            .release_in_background(t.kind, Arc::clone(t.keys), t.hold.to_owned());
+            .release_in_background(t.kind, Arc::clone(t.keys), t.hold.to_owned(), t.queued());
     }
 }
 
@@ -510,9 +528,10 @@ mod tests {
         }
 
         /// The message of a lease handed to `HOLD` whole, with `fence`,
-        /// naming the queue deadline `deadline`.
+        /// naming the queue deadline `deadline`, for the whole window.
         fn grant(&self, fence: u64, deadline: u64) {
-            self.hand_off(&format!("{HOLD} {fence} {deadline}"));
+            let span = QUEUE_WINDOW.as_millis();
+            self.hand_off(&format!("{HOLD} {fence} {deadline} {span}"));
         }
     }
 
@@ -552,6 +571,7 @@ mod tests {
             _kind: Kind,
             _keys: &LockKeys,
             hold: &str,
+            _queued: Option<Duration>,
         ) -> impl Future<Output = Result<Owned>> + Send {
             assert_eq!(hold, HOLD);
             self.log("release sent");
@@ -563,7 +583,13 @@ mod tests {
             }
         }
 
-        fn release_in_background(&self, _kind: Kind, _keys: Arc<LockKeys>, hold: String) {
+        fn release_in_background(
+            &self,
+            _kind: Kind,
+            _keys: Arc<LockKeys>,
+            hold: String,
+            _queued: Option<Duration>,
+        ) {
             assert_eq!(hold, HOLD);
             self.log("background release");
         }
@@ -784,7 +810,7 @@ mod tests {
         assert_eq!(core.attempts(), [ms(0), ms(0), s], "no claim attempt");
         assert_eq!(won.fence, 77);
         assert_eq!(won.sent - core.start, s, "dated from the heartbeat");
-        assert_eq!(won.span, GRANT_SPAN);
+        assert_eq!(won.span, QUEUE_WINDOW - ROUNDING);
         assert_eq!(core.count("background release"), 0);
     }
 

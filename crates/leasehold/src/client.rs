@@ -110,12 +110,19 @@ impl Core for Inner {
         kind: Kind,
         keys: &LockKeys,
         hold: &str,
+        queued: Option<Duration>,
     ) -> impl Future<Output = Result<Owned>> + Send {
-        self.servers.release(kind, keys, hold)
+        self.servers.release(kind, keys, hold, queued)
     }
 
-    fn release_in_background(&self, kind: Kind, keys: Arc<LockKeys>, hold: String) {
-        self.watchdog.release(kind, keys, hold);
+    fn release_in_background(
+        &self,
+        kind: Kind,
+        keys: Arc<LockKeys>,
+        hold: String,
+        queued: Option<Duration>,
+    ) {
+        self.watchdog.release(kind, keys, hold, queued);
     }
 }
 

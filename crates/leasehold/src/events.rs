@@ -37,23 +37,27 @@ use crate::servers::Servers;
 /// How long a channel stays subscribed after its last waiter left.
 const LINGER: Duration = Duration::from_secs(5);
 
-/// A lease handed to a waiter whole at release: its fence, and the queue
-/// deadline (ms of server time) it lasts until, which the waiter learned
-/// from the reply to one of its attempts (`lock_release.lua`).
+/// A lease handed to a waiter whole at release (`lock_release.lua`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Grant {
     pub(crate) fence: u64,
+    /// The queue deadline (ms of server time) of the waiter's attempt the
+    /// grant is dated from: the waiter learned it from that attempt's reply.
     pub(crate) deadline: u64,
+    /// How long the lease lasts from when that attempt reached the server.
+    pub(crate) span: Duration,
 }
 
 impl Grant {
-    /// Parses '<fence> <deadline>'.
+    /// Parses '<fence> <deadline> <span in ms>'.
     fn parse(text: &str) -> Option<Grant> {
-        let (fence, deadline) = text.split_once(' ')?;
-        Some(Grant {
-            fence: fence.parse().ok()?,
-            deadline: deadline.parse().ok()?,
-        })
+        let mut parts = text.split(' ').map(str::parse::<u64>);
+        let grant = Grant {
+            fence: parts.next()?.ok()?,
+            deadline: parts.next()?.ok()?,
+            span: Duration::from_millis(parts.next()?.ok()?),
+        };
+        parts.next().is_none().then_some(grant)
     }
 }
 
@@ -114,8 +118,8 @@ impl Shared {
                         b"" => entry.notify.notify_one(),
                         b"all" => entry.notify.notify_waiters(),
                         payload => {
-                            // '<id>' or '<id> <fence> <deadline>' (a lease handed
-                            // over whole, lock_release.lua).
+                            // '<id>', or '<id> <fence> <deadline> <span>' for a
+                            // lease handed over whole (lock_release.lua).
                             let payload = std::str::from_utf8(payload).unwrap_or("");
                             let (id, grant) = match payload.split_once(' ') {
                                 Some((id, rest)) => (id, Grant::parse(rest)),

@@ -104,7 +104,7 @@ impl Held {
         let lease = &self.lease;
         let outcome = inner
             .servers
-            .release(lease.kind, &lease.keys, &lease.hold)
+            .release(lease.kind, &lease.keys, &lease.hold, None)
             .await;
         pending.0 = None;
         match outcome {
@@ -132,7 +132,12 @@ impl Held {
         let watchdog = &self.client.inner.watchdog;
         let lease = &self.lease;
         watchdog.untrack(lease.id);
-        watchdog.release(lease.kind, Arc::clone(&lease.keys), lease.hold.clone());
+        watchdog.release(
+            lease.kind,
+            Arc::clone(&lease.keys),
+            lease.hold.clone(),
+            None,
+        );
     }
 }
 

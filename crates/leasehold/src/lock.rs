@@ -123,7 +123,7 @@ impl Lock {
             .client
             .inner
             .servers
-            .release(Kind::Lock, &self.h.keys, token)
+            .release(Kind::Lock, &self.h.keys, token, None)
             .await?;
         self.by_token_outcome(outcome)
     }

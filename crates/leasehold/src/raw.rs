@@ -75,7 +75,7 @@ fn spread(redlock_node: bool) -> Spread {
     if redlock_node {
         Spread::Quorum
     } else {
-        Spread::One
+        Spread::One { queued: None }
     }
 }
 

@@ -354,7 +354,7 @@ impl Drop for WithdrawOnDrop<'_> {
             self.client
                 .inner
                 .watchdog
-                .release(Kind::Rw, Arc::clone(self.keys), member);
+                .release(Kind::Rw, Arc::clone(self.keys), member, None);
         }
     }
 }

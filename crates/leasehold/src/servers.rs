@@ -96,9 +96,19 @@ impl Servers {
         }
     }
 
-    pub(crate) async fn release(&self, kind: Kind, keys: &LockKeys, hold: &str) -> Result<Owned> {
+    /// Gives back `hold`; `queued` is the TTL it queued with if it may be a
+    /// waiter of a lease lock (which then leaves the queue).
+    pub(crate) async fn release(
+        &self,
+        kind: Kind,
+        keys: &LockKeys,
+        hold: &str,
+        queued: Option<Duration>,
+    ) -> Result<Owned> {
         match self {
-            Servers::One(backend) => scripts::release(backend, kind, keys, hold, Spread::One).await,
+            Servers::One(backend) => {
+                scripts::release(backend, kind, keys, hold, Spread::One { queued }).await
+            }
             Servers::Quorum(redlock) => redlock.release(kind, keys, hold).await,
         }
     }

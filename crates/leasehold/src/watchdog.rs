@@ -65,6 +65,8 @@ struct Release {
     kind: Kind,
     keys: Arc<LockKeys>,
     hold: String,
+    /// The TTL the hold queued with, if it may be a queued waiter.
+    queued: Option<Duration>,
 }
 
 /// What the watchdog needs from the servers: [`Servers`] in a client, an
@@ -77,6 +79,7 @@ pub(crate) trait Door: Clone + Send + Sync + 'static {
         kind: Kind,
         keys: &LockKeys,
         hold: &str,
+        queued: Option<Duration>,
     ) -> impl Future<Output = Result<Owned>> + Send;
 
     /// Renews leases of one kind; `None` where the outcome is not known.
@@ -96,8 +99,9 @@ impl Door for Servers {
         kind: Kind,
         keys: &LockKeys,
         hold: &str,
+        queued: Option<Duration>,
     ) -> impl Future<Output = Result<Owned>> + Send {
-        Servers::release(self, kind, keys, hold)
+        Servers::release(self, kind, keys, hold, queued)
     }
 
     fn extend(
@@ -142,8 +146,21 @@ impl Watchdog {
 
     /// Releases in the background; never blocks. `hold` is the lease's
     /// identity in its kind's scripts (see [`Lease::hold`]).
-    pub(crate) fn release(&self, kind: Kind, keys: Arc<LockKeys>, hold: String) {
-        let _ = self.tx.send(Command::Release(Release { kind, keys, hold }));
+    /// `queued`: the TTL the hold queued with, if it may be a queued waiter
+    /// of a lease lock (a cancelled acquire), which then leaves the queue.
+    pub(crate) fn release(
+        &self,
+        kind: Kind,
+        keys: Arc<LockKeys>,
+        hold: String,
+        queued: Option<Duration>,
+    ) {
+        let _ = self.tx.send(Command::Release(Release {
+            kind,
+            keys,
+            hold,
+            queued,
+        }));
     }
 
     /// Gives back every lease on the books and every release still queued,
@@ -283,12 +300,18 @@ impl<D: Door> State<D> {
     /// Starts queued releases while fewer than the most allowed are in flight.
     fn start_releases(&mut self) {
         while self.releasing.len() < MAX_RELEASES_IN_FLIGHT {
-            let Some(Release { kind, keys, hold }) = self.backlog.pop_front() else {
+            let Some(Release {
+                kind,
+                keys,
+                hold,
+                queued,
+            }) = self.backlog.pop_front()
+            else {
                 return;
             };
             let servers = self.servers.clone();
             self.releasing.push(Box::pin(async move {
-                match servers.release(kind, &keys, &hold).await {
+                match servers.release(kind, &keys, &hold, queued).await {
                     Ok(_) => Ok(()),
                     Err(e) => {
                         tracing::warn!(key = %keys.lock(), error = %e,
@@ -449,6 +472,7 @@ impl Release {
             kind: lease.kind,
             keys: Arc::clone(&lease.keys),
             hold: lease.hold.clone(),
+            queued: None,
         }
     }
 }
@@ -548,6 +572,7 @@ mod tests {
             _kind: Kind,
             _keys: &LockKeys,
             _hold: &str,
+            _queued: Option<Duration>,
         ) -> impl Future<Output = Result<Owned>> + Send {
             let (sent, stuck) = (Arc::clone(&self.releases_sent), self.stuck);
             async move {
@@ -609,7 +634,7 @@ mod tests {
         let start = Instant::now();
         for i in 0..1000 {
             let keys = Arc::new(LockKeys::new("t", &format!("dropped:{i}")));
-            watchdog.release(Kind::Lock, keys, format!("dropped:{i}"));
+            watchdog.release(Kind::Lock, keys, format!("dropped:{i}"), None);
         }
         let held = lease("held", TTL, start);
         watchdog.track(Arc::clone(&held), true);
@@ -739,6 +764,7 @@ mod tests {
             Kind::Lock,
             Arc::new(LockKeys::new("t", "dropped")),
             "dropped".into(),
+            None,
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(

@@ -83,7 +83,11 @@ fn release(conn: &mut Connection, token: &str) -> i64 {
     lock_release(conn, token, false)
 }
 
+/// The TTL every waiter of these tests queues with (part of its member).
+const WAITER_TTL: u64 = 10_000;
+
 /// lock_release.lua; `publish_free` as a Redlock node runs it (ARGV[3]).
+/// The caller may be a waiter that queued with [`WAITER_TTL`] (ARGV[6]).
 fn lock_release(conn: &mut Connection, token: &str, publish_free: bool) -> i64 {
     redis::Script::new(&RELEASE)
         .key(LOCK)
@@ -96,6 +100,7 @@ fn lock_release(conn: &mut Connection, token: &str, publish_free: bool) -> i64 {
         .arg(if publish_free { "1" } else { "0" })
         .arg(CONN)
         .arg(WINDOW)
+        .arg(WAITER_TTL)
         .invoke(conn)
         .unwrap()
 }
@@ -103,7 +108,7 @@ fn lock_release(conn: &mut Connection, token: &str, publish_free: bool) -> i64 {
 /// Makes the queued waiter `token` look as if it arrived `ms` earlier (and
 /// has not tried since): past the window, it is dead.
 fn backdate(conn: &mut Connection, token: &str, ms: u64) {
-    let member = format!("{CONN}:{token}");
+    let member = format!("{CONN}:{WAITER_TTL}:{token}");
     let arrival: f64 = conn.zscore(QUEUE, &member).unwrap();
     let _: () = redis::cmd("ZADD")
         .arg(QUEUE)
@@ -161,14 +166,15 @@ fn redlock_nodes_raise_fences_to_their_clock_and_publish_every_release() {
     assert!(next > fence);
 }
 
-/// The queued waiters' tokens, in order (members are `<CONN>:<token>`).
+/// The queued waiters' tokens, in order (members are
+/// `<CONN>:<ttl>:<token>`, all of [`WAITER_TTL`] here).
 fn queued(conn: &mut Connection) -> Vec<String> {
     let members: Vec<String> = conn.zrange(QUEUE, 0, -1).unwrap();
     members
         .into_iter()
         .map(|m| {
-            m.strip_prefix(&format!("{CONN}:"))
-                .expect("queued under the connection id")
+            m.strip_prefix(&format!("{CONN}:{WAITER_TTL}:"))
+                .expect("queued under the connection id and its TTL")
                 .to_owned()
         })
         .collect()
@@ -298,7 +304,11 @@ fn release_hands_the_lease_whole_to_the_first_live_waiter_and_wakes_only_it() {
     assert_eq!(msg.get_channel_name(), HANDOFF);
     let payload: String = msg.get_payload().unwrap();
     let parts: Vec<&str> = payload.split(' ').collect();
-    assert_eq!(parts.len(), 3, "'<token> <fence> <deadline>': {payload}");
+    assert_eq!(
+        parts.len(),
+        4,
+        "'<token> <fence> <deadline> <span>': {payload}"
+    );
     assert_eq!(parts[0], "b");
     let fence: i64 = parts[1].parse().unwrap();
     assert!(fence > first, "a new fence: {fence} after {first}");
@@ -317,6 +327,9 @@ fn release_hands_the_lease_whole_to_the_first_live_waiter_and_wakes_only_it() {
         expires >= deadline,
         "the lease ends at {expires}, before the deadline {deadline} b dates it by"
     );
+    // The span is counted from the arrival of that attempt: the deadline
+    // minus the window. b's TTL is longer, so the lease lasts the window.
+    assert_eq!(parts[3], WINDOW.to_string());
     // Nothing else was published: the next message is a marker sent now.
     let _: () = conn.publish(other, "marker").unwrap();
     let msg = pubsub.get_message().unwrap();
@@ -370,6 +383,39 @@ fn a_hand_off_dates_the_lease_from_the_waiters_latest_deadline() {
     assert_eq!(holder, "b");
     let left: i64 = conn.zcard(ALIVE).unwrap();
     assert_eq!(left, 0, "b's heartbeat entry went with it");
+}
+
+/// A waiter with a TTL shorter than its time to the deadline is handed a
+/// lease of its TTL: if it dies at once, the lock is free as soon as its
+/// own lease would have ended. The span says so.
+#[test]
+fn a_hand_off_lasts_at_most_the_waiters_ttl() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let mut sub_conn = server.connection();
+    let mut pubsub = sub_conn.as_pubsub();
+    pubsub.subscribe(HANDOFF).unwrap();
+    pubsub
+        .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .unwrap();
+    acquire(&mut conn, "a", 10_000);
+    let b = lock_attempt(&mut conn, "b", 800, WINDOW, false, false).unwrap();
+    let arrival = u64::try_from(b[2]).unwrap() - WINDOW;
+    assert_eq!(release(&mut conn, "a"), 1);
+    let (now_s, now_us): (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
+    let pttl: i64 = conn.pttl(LOCK).unwrap();
+    assert!(
+        pttl > 0 && pttl <= 800,
+        "the waiter's TTL bounds it: {pttl}"
+    );
+    let payload: String = pubsub.get_message().unwrap().get_payload().unwrap();
+    let span: u64 = payload.split(' ').nth(3).unwrap().parse().unwrap();
+    // The lease ends at the waiter's arrival + span, no later than now + TTL.
+    let now = now_s * 1000 + now_us / 1000;
+    assert!(
+        arrival + span <= now + 800 && span >= 800,
+        "span {span} from arrival {arrival}, now {now}"
+    );
 }
 
 #[test]
@@ -1523,6 +1569,7 @@ fn release_scripts_publish_by_spublish_when_their_last_argument_is_1() {
                 .arg("1")
                 .arg(CONN)
                 .arg(WINDOW)
+                .arg("")
                 .arg(sharded)
                 .invoke(conn)
                 .unwrap()

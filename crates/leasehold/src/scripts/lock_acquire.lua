@@ -2,7 +2,8 @@
 -- reply, or a hand-off whose message the caller missed), and issue a fencing token;
 -- otherwise, for a caller that will wait, join the queue of waiters.
 -- KEYS[1] lock key   KEYS[2] fence key
--- KEYS[3] queue (zset: waiter -> arrival, µs of server time; a waiter is '<id>:<token>')
+-- KEYS[3] queue (zset: waiter -> arrival, µs of server time; a waiter is
+--         '<connection id>:<ttl in ms>:<token>')
 -- KEYS[4] heartbeats (zset: waiter -> deadline, ms of server time; see below)
 -- ARGV[1] owner token   ARGV[2] lease ttl in ms   ARGV[3] fence memory in ms: how long the
 --         last fence is kept at least (see prelude.lua)
@@ -11,8 +12,8 @@
 --         waits and may already be queued (an earlier attempt was refused)
 -- ARGV[6] '1' for a fair lock: a free lease goes to the caller only if no live waiter is
 --         ahead of it in the queue; waiters past their deadline are pruned first
--- ARGV[7] the caller's connection id: a lease handed to the waiter '<id>:<token>' is
---         announced on '<release channel>:<id>' (lock_release.lua)
+-- ARGV[7] the caller's connection id: a lease handed to the waiter '<id>:<ttl>:<token>' is
+--         announced on '<release channel>:<id>', and lasts at most its ttl (lock_release.lua)
 -- Returns {1, fence} when the caller holds the lease now; {0, pttl} when another owner holds
 -- it (pttl: the holder's remaining ms, -1 if the key has no expiry), and {0, pttl, deadline}
 -- when the caller is queued until deadline (ms of server time: now + the window).
@@ -22,7 +23,7 @@
 -- refused first attempt costs five commands. Fences come from next_fence (prelude.lua), as
 -- for every kind of lock: on one server and on each Redlock node alike, so the nodes'
 -- fences are comparable.
-local member = ARGV[7] .. ':' .. ARGV[1]
+local member = ARGV[7] .. ':' .. ARGV[2] .. ':' .. ARGV[1]
 local window = tonumber(ARGV[4])
 
 -- Whether the queued waiter member (arrival in µs) is still live at now (ms).

@@ -5,32 +5,37 @@
 -- ARGV[1] owner token   ARGV[2] the least a handed-off lease lasts, in ms
 -- ARGV[3] '1' to publish an empty message when the lease is freed with nobody queued (for
 --         waiters that do not queue: Redlock's, which retry on any node's release)
--- ARGV[4] the caller's connection id (its queue member is '<id>:<token>')
+-- ARGV[4] the caller's connection id
 -- ARGV[5] the queue window in ms (lock_acquire.lua)
+-- ARGV[6] the TTL in ms the caller queued with, if it may be a queued waiter (its member is
+--         '<id>:<ttl>:<token>'), else ''
 -- Returns 1 if released, 0 if the lease was missing (expired or released), -1 if another
 -- owner holds it (then the lease is not changed).
 --
 -- The hand-off makes the first live waiter the holder at once, in this one call: it sets
 -- the lock to the waiter's token, issues the waiter's fence and publishes
--- '<token> <fence> <deadline>' on the waiter's connection's own channel, so only that
--- waiter's process hears it and only that waiter wakes, and it holds the lease without
+-- '<token> <fence> <deadline> <span>' on the waiter's connection's own channel, so only
+-- that waiter's process hears it and only that waiter wakes, and it holds the lease without
 -- another round trip. No one can barge in between, the releasing owner included.
 --
--- The handed lease lasts until the waiter's deadline (at least ARGV[2]), which the waiter
--- learned from the reply to the attempt that set it: it dates its lease from when it sent
--- that attempt, which reached the server no later than the deadline minus the window. So
--- the waiter's view of the lease ends before the server's, by one network hop, however long
--- it waited; it renews the lease to its TTL soon after (a third of the shorter of the two).
+-- The handed lease lasts until the waiter's deadline (at least ARGV[2]), and at most its
+-- TTL. The waiter learned the deadline from the reply to the attempt that set it, which
+-- reached the server at deadline - window; span is how long the lease lasts from then.
+-- The waiter dates its lease from when it sent that attempt: its view ends before the
+-- server's by one network hop, however long it waited. Its first renewal, a third of the
+-- way in, gives it its TTL.
 -- A waiter that missed the message tries again before its deadline (it tries at least
 -- every third of the window) and finds the lease already its own. One that died since its
 -- last attempt keeps the lock idle until its deadline, at most a window. A waiter whose
--- deadline passed is skipped. A member without an id (written by hand) is a bare token,
+-- deadline passed is skipped. A member not of that form (written by hand) is a bare token,
 -- announced on the release channel itself.
 local holder = redis.call('GET', KEYS[1])
 if holder ~= ARGV[1] then
-  local member = ARGV[4] .. ':' .. ARGV[1]
-  redis.call('ZREM', KEYS[3], member)
-  redis.call('ZREM', KEYS[4], member)
+  if ARGV[6] ~= '' then
+    local member = ARGV[4] .. ':' .. ARGV[6] .. ':' .. ARGV[1]
+    redis.call('ZREM', KEYS[3], member)
+    redis.call('ZREM', KEYS[4], member)
+  end
   if holder then
     return -1
   end
@@ -54,25 +59,27 @@ while true do
       deadline = beat
     end
   end
-  local channel, waiter = KEYS[2], head[1]
-  local split = string.find(head[1], ':', 1, true)
-  if split then
-    channel = KEYS[2] .. ':' .. string.sub(head[1], 1, split - 1)
-    waiter = string.sub(head[1], split + 1)
+  local channel, ttl, waiter = KEYS[2], nil, head[1]
+  local id, t, token = string.match(head[1], '^([^:]*):(%d+):(.*)$')
+  if id then
+    channel, ttl, waiter = KEYS[2] .. ':' .. id, tonumber(t), token
   end
   if beat then
     redis.call('ZREM', KEYS[4], head[1])
   end
   if waiter ~= ARGV[1] and deadline > now then
     local reserve = math.max(deadline - now, tonumber(ARGV[2]))
+    if ttl and ttl < reserve then
+      reserve = ttl
+    end
     redis.call('SET', KEYS[1], waiter, 'PX', string.format('%d', reserve))
     local fence = handed_fence(KEYS[5], reserve, now_us)
     if fence then
-      publish(ARGV[6], channel,
-        waiter .. ' ' .. string.format('%d', fence) .. ' ' .. string.format('%d', deadline))
+      local span = now + reserve - (deadline - window)
+      publish(ARGV[7], channel, string.format('%s %d %d %d', waiter, fence, deadline, span))
     else
       -- The fence key holds another type: the waiter's own attempt reports it.
-      publish(ARGV[6], channel, waiter)
+      publish(ARGV[7], channel, waiter)
     end
     return 1
   end
@@ -82,6 +89,6 @@ while true do
 end
 redis.call('DEL', KEYS[1])
 if ARGV[3] == '1' then
-  publish(ARGV[6], KEYS[2], '')
+  publish(ARGV[7], KEYS[2], '')
 end
 return 1

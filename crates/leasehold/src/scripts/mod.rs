@@ -207,8 +207,10 @@ pub(crate) enum Queueing {
 /// How a lock is spread over servers, as its scripts need to know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Spread {
-    /// One server: queue-based hand-off, fences from the server's counter.
-    One,
+    /// One server: queue-based hand-off. `queued`: the TTL the hold queued
+    /// with, if it may be a queued waiter (a cancelled acquire); its member
+    /// of the queue names it, and the release takes it out.
+    One { queued: Option<Duration> },
     /// One of several Redlock nodes: fences at least the server clock (so the
     /// nodes' fences are comparable), and releases wake non-queued waiters.
     Quorum,
@@ -334,7 +336,7 @@ pub(crate) async fn lock_release(
 }
 
 /// The call [`lock_release`] sends from the connection `connection`;
-/// `sharded` publishes by SPUBLISH (ARGV[6], see [`sharded`]).
+/// `sharded` publishes by SPUBLISH (ARGV[7], see [`sharded`]).
 pub(crate) fn lock_release_call(
     keys: &LockKeys,
     token: &str,
@@ -354,6 +356,10 @@ pub(crate) fn lock_release_call(
         .arg(if spread == Spread::Quorum { "1" } else { "0" })
         .arg(connection)
         .arg(millis(QUEUE_WINDOW))
+        .arg(match spread {
+            Spread::One { queued: Some(ttl) } => millis(ttl).to_string(),
+            _ => String::new(),
+        })
         .arg(sharded);
     invocation
 }
