@@ -211,6 +211,85 @@ impl RedisCluster {
         self.wait_until_ok();
     }
 
+    /// Moves the slot of `key`, with its keys, from the master serving it to
+    /// the master on `to`, the way `redis-cli --cluster reshard` moves each
+    /// slot: `SETSLOT IMPORTING` on `to`, `MIGRATING` on the owner, `MIGRATE`
+    /// of its keys (bounded batches), then `SETSLOT NODE` on both and on
+    /// every other master; waits until the cluster is ok again. Panics if
+    /// `to` serves it already or a step fails.
+    pub fn move_slot_of(&self, key: &str, to: u16) {
+        let from = self.master_of(key);
+        assert_ne!(from, to, "leasehold-testkit: {key} lives on {to} already");
+        let slot: i64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut self.node(from).connection())
+            .expect("CLUSTER KEYSLOT");
+        let (from_id, to_id) = (self.node_id(from), self.node_id(to));
+        let setslot = |port: u16, args: &[&str]| {
+            let _: () = redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg(args)
+                .query(&mut self.node(port).connection())
+                .unwrap_or_else(|e| panic!("CLUSTER SETSLOT {slot} {args:?} on {port}: {e}"));
+        };
+        setslot(to, &["IMPORTING", &from_id]);
+        setslot(from, &["MIGRATING", &to_id]);
+        let mut source = self.node(from).connection();
+        // Bounded: a slot of a test holds few keys; 1000 batches is plenty.
+        for _ in 0..1000 {
+            let keys: Vec<String> = redis::cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(slot)
+                .arg(100)
+                .query(&mut source)
+                .expect("CLUSTER GETKEYSINSLOT");
+            if keys.is_empty() {
+                break;
+            }
+            let _: redis::Value = redis::cmd("MIGRATE")
+                .arg("127.0.0.1")
+                .arg(to)
+                .arg("")
+                .arg(0)
+                .arg(5000)
+                .arg("KEYS")
+                .arg(&keys)
+                .query(&mut source)
+                .unwrap_or_else(|e| panic!("MIGRATE of slot {slot} to {to}: {e}"));
+        }
+        setslot(to, &["NODE", &to_id]);
+        setslot(from, &["NODE", &to_id]);
+        for port in self.master_ports() {
+            if port != from && port != to {
+                setslot(port, &["NODE", &to_id]);
+            }
+        }
+        self.wait_until_ok();
+    }
+
+    /// How many cluster bus messages of `kind` every running node has sent
+    /// so far, added up: `cluster_stats_messages_<kind>_sent` of `CLUSTER
+    /// INFO` (`publish` for a PUBLISH forwarded to every node,
+    /// `publishshard` for an SPUBLISH forwarded within its shard, `ping`..).
+    pub fn bus_messages_sent(&self, kind: &str) -> u64 {
+        let field = format!("cluster_stats_messages_{kind}_sent:");
+        self.nodes
+            .iter()
+            .filter(|n| n.is_running())
+            .map(|n| {
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query(&mut n.connection())
+                    .expect("CLUSTER INFO");
+                info.lines()
+                    .find_map(|l| l.strip_prefix(&field))
+                    .map_or(0, |v| v.trim().parse::<u64>().expect("a counter"))
+            })
+            .sum()
+    }
+
     /// Waits until every running node reports `cluster_state:ok` and agrees
     /// on one master per slot range, and every replica's link is up.
     pub fn wait_until_ok(&self) {

@@ -213,10 +213,17 @@ impl Client {
     /// operation is one call to one master; redirections (MOVED, ASK) and
     /// slot migrations are followed by the driver.
     ///
-    /// Release events: a PUBLISH on a cluster reaches every node over the
-    /// cluster bus, so the client's one subscription (on any node) hears
-    /// the releases of every master. That costs cluster-bus traffic per
-    /// release, which is fine for lock traffic; sharded pub/sub would not.
+    /// Release events: where every master has sharded pub/sub (Redis or
+    /// Valkey 7+) and the user may run `SPUBLISH`, `SSUBSCRIBE` and
+    /// `SUNSUBSCRIBE` (asked once, at connect), a release is published with
+    /// `SPUBLISH`, which the cluster bus carries only to the lock's shard
+    /// (its master's replicas), and waiters subscribe at the master of the
+    /// lock's slot, following it through reshards and failovers. Otherwise
+    /// releases go by `PUBLISH`, which the bus forwards to every node, and
+    /// the client's one subscription (on any node) hears them all. Clients
+    /// of one cluster should agree: a waiter subscribed the other way than
+    /// the releaser publishes falls back to its timers (give every lock
+    /// user of a cluster the three commands, or none).
     ///
     /// [`Client::list`] scans every master of the cluster.
     ///

@@ -101,7 +101,8 @@ impl Shared {
     /// Runs on the connection's task, so it only takes a lock and notifies.
     pub(crate) fn on_push(&self, info: PushInfo) {
         match info.kind {
-            PushKind::Message => {
+            // SMessage: a shard channel's, on a cluster with sharded pub/sub.
+            PushKind::Message | PushKind::SMessage => {
                 let Some(Value::BulkString(channel)) = info.data.first() else {
                     return;
                 };

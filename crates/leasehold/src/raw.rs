@@ -57,10 +57,17 @@ impl LockCalls {
         )
     }
 
-    /// A release by `token`. Replies 1 released, 0 missing, -1 another
-    /// owner's.
+    /// A release by `token`, publishing by PUBLISH as on one server or a
+    /// Redlock node (a cluster with sharded pub/sub sends SPUBLISH).
+    /// Replies 1 released, 0 missing, -1 another owner's.
     pub fn release(&self, token: &str, redlock_node: bool) -> ScriptInvocation<'static> {
-        scripts::lock_release_call(&self.keys, token, spread(redlock_node), &self.connection)
+        scripts::lock_release_call(
+            &self.keys,
+            token,
+            spread(redlock_node),
+            &self.connection,
+            "0",
+        )
     }
 }
 

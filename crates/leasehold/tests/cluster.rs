@@ -96,3 +96,244 @@ async fn coordinated_failover_of_a_master_loses_no_lock() {
     let again = other.lock("moved").try_acquire().await.expect("try");
     assert!(again.is_some(), "free after release");
 }
+
+/// The kinds of release that publish, one case each.
+#[derive(Debug, Clone, Copy)]
+enum Release {
+    /// A Lock handed to its queued waiter (the hand-off channel).
+    Lock,
+    /// A ReentrantLock's last hold.
+    Reentrant,
+    /// An RwLock's write hold, a reader waiting.
+    Write,
+    /// An RwLock's write hold downgraded, a reader waiting.
+    Downgrade,
+    /// A Semaphore's only permit.
+    Permit,
+}
+
+/// A guard of any kind, to release once measured.
+enum Got {
+    Lock(leasehold::LockGuard),
+    Reentrant(leasehold::ReentrantGuard),
+    Write(leasehold::WriteGuard),
+    Read(leasehold::ReadGuard),
+    Permit(leasehold::Permit),
+}
+
+impl Got {
+    async fn release(self) {
+        match self {
+            Got::Lock(g) => g.release().await,
+            Got::Reentrant(g) => g.release().await,
+            Got::Write(g) => g.release().await,
+            Got::Read(g) => g.release().await,
+            Got::Permit(g) => g.release().await,
+        }
+        .expect("release");
+    }
+}
+
+/// What one release cost the cluster bus and how long its waiter took.
+#[derive(Debug)]
+struct Measured {
+    release: Release,
+    publish: u64,
+    publishshard: u64,
+    woke_after: Duration,
+}
+
+/// Whether some node lists a subscription (plain or sharded) to a channel
+/// of the lock `name`: its waiter is subscribed.
+fn subscribed(cluster: &RedisCluster, name: &str) -> bool {
+    cluster.nodes().iter().filter(|n| n.is_running()).any(|n| {
+        ["CHANNELS", "SHARDCHANNELS"].iter().any(|sub| {
+            let channels: Vec<String> = redis::cmd("PUBSUB")
+                .arg(*sub)
+                .arg(format!("leasehold:{{{name}}}:released*"))
+                .query(&mut n.connection())
+                .unwrap_or_default();
+            !channels.is_empty()
+        })
+    })
+}
+
+/// `holder` holds `name` as `release` says, `waiter` waits for it (another
+/// client, so another connection); once the waiter is subscribed, the hold
+/// is released (or downgraded) and the bus messages sent until the waiter
+/// holds are counted. With `tag` "sharded" (a user that may run PUBSUB) a
+/// lock's status must count the waiter's subscription.
+async fn measure(
+    cluster: &RedisCluster,
+    holder: &Client,
+    waiter: &Client,
+    release: Release,
+    tag: &str,
+    name: &str,
+) -> Measured {
+    let ttl = Duration::from_secs(30);
+    let wait = Duration::from_secs(20);
+    let (held, waiting): (Got, tokio::task::JoinHandle<(Instant, Got)>) = match release {
+        Release::Lock => {
+            let held = holder.lock(name).ttl(ttl).acquire().await.expect("hold");
+            let lock = waiter.lock(name).ttl(ttl).wait(wait);
+            (
+                Got::Lock(held),
+                tokio::spawn(async move {
+                    let got = lock.acquire().await.expect("waiter acquires");
+                    (Instant::now(), Got::Lock(got))
+                }),
+            )
+        }
+        Release::Reentrant => {
+            let held = holder.reentrant_lock(name).acquire().await.expect("hold");
+            let lock = waiter.reentrant_lock(name).ttl(ttl).wait(wait);
+            (
+                Got::Reentrant(held),
+                tokio::spawn(async move {
+                    let got = lock.acquire().await.expect("waiter acquires");
+                    (Instant::now(), Got::Reentrant(got))
+                }),
+            )
+        }
+        Release::Write | Release::Downgrade => {
+            let held = holder.rw_lock(name).ttl(ttl).write().await.expect("hold");
+            let lock = waiter.rw_lock(name).ttl(ttl).wait(wait);
+            (
+                Got::Write(held),
+                tokio::spawn(async move {
+                    let got = lock.read().await.expect("waiter reads");
+                    (Instant::now(), Got::Read(got))
+                }),
+            )
+        }
+        Release::Permit => {
+            let held = holder
+                .semaphore(name, 1)
+                .ttl(ttl)
+                .acquire()
+                .await
+                .expect("hold");
+            let permits = waiter.semaphore(name, 1).ttl(ttl).wait(wait);
+            (
+                Got::Permit(held),
+                tokio::spawn(async move {
+                    let got = permits.acquire().await.expect("waiter acquires");
+                    (Instant::now(), Got::Permit(got))
+                }),
+            )
+        }
+    };
+    common::wait_until("the waiter subscribed", || subscribed(cluster, name)).await;
+    // Its first attempt after subscribing was refused too: it waits now.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    if matches!(release, Release::Lock) && tag == "sharded" {
+        // Status counts its shard subscription (the plain user may not
+        // run PUBSUB).
+        let status = holder.lock(name).status().await.expect("status");
+        assert_eq!(status.waiting_clients, 1, "{release:?} {name}: {status:?}");
+    }
+    let before = (
+        cluster.bus_messages_sent("publish"),
+        cluster.bus_messages_sent("publishshard"),
+    );
+    let released = Instant::now();
+    // A downgrade's read hold is released once measured.
+    let later = match (release, held) {
+        (Release::Downgrade, Got::Write(write)) => {
+            Some(Got::Read(write.downgrade().await.expect("downgrade")))
+        }
+        (_, held) => {
+            held.release().await;
+            None
+        }
+    };
+    let (at, got) = waiting.await.expect("waiter task");
+    let measured = Measured {
+        release,
+        publish: cluster.bus_messages_sent("publish") - before.0,
+        publishshard: cluster.bus_messages_sent("publishshard") - before.1,
+        woke_after: at.saturating_duration_since(released),
+    };
+    got.release().await;
+    if let Some(read) = later {
+        read.release().await;
+    }
+    measured
+}
+
+/// Every kind of release with a waiter, on `holder` and `waiter`.
+async fn measure_every_release(
+    cluster: &RedisCluster,
+    holder: &Client,
+    waiter: &Client,
+    tag: &str,
+) -> Vec<Measured> {
+    let mut all = Vec::new();
+    for (i, release) in [
+        Release::Lock,
+        Release::Reentrant,
+        Release::Write,
+        Release::Downgrade,
+        Release::Permit,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        // Three names each, spread over the masters.
+        for j in 0..3 {
+            let name = format!("bus:{tag}:{i}:{j}");
+            all.push(measure(cluster, holder, waiter, release, tag, &name).await);
+        }
+    }
+    all
+}
+
+/// Issue 15, item 6: with sharded pub/sub a release is forwarded within
+/// its shard only (to its master's replicas), no longer to every node, and
+/// every waiter still wakes on the message, far sooner than its fallback
+/// (a lock's queue heartbeat, 1 s; the holder's TTL, 30 s, for the rest).
+/// The plain way, kept for users without SPUBLISH, measured beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_reaches_only_its_shard_and_wakes_its_waiter() {
+    let cluster = RedisCluster::start(3, 1);
+    let nodes = cluster.nodes().len() as u64;
+    let holder = Client::cluster(cluster.urls()).await.expect("connect");
+    let waiter = Client::cluster(cluster.urls()).await.expect("connect");
+    let sharded = measure_every_release(&cluster, &holder, &waiter, "sharded").await;
+
+    let urls = common::user_on_every_node(&cluster, "plain", common::PLAIN_PUBSUB_RULES);
+    let holder = Client::cluster(urls.clone()).await.expect("connect");
+    let waiter = Client::cluster(urls).await.expect("connect");
+    let plain = measure_every_release(&cluster, &holder, &waiter, "plain").await;
+
+    eprintln!("bus messages sent per release with a waiter, 3 masters + 3 replicas:");
+    for (way, all) in [("sharded", &sharded), ("plain", &plain)] {
+        for m in all {
+            eprintln!(
+                "  {way:8} {:10} publish {} publishshard {} woke after {:?}",
+                format!("{:?}", m.release),
+                m.publish,
+                m.publishshard,
+                m.woke_after
+            );
+        }
+    }
+    for m in &sharded {
+        assert_eq!(m.publish, 0, "sharded: no PUBLISH crossed the bus: {m:?}");
+        assert_eq!(
+            m.publishshard, 1,
+            "sharded: one copy, to the replica: {m:?}"
+        );
+    }
+    for m in &plain {
+        assert_eq!(m.publish, nodes - 1, "plain: to every other node: {m:?}");
+        assert_eq!(m.publishshard, 0, "plain: {m:?}");
+    }
+    for m in sharded.iter().chain(&plain) {
+        assert!(
+            m.woke_after < Duration::from_millis(500),
+            "woken by the message, not a fallback timer: {m:?}"
+        );
+    }
+}

@@ -210,16 +210,16 @@ async fn live_reshard_crosses_no_replies_and_overlaps_no_holds() {
     eprintln!("whole test: {:?}", began.elapsed());
 }
 
-/// The nodes (by port) whose PUBSUB CHANNELS list a channel starting with
-/// `prefix`.
-fn subscribed_on(cluster: &RedisCluster, prefix: &str) -> Vec<u16> {
+/// The nodes (by port) whose `PUBSUB <sub>` (`CHANNELS`, `SHARDCHANNELS`)
+/// lists a channel starting with `prefix`.
+fn subscribed_on(cluster: &RedisCluster, sub: &str, prefix: &str) -> Vec<u16> {
     cluster
         .nodes()
         .iter()
         .filter(|n| n.is_running())
         .filter(|n| {
             let channels: Vec<String> = redis::cmd("PUBSUB")
-                .arg("CHANNELS")
+                .arg(sub)
                 .arg(format!("{prefix}*"))
                 .query(&mut n.connection())
                 .unwrap_or_default();
@@ -229,12 +229,12 @@ fn subscribed_on(cluster: &RedisCluster, prefix: &str) -> Vec<u16> {
         .collect()
 }
 
-/// Waits (bounded) until exactly one running node has a subscription to a
-/// channel starting with `prefix`; returns its port.
-async fn wait_subscribed(cluster: &RedisCluster, prefix: &str) -> u16 {
+/// Waits (bounded) until exactly one running node has a subscription
+/// (`PUBSUB <sub>`) to a channel starting with `prefix`; returns its port.
+async fn wait_subscribed(cluster: &RedisCluster, sub: &str, prefix: &str) -> u16 {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        if let [port] = subscribed_on(cluster, prefix)[..] {
+        if let [port] = subscribed_on(cluster, sub, prefix)[..] {
             return port;
         }
         assert!(
@@ -245,11 +245,32 @@ async fn wait_subscribed(cluster: &RedisCluster, prefix: &str) -> u16 {
     }
 }
 
+/// Waits (bounded) until the node on `port`, and only it, has a
+/// subscription (`PUBSUB <sub>`) to a channel starting with `prefix`.
+async fn wait_subscribed_at(cluster: &RedisCluster, sub: &str, prefix: &str, port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let on = subscribed_on(cluster, sub, prefix);
+        if on == [port] {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{prefix}* is subscribed on {on:?}, not on {port} alone"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The way of a client whose user may not run SPUBLISH and SSUBSCRIBE (as
+/// every cluster client before sharded pub/sub): all its subscriptions on
+/// one node, any one, moved to another when that node dies.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn pubsub_moves_to_another_node_when_its_node_dies() {
+async fn plain_pubsub_moves_to_another_node_when_its_node_dies() {
     let mut cluster = RedisCluster::start(3, 1);
-    let holder = Client::cluster(cluster.urls()).await.expect("connect");
-    let waiter = Client::cluster(cluster.urls()).await.expect("connect");
+    let urls = common::user_on_every_node(&cluster, "plain", common::PLAIN_PUBSUB_RULES);
+    let holder = Client::cluster(urls.clone()).await.expect("connect");
+    let waiter = Client::cluster(urls).await.expect("connect");
 
     // A first wait puts the waiter's pub/sub connection on some node.
     let probe = holder.lock("probe").acquire().await.expect("acquire");
@@ -263,7 +284,7 @@ async fn pubsub_moves_to_another_node_when_its_node_dies() {
                 .await
         })
     };
-    let node = wait_subscribed(&cluster, "leasehold:{probe}:released").await;
+    let node = wait_subscribed(&cluster, "CHANNELS", "leasehold:{probe}:released").await;
     probe.release().await.expect("release");
     probing
         .await
@@ -298,7 +319,7 @@ async fn pubsub_moves_to_another_node_when_its_node_dies() {
     };
     let prefix = format!("leasehold:{{{name}}}:released");
     assert_eq!(
-        wait_subscribed(&cluster, &prefix).await,
+        wait_subscribed(&cluster, "CHANNELS", &prefix).await,
         node,
         "the waiter subscribes on its client's one pub/sub node"
     );
@@ -311,7 +332,7 @@ async fn pubsub_moves_to_another_node_when_its_node_dies() {
         .expect("node");
     let killed = Instant::now();
     cluster.nodes_mut()[index].kill();
-    let moved_to = wait_subscribed(&cluster, &prefix).await;
+    let moved_to = wait_subscribed(&cluster, "CHANNELS", &prefix).await;
     assert_ne!(moved_to, node, "subscribed again on a live node");
     eprintln!(
         "pub/sub moved from {node} to {moved_to} in {:?}",
@@ -340,4 +361,252 @@ async fn pubsub_moves_to_another_node_when_its_node_dies() {
         at - released
     );
     got.release().await.expect("release");
+}
+
+/// Awaits `attempt` again after an error, 100 ms later, for at most 30 s.
+async fn persist<T, F: std::future::Future<Output = leasehold::Result<T>>>(
+    who: &str,
+    mut attempt: impl FnMut() -> F,
+) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match attempt().await {
+            Ok(got) => return got,
+            Err(e) => {
+                eprintln!("{who}: {e}; waiting again");
+                assert!(Instant::now() < deadline, "{who} gave up: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// A lock (hand-off channel, fallback: the queue heartbeat of 1 s) and an
+/// RwLock (lock channel, fallback: the holder's TTL of 30 s), each held by
+/// `holder` with a waiter on `waiter`; their channels' subscriptions are
+/// looked for by `prefixes`.
+struct Waited {
+    lock: leasehold::LockGuard,
+    rw: leasehold::WriteGuard,
+    lock_waiter: tokio::task::JoinHandle<(leasehold::LockGuard, Instant)>,
+    rw_waiter: tokio::task::JoinHandle<(leasehold::ReadGuard, Instant)>,
+    prefixes: [String; 2],
+}
+
+impl Waited {
+    async fn start(holder: &Client, waiter: &Client, lock: &str, rw: &str) -> Waited {
+        let ttl = Duration::from_secs(30);
+        let wait = Duration::from_secs(60);
+        let lock_guard = holder.lock(lock).ttl(ttl).acquire().await.expect("hold");
+        let rw_guard = holder.rw_lock(rw).ttl(ttl).write().await.expect("hold");
+        // An attempt caught by the failover fails (the driver's retries
+        // ran out); the waiter then waits again, as a caller would.
+        let lock_waiter = {
+            let handle = waiter.lock(lock).ttl(ttl).wait(wait);
+            tokio::spawn(async move {
+                let got = persist("the lock waiter", || handle.acquire()).await;
+                (got, Instant::now())
+            })
+        };
+        let rw_waiter = {
+            let handle = waiter.rw_lock(rw).ttl(ttl).wait(wait);
+            tokio::spawn(async move {
+                let got = persist("the reader", || handle.read()).await;
+                (got, Instant::now())
+            })
+        };
+        Waited {
+            lock: lock_guard,
+            rw: rw_guard,
+            lock_waiter,
+            rw_waiter,
+            prefixes: [lock, rw].map(|n| format!("leasehold:{{{n}}}:released")),
+        }
+    }
+
+    /// Releases both holds; each waiter must be woken by its release
+    /// message, far sooner than its fallback. Then the lock is taken and
+    /// released with a waiter twice more, on the same connections.
+    async fn release_and_check(self, holder: &Client, waiter: &Client, lock: &str) {
+        let released = Instant::now();
+        self.rw.release().await.expect("release the write hold");
+        let (read, at) = self.rw_waiter.await.expect("task");
+        let rw_woke = at.saturating_duration_since(released);
+        read.release().await.expect("release the read hold");
+
+        let released = Instant::now();
+        self.lock.release().await.expect("release the lock");
+        let (got, at) = self.lock_waiter.await.expect("task");
+        let mut lock_woke = vec![at.saturating_duration_since(released)];
+        got.release().await.expect("release");
+        for _ in 0..2 {
+            let held = holder.lock(lock).acquire().await.expect("hold again");
+            let handle = waiter.lock(lock).wait(Duration::from_secs(20));
+            let waiting = tokio::spawn(async move {
+                let got = handle.acquire().await.expect("the lock waiter acquires");
+                (got, Instant::now())
+            });
+            // Refused and queued (its hand-off channel is subscribed).
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let released = Instant::now();
+            held.release().await.expect("release");
+            let (got, at) = waiting.await.expect("task");
+            lock_woke.push(at.saturating_duration_since(released));
+            got.release().await.expect("release");
+        }
+        eprintln!("the reader woke {rw_woke:?} after the release, the lock waiter {lock_woke:?}");
+        assert!(
+            rw_woke < Duration::from_secs(2),
+            "the reader was woken by the release message, not its 30 s fallback ({rw_woke:?})"
+        );
+        assert!(
+            lock_woke.iter().all(|w| *w < Duration::from_millis(500)),
+            "the lock waiter was woken by the hand-off message, not its 1 s heartbeat \
+             ({lock_woke:?})"
+        );
+    }
+}
+
+/// Two names (a lock, an RwLock) whose slots one master serves, other than
+/// `not`.
+fn names_on_one_master(
+    cluster: &RedisCluster,
+    tag: &str,
+    not: Option<u16>,
+) -> (String, String, u16) {
+    let master_of = |n: &str| cluster.master_of(&format!("leasehold:{{{n}}}:lock"));
+    let lock = (0..100)
+        .map(|i| format!("{tag}:lock:{i}"))
+        .find(|n| Some(master_of(n)) != not)
+        .expect("a name");
+    let master = master_of(&lock);
+    let rw = (0..100)
+        .map(|i| format!("{tag}:rw:{i}"))
+        .find(|n| master_of(n) == master)
+        .expect("a name on that master");
+    (lock, rw, master)
+}
+
+/// Sharded pub/sub: a node ends its shard subscriptions when their slot
+/// leaves it (`sunsubscribe` pushed on its own), and releases are then
+/// published at the slot's new master. The waiters' channels must follow
+/// their slots, and each waiter still wake on its release message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sharded_waiters_wake_after_their_slot_moved() {
+    let cluster = Arc::new(RedisCluster::start(3, 0));
+    let holder = Client::cluster(cluster.urls()).await.expect("connect");
+    let waiter = Client::cluster(cluster.urls()).await.expect("connect");
+    let (lock, rw, from) = names_on_one_master(&cluster, "moving", None);
+    let waited = Waited::start(&holder, &waiter, &lock, &rw).await;
+    for prefix in &waited.prefixes {
+        wait_subscribed_at(&cluster, "SHARDCHANNELS", prefix, from).await;
+    }
+    assert!(
+        subscribed_on(&cluster, "CHANNELS", "leasehold:").is_empty(),
+        "no plain subscription"
+    );
+
+    let to = cluster
+        .master_ports()
+        .into_iter()
+        .find(|p| *p != from)
+        .expect("another master");
+    let moving = Arc::clone(&cluster);
+    let keys = [&lock, &rw].map(|n| format!("leasehold:{{{n}}}:lock"));
+    tokio::task::spawn_blocking(move || {
+        for key in keys {
+            moving.move_slot_of(&key, to);
+        }
+    })
+    .await
+    .expect("slots moved");
+    for prefix in &waited.prefixes {
+        wait_subscribed_at(&cluster, "SHARDCHANNELS", prefix, to).await;
+    }
+    // The lock waiter, woken once its channel followed, queues again at the
+    // new master within a heartbeat.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    waited.release_and_check(&holder, &waiter, &lock).await;
+}
+
+/// Sharded pub/sub: the master of the waiters' slots dies and its replica
+/// takes over; the subscriptions move to the new master, and each waiter
+/// still wakes on its release message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sharded_waiters_wake_after_their_master_failed_over() {
+    let mut cluster = RedisCluster::start(3, 1);
+    let holder = Client::cluster(cluster.urls()).await.expect("connect");
+    let waiter = Client::cluster(cluster.urls()).await.expect("connect");
+    let (lock, rw, master) = names_on_one_master(&cluster, "failing", None);
+    let waited = Waited::start(&holder, &waiter, &lock, &rw).await;
+    for prefix in &waited.prefixes {
+        wait_subscribed_at(&cluster, "SHARDCHANNELS", prefix, master).await;
+    }
+    // The holds reach the replica (asynchronous replication, loopback).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let index = cluster
+        .nodes()
+        .iter()
+        .position(|n| n.port() == master)
+        .expect("node");
+    let killed = Instant::now();
+    cluster.nodes_mut()[index].kill();
+    let key = format!("leasehold:{{{lock}}}:lock");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let promoted = loop {
+        let serving = cluster
+            .nodes()
+            .iter()
+            .filter(|n| n.is_running())
+            .find_map(|n| {
+                let slots: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER")
+                    .arg("SLOTS")
+                    .query(&mut n.connection())
+                    .ok()?;
+                let slot: i64 = redis::cmd("CLUSTER")
+                    .arg("KEYSLOT")
+                    .arg(&key)
+                    .query(&mut n.connection())
+                    .ok()?;
+                slots.iter().find_map(|range| match range.as_slice() {
+                    [
+                        redis::Value::Int(start),
+                        redis::Value::Int(end),
+                        redis::Value::Array(m),
+                        ..,
+                    ] if (*start..=*end).contains(&slot) => match m.get(1) {
+                        Some(redis::Value::Int(p)) => u16::try_from(*p).ok(),
+                        _ => None,
+                    },
+                    _ => None,
+                })
+            });
+        if let Some(port) = serving
+            && port != master
+        {
+            break port;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no replica took over from {master}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for prefix in &waited.prefixes {
+        wait_subscribed_at(&cluster, "SHARDCHANNELS", prefix, promoted).await;
+    }
+    eprintln!(
+        "shard subscriptions moved from {master} to {promoted} in {:?}",
+        killed.elapsed()
+    );
+    let cluster = Arc::new(cluster);
+    let settle = Arc::clone(&cluster);
+    tokio::task::spawn_blocking(move || settle.wait_until_ok())
+        .await
+        .expect("cluster ok again");
+    // The lock waiter's attempts failed while the slot had no master; one
+    // heartbeat puts it back in the queue.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    waited.release_and_check(&holder, &waiter, &lock).await;
 }

@@ -1482,3 +1482,163 @@ fn no_key_remains_after_names_used_once() {
     let size: i64 = redis::cmd("DBSIZE").query(&mut conn).unwrap();
     assert_eq!(size, 0);
 }
+
+/// Where the marker of [`Listeners::take`] goes; shares the tag of the keys.
+const MARKER: &str = "t:{n}:marker";
+
+/// Messages heard, as (channel, payload).
+type Heard = Vec<(String, String)>;
+
+/// One listener per kind of pub/sub, each on `CHANNEL`, `HANDOFF` and
+/// `MARKER`: `plain` by SUBSCRIBE, `sharded` by SSUBSCRIBE (RESP2, read raw).
+struct Listeners {
+    plain: Connection,
+    sharded: Connection,
+}
+
+impl Listeners {
+    fn new(server: &RedisServer) -> Listeners {
+        let (mut plain, mut sharded) = (server.connection(), server.connection());
+        for channel in [CHANNEL, HANDOFF, MARKER] {
+            let _: Value = redis::cmd("SUBSCRIBE")
+                .arg(channel)
+                .query(&mut plain)
+                .unwrap();
+            let _: Value = redis::cmd("SSUBSCRIBE")
+                .arg(channel)
+                .query(&mut sharded)
+                .unwrap();
+        }
+        for con in [&plain, &sharded] {
+            con.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+                .unwrap();
+        }
+        Listeners { plain, sharded }
+    }
+
+    /// What each listener heard since the last call, as (channel, payload):
+    /// everything before a marker published now by PUBLISH and SPUBLISH.
+    fn take(&mut self, conn: &mut Connection) -> (Heard, Heard) {
+        let _: i64 = conn.publish(MARKER, "").unwrap();
+        let _: i64 = redis::cmd("SPUBLISH")
+            .arg(MARKER)
+            .arg("")
+            .query(conn)
+            .unwrap();
+        let until_marker = |con: &mut Connection, kind: &str| {
+            let mut heard = Vec::new();
+            loop {
+                let message: Vec<String> =
+                    redis::from_redis_value(con.recv_response().unwrap()).unwrap();
+                assert_eq!(message[0], kind, "{message:?}");
+                if message[1] == MARKER {
+                    return heard;
+                }
+                heard.push((message[1].clone(), message[2].clone()));
+            }
+        };
+        (
+            until_marker(&mut self.plain, "message"),
+            until_marker(&mut self.sharded, "smessage"),
+        )
+    }
+}
+
+#[test]
+fn release_scripts_publish_by_spublish_when_their_last_argument_is_1() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let mut listeners = Listeners::new(&server);
+    for sharded in ["0", "1", ""] {
+        // A lock handed to a queued waiter, then freed with nobody queued
+        // (as on a Redlock node, which announces every release).
+        acquire(&mut conn, "a", 10_000);
+        assert_eq!(
+            lock_acquire(&mut conn, "b", 10_000, 3000, false).unwrap().0,
+            0
+        );
+        let release = |conn: &mut Connection, token: &str| -> i64 {
+            redis::Script::new(&RELEASE)
+                .key(LOCK)
+                .key(CHANNEL)
+                .key(QUEUE)
+                .key(ALIVE)
+                .key(FENCE)
+                .arg(token)
+                .arg(500)
+                .arg("1")
+                .arg(CONN)
+                .arg(WINDOW)
+                .arg("")
+                .arg(sharded)
+                .invoke(conn)
+                .unwrap()
+        };
+        assert_eq!(release(&mut conn, "a"), 1);
+        assert_eq!(
+            lock_acquire(&mut conn, "b", 10_000, 3000, true).unwrap().0,
+            1
+        );
+        assert_eq!(release(&mut conn, "b"), 1);
+        // A reentrant lock's last hold.
+        re_acquire(&mut conn, "o", "1", 10_000);
+        let freed: i64 = redis::Script::new(&RE_RELEASE)
+            .key(LOCK)
+            .key(CHANNEL)
+            .arg("o")
+            .arg("1")
+            .arg(sharded)
+            .invoke(&mut conn)
+            .unwrap();
+        assert_eq!(freed, 1);
+        // An RwLock's write hold downgraded, then the read hold released
+        // (as a semaphore's permit is, with an empty payload).
+        rw(&mut conn, "w", "a", "1", 10_000, true);
+        let downgraded: i64 = redis::Script::new(&RW_DOWNGRADE)
+            .key(LOCK)
+            .key(CHANNEL)
+            .arg("w:1:a")
+            .arg("r:2:a")
+            .arg(10_000)
+            .arg(sharded)
+            .invoke(&mut conn)
+            .unwrap();
+        assert_eq!(downgraded, 1);
+        let released: i64 = redis::Script::new(&RW_RELEASE)
+            .key(LOCK)
+            .key(CHANNEL)
+            .arg("r:2:a")
+            .arg("")
+            .arg(sharded)
+            .invoke(&mut conn)
+            .unwrap();
+        assert_eq!(released, 1);
+
+        let published = vec![
+            (HANDOFF.to_owned(), "b".to_owned()),
+            (CHANNEL.to_owned(), String::new()),
+            (CHANNEL.to_owned(), String::new()),
+            (CHANNEL.to_owned(), "all".to_owned()),
+            (CHANNEL.to_owned(), String::new()),
+        ];
+        // A hand-off says '<token> <fence> <deadline>': its token is enough here.
+        let tokens = |heard: Heard| -> Heard {
+            heard
+                .into_iter()
+                .map(|(channel, payload)| {
+                    let token = payload.split(' ').next().unwrap_or("").to_owned();
+                    (channel, token)
+                })
+                .collect()
+        };
+        let (plain, by_shard) = listeners.take(&mut conn);
+        let (plain, by_shard) = (tokens(plain), tokens(by_shard));
+        if sharded == "1" {
+            assert_eq!(by_shard, published, "'1': SPUBLISH");
+            assert_eq!(plain, [], "'1': no PUBLISH");
+        } else {
+            assert_eq!(plain, published, "{sharded:?}: PUBLISH");
+            assert_eq!(by_shard, [], "{sharded:?}: no SPUBLISH");
+        }
+    }
+}

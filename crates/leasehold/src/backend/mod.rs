@@ -1,6 +1,6 @@
 //! How leasehold talks to Redis. Knows nothing about locks.
 //!
-//! One connection per client (two on a cluster), whatever the deployment:
+//! One connection per client (more on a cluster), whatever the deployment:
 //!
 //! - one server: a [`ConnectionManager`], a multiplexed RESP3 connection that
 //!   reconnects on its own, carries every command, and delivers pub/sub
@@ -11,10 +11,14 @@
 //! - a cluster: redis-rs's async cluster connection for commands (one
 //!   multiplexed RESP3 connection per node, MOVED/ASK and slot migration
 //!   followed by the driver), each call routed by its first key, built
-//!   without a push sender so it carries no subscription; pub/sub on a
-//!   connection of its own to one node, moved to another when it drops
-//!   (see [`subscriber`] for why: the driver's resubscription crossed
-//!   replies between commands);
+//!   without a push sender so it carries no subscription; pub/sub on
+//!   connections of their own (see [`subscriber`] for why: the driver's
+//!   resubscription crossed replies between commands): where every master
+//!   has sharded pub/sub and the user may run it (Redis or Valkey 7+, asked
+//!   once at connect), release messages go by SPUBLISH, which reaches only
+//!   the channel's shard, and each channel is subscribed by SSUBSCRIBE at
+//!   its slot's master; otherwise by PUBLISH, which the cluster forwards to
+//!   every node, all subscribed on one node;
 //! - Sentinel: a [`ConnectionManager`] to the master the sentinels name,
 //!   resubscribed as for one server, replaced when they name another one
 //!   (see [`sentinel`]).
@@ -33,7 +37,9 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 
 use managed::{Managed, Pushes};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::cluster_routing::{
+    MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+};
 use redis::{
     ClientTlsConfig, Cmd, ConnectionInfo, FromRedisValue, IntoConnectionInfo, ProtocolVersion,
     PushInfo, RedisFuture, ScriptInvocation, TlsCertificates, Value,
@@ -100,6 +106,9 @@ pub(crate) struct Backend {
     /// only this connection subscribes to, so a release wakes one process,
     /// not every process with a waiter.
     id: Arc<str>,
+    /// Release messages go by SPUBLISH and are heard by SSUBSCRIBE (a
+    /// cluster whose masters have sharded pub/sub), not PUBLISH/SUBSCRIBE.
+    sharded: bool,
 }
 
 #[derive(Clone)]
@@ -108,7 +117,7 @@ enum Conn {
     /// also carries the subscriptions `Managed` keeps.
     Single(ConnectionManager, Arc<Managed>),
     /// Commands on the driver's cluster connection (without push sender,
-    /// so without subscriptions); pub/sub on a connection of its own.
+    /// so without subscriptions); pub/sub on connections of their own.
     Cluster(ClusterConnection, Arc<subscriber::Subscriber>),
     Sentinel(Arc<sentinel::Followed>),
 }
@@ -160,6 +169,7 @@ impl Backend {
             conn,
             addr,
             id: id.as_str().into(),
+            sharded: false,
         }
     }
 
@@ -251,9 +261,21 @@ impl Backend {
             .get_async_connection()
             .await
             .map_err(|e| Error::from_redis(e, &addr, ""))?;
-        let subscriber =
-            subscriber::Subscriber::start(infos, options.clone(), Arc::new(on_push), conn.clone());
-        let backend = Backend::new(Conn::Cluster(conn, subscriber), addr);
+        let sharded = sharded_pubsub(&conn, &addr).await;
+        let mode = if sharded {
+            subscriber::Mode::Sharded
+        } else {
+            subscriber::Mode::Broadcast
+        };
+        let subscriber = subscriber::Subscriber::start(
+            mode,
+            infos,
+            options.clone(),
+            Arc::new(on_push),
+            conn.clone(),
+        );
+        let mut backend = Backend::new(Conn::Cluster(conn, subscriber), addr);
+        backend.sharded = sharded;
         backend.check_server().await?;
         Ok(backend)
     }
@@ -367,6 +389,42 @@ impl Backend {
         cmd.query_async(&mut conn)
             .await
             .map_err(|e| self.error(e, key))
+    }
+
+    /// Runs one command on every node (a cluster's masters and replicas)
+    /// and gives each node's reply; on one server, its one reply. For
+    /// counters a cluster adds up: the driver's own adding up expects
+    /// RESP2 arrays where RESP3 servers answer maps.
+    pub(crate) async fn query_each_node<T: FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+    ) -> Result<Vec<T>> {
+        match self.live() {
+            Live::Cluster(mut c) => {
+                let every_node = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllNodes, None));
+                let reply = c
+                    .route_command(cmd.clone(), every_node)
+                    .await
+                    .map_err(|e| self.error(e, ""))?;
+                let Value::Map(per_node) = reply else {
+                    return Err(Error::Unsupported(format!(
+                        "the cluster answered {reply:?} for one reply per node"
+                    )));
+                };
+                per_node
+                    .into_iter()
+                    .map(|(_, reply)| {
+                        let reply = reply.extract_error().map_err(|e| self.error(e, ""))?;
+                        T::from_redis_value(reply).map_err(|e| self.error(e.into(), ""))
+                    })
+                    .collect()
+            }
+            mut live => Ok(vec![
+                cmd.query_async(&mut live)
+                    .await
+                    .map_err(|e| self.error(e, ""))?,
+            ]),
+        }
     }
 
     /// `WAIT replicas timeout` on the connection (and, on a cluster, the
@@ -485,8 +543,8 @@ impl Backend {
     pub(crate) async fn subscribe(&self, channel: &str) -> Result<()> {
         match &self.conn {
             Conn::Single(_, m) => m.subscribe(channel).await,
-            // A PUBLISH on a cluster reaches every node (over the cluster
-            // bus), so the subscription may live on any one of them.
+            // At the channel's master (sharded pub/sub), or on any one node
+            // (a PUBLISH reaches every node over the cluster bus).
             Conn::Cluster(_, s) => s.subscribe(channel).await,
             Conn::Sentinel(f) => f.subscribe(channel).await,
         }
@@ -503,11 +561,56 @@ impl Backend {
         .inspect_err(|e| self.note(e))
     }
 
+    /// Whether release messages go by SPUBLISH (scripts) and SSUBSCRIBE
+    /// (subscriptions), so that a cluster delivers each to its channel's
+    /// shard only; false on one server, Sentinel, and a cluster without it.
+    pub(crate) fn sharded_pubsub(&self) -> bool {
+        self.sharded
+    }
+
     /// Whether keys of different hash slots may live on different servers
     /// (then one call may only touch keys of one slot).
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.conn, Conn::Cluster(..))
     }
+}
+
+/// Says, per master, whether the server has SPUBLISH, SSUBSCRIBE and
+/// SUNSUBSCRIBE and lets this user run them: `redis.acl_check_cmd` exists
+/// from Redis 7.0 (and Valkey), as sharded pub/sub does. Lua's true is 1.
+const SHARDED_PUBSUB_PROBE: &str = "return redis.acl_check_cmd('spublish') \
+    and redis.acl_check_cmd('ssubscribe') and redis.acl_check_cmd('sunsubscribe')";
+
+/// Whether the cluster's release messages can go by SPUBLISH and
+/// SSUBSCRIBE: every master answers [`SHARDED_PUBSUB_PROBE`] with yes.
+/// Asked once at connect; otherwise (Redis 6, an ACL user without those
+/// commands, a master that did not answer) they go by PUBLISH, which the
+/// cluster forwards to every node.
+async fn sharded_pubsub(conn: &ClusterConnection, addr: &str) -> bool {
+    let mut probe = redis::cmd("EVAL");
+    probe.arg(SHARDED_PUBSUB_PROBE).arg(0);
+    let every_master = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+    let answers = match conn.clone().route_command(probe, every_master).await {
+        Ok(Value::Map(per_master)) => per_master,
+        other => {
+            tracing::info!(%addr, reply = ?other, "release messages go by PUBLISH to every node: \
+                cannot tell whether the masters have sharded pub/sub");
+            return false;
+        }
+    };
+    let refused: Vec<String> = answers
+        .iter()
+        .filter(|(_, answer)| *answer != Value::Int(1))
+        .map(|(node, answer)| format!("{node:?}: {answer:?}"))
+        .collect();
+    if answers.is_empty() || !refused.is_empty() {
+        tracing::info!(%addr, ?refused, "release messages go by PUBLISH to every node: some \
+            master lacks sharded pub/sub (Redis or Valkey 7+) or does not let this user run \
+            SPUBLISH, SSUBSCRIBE and SUNSUBSCRIBE");
+        return false;
+    }
+    tracing::debug!(%addr, "release messages go by SPUBLISH to their shard");
+    true
 }
 
 /// The value of `name` in an INFO text, empty if absent.

@@ -76,10 +76,10 @@ while true do
     local fence = handed_fence(KEYS[5], reserve, now_us)
     if fence then
       local span = now + reserve - (deadline - window)
-      redis.call('PUBLISH', channel, string.format('%s %d %d %d', waiter, fence, deadline, span))
+      publish(ARGV[7], channel, string.format('%s %d %d %d', waiter, fence, deadline, span))
     else
       -- The fence key holds another type: the waiter's own attempt reports it.
-      redis.call('PUBLISH', channel, waiter)
+      publish(ARGV[7], channel, waiter)
     end
     return 1
   end
@@ -89,6 +89,6 @@ while true do
 end
 redis.call('DEL', KEYS[1])
 if ARGV[3] == '1' then
-  redis.call('PUBLISH', KEYS[2], '')
+  publish(ARGV[7], KEYS[2], '')
 end
 return 1

@@ -4,6 +4,7 @@
 //! keys of one call share one hash tag. Primitives call these functions and
 //! never build Redis commands themselves.
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -329,17 +330,19 @@ pub(crate) async fn lock_release(
     token: &str,
     spread: Spread,
 ) -> Result<Owned> {
-    let invocation = lock_release_call(keys, token, spread, backend.id());
+    let invocation = lock_release_call(keys, token, spread, backend.id(), sharded(backend));
     let code: i64 = backend.invoke(&invocation, keys.lock()).await?;
     Ok(Owned::from_code(code))
 }
 
-/// The call [`lock_release`] sends from the connection `connection`.
+/// The call [`lock_release`] sends from the connection `connection`;
+/// `sharded` publishes by SPUBLISH (ARGV[7], see [`sharded`]).
 pub(crate) fn lock_release_call(
     keys: &LockKeys,
     token: &str,
     spread: Spread,
     connection: &str,
+    sharded: &str,
 ) -> ScriptInvocation<'static> {
     let mut invocation = LOCK_RELEASE.prepare_invoke();
     invocation
@@ -356,7 +359,8 @@ pub(crate) fn lock_release_call(
         .arg(match spread {
             Spread::One { queued: Some(ttl) } => millis(ttl).to_string(),
             _ => String::new(),
-        });
+        })
+        .arg(sharded);
     invocation
 }
 
@@ -469,7 +473,8 @@ pub(crate) async fn reentrant_release(
                 .key(keys.lock())
                 .key(keys.channel())
                 .arg(owner)
-                .arg(hold),
+                .arg(hold)
+                .arg(sharded(backend)),
             keys.lock(),
         )
         .await?;
@@ -571,7 +576,8 @@ async fn zset_release(
                 .key(keys.lock())
                 .key(keys.channel())
                 .arg(member)
-                .arg(payload),
+                .arg(payload)
+                .arg(sharded(backend)),
             keys.lock(),
         )
         .await?;
@@ -641,7 +647,8 @@ pub(crate) async fn rw_downgrade(
                 .key(keys.channel())
                 .arg(write)
                 .arg(read)
-                .arg(millis(ttl)),
+                .arg(millis(ttl))
+                .arg(sharded(backend)),
             keys.lock(),
         )
         .await?;
@@ -764,20 +771,38 @@ pub(crate) async fn reentrant_status(backend: &Backend, keys: &LockKeys) -> Resu
 /// How many connections listen for the releases of the lock whose release
 /// channel is `channel` (clients waiting for it, or that did so in the last
 /// seconds): those on the channel itself, and one per hand-off channel
-/// `<channel>:<connection id>` (each belongs to one connection).
+/// `<channel>:<connection id>` (each belongs to one connection), over every
+/// node of a cluster. Where servers have sharded pub/sub, shard
+/// subscriptions count too (a client without it, e.g. an ACL user without
+/// SSUBSCRIBE, still subscribes the plain way).
 pub(crate) async fn subscribers(backend: &Backend, channel: &str) -> Result<usize> {
-    let (_, on_channel): (String, usize) = backend
-        .query(redis::cmd("PUBSUB").arg("NUMSUB").arg(channel), "")
-        .await?;
-    let handoff: Vec<String> = backend
-        .query(
-            redis::cmd("PUBSUB")
-                .arg("CHANNELS")
-                .arg(format!("{}:*", crate::key::glob_escape(channel))),
-            "",
-        )
-        .await?;
-    Ok(on_channel + handoff.len())
+    let mut kinds = vec![("NUMSUB", "CHANNELS")];
+    if backend.sharded_pubsub() {
+        kinds.push(("SHARDNUMSUB", "SHARDCHANNELS"));
+    }
+    let mut count = 0;
+    for (numsub, channels) in kinds {
+        let on_channel: Vec<HashMap<String, usize>> = backend
+            .query_each_node(redis::cmd("PUBSUB").arg(numsub).arg(channel))
+            .await?;
+        let handoff: Vec<Vec<String>> = backend
+            .query_each_node(
+                redis::cmd("PUBSUB")
+                    .arg(channels)
+                    .arg(format!("{}:*", crate::key::glob_escape(channel))),
+            )
+            .await?;
+        count += on_channel.iter().flat_map(HashMap::values).sum::<usize>();
+        count += handoff.iter().map(Vec::len).sum::<usize>();
+    }
+    Ok(count)
+}
+
+/// The last argument of every script that publishes (`publish` in
+/// `prelude.lua`): `"1"` where release messages go by SPUBLISH (a cluster
+/// whose masters all have it, see [`Backend::sharded_pubsub`]), else `"0"`.
+pub(crate) fn sharded(backend: &Backend) -> &'static str {
+    if backend.sharded_pubsub() { "1" } else { "0" }
 }
 
 /// Whole milliseconds, at least 1 (Redis refuses `PX 0`).

@@ -78,3 +78,13 @@ local function handed_fence(fence_key, keep_ms, now_us)
     string.format('%d', math.floor(fence / 1000) + 1 + keep_ms))
   return fence
 end
+
+-- Publishes message on channel: by SPUBLISH when sharded is '1' (a cluster whose servers have
+-- it: only the channel's shard hears it), else by PUBLISH (one server, Sentinel, Redlock, or a
+-- cluster without sharded pub/sub, which forwards it to every node).
+local function publish(sharded, channel, message)
+  if sharded == '1' then
+    return redis.call('SPUBLISH', channel, message)
+  end
+  return redis.call('PUBLISH', channel, message)
+end

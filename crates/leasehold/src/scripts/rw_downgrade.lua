@@ -1,6 +1,7 @@
 -- rw_downgrade.lua: turn a write hold into a read hold in one step, so no writer slips in.
 -- KEYS[1] rw key (sorted set, see rw_acquire.lua)   KEYS[2] release channel
 -- ARGV[1] member of the write hold   ARGV[2] member of the new read hold   ARGV[3] ttl in ms
+-- ARGV[4] '1' to publish by SPUBLISH (see publish in prelude.lua)
 -- Returns 1 if done, 0 if the write hold was missing or expired (nothing is changed).
 -- Publishes 'all' so waiting readers enter.
 local key = KEYS[1]
@@ -12,5 +13,5 @@ end
 redis.call('ZREM', key, ARGV[1])
 redis.call('ZADD', key, now + tonumber(ARGV[3]), ARGV[2])
 redis.call('PEXPIRE', key, ARGV[3], 'GT')
-redis.call('PUBLISH', KEYS[2], 'all')
+publish(ARGV[4], KEYS[2], 'all')
 return 1

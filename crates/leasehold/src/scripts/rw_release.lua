@@ -2,6 +2,7 @@
 -- Also gives back a semaphore's permit (sem_acquire.lua), whose set has the same shape.
 -- KEYS[1] rw key (sorted set, see rw_acquire.lua)   KEYS[2] release channel
 -- ARGV[1] member   ARGV[2] the payload to publish (optional; default 'all')
+-- ARGV[3] '1' to publish by SPUBLISH (see publish in prelude.lua)
 -- Returns 1 if the entry was live and is removed, 0 if it was missing or expired.
 -- Publishes 'all' for an RwLock: every waiter may proceed (many readers can enter at once);
 -- a semaphore passes '' (one permit frees, so one waiter per client wakes).
@@ -12,7 +13,7 @@ redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
 local released = 0
 if score and tonumber(score) > now then
   redis.call('ZREM', key, ARGV[1])
-  redis.call('PUBLISH', KEYS[2], ARGV[2] or 'all')
+  publish(ARGV[3], KEYS[2], ARGV[2] or 'all')
   released = 1
 end
 local top = redis.call('ZRANGE', key, 0, 0, 'REV', 'WITHSCORES')

@@ -331,16 +331,18 @@ impl Deployment<'_> {
         keys
     }
 
-    /// Channels of lock `name` someone listens on, over every node.
+    /// Channels of lock `name` someone listens on, over every node: plain
+    /// ones and shard channels (a cluster with sharded pub/sub).
     pub fn channels_of(&self, name: &str) -> usize {
         self.nodes()
             .iter()
-            .map(|node| {
+            .flat_map(|node| ["CHANNELS", "SHARDCHANNELS"].map(|sub| (node, sub)))
+            .map(|(node, sub)| {
                 let channels: Vec<String> = redis::cmd("PUBSUB")
-                    .arg("CHANNELS")
+                    .arg(sub)
                     .arg(format!("leasehold:{{{name}}}:*"))
                     .query(&mut node.connection())
-                    .expect("PUBSUB CHANNELS");
+                    .unwrap_or_else(|e| panic!("PUBSUB {sub}: {e}"));
                 channels.len()
             })
             .sum()

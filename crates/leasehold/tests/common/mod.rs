@@ -9,7 +9,7 @@ pub mod contract;
 pub mod holds;
 
 use leasehold::{Client, Error};
-use leasehold_testkit::RedisServer;
+use leasehold_testkit::{RedisCluster, RedisServer};
 
 /// A client on the test server `server`.
 pub async fn client(server: &RedisServer) -> Client {
@@ -108,4 +108,31 @@ pub async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "timed out waiting until {what}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// The README's least-privilege rules with a cluster's extra ones, and no
+/// sharded pub/sub (`+spublish +ssubscribe +sunsubscribe`): such a user's
+/// client publishes and subscribes the plain way, as every cluster client
+/// did before sharded pub/sub.
+pub const PLAIN_PUBSUB_RULES: &str = "+evalsha +eval +script|load +subscribe +unsubscribe +ping \
+    +hello +wait +get +set +del +exists +pexpire +pttl +time +publish +hget +hset +hdel \
+    +hexists +hkeys +hlen +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscore \
+    +zcard +zcount +zpopmin +cluster|slots +cluster|shards ~leasehold:* &leasehold:*";
+
+/// Adds the user `name` (password `pw`) with `rules` on every node (a
+/// cluster does not share ACLs) and returns its URLs.
+pub fn user_on_every_node(cluster: &RedisCluster, name: &str, rules: &str) -> Vec<String> {
+    for node in cluster.nodes() {
+        let mut args = vec!["SETUSER", name, "reset", "on", ">pw"];
+        args.extend(rules.split_whitespace());
+        let _: () = redis::cmd("ACL")
+            .arg(&args)
+            .query(&mut node.connection())
+            .expect("ACL SETUSER");
+    }
+    cluster
+        .nodes()
+        .iter()
+        .map(|n| n.url_with_auth(Some(name), "pw"))
+        .collect()
 }
