@@ -681,8 +681,11 @@ impl ClientBuilder {
     /// later after the last acquisition, at the cost of one key per lock
     /// name for that long.
     ///
-    /// Defaults to the lease's TTL: a name used once leaves no key once its
-    /// lease is gone.
+    /// Defaults to zero: the fence is kept while its lease lasts (the TTL
+    /// from each acquisition, dropped by a release that frees the lock), so
+    /// a name used once leaves no key once its lease is gone. With a memory
+    /// set, releases leave the fence for the memory (or the TTL) from its
+    /// acquisition.
     pub fn fence_memory(mut self, memory: Duration) -> Self {
         self.fence_memory = memory;
         self
@@ -717,6 +720,7 @@ impl ClientBuilder {
         let options = ConnectOptions {
             command_timeout: self.command_timeout,
             tls: self.tls.clone(),
+            fence_memory: self.fence_memory,
         };
         let push = move |info| on_push.on_push(info);
         let servers = match (&self.redlock, &self.cluster, &self.sentinel) {

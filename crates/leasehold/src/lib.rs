@@ -58,7 +58,7 @@
 //! without persistence and a failover to a replica that missed the last
 //! acquisitions: each is `max(last kept + 1, server time in µs)`, and the
 //! server time is above every earlier fence as long as the server clock does
-//! not step back. The last fence is kept for the lease's TTL (longer with
+//! not step back. The last fence lives as long as its lease (longer with
 //! [`ClientBuilder::fence_memory`]), so names used once leave nothing
 //! behind. A clock step back while it is kept changes nothing; one while it
 //! is not, or a failover to a replica whose clock is behind, can make fences

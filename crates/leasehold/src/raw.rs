@@ -58,7 +58,8 @@ impl LockCalls {
     }
 
     /// A release by `token`, publishing by PUBLISH as on one server or a
-    /// Redlock node (a cluster with sharded pub/sub sends SPUBLISH).
+    /// Redlock node (a cluster with sharded pub/sub sends SPUBLISH), and
+    /// dropping the name's last fence with the lease (the default client).
     /// Replies 1 released, 0 missing, -1 another owner's.
     pub fn release(&self, token: &str, redlock_node: bool) -> ScriptInvocation<'static> {
         scripts::lock_release_call(
@@ -67,6 +68,7 @@ impl LockCalls {
             spread(redlock_node),
             &self.connection,
             "0",
+            true,
         )
     }
 }

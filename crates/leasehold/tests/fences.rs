@@ -50,6 +50,40 @@ async fn no_key_remains_after_names_used_once() {
     assert_eq!(size, 0, "expired keys not yet reclaimed");
 }
 
+/// Issue 15, item 3, at the library's defaults (a 30 s TTL): a release
+/// that frees the lock drops the name's last fence with the lease, so 200
+/// lock names used once, and a name of every other kind, leave nothing at
+/// all once released (the fence keys used to stay for the TTL: 200 keys for
+/// 30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_used_once_at_the_default_ttl_leave_nothing_once_released() {
+    let server = RedisServer::start();
+    let client = common::client(&server).await;
+    for i in 0..200 {
+        let guard = client.lock(format!("order-{i}")).acquire().await.unwrap();
+        guard.release().await.unwrap();
+    }
+    // Every kind, at its default TTL.
+    for (i, kind) in Kind::ALL.into_iter().enumerate() {
+        let name = format!("kind-{i}");
+        kind.on(&client, &name)
+            .acquire()
+            .await
+            .expect("acquire")
+            .release()
+            .await
+            .expect("release");
+    }
+    let mut conn = server.connection();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
+    assert!(
+        keys.is_empty(),
+        "{} keys left, e.g. {:?}",
+        keys.len(),
+        &keys[..keys.len().min(3)]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fences_rise_across_a_failover_to_a_replica_that_missed_the_last_acquisitions() {
     let set = SentinelSet::start("fencemaster", 1, 3);
@@ -62,10 +96,10 @@ async fn fences_rise_across_a_failover_to_a_replica_that_missed_the_last_acquisi
     for i in 0..4 {
         let guard = lock.acquire().await.expect("acquire");
         fences.push(guard.fence());
-        guard.release().await.expect("release");
         if i == 1 {
             // The fence key as the replica would hold it had it missed the
-            // acquisitions from here on.
+            // acquisitions from here on (read while held: a release drops
+            // it with the lease).
             let (value, pttl): (String, i64) = redis::pipe()
                 .cmd("GET")
                 .arg("leasehold:{f}:fence")
@@ -75,6 +109,7 @@ async fn fences_rise_across_a_failover_to_a_replica_that_missed_the_last_acquisi
                 .unwrap();
             stale = Some((value, pttl));
         }
+        guard.release().await.expect("release");
     }
     let (value, pttl) = stale.expect("taken");
     assert!(pttl > 0, "the fence key expires");
@@ -167,12 +202,15 @@ async fn the_fence_is_kept_for_the_lease_or_the_longer_fence_memory() {
     };
     let plain = common::client(&server).await;
     let lock = plain.lock("plain").ttl(Duration::from_millis(800));
-    lock.acquire().await.unwrap().release().await.unwrap();
+    let guard = lock.acquire().await.unwrap();
     let pttl = fence_pttl(&mut conn, "plain");
     assert!(
         pttl > 0 && pttl <= 800,
         "fence kept {pttl} ms for an 800 ms lease"
     );
+    // Issue 15, item 3: it lives no longer than the lease.
+    guard.release().await.unwrap();
+    assert_eq!(fence_pttl(&mut conn, "plain"), -2, "dropped with the lease");
 
     let keeping = Client::builder()
         .url(server.url())

@@ -235,6 +235,59 @@ fn fences_increase_even_when_the_stored_one_is_ahead_of_the_clock() {
     assert_eq!(stored, ahead + 2, "stored as an exact integer");
 }
 
+/// lock_release.lua as the default client sends it: freeing the lock
+/// drops the name's last fence too (ARGV[8]).
+fn release_dropping_the_fence(conn: &mut Connection, token: &str) -> i64 {
+    redis::Script::new(&RELEASE)
+        .key(LOCK)
+        .key(CHANNEL)
+        .key(QUEUE)
+        .key(ALIVE)
+        .key(FENCE)
+        .arg(token)
+        .arg(500)
+        .arg("0")
+        .arg(CONN)
+        .arg(WINDOW)
+        .arg("")
+        .arg("0")
+        .arg("1")
+        .invoke(conn)
+        .unwrap()
+}
+
+/// Issue 15, item 3: the last fence lives no longer than its lease, except
+/// one ahead of the clock (the clock stepped back), which is kept until the
+/// clock passes it, so fences still rise.
+#[test]
+fn a_release_that_frees_the_lock_drops_the_fence_unless_it_is_ahead_of_the_clock() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    acquire(&mut conn, "a", 10_000);
+    assert_eq!(release_dropping_the_fence(&mut conn, "a"), 1);
+    let exists: bool = conn.exists(FENCE).unwrap();
+    assert!(!exists, "the fence went with the lease");
+
+    let ahead: i64 = 9_000_000_000_000_000;
+    let _: () = conn.set(FENCE, ahead).unwrap();
+    let (_, fence) = acquire(&mut conn, "b", 10_000);
+    assert_eq!(fence, ahead + 1);
+    assert_eq!(release_dropping_the_fence(&mut conn, "b"), 1);
+    let kept: i64 = conn.get(FENCE).unwrap();
+    assert_eq!(kept, ahead + 1, "a fence ahead of the clock is kept");
+    let (_, next) = acquire(&mut conn, "c", 10_000);
+    assert_eq!(next, ahead + 2);
+
+    // A hand-off keeps the fence for the new holder.
+    release_dropping_the_fence(&mut conn, "c");
+    let _: () = conn.del(FENCE).unwrap();
+    acquire(&mut conn, "d", 10_000);
+    lock_acquire(&mut conn, "e", 10_000, WINDOW, false).unwrap();
+    assert_eq!(release_dropping_the_fence(&mut conn, "d"), 1);
+    let exists: bool = conn.exists(FENCE).unwrap();
+    assert!(exists, "handed over: e's fence is kept");
+}
+
 #[test]
 fn release_checks_the_owner() {
     let server = RedisServer::start();

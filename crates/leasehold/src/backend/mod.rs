@@ -59,6 +59,10 @@ pub(crate) struct ConnectOptions {
     pub(crate) command_timeout: Duration,
     /// Certificates for `rediss://` URLs.
     pub(crate) tls: TlsOptions,
+    /// `ClientBuilder::fence_memory`: fences are kept at least this long
+    /// after their acquisition; when zero, a release drops the name's last
+    /// fence with its lease.
+    pub(crate) fence_memory: Duration,
 }
 
 /// TLS material beyond the system's trust store.
@@ -106,6 +110,9 @@ pub(crate) struct Backend {
     /// only this connection subscribes to, so a release wakes one process,
     /// not every process with a waiter.
     id: Arc<str>,
+    /// The client keeps fences longer than their lease
+    /// (`ClientBuilder::fence_memory`): releases leave the fence key be.
+    keeps_fences: bool,
     /// Release messages go by SPUBLISH and are heard by SSUBSCRIBE (a
     /// cluster whose masters have sharded pub/sub), not PUBLISH/SUBSCRIBE.
     sharded: bool,
@@ -163,14 +170,21 @@ impl std::fmt::Debug for Backend {
 }
 
 impl Backend {
-    fn new(conn: Conn, addr: String) -> Backend {
+    fn new(conn: Conn, addr: String, options: &ConnectOptions) -> Backend {
         let id = crate::token::Token::random();
         Backend {
             conn,
             addr,
             id: id.as_str().into(),
+            keeps_fences: !options.fence_memory.is_zero(),
             sharded: false,
         }
+    }
+
+    /// Whether releases keep the name's last fence (see
+    /// [`ConnectOptions::fence_memory`]).
+    pub(crate) fn keeps_fences(&self) -> bool {
+        self.keeps_fences
     }
 
     /// The id in this connection's hand-off channels and queue entries.
@@ -189,7 +203,7 @@ impl Backend {
         let manager = ConnectionManager::new_with_config(client, pushes.config(options))
             .await
             .map_err(|e| Error::from_redis(e, &addr, ""))?;
-        let backend = Backend::new(single(addr.clone(), manager, &pushes), addr);
+        let backend = Backend::new(single(addr.clone(), manager, &pushes), addr, options);
         backend.check_server().await?;
         Ok(backend)
     }
@@ -206,7 +220,7 @@ impl Backend {
         let config = pushes.config(options);
         match ConnectionManager::new_with_config(client.clone(), config.clone()).await {
             Ok(manager) => {
-                let backend = Backend::new(single(addr.clone(), manager, &pushes), addr);
+                let backend = Backend::new(single(addr.clone(), manager, &pushes), addr, options);
                 backend.check_server().await?;
                 Ok((backend, None))
             }
@@ -214,7 +228,8 @@ impl Backend {
                 e @ Error::Unreachable { .. } => {
                     let manager = ConnectionManager::new_lazy_with_config(client, config)
                         .map_err(|e| Error::from_redis(e, &addr, ""))?;
-                    let backend = Backend::new(single(addr.clone(), manager, &pushes), addr);
+                    let backend =
+                        Backend::new(single(addr.clone(), manager, &pushes), addr, options);
                     Ok((backend, Some(e)))
                 }
                 e => Err(e),
@@ -274,7 +289,7 @@ impl Backend {
             Arc::new(on_push),
             conn.clone(),
         );
-        let mut backend = Backend::new(Conn::Cluster(conn, subscriber), addr);
+        let mut backend = Backend::new(Conn::Cluster(conn, subscriber), addr, options);
         backend.sharded = sharded;
         backend.check_server().await?;
         Ok(backend)
@@ -290,7 +305,7 @@ impl Backend {
         let addr = format!("sentinel master {:?}", target.master_name);
         let followed =
             sentinel::Followed::connect(target, options.clone(), Arc::new(on_push)).await?;
-        let backend = Backend::new(Conn::Sentinel(followed), addr);
+        let backend = Backend::new(Conn::Sentinel(followed), addr, options);
         backend.check_server().await?;
         Ok(backend)
     }

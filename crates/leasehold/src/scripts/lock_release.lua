@@ -9,6 +9,9 @@
 -- ARGV[5] the queue window in ms (lock_acquire.lua)
 -- ARGV[6] the TTL in ms the caller queued with, if it may be a queued waiter (its member is
 --         '<id>:<ttl>:<token>'), else ''
+-- ARGV[7] '1' to publish by SPUBLISH (a cluster with sharded pub/sub), else PUBLISH
+-- ARGV[8] '1' to drop the name's last fence with a lease this call frees (the client keeps
+--         no fence beyond its lease), else it is kept as long as it was set to be
 -- Returns 1 if released, 0 if the lease was missing (expired or released), -1 if another
 -- owner holds it (then the lease is not changed).
 --
@@ -87,7 +90,21 @@ while true do
     redis.call('ZREM', KEYS[4], head[1])
   end
 end
-redis.call('DEL', KEYS[1])
+-- Free. The name's last fence lives no longer than its lease (unless the client keeps
+-- fences longer, ARGV[8] ~= '1'), so a name used once leaves nothing behind; a fence ahead
+-- of the clock (it stepped back) is kept until the clock passes it (prelude.lua).
+local dropped = false
+if ARGV[8] == '1' then
+  local _, now_us = now_both()
+  local last = tonumber(redis.pcall('GET', KEYS[5]))
+  if last and last < now_us then
+    redis.call('DEL', KEYS[1], KEYS[5])
+    dropped = true
+  end
+end
+if not dropped then
+  redis.call('DEL', KEYS[1])
+end
 if ARGV[3] == '1' then
   publish(ARGV[7], KEYS[2], '')
 end

@@ -330,19 +330,36 @@ pub(crate) async fn lock_release(
     token: &str,
     spread: Spread,
 ) -> Result<Owned> {
-    let invocation = lock_release_call(keys, token, spread, backend.id(), sharded(backend));
+    let invocation = lock_release_call(
+        keys,
+        token,
+        spread,
+        backend.id(),
+        sharded(backend),
+        !backend.keeps_fences(),
+    );
     let code: i64 = backend.invoke(&invocation, keys.lock()).await?;
     Ok(Owned::from_code(code))
 }
 
+/// The release scripts' last argument: '1' to drop the name's last fence
+/// when a release frees the lock, unless the client keeps fences longer
+/// (`ClientBuilder::fence_memory`).
+fn drops_fence(backend: &Backend) -> &'static str {
+    if backend.keeps_fences() { "0" } else { "1" }
+}
+
 /// The call [`lock_release`] sends from the connection `connection`;
-/// `sharded` publishes by SPUBLISH (ARGV[7], see [`sharded`]).
+/// `sharded` publishes by SPUBLISH (ARGV[7], see [`sharded`]); with
+/// `drops_fence` a release that frees the lock drops the name's last fence
+/// too (ARGV[8]: the client keeps no fence beyond its lease).
 pub(crate) fn lock_release_call(
     keys: &LockKeys,
     token: &str,
     spread: Spread,
     connection: &str,
     sharded: &str,
+    drops_fence: bool,
 ) -> ScriptInvocation<'static> {
     let mut invocation = LOCK_RELEASE.prepare_invoke();
     invocation
@@ -360,7 +377,8 @@ pub(crate) fn lock_release_call(
             Spread::One { queued: Some(ttl) } => millis(ttl).to_string(),
             _ => String::new(),
         })
-        .arg(sharded);
+        .arg(sharded)
+        .arg(if drops_fence { "1" } else { "0" });
     invocation
 }
 
@@ -472,9 +490,11 @@ pub(crate) async fn reentrant_release(
             REENTRANT_RELEASE
                 .key(keys.lock())
                 .key(keys.channel())
+                .key(keys.fence())
                 .arg(owner)
                 .arg(hold)
-                .arg(sharded(backend)),
+                .arg(sharded(backend))
+                .arg(drops_fence(backend)),
             keys.lock(),
         )
         .await?;
@@ -575,9 +595,11 @@ async fn zset_release(
             RW_RELEASE
                 .key(keys.lock())
                 .key(keys.channel())
+                .key(keys.fence())
                 .arg(member)
                 .arg(payload)
-                .arg(sharded(backend)),
+                .arg(sharded(backend))
+                .arg(drops_fence(backend)),
             keys.lock(),
         )
         .await?;

@@ -88,3 +88,15 @@ local function publish(sharded, channel, message)
   end
   return redis.call('PUBLISH', channel, message)
 end
+
+-- Drops the name's last fence when its lock is freed by a release: it lives no longer than
+-- the lease (unless the client keeps fences longer, and then the caller does not call this),
+-- so a name used once leaves nothing behind. A fence ahead of the clock (it stepped back)
+-- is kept until the clock passes it (its expiry says so, see next_fence_at).
+local function drop_fence(fence_key)
+  local _, now_us = now_both()
+  local last = tonumber(redis.pcall('GET', fence_key))
+  if last and last < now_us then
+    redis.call('DEL', fence_key)
+  end
+end

@@ -1,8 +1,10 @@
 -- rw_release.lua: remove one entry (a read or write hold, or a waiting writer) and wake waiters.
 -- Also gives back a semaphore's permit (sem_acquire.lua), whose set has the same shape.
 -- KEYS[1] rw key (sorted set, see rw_acquire.lua)   KEYS[2] release channel
+-- KEYS[3] fence key
 -- ARGV[1] member   ARGV[2] the payload to publish (optional; default 'all')
 -- ARGV[3] '1' to publish by SPUBLISH (see publish in prelude.lua)
+-- ARGV[4] '1' to drop the name's last fence when this frees the lock (drop_fence)
 -- Returns 1 if the entry was live and is removed, 0 if it was missing or expired.
 -- Publishes 'all' for an RwLock: every waiter may proceed (many readers can enter at once);
 -- a semaphore passes '' (one permit frees, so one waiter per client wakes).
@@ -19,5 +21,7 @@ end
 local top = redis.call('ZRANGE', key, 0, 0, 'REV', 'WITHSCORES')
 if top[1] then
   redis.call('PEXPIRE', key, math.max(1, tonumber(top[2]) - now))
+elseif released == 1 and ARGV[4] == '1' and KEYS[3] then
+  drop_fence(KEYS[3])
 end
 return released
