@@ -14,6 +14,7 @@
 mod contended;
 mod held;
 mod many_keys;
+mod once;
 mod raw;
 mod redlock;
 mod report;
@@ -113,6 +114,8 @@ impl Settings {
             "redlock_nodes": redlock::NODES,
             "redlock_ops_per_round": self.redlock_ops,
             "redlock_rounds": self.redlock_rounds,
+            "names_used_once": once::NAMES,
+            "names_used_once_counted_after_ms": once::AFTER.as_millis(),
         })
     }
 }
