@@ -1,6 +1,6 @@
 //! What the bench asks the Redis server itself: command counts (INFO
-//! commandstats), the keys under a prefix, the round-trip time, the
-//! version.
+//! commandstats), its CPU time (INFO cpu), the keys under a prefix, the
+//! round-trip time, the version.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -134,6 +134,34 @@ pub(crate) fn classify(library: Library, counted: &CommandStats) -> Commands {
         .map(|(_, n)| n)
         .sum();
     Commands { top_level, total }
+}
+
+/// The server's CPU time so far, user and system, in seconds: the sum of
+/// `used_cpu_user` and `used_cpu_sys` of INFO cpu (getrusage of the whole
+/// redis-server process, every thread).
+pub(crate) async fn cpu_seconds(con: &mut MultiplexedConnection) -> Result<f64, Failure> {
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(con)
+        .await
+        .map_err(|e| redis_failure(e, "reading INFO cpu"))?;
+    parse_cpu_seconds(&info).ok_or_else(|| {
+        Failure::with_code(
+            crate::exit::SOFTWARE,
+            "INFO cpu has no used_cpu_sys or used_cpu_user line",
+        )
+    })
+}
+
+/// `used_cpu_sys` + `used_cpu_user` of INFO cpu (not the `_children` or
+/// `_main_thread` lines); `None` when either is missing.
+fn parse_cpu_seconds(info: &str) -> Option<f64> {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    };
+    Some(field("used_cpu_sys")? + field("used_cpu_user")?)
 }
 
 /// Most SCAN calls [`keys_under`] makes: 10,000 of COUNT 1000 walk ten
@@ -296,5 +324,19 @@ mod tests {
         add(&mut sum, &round(&[("evalsha", 2), ("time", 1)]));
         add(&mut sum, &round(&[("evalsha", 3), ("set", 4)]));
         assert_eq!(sum, round(&[("evalsha", 5), ("set", 4), ("time", 1)]));
+    }
+
+    #[test]
+    fn cpu_time_is_user_plus_system_of_the_whole_process() {
+        let info = "# CPU\r\nused_cpu_sys:1.250000\r\nused_cpu_user:0.500000\r\n\
+                    used_cpu_sys_children:9.000000\r\nused_cpu_user_children:9.000000\r\n\
+                    used_cpu_sys_main_thread:1.000000\r\nused_cpu_user_main_thread:0.400000\r\n";
+        assert_eq!(parse_cpu_seconds(info), Some(1.75));
+        assert_eq!(parse_cpu_seconds("# CPU\r\nused_cpu_sys:1.0\r\n"), None);
+        // Only the exact field counts, not one that starts with its name.
+        assert_eq!(
+            parse_cpu_seconds("used_cpu_sys_main_thread:1.0\r\nused_cpu_user:2.0\r\n"),
+            None
+        );
     }
 }
