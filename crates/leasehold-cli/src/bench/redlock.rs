@@ -1,7 +1,9 @@
 //! Scenario 5: Redlock over 5 independent nodes against one node, one task
 //! acquiring and releasing a free lock. Redlock sends each request to every
 //! node at once, so its latency should be the slowest of five round trips,
-//! not five of them.
+//! not five of them. rslock's `LockManager` over the same five nodes, in the
+//! same interleaved rounds, is the peer (issue 15: <= 1.1x its
+//! acquire+release).
 //!
 //! The nodes are private redis-servers started for this scenario (even when
 //! `--url` names a server: a Redlock needs independent masters, and the one
@@ -31,6 +33,9 @@ pub(crate) const NODES: usize = 5;
 const TTL: Duration = Duration::from_secs(30);
 /// The target: Redlock at most this many times one node.
 const MAX_RATIO: f64 = 1.5;
+/// The target: Redlock acquire+release at most this many times rslock's
+/// over the same nodes.
+const MAX_RSLOCK_RATIO: f64 = 1.1;
 /// Warm-up operations per client, not measured.
 const WARM_UP: usize = 50;
 
@@ -83,6 +88,34 @@ impl Samples {
             let guard = lock.acquire().await?;
             acquire.push(sent.elapsed());
             Ok(guard.release().await?)
+        })
+        .await?;
+        if keep {
+            self.acquire.extend(acquire);
+            self.both.extend(both);
+        }
+        Ok(())
+    }
+
+    /// Runs `ops` lock+unlock of rslock's `resource` on `manager`, for at
+    /// most `cap`; keeps the times when `keep`.
+    async fn measure_rslock(
+        &mut self,
+        manager: &rslock::LockManager,
+        resource: &str,
+        ops: usize,
+        cap: Duration,
+        keep: bool,
+    ) -> Result<(), Failure> {
+        let mut acquire = Vec::with_capacity(ops);
+        let both = timed(ops, cap, async |_| {
+            let sent = Instant::now();
+            let held = manager.lock(resource.as_bytes(), TTL).await.map_err(|e| {
+                Failure::with_code(crate::exit::UNAVAILABLE, format!("rslock: {e}"))
+            })?;
+            acquire.push(sent.elapsed());
+            manager.unlock(&held).await;
+            Ok(())
         })
         .await?;
         if keep {
@@ -216,10 +249,13 @@ pub(crate) async fn run(
         .await?;
     let one_lock = single.lock("bench:redlock-one").ttl(TTL);
     let quorum_lock = redlock.lock("bench:redlock").ttl(TTL);
+    let manager = rslock::LockManager::new(urls.clone());
+    let resource = format!("{}:bench:redlock-rslock", ctx.prefix);
 
     let mut floor = Floor::connect(&urls, ctx.prefix).await?;
-    let (mut one, mut quorum) = (Samples::default(), Samples::default());
-    // Interleaved rounds, so a burst of load from elsewhere hits both alike.
+    let (mut one, mut quorum, mut peer) =
+        (Samples::default(), Samples::default(), Samples::default());
+    // Interleaved rounds, so a burst of load from elsewhere hits all alike.
     for round in 0..=s.redlock_rounds {
         let (ops, keep) = if round == 0 {
             (WARM_UP, false)
@@ -229,13 +265,16 @@ pub(crate) async fn run(
         let cap = s.uncontended_round_cap;
         one.measure(&one_lock, ops, cap, keep).await?;
         quorum.measure(&quorum_lock, ops, cap, keep).await?;
+        peer.measure_rslock(&manager, &resource, ops, cap, keep)
+            .await?;
         floor.measure(ops, cap, keep).await?;
     }
     one.sort();
     quorum.sort();
+    peer.sort();
     floor.one.sort();
     floor.quorum.sort();
-    Ok(report(ctx, &one, &quorum, &floor))
+    Ok(report(ctx, &one, &quorum, &peer, &floor))
 }
 
 /// The section and the latency distributions.
@@ -243,12 +282,14 @@ fn report(
     ctx: &Context<'_>,
     one: &Samples,
     quorum: &Samples,
+    peer: &Samples,
     floor: &Floor,
 ) -> (Section, Vec<Series>) {
     let ratio = |a: Figure, b: Figure| Figure::new(a.value / b.value, Unit::Times);
     let acquire_ratio = ratio(p50(&quorum.acquire), p50(&one.acquire));
     let both_ratio = ratio(p50(&quorum.both), p50(&one.both));
     let floor_ratio = ratio(p50(&floor.quorum), p50(&floor.one));
+    let to_rslock = ratio(p50(&quorum.both), p50(&peer.both));
     let rows = vec![
         Row::plain("acquire p50", p50(&quorum.acquire)).beside(p50(&one.acquire)),
         Row::plain("acquire p99", p99(&quorum.acquire)).beside(p99(&one.acquire)),
@@ -264,6 +305,23 @@ fn report(
             format!("{NODES} nodes / 1 node, acquire+release p50"),
             both_ratio,
             Goal::at_most(MAX_RATIO, Unit::Times),
+        ),
+        Row::plain(
+            format!("rslock, {NODES} nodes: lock p50"),
+            p50(&peer.acquire),
+        ),
+        Row::plain(
+            format!("rslock, {NODES} nodes: lock+unlock p50"),
+            p50(&peer.both),
+        ),
+        Row::plain(
+            format!("rslock, {NODES} nodes: lock+unlock p99"),
+            p99(&peer.both),
+        ),
+        Row::goal(
+            format!("{NODES} nodes: leasehold / rslock, acquire+release p50"),
+            to_rslock,
+            Goal::at_most(MAX_RSLOCK_RATIO, Unit::Times),
         ),
         Row::plain("raw floor: acquire+release p50", p50(&floor.quorum)).beside(p50(&floor.one)),
         Row::plain(
@@ -282,6 +340,11 @@ fn report(
                  them; leasehold Lock on both, watchdog on"
             ),
             format!(
+                "rslock = LockManager::new over the same {NODES} nodes at its defaults: lock \
+                 (SET NX PX on every node, waiting for all {NODES} answers) + unlock (EVALSHA on \
+                 every node)"
+            ),
+            format!(
                 "raw floor = the same scripts as each node runs them, sent with plain redis-rs \
                  to one node, or to all {NODES} at once waiting for a quorum of answers per step: \
                  what this machine charges for the fan-out itself"
@@ -297,6 +360,8 @@ fn report(
             "one_node": {"acquire": stats(&one.acquire), "acquire_release": stats(&one.both)},
             "ratio_acquire_p50": acquire_ratio.value,
             "ratio_acquire_release_p50": both_ratio.value,
+            "rslock": {"acquire": stats(&peer.acquire), "acquire_release": stats(&peer.both)},
+            "ratio_to_rslock_acquire_release_p50": to_rslock.value,
             "raw_floor": {
                 "quorum_acquire_release": stats(&floor.quorum),
                 "one_acquire_release": stats(&floor.one),
@@ -308,6 +373,7 @@ fn report(
     let series = vec![
         Series::of(panel, &format!("Redlock, {NODES} nodes"), &quorum.both),
         Series::of(panel, "1 node", &one.both),
+        Series::of(panel, &format!("rslock, {NODES} nodes"), &peer.both),
     ];
     (section, series)
 }

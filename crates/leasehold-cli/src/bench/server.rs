@@ -1,5 +1,6 @@
 //! What the bench asks the Redis server itself: command counts (INFO
-//! commandstats), the round-trip time, the version.
+//! commandstats), its CPU time (INFO cpu), the keys under a prefix, the
+//! round-trip time, the version.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -97,6 +98,13 @@ pub(crate) fn difference(before: &CommandStats, after: &CommandStats) -> Command
         .collect()
 }
 
+/// Adds the counts of `more` to `into`, name by name.
+pub(crate) fn add(into: &mut CommandStats, more: &CommandStats) {
+    for (name, calls) in more {
+        *into.entry(name.clone()).or_insert(0) += calls;
+    }
+}
+
 /// Commands of one run: those sent by clients, and all (Lua-internal too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Commands {
@@ -104,6 +112,17 @@ pub(crate) struct Commands {
     pub(crate) top_level: u64,
     /// Those plus the calls scripts made inside Redis (GET, SET, PUBLISH, ...).
     pub(crate) total: u64,
+}
+
+impl Commands {
+    /// Per each of `n` acquisitions: (client calls, all calls); NaN for none.
+    pub(crate) fn per(self, n: usize) -> (f64, f64) {
+        if n == 0 {
+            return (f64::NAN, f64::NAN);
+        }
+        let n = n as f64;
+        (self.top_level as f64 / n, self.total as f64 / n)
+    }
 }
 
 /// Splits `counted` into what `library`'s clients sent and the total.
@@ -115,6 +134,94 @@ pub(crate) fn classify(library: Library, counted: &CommandStats) -> Commands {
         .map(|(_, n)| n)
         .sum();
     Commands { top_level, total }
+}
+
+/// The server's CPU time so far, user and system, in seconds: the sum of
+/// `used_cpu_user` and `used_cpu_sys` of INFO cpu (getrusage of the whole
+/// redis-server process, every thread).
+pub(crate) async fn cpu_seconds(con: &mut MultiplexedConnection) -> Result<f64, Failure> {
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(con)
+        .await
+        .map_err(|e| redis_failure(e, "reading INFO cpu"))?;
+    parse_cpu_seconds(&info).ok_or_else(|| {
+        Failure::with_code(
+            crate::exit::SOFTWARE,
+            "INFO cpu has no used_cpu_sys or used_cpu_user line",
+        )
+    })
+}
+
+/// `used_cpu_sys` + `used_cpu_user` of INFO cpu (not the `_children` or
+/// `_main_thread` lines); `None` when either is missing.
+fn parse_cpu_seconds(info: &str) -> Option<f64> {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    };
+    Some(field("used_cpu_sys")? + field("used_cpu_user")?)
+}
+
+/// Most SCAN calls [`keys_under`] makes: 10,000 of COUNT 1000 walk ten
+/// million keys, far more than a bench server holds.
+const MAX_SCANS: usize = 10_000;
+
+/// Every key whose name starts with `prefix` (which holds no glob
+/// character: the library refuses such prefixes), by SCAN.
+///
+/// # Errors
+///
+/// A Redis failure, or a keyspace too big to walk in [`MAX_SCANS`] calls.
+pub(crate) async fn keys_under(
+    con: &mut MultiplexedConnection,
+    prefix: &str,
+) -> Result<Vec<String>, Failure> {
+    let pattern = format!("{prefix}*");
+    let mut keys = Vec::new();
+    let mut cursor: u64 = 0;
+    for _ in 0..MAX_SCANS {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(con)
+            .await
+            .map_err(|e| redis_failure(e, "on SCAN"))?;
+        keys.extend(batch);
+        if next == 0 {
+            // SCAN may return a key twice.
+            keys.sort();
+            keys.dedup();
+            return Ok(keys);
+        }
+        cursor = next;
+    }
+    Err(Failure::with_code(
+        crate::exit::SOFTWARE,
+        format!("SCAN for {pattern} did not finish in {MAX_SCANS} calls"),
+    ))
+}
+
+/// The remaining TTL of each of `keys` in ms (PTTL, one pipeline): -1 for a
+/// key without expiry, -2 for one gone since.
+pub(crate) async fn pttls(
+    con: &mut MultiplexedConnection,
+    keys: &[String],
+) -> Result<Vec<i64>, Failure> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut pipe = redis::pipe();
+    for key in keys {
+        pipe.cmd("PTTL").arg(key);
+    }
+    pipe.query_async(con)
+        .await
+        .map_err(|e| redis_failure(e, "on PTTL"))
 }
 
 /// PINGs sent and not timed before [`round_trip`] times its samples: the
@@ -194,6 +301,42 @@ mod tests {
                 top_level: 17,
                 total: 28
             }
+        );
+    }
+
+    #[test]
+    fn commands_per_acquisition_divide_both_counts() {
+        let counted = Commands {
+            top_level: 4000,
+            total: 19_000,
+        };
+        assert_eq!(counted.per(2000), (2.0, 9.5));
+        let (top, total) = counted.per(0);
+        assert!(top.is_nan() && total.is_nan());
+    }
+
+    #[test]
+    fn counts_of_several_rounds_add_up_by_name() {
+        let mut sum = CommandStats::new();
+        let round = |pairs: &[(&str, u64)]| -> CommandStats {
+            pairs.iter().map(|(n, c)| ((*n).to_owned(), *c)).collect()
+        };
+        add(&mut sum, &round(&[("evalsha", 2), ("time", 1)]));
+        add(&mut sum, &round(&[("evalsha", 3), ("set", 4)]));
+        assert_eq!(sum, round(&[("evalsha", 5), ("set", 4), ("time", 1)]));
+    }
+
+    #[test]
+    fn cpu_time_is_user_plus_system_of_the_whole_process() {
+        let info = "# CPU\r\nused_cpu_sys:1.250000\r\nused_cpu_user:0.500000\r\n\
+                    used_cpu_sys_children:9.000000\r\nused_cpu_user_children:9.000000\r\n\
+                    used_cpu_sys_main_thread:1.000000\r\nused_cpu_user_main_thread:0.400000\r\n";
+        assert_eq!(parse_cpu_seconds(info), Some(1.75));
+        assert_eq!(parse_cpu_seconds("# CPU\r\nused_cpu_sys:1.0\r\n"), None);
+        // Only the exact field counts, not one that starts with its name.
+        assert_eq!(
+            parse_cpu_seconds("used_cpu_sys_main_thread:1.0\r\nused_cpu_user:2.0\r\n"),
+            None
         );
     }
 }
