@@ -10,6 +10,20 @@ use common::contract::Kind;
 use leasehold::Client;
 use leasehold_testkit::{RedisServer, SentinelSet};
 
+/// Fails if the server holds any key.
+fn assert_no_keys(server: &RedisServer) {
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut server.connection())
+        .unwrap();
+    assert!(
+        keys.is_empty(),
+        "{} keys left, e.g. {:?}",
+        keys.len(),
+        &keys[..keys.len().min(3)]
+    );
+}
+
 /// Takes `name` once with a guard of `kind` (TTL `ttl`) and gives it back.
 async fn use_once(client: &Client, kind: Kind, name: &str, ttl: Duration) {
     kind.on(client, name)
@@ -38,15 +52,10 @@ async fn no_key_remains_after_names_used_once() {
     }
     // Past the leases' TTL (nobody queued, so no queue keys were written).
     tokio::time::sleep(ttl + Duration::from_millis(700)).await;
-    let mut conn = server.connection();
-    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
-    assert!(
-        keys.is_empty(),
-        "{} keys left, e.g. {:?}",
-        keys.len(),
-        &keys[..keys.len().min(3)]
-    );
-    let size: i64 = redis::cmd("DBSIZE").query(&mut conn).unwrap();
+    assert_no_keys(&server);
+    let size: i64 = redis::cmd("DBSIZE")
+        .query(&mut server.connection())
+        .unwrap();
     assert_eq!(size, 0, "expired keys not yet reclaimed");
 }
 
@@ -74,14 +83,7 @@ async fn names_used_once_at_the_default_ttl_leave_nothing_once_released() {
             .await
             .expect("release");
     }
-    let mut conn = server.connection();
-    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
-    assert!(
-        keys.is_empty(),
-        "{} keys left, e.g. {:?}",
-        keys.len(),
-        &keys[..keys.len().min(3)]
-    );
+    assert_no_keys(&server);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

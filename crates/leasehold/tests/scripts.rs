@@ -89,8 +89,21 @@ const WAITER_TTL: u64 = 10_000;
 /// lock_release.lua; `publish_free` as a Redlock node runs it (ARGV[3]).
 /// The caller may be a waiter that queued with [`WAITER_TTL`] (ARGV[6]).
 fn lock_release(conn: &mut Connection, token: &str, publish_free: bool) -> i64 {
-    redis::Script::new(&RELEASE)
-        .key(LOCK)
+    release_call(token, publish_free, false)
+        .invoke(conn)
+        .unwrap()
+}
+
+/// The call of lock_release.lua by `token`, by plain PUBLISH; `drop_fence`
+/// is ARGV[8].
+fn release_call(
+    token: &str,
+    publish_free: bool,
+    drop_fence: bool,
+) -> redis::ScriptInvocation<'static> {
+    static SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(&RELEASE));
+    let mut call = SCRIPT.prepare_invoke();
+    call.key(LOCK)
         .key(CHANNEL)
         .key(QUEUE)
         .key(ALIVE)
@@ -101,8 +114,9 @@ fn lock_release(conn: &mut Connection, token: &str, publish_free: bool) -> i64 {
         .arg(CONN)
         .arg(WINDOW)
         .arg(WAITER_TTL)
-        .invoke(conn)
-        .unwrap()
+        .arg("0")
+        .arg(if drop_fence { "1" } else { "0" });
+    call
 }
 
 /// Makes the queued waiter `token` look as if it arrived `ms` earlier (and
@@ -238,22 +252,7 @@ fn fences_increase_even_when_the_stored_one_is_ahead_of_the_clock() {
 /// lock_release.lua as the default client sends it: freeing the lock
 /// drops the name's last fence too (ARGV[8]).
 fn release_dropping_the_fence(conn: &mut Connection, token: &str) -> i64 {
-    redis::Script::new(&RELEASE)
-        .key(LOCK)
-        .key(CHANNEL)
-        .key(QUEUE)
-        .key(ALIVE)
-        .key(FENCE)
-        .arg(token)
-        .arg(500)
-        .arg("0")
-        .arg(CONN)
-        .arg(WINDOW)
-        .arg("")
-        .arg("0")
-        .arg("1")
-        .invoke(conn)
-        .unwrap()
+    release_call(token, false, true).invoke(conn).unwrap()
 }
 
 /// Issue 15, item 3: the last fence lives no longer than its lease, except
