@@ -388,23 +388,35 @@ fn the_commands_exit_code_passes_through() {
 fn the_command_sees_its_fence_and_token() {
     let server = RedisServer::start();
     let url = server.url();
-    let out = run_at(
-        &url,
-        &[
-            "run",
-            "env",
-            "--",
-            "sh",
-            "-c",
-            "echo \"$LEASEHOLD_FENCE $LEASEHOLD_TOKEN\"",
-        ],
+    // The command also reads the name's fence on the server while it holds
+    // the lock (a release drops it with the lease).
+    let script = format!(
+        "echo \"$LEASEHOLD_FENCE $LEASEHOLD_TOKEN\"; redis-cli -p {} GET 'leasehold:{{env}}:fence'",
+        server.port()
     );
+    let out = run_at(&url, &["run", "env", "--", "sh", "-c", &script]);
     assert_eq!(out.code(), 0, "{out:?}");
-    let (fence, token) = out.stdout.trim().split_once(' ').expect("two words");
+    let mut lines = out.stdout.lines();
+    let (fence, token) = lines
+        .next()
+        .expect("a line")
+        .split_once(' ')
+        .expect("two words");
     let fence: u64 = fence.parse().expect("numeric fence");
     assert!(fence > 0);
     assert_eq!(token.len(), 32, "{token}");
-    assert_eq!(status_json(&url, "env")["fence"], fence);
+    let on_server: u64 = lines
+        .next()
+        .expect("the server's fence")
+        .trim()
+        .parse()
+        .expect("a fence");
+    assert_eq!(on_server, fence);
+    assert_eq!(
+        status_json(&url, "env")["fence"],
+        serde_json::Value::Null,
+        "dropped with the lease"
+    );
 }
 
 #[test]

@@ -261,9 +261,10 @@ pub struct LockStatus {
     pub holder: Option<String>,
     /// The holder's remaining lease, or `None` when free.
     pub remaining: Option<Duration>,
-    /// The last fencing token issued for this name, if still kept: for the
-    /// lease's TTL after it was issued, or the client's
-    /// [`fence_memory`](crate::ClientBuilder::fence_memory) if longer.
+    /// The last fencing token issued for this name, if still kept: while
+    /// its lease lasts (a release that frees the lock drops it), or for the
+    /// [`fence_memory`](crate::ClientBuilder::fence_memory) of the client
+    /// that took it, if set.
     pub fence: Option<u64>,
     /// Waiters queued for the lock (callers of [`Lock::acquire`] that were
     /// refused and are still waiting), in every client.
