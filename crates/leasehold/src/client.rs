@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::acquire::Core;
-use crate::backend::{Backend, ConnectOptions, SentinelTarget, TlsOptions};
+#[cfg(feature = "sentinel")]
+use crate::backend::SentinelTarget;
+use crate::backend::{Backend, ConnectOptions, TlsOptions};
 use crate::error::{Error, Result};
 use crate::events::{Events, Shared};
 use crate::fair::FairLock;
@@ -144,7 +146,9 @@ impl Client {
     ///
     /// [`Error::InvalidArgument`] for a malformed URL, [`Error::Unreachable`]
     /// when the server does not answer, [`Error::Auth`] when it refuses the
-    /// credentials, [`Error::Unsupported`] for Redis older than 7.0.
+    /// credentials, [`Error::Unsupported`] for Redis older than 7.0 and for
+    /// a `rediss://` URL this build cannot serve (no `tls` feature, or no
+    /// rustls crypto provider: see the crate docs' "Features").
     ///
     /// # Panics
     ///
@@ -227,6 +231,8 @@ impl Client {
     ///
     /// [`Client::list`] scans every master of the cluster.
     ///
+    /// Needs the `cluster` feature (on by default).
+    ///
     /// # Errors
     ///
     /// As [`Client::connect`].
@@ -244,6 +250,7 @@ impl Client {
     /// guard.release().await?;
     /// # Ok(()) }
     /// ```
+    #[cfg(feature = "cluster")]
     pub async fn cluster<I, S>(urls: I) -> Result<Client>
     where
         I: IntoIterator<Item = S>,
@@ -264,6 +271,8 @@ impl Client {
     /// A failover can lose a lease the old master had not yet passed to
     /// its replica; [`ClientBuilder::min_replicas`] narrows that window.
     ///
+    /// Needs the `sentinel` feature (on by default).
+    ///
     /// # Errors
     ///
     /// As [`Client::connect`]; [`Error::Unsupported`] when no sentinel knows
@@ -280,6 +289,7 @@ impl Client {
     /// let client = leasehold::Client::sentinel(["redis://10.0.0.1:26379"], "mymaster").await?;
     /// # Ok(()) }
     /// ```
+    #[cfg(feature = "sentinel")]
     pub async fn sentinel<I, S>(sentinel_urls: I, master_name: &str) -> Result<Client>
     where
         I: IntoIterator<Item = S>,
@@ -500,7 +510,9 @@ impl Client {
 pub struct ClientBuilder {
     url: String,
     redlock: Option<Vec<String>>,
+    #[cfg(feature = "cluster")]
     cluster: Option<Vec<String>>,
+    #[cfg(feature = "sentinel")]
     sentinel: Option<SentinelTarget>,
     tls: TlsOptions,
     min_replicas: Option<(usize, Duration)>,
@@ -517,7 +529,9 @@ impl Default for ClientBuilder {
         ClientBuilder {
             url: "redis://127.0.0.1:6379".into(),
             redlock: None,
+            #[cfg(feature = "cluster")]
             cluster: None,
+            #[cfg(feature = "sentinel")]
             sentinel: None,
             tls: TlsOptions::default(),
             min_replicas: None,
@@ -554,9 +568,11 @@ impl ClientBuilder {
     }
 
     /// Makes this a Redis Cluster client, reached through any of these
-    /// nodes; see [`Client::cluster`].
+    /// nodes; see [`Client::cluster`]. Needs the `cluster` feature (on by
+    /// default).
     ///
     /// Defaults to one server, [`ClientBuilder::url`].
+    #[cfg(feature = "cluster")]
     pub fn cluster<I, S>(mut self, urls: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -567,9 +583,11 @@ impl ClientBuilder {
     }
 
     /// Makes this a Sentinel client of the master monitored as
-    /// `master_name`; see [`Client::sentinel`].
+    /// `master_name`; see [`Client::sentinel`]. Needs the `sentinel`
+    /// feature (on by default).
     ///
     /// Defaults to one server, [`ClientBuilder::url`].
+    #[cfg(feature = "sentinel")]
     pub fn sentinel<I, S>(mut self, sentinel_urls: I, master_name: &str) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -584,7 +602,7 @@ impl ClientBuilder {
 
     /// Trusts this CA (PEM) for `rediss://` servers instead of the system's
     /// trust store. Verification of the server's certificate and host name
-    /// is always on.
+    /// is always on. Needs the `tls` feature (on by default).
     ///
     /// Defaults to the system's trust store.
     ///
@@ -599,6 +617,7 @@ impl ClientBuilder {
     ///     .await?;
     /// # Ok(()) }
     /// ```
+    #[cfg(feature = "tls")]
     pub fn tls_ca_cert(mut self, ca_pem: &[u8]) -> Self {
         self.tls.ca = Some(ca_pem.to_vec());
         self
@@ -606,9 +625,10 @@ impl ClientBuilder {
 
     /// Presents this certificate chain and private key (PEM) to
     /// `rediss://` servers that ask for one (mutual TLS,
-    /// `tls-auth-clients yes`).
+    /// `tls-auth-clients yes`). Needs the `tls` feature (on by default).
     ///
     /// Defaults to no client certificate.
+    #[cfg(feature = "tls")]
     pub fn tls_client_cert(mut self, cert_pem: &[u8], key_pem: &[u8]) -> Self {
         self.tls.client = Some((cert_pem.to_vec(), key_pem.to_vec()));
         self
@@ -723,9 +743,20 @@ impl ClientBuilder {
             fence_memory: self.fence_memory,
         };
         let push = move |info| on_push.on_push(info);
-        let servers = match (&self.redlock, &self.cluster, &self.sentinel) {
-            (None, None, None) => Servers::One(Backend::connect(&self.url, &options, push).await?),
-            (Some(urls), None, None) => {
+        let chosen = [
+            self.redlock.is_some(),
+            #[cfg(feature = "cluster")]
+            self.cluster.is_some(),
+            #[cfg(feature = "sentinel")]
+            self.sentinel.is_some(),
+        ];
+        if chosen.iter().filter(|&&c| c).count() > 1 {
+            return Err(Error::InvalidArgument(
+                "choose one of redlock, cluster and sentinel".into(),
+            ));
+        }
+        let servers = 'servers: {
+            if let Some(urls) = &self.redlock {
                 if self.min_replicas.is_some() {
                     return Err(Error::InvalidArgument(
                         "min_replicas is not available on a Redlock client (its masters have no \
@@ -733,24 +764,24 @@ impl ClientBuilder {
                             .into(),
                     ));
                 }
-                self.connect_redlock(urls, &options, &shared).await?
+                break 'servers self.connect_redlock(urls, &options, &shared).await?;
             }
-            (None, Some(urls), None) => {
+            #[cfg(feature = "cluster")]
+            if let Some(urls) = &self.cluster {
                 if urls.is_empty() {
                     return Err(Error::InvalidArgument(
                         "a cluster client needs at least one node URL".into(),
                     ));
                 }
-                Servers::One(Backend::connect_cluster(urls, &options, push).await?)
+                break 'servers Servers::One(Backend::connect_cluster(urls, &options, push).await?);
             }
-            (None, None, Some(target)) => {
-                Servers::One(Backend::connect_sentinel(target.clone(), &options, push).await?)
+            #[cfg(feature = "sentinel")]
+            if let Some(target) = &self.sentinel {
+                break 'servers Servers::One(
+                    Backend::connect_sentinel(target.clone(), &options, push).await?,
+                );
             }
-            _ => {
-                return Err(Error::InvalidArgument(
-                    "choose one of redlock, cluster and sentinel".into(),
-                ));
-            }
+            Servers::One(Backend::connect(&self.url, &options, push).await?)
         };
         Ok(Client {
             inner: Arc::new(Inner {

@@ -190,7 +190,10 @@ pub enum Error {
         source: redis::RedisError,
     },
 
-    /// The server lacks something leasehold needs (for example Redis < 7).
+    /// The server lacks something leasehold needs (for example Redis < 7),
+    /// or this build does: a `rediss://` URL without the `tls` feature, or
+    /// without a rustls crypto provider (neither installed by the
+    /// application nor compiled in by `tls-ring`).
     #[error("not supported: {0}")]
     Unsupported(String),
 
@@ -270,20 +273,23 @@ impl Error {
 /// Whether an I/O error came from the TLS layer (rustls reports its reasons
 /// as the I/O error's inner error).
 fn is_tls_failure(err: &redis::RedisError) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
-    while let Some(e) = source {
-        if e.downcast_ref::<rustls::Error>().is_some() {
-            return true;
-        }
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            if io
-                .get_ref()
-                .is_some_and(|inner| inner.is::<rustls::Error>())
-            {
+    #[cfg(feature = "tls")]
+    {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+        while let Some(e) = source {
+            if e.downcast_ref::<rustls::Error>().is_some() {
                 return true;
             }
+            if let Some(io) = e.downcast_ref::<std::io::Error>() {
+                if io
+                    .get_ref()
+                    .is_some_and(|inner| inner.is::<rustls::Error>())
+                {
+                    return true;
+                }
+            }
+            source = e.source();
         }
-        source = e.source();
     }
     let text = err.to_string().to_lowercase();
     text.contains("certificate") || text.contains("tls handshake") || text.contains("alert")

@@ -13,7 +13,8 @@
 //!   order; a dead waiter leaves the queue within seconds.
 //! - [`Semaphore`]: up to N holders at once, each [`Permit`] its own lease.
 //! - [`blocking`]: the same types and names without async, for threads
-//!   outside an async runtime (renewal runs on a thread of the client's own).
+//!   outside an async runtime (renewal runs on a thread of the client's own;
+//!   feature `blocking`).
 //!
 //! Clients: [`Client::connect`] (one Redis) and [`Client::redlock`] (one
 //! lease over N independent masters, held while a majority agrees; [`Lock`]
@@ -64,6 +65,35 @@
 //! is not, or a failover to a replica whose clock is behind, can make fences
 //! go back by up to the step.
 //!
+//! # Features
+//!
+//! The default features cover the common case; each can be turned off
+//! (`default-features = false`, then name the ones you want).
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `tls` | on | `rediss://` URLs through rustls, [`ClientBuilder::tls_ca_cert`], [`ClientBuilder::tls_client_cert`]; chooses no crypto provider |
+//! | `tls-ring` | on | ring as the crypto provider when the application installed none (implies `tls`) |
+//! | `cluster` | on | [`Client::cluster`], [`ClientBuilder::cluster`] (redis's `cluster-async`) |
+//! | `sentinel` | on | [`Client::sentinel`], [`ClientBuilder::sentinel`] |
+//! | `blocking` | on | [`blocking`], the synchronous facade (a Tokio multi-thread runtime of its own) |
+//! | `metrics` | on | the counters, gauge and histogram below, through the `metrics` facade |
+//!
+//! A `rediss://` URL in a build without `tls` fails with
+//! [`Error::Unsupported`], which names the feature.
+//!
+//! **TLS crypto provider.** rustls runs on a process-level
+//! `CryptoProvider`. leasehold never replaces one the application
+//! installed: an application on aws-lc-rs (rustls's default) that calls
+//! `rustls::crypto::aws_lc_rs::default_provider().install_default()` at
+//! startup gets aws-lc-rs for Redis too. When none is installed at the first
+//! `rediss://` connection, `tls-ring` installs ring as the process default
+//! (what rustls does itself when ring is its only provider); without
+//! `tls-ring` the connection fails with [`Error::Unsupported`] saying to
+//! install one. So an application that wants only aws-lc-rs compiled in
+//! depends on leasehold with `default-features = false` and
+//! `features = ["tls", ...]`, and installs its provider before connecting.
+//!
 //! # Metrics and tracing
 //!
 //! With the `metrics` feature (on by default) the library reports through
@@ -109,6 +139,7 @@
 
 mod acquire;
 mod backend;
+#[cfg(feature = "blocking")]
 pub mod blocking;
 mod client;
 mod clock;

@@ -122,11 +122,13 @@ impl Managed {
     }
 
     /// The manager in use.
+    #[cfg(feature = "sentinel")]
     pub(crate) fn current(&self) -> ConnectionManager {
         self.slot().1.clone()
     }
 
     /// The address of the server in use.
+    #[cfg(feature = "sentinel")]
     pub(crate) fn addr(&self) -> String {
         self.slot().0.clone()
     }
@@ -155,6 +157,7 @@ impl Managed {
     /// Moves to `manager` at `addr` (a new Sentinel master): every channel
     /// is subscribed there first, then it replaces the one in use and every
     /// waiter is woken.
+    #[cfg(feature = "sentinel")]
     pub(crate) async fn replace(&self, addr: String, manager: ConnectionManager) {
         let _serial = self.serial.lock().await;
         if let Err(e) = self.subscribe_all(&addr, &manager).await {

@@ -23,12 +23,21 @@
 //!   resubscribed as for one server, replaced when they name another one
 //!   (see [`sentinel`]).
 //!
-//! TLS (`rediss://`) uses rustls with certificate verification always on.
+//! TLS (`rediss://`) uses rustls with certificate verification always on;
+//! [`tls`] says which crypto provider it runs on.
+//!
+//! Cluster support is compiled with the `cluster` feature, Sentinel support
+//! with `sentinel`, TLS with `tls`.
 
 mod managed;
+#[cfg(feature = "sentinel")]
 mod sentinel;
+#[cfg(feature = "cluster")]
 mod subscriber;
+#[cfg(feature = "tls")]
+mod tls;
 
+#[cfg(feature = "cluster")]
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,17 +45,22 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager};
 
 use managed::{Managed, Pushes};
+#[cfg(feature = "cluster")]
 use redis::cluster_async::ClusterConnection;
+#[cfg(feature = "cluster")]
 use redis::cluster_routing::{
     MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
 };
+#[cfg(feature = "tls")]
+use redis::{ClientTlsConfig, TlsCertificates};
 use redis::{
-    ClientTlsConfig, Cmd, ConnectionInfo, FromRedisValue, IntoConnectionInfo, ProtocolVersion,
-    PushInfo, RedisFuture, ScriptInvocation, TlsCertificates, Value,
+    Cmd, ConnectionInfo, FromRedisValue, IntoConnectionInfo, ProtocolVersion, PushInfo,
+    RedisFuture, ScriptInvocation, Value,
 };
 
 use crate::error::{Error, Result};
 
+#[cfg(feature = "sentinel")]
 pub(crate) use sentinel::SentinelTarget;
 
 /// Where push frames (pub/sub messages, disconnections) go.
@@ -88,6 +102,7 @@ impl TlsOptions {
         self.ca.is_some() || self.client.is_some()
     }
 
+    #[cfg(feature = "tls")]
     fn certificates(&self) -> TlsCertificates {
         TlsCertificates {
             client_tls: self.client.as_ref().map(|(cert, key)| ClientTlsConfig {
@@ -125,13 +140,16 @@ enum Conn {
     Single(ConnectionManager, Arc<Managed>),
     /// Commands on the driver's cluster connection (without push sender,
     /// so without subscriptions); pub/sub on connections of their own.
+    #[cfg(feature = "cluster")]
     Cluster(ClusterConnection, Arc<subscriber::Subscriber>),
+    #[cfg(feature = "sentinel")]
     Sentinel(Arc<sentinel::Followed>),
 }
 
 /// The connection one command goes out on.
 enum Live {
     Single(ConnectionManager),
+    #[cfg(feature = "cluster")]
     Cluster(ClusterConnection),
 }
 
@@ -139,6 +157,7 @@ impl ConnectionLike for Live {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Live::Single(c) => c.req_packed_command(cmd),
+            #[cfg(feature = "cluster")]
             Live::Cluster(c) => c.req_packed_command(cmd),
         }
     }
@@ -151,6 +170,7 @@ impl ConnectionLike for Live {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Live::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "cluster")]
             Live::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
@@ -158,6 +178,7 @@ impl ConnectionLike for Live {
     fn get_db(&self) -> i64 {
         match self {
             Live::Single(c) => c.get_db(),
+            #[cfg(feature = "cluster")]
             Live::Cluster(c) => c.get_db(),
         }
     }
@@ -239,6 +260,7 @@ impl Backend {
 
     /// Connects to a Redis Cluster through any of its nodes (`urls`); the
     /// driver discovers the rest and follows slot moves and failovers.
+    #[cfg(feature = "cluster")]
     pub(crate) async fn connect_cluster(
         urls: &[String],
         options: &ConnectOptions,
@@ -256,17 +278,20 @@ impl Backend {
                 .collect::<Vec<_>>()
                 .join(",")
         );
-        let tls = infos
-            .iter()
-            .any(|i| matches!(i.addr(), redis::ConnectionAddr::TcpTls { .. }));
         // No push sender: the driver then tracks no subscriptions and never
         // resends them on this connection (see `subscriber`).
+        #[cfg_attr(not(feature = "tls"), allow(unused_mut))]
         let mut builder = redis::cluster::ClusterClientBuilder::new(infos.clone())
             .use_protocol(ProtocolVersion::RESP3)
             .connection_timeout(options.command_timeout)
             .response_timeout(options.command_timeout)
             .retries(3);
-        if tls {
+        // Without `tls`, `parse_url` refused every TLS URL.
+        #[cfg(feature = "tls")]
+        if infos
+            .iter()
+            .any(|i| matches!(i.addr(), redis::ConnectionAddr::TcpTls { .. }))
+        {
             builder = builder.certs(options.tls.certificates());
         }
         let client = builder
@@ -297,6 +322,7 @@ impl Backend {
 
     /// Connects to the master the sentinels name for `target`, and follows
     /// it through failovers.
+    #[cfg(feature = "sentinel")]
     pub(crate) async fn connect_sentinel(
         target: SentinelTarget,
         options: &ConnectOptions,
@@ -318,7 +344,9 @@ impl Backend {
     fn live(&self) -> Live {
         match &self.conn {
             Conn::Single(m, _) => Live::Single(m.clone()),
+            #[cfg(feature = "cluster")]
             Conn::Cluster(c, _) => Live::Cluster(c.clone()),
+            #[cfg(feature = "sentinel")]
             Conn::Sentinel(f) => Live::Single(f.current()),
         }
     }
@@ -334,9 +362,12 @@ impl Backend {
     /// Tells a Sentinel follower that its master may have changed, if `e`
     /// says the server could not be reached.
     fn note(&self, e: &Error) {
+        #[cfg(feature = "sentinel")]
         if let (Conn::Sentinel(f), Error::Unreachable { .. }) = (&self.conn, e) {
             f.suspect();
         }
+        #[cfg(not(feature = "sentinel"))]
+        let _ = e;
     }
 
     /// Refuses servers older than Redis 7, whose scripts lack `SET .. NX GET`,
@@ -415,6 +446,7 @@ impl Backend {
         cmd: &redis::Cmd,
     ) -> Result<Vec<T>> {
         match self.live() {
+            #[cfg(feature = "cluster")]
             Live::Cluster(mut c) => {
                 let every_node = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllNodes, None));
                 let reply = c
@@ -455,6 +487,7 @@ impl Backend {
         cmd.arg(replicas)
             .arg(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
         match self.live() {
+            #[cfg(feature = "cluster")]
             Live::Cluster(mut c) => {
                 let route = Route::with_key(key.as_bytes(), SlotAddr::Master);
                 let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
@@ -477,6 +510,7 @@ impl Backend {
     pub(crate) async fn scan(&self, pattern: &str, kind: &str) -> Result<Vec<String>> {
         let mut keys = Vec::new();
         match self.live() {
+            #[cfg(feature = "cluster")]
             Live::Cluster(mut c) => {
                 for slot in self.one_slot_per_master(&mut c).await? {
                     let route = Route::new(slot, SlotAddr::Master);
@@ -529,6 +563,7 @@ impl Backend {
 
     /// The first slot of each master's first range (`CLUSTER SLOTS`): a
     /// route to every master, one each.
+    #[cfg(feature = "cluster")]
     async fn one_slot_per_master(&self, c: &mut ClusterConnection) -> Result<Vec<u16>> {
         let ranges: Vec<Value> = redis::cmd("CLUSTER")
             .arg("SLOTS")
@@ -560,7 +595,9 @@ impl Backend {
             Conn::Single(_, m) => m.subscribe(channel).await,
             // At the channel's master (sharded pub/sub), or on any one node
             // (a PUBLISH reaches every node over the cluster bus).
+            #[cfg(feature = "cluster")]
             Conn::Cluster(_, s) => s.subscribe(channel).await,
+            #[cfg(feature = "sentinel")]
             Conn::Sentinel(f) => f.subscribe(channel).await,
         }
         .inspect_err(|e| self.note(e))
@@ -570,7 +607,9 @@ impl Backend {
     pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<()> {
         match &self.conn {
             Conn::Single(_, m) => m.unsubscribe(channel).await,
+            #[cfg(feature = "cluster")]
             Conn::Cluster(_, s) => s.unsubscribe(channel).await,
+            #[cfg(feature = "sentinel")]
             Conn::Sentinel(f) => f.unsubscribe(channel).await,
         }
         .inspect_err(|e| self.note(e))
@@ -586,13 +625,17 @@ impl Backend {
     /// Whether keys of different hash slots may live on different servers
     /// (then one call may only touch keys of one slot).
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self.conn, Conn::Cluster(..))
+        #[cfg(feature = "cluster")]
+        return matches!(self.conn, Conn::Cluster(..));
+        #[cfg(not(feature = "cluster"))]
+        false
     }
 }
 
 /// Says, per master, whether the server has SPUBLISH, SSUBSCRIBE and
 /// SUNSUBSCRIBE and lets this user run them: `redis.acl_check_cmd` exists
 /// from Redis 7.0 (and Valkey), as sharded pub/sub does. Lua's true is 1.
+#[cfg(feature = "cluster")]
 const SHARDED_PUBSUB_PROBE: &str = "return redis.acl_check_cmd('spublish') \
     and redis.acl_check_cmd('ssubscribe') and redis.acl_check_cmd('sunsubscribe')";
 
@@ -601,6 +644,7 @@ const SHARDED_PUBSUB_PROBE: &str = "return redis.acl_check_cmd('spublish') \
 /// Asked once at connect; otherwise (Redis 6, an ACL user without those
 /// commands, a master that did not answer) they go by PUBLISH, which the
 /// cluster forwards to every node.
+#[cfg(feature = "cluster")]
 async fn sharded_pubsub(conn: &ClusterConnection, addr: &str) -> bool {
     let mut probe = redis::cmd("EVAL");
     probe.arg(SHARDED_PUBSUB_PROBE).arg(0);
@@ -644,8 +688,11 @@ fn evicts_lock_keys(policy: &str) -> bool {
 }
 
 /// Parses `url`, refusing TLS material for a plain `redis://` URL (it would
-/// be silently unused).
+/// be silently unused), and a TLS URL that this build cannot serve.
 fn parse_url(url: &str, options: &ConnectOptions) -> Result<ConnectionInfo> {
+    if is_tls_url(url) {
+        tls_ready(url)?;
+    }
     let info = url.into_connection_info().map_err(|e| {
         Error::InvalidArgument(format!(
             "invalid Redis URL {:?}: {e}; expected redis[s]://[user:password@]host:port[/db]",
@@ -666,16 +713,45 @@ fn parse_url(url: &str, options: &ConnectOptions) -> Result<ConnectionInfo> {
     Ok(info.set_redis_settings(settings))
 }
 
+/// Whether `url` asks for TLS (`rediss://`, or `valkeys://` as the driver
+/// also reads it).
+fn is_tls_url(url: &str) -> bool {
+    url.split_once("://").is_some_and(|(scheme, _)| {
+        scheme.eq_ignore_ascii_case("rediss") || scheme.eq_ignore_ascii_case("valkeys")
+    })
+}
+
+/// Whether this build can open the TLS URL `url`: rustls has a crypto
+/// provider (see [`tls`]).
+#[cfg(feature = "tls")]
+fn tls_ready(_url: &str) -> Result<()> {
+    tls::ensure_provider()
+}
+
+/// Whether this build can open the TLS URL `url`: not without the `tls`
+/// feature. Said here, not by the driver, which may have TLS compiled in
+/// for another crate of the application and would then connect without
+/// the certificates given to the builder.
+#[cfg(not(feature = "tls"))]
+fn tls_ready(url: &str) -> Result<()> {
+    Err(Error::Unsupported(format!(
+        "{:?} is a TLS URL, but this build of leasehold has no TLS: enable its `tls` feature \
+         (on by default), or use redis://",
+        redact_url(url)
+    )))
+}
+
 /// A driver client for `url` with the TLS material of `options`.
 fn open_client(info: ConnectionInfo, options: &ConnectOptions) -> Result<redis::Client> {
     let addr = info.addr().to_string();
-    let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
-    if tls && options.tls.is_set() {
-        redis::Client::build_with_tls(info, options.tls.certificates())
-    } else {
-        redis::Client::open(info)
+    #[cfg(feature = "tls")]
+    if options.tls.is_set() && matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+        return redis::Client::build_with_tls(info, options.tls.certificates())
+            .map_err(|e| Error::from_redis(e, &addr, ""));
     }
-    .map_err(|e| Error::from_redis(e, &addr, ""))
+    #[cfg(not(feature = "tls"))]
+    let _ = options;
+    redis::Client::open(info).map_err(|e| Error::from_redis(e, &addr, ""))
 }
 
 /// The client for `url` (RESP3, so pub/sub rides on the command
@@ -711,7 +787,35 @@ pub(crate) fn redact_url(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{evicts_lock_keys, redact_url};
+    use super::{evicts_lock_keys, is_tls_url, redact_url};
+
+    #[test]
+    fn tls_urls_are_told_by_their_scheme() {
+        assert!(is_tls_url("rediss://h:1"));
+        assert!(is_tls_url("REDISS://u:p@h:1/0"));
+        assert!(is_tls_url("valkeys://h:1"));
+        assert!(!is_tls_url("redis://h:1"));
+        assert!(!is_tls_url("redis://rediss:1"));
+        assert!(!is_tls_url("h:1"));
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[tokio::test]
+    async fn a_tls_url_without_the_tls_feature_names_the_feature() {
+        let options = super::ConnectOptions {
+            command_timeout: std::time::Duration::from_secs(1),
+            ..Default::default()
+        };
+        let err = super::Backend::connect("rediss://:secret@127.0.0.1:1", &options, |_| {})
+            .await
+            .expect_err("no TLS in this build");
+        let message = err.to_string();
+        assert!(
+            matches!(err, crate::Error::Unsupported(_)) && message.contains("`tls` feature"),
+            "{message}"
+        );
+        assert!(!message.contains("secret"), "{message}");
+    }
 
     #[test]
     fn passwords_never_reach_messages() {

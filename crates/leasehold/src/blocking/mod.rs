@@ -10,6 +10,8 @@
 //! with a message pointing to the async API (blocking there would stall the
 //! runtime's thread). Guards are `Send`: they may move between threads.
 //!
+//! Needs the `blocking` feature (on by default).
+//!
 //! # Example
 //!
 //! ```no_run
@@ -214,7 +216,8 @@ impl Client {
     }
 
     /// Connects to a Redis Cluster through any of its nodes; see
-    /// [`crate::Client::cluster`].
+    /// [`crate::Client::cluster`]. Needs the `cluster` feature (on by
+    /// default).
     ///
     /// # Errors
     ///
@@ -232,6 +235,7 @@ impl Client {
     /// let client = leasehold::blocking::Client::cluster(["redis://10.0.0.1:7000"])?;
     /// # Ok(()) }
     /// ```
+    #[cfg(feature = "cluster")]
     #[track_caller]
     pub fn cluster<I, S>(urls: I) -> Result<Client>
     where
@@ -243,7 +247,8 @@ impl Client {
 
     /// Connects to the master that Redis Sentinel monitors as
     /// `master_name`, and follows it through failovers; see
-    /// [`crate::Client::sentinel`].
+    /// [`crate::Client::sentinel`]. Needs the `sentinel` feature (on by
+    /// default).
     ///
     /// # Errors
     ///
@@ -261,6 +266,7 @@ impl Client {
     /// let client = leasehold::blocking::Client::sentinel(["redis://10.0.0.1:26379"], "mymaster")?;
     /// # Ok(()) }
     /// ```
+    #[cfg(feature = "sentinel")]
     #[track_caller]
     pub fn sentinel<I, S>(sentinel_urls: I, master_name: &str) -> Result<Client>
     where
