@@ -196,10 +196,10 @@ const WAIT_FOR: &str = "wait_for() { i=0; while [ ! -e \"$1\" ]; do i=$((i+1)); 
 fn wait_for_file(path: &Path) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            if text.ends_with('\n') {
-                return text.trim().to_owned();
-            }
+        if let Ok(text) = std::fs::read_to_string(path)
+            && text.ends_with('\n')
+        {
+            return text.trim().to_owned();
         }
         assert!(
             Instant::now() < deadline,
