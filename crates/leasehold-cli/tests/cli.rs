@@ -305,6 +305,26 @@ fn a_wrong_or_missing_password_exits_77() {
     assert_eq!(out.code(), 0, "{out:?}");
 }
 
+/// The shipped binary leaves the benchmark out; asking for it says how to
+/// build it instead of "unrecognized subcommand".
+#[cfg(not(feature = "bench"))]
+#[test]
+fn bench_without_the_feature_exits_64_saying_how_to_build_it() {
+    for args in [
+        &["bench"][..],
+        &["bench", "--quick", "--json"],
+        &["--json", "bench", "-h"],
+    ] {
+        let out = run(args);
+        assert_eq!(out.code(), 64, "{args:?}: {out:?}");
+        out.assert_one_error_line();
+        assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
+        assert!(out.stderr.contains("--features bench"), "{args:?}: {out:?}");
+    }
+    let help = run(&["--help"]);
+    assert!(!help.stdout.contains("bench"), "{help:?}");
+}
+
 #[test]
 fn bad_command_lines_exit_64_with_one_line() {
     let cases: &[&[&str]] = &[
