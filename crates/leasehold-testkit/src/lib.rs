@@ -17,8 +17,14 @@
 //! `#[test]`s and from `#[tokio::test]`s alike.
 //!
 //! The `redis-server` binary is taken from the `LEASEHOLD_REDIS_SERVER`
-//! environment variable if set, else from `PATH`. If it cannot be found the
-//! kit panics with the command that installs it; tests never skip silently.
+//! environment variable if set, else from `PATH`; sentinels are that binary
+//! with `--sentinel`. Clusters are created and resharded with `redis-cli`,
+//! from `LEASEHOLD_REDIS_CLI` if set, else from `PATH`. Pointing them at
+//! `valkey-server` and `valkey-cli` runs everything on Valkey
+//! (`scripts/test` does, for `leasehold`'s tests). If a binary cannot be
+//! found the kit panics with the command that installs it, and a TLS server
+//! asked of a binary built without TLS panics saying so; tests never skip
+//! silently.
 //!
 //! ```
 //! use leasehold_testkit::{Proxy, ProxyMode, RedisServer};

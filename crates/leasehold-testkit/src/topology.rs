@@ -1,6 +1,8 @@
 //! Topologies of several servers: a Redis Cluster, and a master with
 //! replicas watched by Sentinels.
 
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -9,6 +11,9 @@ use crate::server::RedisServer;
 
 /// How long a topology may take to settle (cluster state ok, replicas in sync).
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Environment variable that overrides the path of the `redis-cli` binary
+/// that creates and reshards clusters (`valkey-cli` for Valkey).
+const CLI_ENV: &str = "LEASEHOLD_REDIS_CLI";
 
 /// A Redis Cluster on loopback: `masters` masters with `replicas` replicas
 /// each, slots spread by `redis-cli --cluster create`. Every node is a
@@ -29,7 +34,11 @@ pub struct RedisCluster {
 impl RedisCluster {
     /// Starts the nodes, creates the cluster and waits until every node
     /// reports `cluster_state:ok` and every replica is in sync.
+    ///
+    /// Panics before starting anything if `redis-cli` cannot be found
+    /// (`$LEASEHOLD_REDIS_CLI`, else `PATH`).
     pub fn start(masters: usize, replicas: usize) -> RedisCluster {
+        let cli = redis_cli();
         let total = masters * (1 + replicas);
         let bus_ports: Vec<PortGuard> = (0..total).map(|_| reserve_free_port()).collect();
         let nodes: Vec<RedisServer> = std::thread::scope(|s| {
@@ -43,6 +52,7 @@ impl RedisCluster {
                             .arg("cluster-config-file", "nodes.conf")
                             .arg("cluster-port", &bus)
                             .arg("cluster-node-timeout", "2000")
+                            .memory_dir()
                             .start()
                     })
                 })
@@ -59,15 +69,7 @@ impl RedisCluster {
             replicas.to_string(),
             "--cluster-yes".into(),
         ]);
-        let out = Command::new("redis-cli")
-            .args(&args)
-            .output()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "leasehold-testkit: cannot run redis-cli: {e}\ninstall it with: {}",
-                    crate::INSTALL_HINT
-                )
-            });
+        let out = run_cli(&cli, &args);
         let cluster = RedisCluster {
             nodes,
             replicas: masters * replicas,
@@ -180,8 +182,9 @@ impl RedisCluster {
     /// a blocking thread. Panics (with redis-cli's output) if it fails.
     pub fn reshard(&self, from: u16, to: u16, slots: usize) {
         let (from_id, to_id) = (self.node_id(from), self.node_id(to));
-        let out = Command::new("redis-cli")
-            .args([
+        let out = run_cli(
+            &redis_cli(),
+            &[
                 "--cluster",
                 "reshard",
                 &format!("127.0.0.1:{from}"),
@@ -192,14 +195,8 @@ impl RedisCluster {
                 "--cluster-slots",
                 &slots.to_string(),
                 "--cluster-yes",
-            ])
-            .output()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "leasehold-testkit: cannot run redis-cli: {e}\ninstall it with: {}",
-                    crate::INSTALL_HINT
-                )
-            });
+            ],
+        );
         assert!(
             out.status.success(),
             "leasehold-testkit: redis-cli --cluster reshard {from} -> {to} failed:\n{}{}",
@@ -333,6 +330,45 @@ impl RedisCluster {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+}
+
+/// The `redis-cli` binary: `$LEASEHOLD_REDIS_CLI`, else `redis-cli` on `PATH`.
+/// Panics with the install command if neither is there.
+fn redis_cli() -> PathBuf {
+    if let Some(path) = std::env::var_os(CLI_ENV) {
+        let path = PathBuf::from(path);
+        assert!(
+            path.is_file(),
+            "leasehold-testkit: {CLI_ENV}={} does not exist or is not a file.\n\
+             Unset it to use redis-cli from PATH, or install Redis with:\n    {}",
+            path.display(),
+            crate::INSTALL_HINT
+        );
+        return path;
+    }
+    let path_var = std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/usr/bin:/bin"));
+    std::env::split_paths(&path_var)
+        .map(|dir| dir.join("redis-cli"))
+        .find(|candidate| candidate.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "leasehold-testkit: redis-cli not found on PATH; clusters are created with it. \
+                 Install it with:\n    {}\nor point {CLI_ENV} at a redis-cli (or valkey-cli) \
+                 binary.",
+                crate::INSTALL_HINT
+            )
+        })
+}
+
+/// Runs `cli` with `args` and returns what it printed.
+fn run_cli(cli: &Path, args: &[impl AsRef<std::ffi::OsStr>]) -> std::process::Output {
+    Command::new(cli).args(args).output().unwrap_or_else(|e| {
+        panic!(
+            "leasehold-testkit: cannot run {}: {e}\ninstall it with: {}",
+            cli.display(),
+            crate::INSTALL_HINT
+        )
+    })
 }
 
 /// `master` or `slave` (or `sentinel`), from ROLE.

@@ -5,7 +5,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use leasehold_testkit::{INSTALL_HINT, Proxy, ProxyMode, RedisServer, start_servers};
+use leasehold_testkit::{INSTALL_HINT, Proxy, ProxyMode, RedisCluster, RedisServer, start_servers};
 use redis::{Connection, RedisResult};
 
 const SHORT: Duration = Duration::from_millis(300);
@@ -332,4 +332,39 @@ fn missing_binary_panics_with_install_command() {
         "no install hint:\n{stdout}\n{stderr}"
     );
     assert!(stderr.contains("/nonexistent/redis-server"), "{stderr}");
+}
+
+/// Runs this test binary again with `LEASEHOLD_REDIS_CLI` pointing nowhere;
+/// the child's cluster must panic naming the variable, before any node runs.
+#[test]
+fn missing_cli_panics_naming_the_variable() {
+    const CHILD: &str = "LEASEHOLD_TESTKIT_MISSING_CLI_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        let _cluster = RedisCluster::start(3, 0);
+        unreachable!("start() must panic when the cli is missing");
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "missing_cli_panics_naming_the_variable",
+            "--nocapture",
+        ])
+        .env(CHILD, "1")
+        .env("LEASEHOLD_REDIS_CLI", "/nonexistent/valkey-cli")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success(),
+        "child must fail:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stderr.contains("LEASEHOLD_REDIS_CLI=/nonexistent/valkey-cli"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(INSTALL_HINT),
+        "no install hint:\n{stdout}\n{stderr}"
+    );
 }
