@@ -262,17 +262,17 @@ pub fn fence_regressions(acquisitions: &[Acquisition]) -> Vec<Violation> {
             }
             done += 1;
         }
-        if let Some(h) = highest {
-            if b.fence <= h.fence {
-                out.push(Violation::new(
-                    Property::FenceRegression,
-                    None,
-                    format!(
-                        "worker {} got fence {} after worker {} had already got fence {}",
-                        b.worker, b.fence, h.worker, h.fence
-                    ),
-                ));
-            }
+        if let Some(h) = highest
+            && b.fence <= h.fence
+        {
+            out.push(Violation::new(
+                Property::FenceRegression,
+                None,
+                format!(
+                    "worker {} got fence {} after worker {} had already got fence {}",
+                    b.worker, b.fence, h.worker, h.fence
+                ),
+            ));
         }
     }
     out
@@ -457,19 +457,18 @@ pub fn kept_leases(lost: &[LostEvent], releases: &[Release], faults: &[Fault]) -
             nodes,
             holder_on,
         } = fault.kind
+            && !fault.kind.lease_survives()
         {
-            if !fault.kind.lease_survives() {
-                out.push(Violation::new(
-                    Property::LeaseKept,
-                    None,
-                    format!(
-                        "the lease of worker {worker}'s fence {fence} was on only {holder_on} of \
+            out.push(Violation::new(
+                Property::LeaseKept,
+                None,
+                format!(
+                    "the lease of worker {worker}'s fence {fence} was on only {holder_on} of \
                          the {} other nodes when node {node} restarted: not taken back on the \
                          nodes restarted before, so the nodes without it are a quorum",
-                        nodes - 1
-                    ),
-                ));
-            }
+                    nodes - 1
+                ),
+            ));
         }
         if lost.iter().any(|l| l.worker == worker && l.fence == fence) {
             out.push(Violation::new(

@@ -407,10 +407,8 @@ impl ResourceView {
         };
         let reply = self.state().apply(worker, request);
         self.shared.changed.notify_all();
-        if failed {
-            if let Some(h) = current(&self.shared.failed_hook) {
-                return h(worker);
-            }
+        if failed && let Some(h) = current(&self.shared.failed_hook) {
+            return h(worker);
         }
         if let (Some(acquisition), Some(h)) = (acquired, current(&self.shared.acquired_hook)) {
             return h(&acquisition);

@@ -1201,15 +1201,15 @@ impl Injector {
         self.roll();
         self.resume_redis();
         let restore = self.state().restore;
-        if let (Some((worker, fence, deadline)), Some(proxy)) = (restore, &self.proxy) {
-            if self.view.has_lost(worker, fence) || Instant::now() >= deadline {
-                // Reset first: connections that lived through the blackhole
-                // may hold half a reply; new ones then pass.
-                proxy.set_mode(ProxyMode::Reset);
-                std::thread::sleep(Duration::from_millis(20));
-                proxy.set_mode(ProxyMode::Pass);
-                self.state().restore = None;
-            }
+        if let (Some((worker, fence, deadline)), Some(proxy)) = (restore, &self.proxy)
+            && (self.view.has_lost(worker, fence) || Instant::now() >= deadline)
+        {
+            // Reset first: connections that lived through the blackhole
+            // may hold half a reply; new ones then pass.
+            proxy.set_mode(ProxyMode::Reset);
+            std::thread::sleep(Duration::from_millis(20));
+            proxy.set_mode(ProxyMode::Pass);
+            self.state().restore = None;
         }
         if self.fault == Fault::ScriptFlush && Instant::now() >= *next_flush {
             let mut con = self.servers()[0].connection();

@@ -231,24 +231,25 @@ pub async fn run(config: WorkerConfig) -> Result<(), String> {
             .map_err(io)?;
         // Probe with a token whose release was confirmed: it can never own
         // the lock again, so success would be a non-owner release or extend.
-        if let Some((old_fence, old_token)) = released.take() {
-            if iteration % PROBE_EVERY == 0 && config.probes {
-                let extend = rng.below(2) == 0;
-                let result = if extend {
-                    lock.extend_by_token(&old_token, config.ttl).await
-                } else {
-                    lock.release_by_token(&old_token).await
-                };
-                resource
-                    .call(&Request::Probe {
-                        t: now_us(),
-                        kind: if extend { "extend" } else { "release" }.into(),
-                        fence: old_fence,
-                        outcome: outcome(&result),
-                    })
-                    .await
-                    .map_err(io)?;
-            }
+        if let Some((old_fence, old_token)) = released.take()
+            && iteration.is_multiple_of(PROBE_EVERY)
+            && config.probes
+        {
+            let extend = rng.below(2) == 0;
+            let result = if extend {
+                lock.extend_by_token(&old_token, config.ttl).await
+            } else {
+                lock.release_by_token(&old_token).await
+            };
+            resource
+                .call(&Request::Probe {
+                    t: now_us(),
+                    kind: if extend { "extend" } else { "release" }.into(),
+                    fence: old_fence,
+                    outcome: outcome(&result),
+                })
+                .await
+                .map_err(io)?;
         }
         if released_ok {
             released = Some((fence, token));
@@ -277,13 +278,11 @@ async fn critical_section(
         else {
             return Err(std::io::Error::other("READ: unexpected reply"));
         };
-        if announce {
-            if let Reply::Hold(ms) = resource.call(&Request::Holding { fence }).await? {
-                // Long work done right: abandon it as soon as the lease is lost.
-                tokio::select! {
-                    () = tokio::time::sleep(Duration::from_millis(ms)) => {}
-                    () = guard.lost() => return Ok(Some(now_us())),
-                }
+        if announce && let Reply::Hold(ms) = resource.call(&Request::Holding { fence }).await? {
+            // Long work done right: abandon it as soon as the lease is lost.
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(ms)) => {}
+                () = guard.lost() => return Ok(Some(now_us())),
             }
         }
         tokio::time::sleep(Duration::from_micros(sleep_us)).await;

@@ -4,7 +4,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::error::ErrorKind;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
 use crate::exit::Failure;
 
@@ -121,11 +121,18 @@ pub(crate) enum Command {
     /// or SHORT. With no --url (and no LEASEHOLD_URL) it starts a private
     /// redis-server and stops it at the end; redlock always starts its own 5.
     /// Build with --release for figures worth comparing.
+    #[cfg(feature = "bench")]
     Bench(BenchArgs),
 
     /// One waiter process of `bench contended` (started by `bench` itself).
+    #[cfg(feature = "bench")]
     #[command(hide = true, name = "bench-worker")]
     BenchWorker(BenchWorkerArgs),
+
+    /// Not in this build: says how to build `bench` (feature `bench`).
+    #[cfg(not(feature = "bench"))]
+    #[command(hide = true, disable_help_flag = true)]
+    Bench(NoBenchArgs),
 
     /// `run`'s launcher: reports its process group to the watcher, takes
     /// the terminal if asked, then executes CMD (started by `run` itself).
@@ -300,7 +307,23 @@ pub(crate) struct DemoArgs {
     pub(crate) iterations: u32,
 }
 
+/// What `leasehold bench` says in a build without the `bench` feature.
+#[cfg(not(feature = "bench"))]
+pub(crate) const NO_BENCH: &str = "`bench` is not in this build of leasehold (it carries the \
+     benchmark's peer, rslock): build it with `cargo build --release -p leasehold-cli --features \
+     bench` and run ./target/release/leasehold bench (see docs/BENCHMARKS.md)";
+
+/// Whatever follows `bench` in a build without the `bench` feature.
+#[cfg(not(feature = "bench"))]
+#[derive(Debug, Args)]
+pub(crate) struct NoBenchArgs {
+    /// Ignored: the command fails with [`NO_BENCH`] whatever it is given.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    pub(crate) ignored: Vec<OsString>,
+}
+
 /// Arguments of `bench`.
+#[cfg(feature = "bench")]
 #[derive(Debug, Args)]
 pub(crate) struct BenchArgs {
     /// The scenario to run; all of them when omitted.
@@ -326,7 +349,8 @@ pub(crate) struct BenchArgs {
 }
 
 /// The scenarios of `bench`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[cfg(feature = "bench")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Scenario {
     /// 1: one task, acquire+release on a free lock, against a raw loop and rslock.
     #[value(alias = "1")]
@@ -346,7 +370,8 @@ pub(crate) enum Scenario {
 }
 
 /// The lock libraries a bench worker can use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[cfg(feature = "bench")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Library {
     /// This library.
     Leasehold,
@@ -355,6 +380,7 @@ pub(crate) enum Library {
 }
 
 /// Arguments of the hidden `bench-worker`.
+#[cfg(feature = "bench")]
 #[derive(Debug, Args)]
 pub(crate) struct BenchWorkerArgs {
     /// Which library to use.
@@ -552,6 +578,7 @@ impl Global {
     /// # Errors
     ///
     /// A usage failure for two URLs, or for three or more (Redlock).
+    #[cfg(feature = "bench")]
     pub(crate) fn single_url(&self) -> Result<String, Failure> {
         single(self.servers()?)
     }

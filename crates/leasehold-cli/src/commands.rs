@@ -21,8 +21,12 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Status(args) => status(global, args).await,
         Command::List(args) => list(global, args).await,
         Command::Demo(args) => crate::demo::demo(global, args).await,
+        #[cfg(feature = "bench")]
         Command::Bench(args) => crate::bench::bench(global, args).await,
+        #[cfg(feature = "bench")]
         Command::BenchWorker(args) => crate::bench::worker::worker(global, args).await,
+        #[cfg(not(feature = "bench"))]
+        Command::Bench(_) => Err(Failure::usage(crate::cli::NO_BENCH)),
         // Handled in `main` before the runtime starts; the same code if not.
         Command::RunExec(args) => Ok(crate::run::exec(args)),
         Command::RunWatch(args) => Ok(crate::run::watch(&args)),

@@ -4,13 +4,13 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use tempfile::TempDir;
 
 use crate::exit::{self, Failure};
 
@@ -31,7 +31,7 @@ pub(crate) struct EmbeddedRedis {
     /// Its port on 127.0.0.1.
     port: u16,
     /// Working directory and log; removed on drop, after the process is gone.
-    dir: TempDir,
+    dir: PrivateDir,
 }
 
 impl EmbeddedRedis {
@@ -53,9 +53,7 @@ impl EmbeddedRedis {
             )
         })?;
         for _ in 0..START_ATTEMPTS {
-            let dir = tempfile::Builder::new()
-                .prefix("leasehold-demo-")
-                .tempdir()
+            let dir = PrivateDir::create()
                 .map_err(|e| unavailable(format!("cannot create a temporary directory: {e}")))?;
             let port = free_port()?;
             let child = spawn(&binary, dir.path(), port)?;
@@ -158,6 +156,45 @@ impl EmbeddedRedis {
 impl Drop for EmbeddedRedis {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// A fresh directory under the system's temporary directory, readable by
+/// us alone, removed with its contents on drop. (std only: the tempfile
+/// crate is a test dependency, not part of the shipped binary.)
+#[derive(Debug)]
+struct PrivateDir(PathBuf);
+
+impl PrivateDir {
+    /// Creates `leasehold-demo-<pid>-<nanos>-<n>`, mode 0700. `create` fails
+    /// on any existing entry (a symlink included), so a name someone else
+    /// made first is skipped, never used.
+    fn create() -> io::Result<PrivateDir> {
+        let base = std::env::temp_dir();
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let mut last = None;
+        for n in 0..100 {
+            let path = base.join(format!("leasehold-demo-{}-{nanos}-{n}", std::process::id()));
+            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => return Ok(PrivateDir(path)),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("no free name")))
+    }
+
+    /// The directory.
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

@@ -3,12 +3,14 @@
 //! `leasehold run NAME -- CMD` is a distributed flock(1); `acquire`,
 //! `extend` and `release` hand a lease between processes by its token;
 //! `status` and `list` inspect locks; `demo` shows workers contending for
-//! one lock on a private Redis; `bench` measures the library against a raw
-//! redis-rs loop and rslock. A thin layer over the `leasehold` library:
-//! every lock operation is the library's.
+//! one lock on a private Redis; `bench` (feature `bench`, off by default)
+//! measures the library against a raw redis-rs loop and rslock. A thin
+//! layer over the `leasehold` library: every lock operation is the
+//! library's.
 //!
 //! Exit codes follow sysexits; see [`exit`].
 
+#[cfg(feature = "bench")]
 mod bench;
 mod cli;
 mod commands;

@@ -50,6 +50,7 @@ impl Target {
     }
 
     /// True for a server we started and nobody else uses.
+    #[cfg(feature = "bench")]
     pub(crate) fn is_private(&self) -> bool {
         self.server.is_some()
     }

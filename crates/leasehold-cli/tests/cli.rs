@@ -196,10 +196,10 @@ const WAIT_FOR: &str = "wait_for() { i=0; while [ ! -e \"$1\" ]; do i=$((i+1)); 
 fn wait_for_file(path: &Path) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            if text.ends_with('\n') {
-                return text.trim().to_owned();
-            }
+        if let Ok(text) = std::fs::read_to_string(path)
+            && text.ends_with('\n')
+        {
+            return text.trim().to_owned();
         }
         assert!(
             Instant::now() < deadline,
@@ -303,6 +303,26 @@ fn a_wrong_or_missing_password_exits_77() {
         &["run", "x", "--", "true"],
     );
     assert_eq!(out.code(), 0, "{out:?}");
+}
+
+/// The shipped binary leaves the benchmark out; asking for it says how to
+/// build it instead of "unrecognized subcommand".
+#[cfg(not(feature = "bench"))]
+#[test]
+fn bench_without_the_feature_exits_64_saying_how_to_build_it() {
+    for args in [
+        &["bench"][..],
+        &["bench", "--quick", "--json"],
+        &["--json", "bench", "-h"],
+    ] {
+        let out = run(args);
+        assert_eq!(out.code(), 64, "{args:?}: {out:?}");
+        out.assert_one_error_line();
+        assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
+        assert!(out.stderr.contains("--features bench"), "{args:?}: {out:?}");
+    }
+    let help = run(&["--help"]);
+    assert!(!help.stdout.contains("bench"), "{help:?}");
 }
 
 #[test]

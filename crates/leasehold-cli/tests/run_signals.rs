@@ -673,10 +673,10 @@ fn terminal_pids(dir: &Path) -> (Grandchild, Grandchild) {
 fn wait_for_line_on(tmux: &Tmux, path: &Path) -> String {
     let deadline = Instant::now() + BOUND;
     loop {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            if text.ends_with('\n') {
-                return text.trim().to_owned();
-            }
+        if let Ok(text) = std::fs::read_to_string(path)
+            && text.ends_with('\n')
+        {
+            return text.trim().to_owned();
         }
         assert!(
             Instant::now() < deadline,

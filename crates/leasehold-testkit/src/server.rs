@@ -802,10 +802,10 @@ fn read_lossy(path: &Path) -> String {
 /// The file's contents from byte `offset` on; empty if it cannot be read.
 fn read_from(path: &Path, offset: u64) -> String {
     let mut bytes = Vec::new();
-    if let Ok(mut f) = File::open(path) {
-        if f.seek(SeekFrom::Start(offset)).is_ok() {
-            let _ = f.read_to_end(&mut bytes);
-        }
+    if let Ok(mut f) = File::open(path)
+        && f.seek(SeekFrom::Start(offset)).is_ok()
+    {
+        let _ = f.read_to_end(&mut bytes);
     }
     String::from_utf8_lossy(&bytes).into_owned()
 }

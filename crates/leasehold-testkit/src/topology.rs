@@ -136,12 +136,10 @@ impl RedisCluster {
                 redis::Value::Array(master),
                 ..,
             ] = range.as_slice()
+                && (*start..=*end).contains(&slot)
+                && let Some(redis::Value::Int(port)) = master.get(1)
             {
-                if (*start..=*end).contains(&slot) {
-                    if let Some(redis::Value::Int(port)) = master.get(1) {
-                        return u16::try_from(*port).expect("port");
-                    }
-                }
+                return u16::try_from(*port).expect("port");
             }
         }
         panic!("leasehold-testkit: no master serves slot {slot}")

@@ -280,13 +280,12 @@ fn is_tls_failure(err: &redis::RedisError) -> bool {
             if e.downcast_ref::<rustls::Error>().is_some() {
                 return true;
             }
-            if let Some(io) = e.downcast_ref::<std::io::Error>() {
-                if io
+            if let Some(io) = e.downcast_ref::<std::io::Error>()
+                && io
                     .get_ref()
                     .is_some_and(|inner| inner.is::<rustls::Error>())
-                {
-                    return true;
-                }
+            {
+                return true;
             }
             source = e.source();
         }

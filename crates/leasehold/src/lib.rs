@@ -171,3 +171,17 @@ pub use lock::{Lock, LockGuard, LockStatus};
 pub use reentrant::{ReentrantGuard, ReentrantLock, ReentrantStatus};
 pub use rwlock::{HoldStatus, ReadGuard, RwLock, RwLockStatus, WriteGuard};
 pub use semaphore::{Permit, Semaphore, SemaphoreStatus};
+
+/// The `redis` crate leasehold is built with. [`Error::Redis`] and the
+/// sources of [`Error::Unreachable`], [`Error::Tls`] and [`Error::Auth`] are
+/// its `RedisError`; naming it through this path needs no `redis` dependency
+/// of your own, and cannot pick a different 1.x than leasehold's.
+///
+/// ```
+/// use leasehold::{Error, redis};
+///
+/// fn is_io(err: &Error) -> bool {
+///     matches!(err, Error::Redis(e) if e.kind() == redis::ErrorKind::Io)
+/// }
+/// ```
+pub use redis;

@@ -68,7 +68,7 @@ async fn worker(client: Client, task: usize, stop: Arc<AtomicBool>, deadline: In
         }
         let i = (task * 7 + attempt * 13) % NAMES;
         let lock = client.lock(name(i)).ttl(ttl);
-        let result = take(lock, task % 2 == 0).await;
+        let result = take(lock, task.is_multiple_of(2)).await;
         let guard = match result {
             Ok(Some(guard)) => guard,
             Ok(None) => continue,

@@ -92,7 +92,7 @@ async fn worker(
         attempt += 1;
         let i = (task * 7 + attempt * 13) % NAMES;
         let lock = client.lock(name(i)).ttl(Duration::from_secs(5));
-        let result = take(lock, task % 2 == 0).await;
+        let result = take(lock, task.is_multiple_of(2)).await;
         let guard = match result {
             Ok(Some(guard)) => guard,
             Ok(None) => continue,

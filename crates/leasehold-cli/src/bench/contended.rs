@@ -414,20 +414,20 @@ fn report(ctx: &Context<'_>, runs: &[Run]) -> (Section, Vec<Series>) {
     let fewest = ctx.settings.waiters.iter().min().copied();
     let most = ctx.settings.waiters.iter().max().copied();
     let ends = fewest.zip(most).filter(|(lo, hi)| lo != hi);
-    if let Some((lo, hi)) = ends {
-        if let (Some(a), Some(b)) = (find(Library::Leasehold, lo), find(Library::Leasehold, hi)) {
-            let (flat_top, flat_total) = flatness(a, b);
-            rows.push(Row::goal(
-                format!("commands/acquisition (client calls), {hi} vs {lo} waiters"),
-                Figure::new(flat_top, Unit::Times),
-                Goal::at_most(FLAT_FACTOR, Unit::Times),
-            ));
-            rows.push(Row::goal(
-                format!("commands/acquisition (incl. Lua-internal), {hi} vs {lo} waiters"),
-                Figure::new(flat_total, Unit::Times),
-                Goal::at_most(FLAT_FACTOR, Unit::Times),
-            ));
-        }
+    if let Some((lo, hi)) = ends
+        && let (Some(a), Some(b)) = (find(Library::Leasehold, lo), find(Library::Leasehold, hi))
+    {
+        let (flat_top, flat_total) = flatness(a, b);
+        rows.push(Row::goal(
+            format!("commands/acquisition (client calls), {hi} vs {lo} waiters"),
+            Figure::new(flat_top, Unit::Times),
+            Goal::at_most(FLAT_FACTOR, Unit::Times),
+        ));
+        rows.push(Row::goal(
+            format!("commands/acquisition (incl. Lua-internal), {hi} vs {lo} waiters"),
+            Figure::new(flat_total, Unit::Times),
+            Goal::at_most(FLAT_FACTOR, Unit::Times),
+        ));
     }
     let section = Section {
         key: "contended",
