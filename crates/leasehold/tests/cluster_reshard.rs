@@ -542,14 +542,29 @@ async fn sharded_waiters_wake_after_their_master_failed_over() {
     for prefix in &waited.prefixes {
         wait_subscribed_at(&cluster, "SHARDCHANNELS", prefix, master).await;
     }
-    // The holds reach the replica (asynchronous replication, loopback).
-    tokio::time::sleep(Duration::from_millis(300)).await;
-
     let index = cluster
         .nodes()
         .iter()
         .position(|n| n.port() == master)
         .expect("node");
+    // The holds reach the replica before the master dies: a write after
+    // them on the master, then WAIT for one replica to have it (the
+    // replication stream is in order). A sleep here lost the race about
+    // half the time under load (the promoted replica had no holds).
+    let mut on_master = cluster.nodes()[index].connection();
+    let _: () = redis::cmd("SET")
+        .arg(format!("leasehold:{{{lock}}}:probe"))
+        .arg("1")
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut on_master)
+        .expect("probe");
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(10_000)
+        .query(&mut on_master)
+        .expect("WAIT");
+    assert_eq!(acked, 1, "the replica has the holds");
     let killed = Instant::now();
     cluster.nodes_mut()[index].kill();
     let key = format!("leasehold:{{{lock}}}:lock");
