@@ -92,9 +92,7 @@ struct Entry {
 
 impl Shared {
     fn channels(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
-        // A panic while holding this lock cannot leave the map inconsistent
-        // (every update is a single insert or field write), so go on.
-        self.channels.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.channels)
     }
 
     /// Routes a push frame from the connection to the waiters it concerns.

@@ -24,6 +24,9 @@ fn assert_no_keys(server: &RedisServer) {
     );
 }
 
+/// The library's default lease TTL.
+const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
 /// Takes `name` once with a guard of `kind` (TTL `ttl`) and gives it back.
 async fn use_once(client: &Client, kind: Kind, name: &str, ttl: Duration) {
     kind.on(client, name)
@@ -74,14 +77,7 @@ async fn names_used_once_at_the_default_ttl_leave_nothing_once_released() {
     }
     // Every kind, at its default TTL.
     for (i, kind) in Kind::ALL.into_iter().enumerate() {
-        let name = format!("kind-{i}");
-        kind.on(&client, &name)
-            .acquire()
-            .await
-            .expect("acquire")
-            .release()
-            .await
-            .expect("release");
+        use_once(&client, kind, &format!("kind-{i}"), DEFAULT_TTL).await;
     }
     assert_no_keys(&server);
 }
