@@ -43,7 +43,7 @@ mod server;
 mod topology;
 
 pub use proxy::{Proxy, ProxyMode};
-pub use server::{RedisServer, ServerBuilder, start_servers};
+pub use server::{RedisServer, ServerBuilder, server_version, start_servers};
 pub use topology::{RedisCluster, SentinelSet};
 
 /// The command that installs the Redis binaries the test-suite needs; it is
