@@ -24,7 +24,10 @@
 //!
 //! Use [`Lock`] to keep a critical section to one process at a time across
 //! hosts. Hold the guard for the whole section; the client's watchdog renews
-//! the lease every `ttl / 3` while the guard lives.
+//! the lease every `ttl / 3` while the guard lives. Or let [`Lock::run`]
+//! hold it: it runs the section as a future and drops that future as soon
+//! as the lease is lost (every primitive has it; `run_read` and `run_write`
+//! on [`RwLock`]).
 //!
 //! Use [`ReentrantLock`] when code that holds the lock may call code that
 //! takes it again (the owner is an id you choose, so this works across tasks
@@ -155,6 +158,7 @@ mod lock;
 pub mod raw;
 mod redlock;
 mod reentrant;
+mod run;
 mod rwlock;
 mod scripts;
 mod semaphore;
