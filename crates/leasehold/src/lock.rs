@@ -128,25 +128,25 @@ impl Lock {
     ///
     /// That is what the fence is for: pass it with every write, and have
     /// the resource refuse a fence lower than the highest it has seen
-    /// (`WHERE last_fence <= $fence` in SQL, or a fenced write for a
+    /// (`WHERE last_fence <= $fence` in SQL, [`crate::fenced`] for a
     /// Redis key). Then a write sent just before the drop and delivered
     /// after the next holder's is rejected instead of applied.
     ///
     /// ```no_run
-    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
-    /// # async fn save(key: &str, fence: u64, value: &str) -> Result<(), String> { Ok(()) }
+    /// # async fn run(client: leasehold::Client, mut resource: leasehold::redis::aio::MultiplexedConnection) -> Result<(), leasehold::Error> {
     /// use std::time::Duration;
+    /// use leasehold::fenced;
     ///
     /// let lock = client.lock("report").ttl(Duration::from_secs(10));
-    /// let saved = lock
+    /// let written = lock
     ///     .run(|fence| async move {
     ///         let report = String::from("..."); // long work, dropped if the lease goes
     ///         // Sent with the fence: if the lease is lost while this is in
-    ///         // flight, the store must refuse it once a newer holder wrote.
-    ///         save("report:latest", fence, &report).await
+    ///         // flight and a newer holder writes first, it is refused.
+    ///         fenced::set(&mut resource, "report:latest", fence, &report, None).await
     ///     })
     ///     .await?; // Err(Error::Lost) if the lease went first
-    /// saved.expect("the store took the write");
+    /// written?; // Err(Error::StaleFence) if a newer holder had written
     /// # Ok(()) }
     /// ```
     ///
