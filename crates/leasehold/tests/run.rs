@@ -268,6 +268,22 @@ async fn a_server_paused_past_the_ttl_drops_the_work_and_returns_lost() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_found_gone_by_the_release_returns_lost_not_the_output() {
+    let server = RedisServer::start();
+    let client = common::client(&server).await;
+    // A long TTL: no renewal comes before the work ends, so only the
+    // release can see that the keys were deleted during the work.
+    let lock = client.lock("gone-at-end").ttl(Duration::from_secs(30));
+    let outcome = lock
+        .run(|_fence| async {
+            assert!(delete_lock_keys(&server, "gone-at-end") > 0);
+            "output"
+        })
+        .await;
+    assert!(matches!(outcome, Err(Error::Lost { .. })), "{outcome:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_error_inside_the_work_is_returned_and_the_lock_released() {
     let server = RedisServer::start();
     let client = common::client(&server).await;
