@@ -93,7 +93,8 @@ fn has_hash_tag(key: &str) -> bool {
 /// `key`, and keeps `fence` as the highest (at [`fence_key`]`(key)`); with
 /// `expiry`, both keys expire after it. One atomic script ([`SET_SCRIPT`])
 /// on `conn`, which may be any Redis connection (it need not be the
-/// locks' server).
+/// locks' server): an async connection of [`crate::redis`], the driver
+/// leasehold re-exports, so its version is leasehold's.
 ///
 /// ```no_run
 /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
