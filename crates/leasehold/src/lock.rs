@@ -7,7 +7,7 @@ use crate::acquire::acquire;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{Held, guard_api};
-use crate::handle::{Handle, handle_api};
+use crate::handle::{Handle, at_least_api, handle_api};
 use crate::key::validate_name;
 use crate::lease::Kind;
 use crate::scripts::{Acquire, Extension, Owned, Queueing};
@@ -27,6 +27,7 @@ pub struct Lock {
     fair: bool,
 }
 
+at_least_api!(Lock);
 handle_api!(Lock, "acquire");
 
 impl Lock {

@@ -9,7 +9,7 @@ use crate::acquire::acquire;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{Held, guard_api};
-use crate::handle::{Handle, handle_api, owner_api};
+use crate::handle::{Handle, at_least_api, handle_api, owner_api};
 use crate::key::{LockKeys, validate_name};
 use crate::lease::{Kind, Lease};
 use crate::reentrant::validate_owner;
@@ -58,6 +58,7 @@ pub struct RwLock {
     owner: Token,
 }
 
+at_least_api!(RwLock);
 handle_api!(RwLock, "write");
 owner_api!(RwLock, "client.rw_lock(\"catalog\")");
 

@@ -6,7 +6,7 @@ use crate::acquire::acquire;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{Held, guard_api};
-use crate::handle::{Handle, handle_api};
+use crate::handle::{Handle, at_least_api, handle_api};
 use crate::key::validate_name;
 use crate::lease::Kind;
 use crate::rwlock::HoldStatus;
@@ -47,6 +47,7 @@ pub struct Semaphore {
     permits: u32,
 }
 
+at_least_api!(Semaphore);
 handle_api!(Semaphore, "acquire");
 
 impl Semaphore {

@@ -481,6 +481,26 @@ macro_rules! blocking_handle {
     };
 }
 
+/// `hold_at_least` on a blocking handle (every kind but ReentrantLock, as
+/// the async handles).
+macro_rules! blocking_at_least {
+    ($name:ident) => {
+        impl $name {
+            /// A release sooner than `at_least` after the acquisition keeps
+            /// the lease until then instead of freeing the lock (scheduled
+            /// jobs); see the async handle's `hold_at_least`.
+            ///
+            /// Defaults to none.
+            pub fn hold_at_least(self, at_least: Duration) -> Self {
+                Self {
+                    inner: self.inner.hold_at_least(at_least),
+                    rt: self.rt,
+                }
+            }
+        }
+    };
+}
+
 /// A blocking handle whose holds belong to an owner id.
 macro_rules! blocking_owner {
     ($handle:ident, $make:literal) => {
@@ -796,6 +816,7 @@ macro_rules! blocking_status {
     };
 }
 
+blocking_at_least!(Lock);
 blocking_handle!(Lock, Lock, "blocking::Client::lock");
 blocking_guard!(
     LockGuard,
@@ -870,6 +891,7 @@ impl ReentrantLock {
     );
 }
 
+blocking_at_least!(RwLock);
 blocking_handle!(RwLock, RwLock, "blocking::Client::rw_lock");
 blocking_owner!(RwLock, "client.rw_lock(\"catalog\")");
 blocking_guard!(
@@ -946,6 +968,7 @@ impl WriteGuard {
     }
 }
 
+blocking_at_least!(Semaphore);
 blocking_handle!(Semaphore, Semaphore, "blocking::Client::semaphore");
 blocking_guard!(
     Permit,
@@ -981,6 +1004,7 @@ impl Semaphore {
     }
 }
 
+blocking_at_least!(FairLock);
 blocking_handle!(FairLock, FairLock, "blocking::Client::fair_lock");
 
 impl FairLock {
