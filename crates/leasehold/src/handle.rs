@@ -124,7 +124,7 @@ impl Handle {
         // server's acquisition, so the lease is kept at least that long
         // after it.
         let lease = match self.at_least {
-            Some(at_least) => lease.keep_until(std::time::Instant::now() + at_least),
+            Some(at_least) => lease.keep_until(crate::clock::Instant::now() + at_least),
             None => lease,
         };
         Held::new(&self.client, lease, won.fence, self.watchdog)
