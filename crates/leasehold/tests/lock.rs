@@ -669,3 +669,43 @@ async fn a_wait_of_duration_max_waits_until_acquired_without_panicking() {
         .expect("acquired");
     guard.release().await.expect("release");
 }
+
+/// `Client::kind` tells every kind apart from what the server stores, and
+/// `list_kinds` lists held names of every kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kind_tells_every_kind_of_lock_apart() {
+    use leasehold::LockKind;
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    assert_eq!(client.kind("k:lock").await.unwrap(), None);
+    let _lock = client.lock("k:lock").acquire().await.unwrap();
+    let _fair = client.fair_lock("k:fair").acquire().await.unwrap();
+    let _re = client.reentrant_lock("k:re").acquire().await.unwrap();
+    let _read = client.rw_lock("k:rw").read().await.unwrap();
+    let _write = client.rw_lock("k:w").write().await.unwrap();
+    let _permit = client.semaphore("k:sem", 3).acquire().await.unwrap();
+    let want = [
+        ("k:fair", LockKind::Lock),
+        ("k:lock", LockKind::Lock),
+        ("k:re", LockKind::Reentrant),
+        ("k:rw", LockKind::RwLock),
+        ("k:sem", LockKind::Semaphore),
+        ("k:w", LockKind::RwLock),
+    ];
+    for (name, kind) in want {
+        assert_eq!(client.kind(name).await.unwrap(), Some(kind), "{name}");
+    }
+    let listed = client.list_kinds("k:*").await.unwrap();
+    let want: Vec<(String, LockKind)> = want.iter().map(|(n, k)| ((*n).to_owned(), *k)).collect();
+    assert_eq!(listed, want);
+    assert!(client.list_kinds("other:*").await.unwrap().is_empty());
+    // A key no lock wrote is reported, not guessed at.
+    let _: () = server
+        .connection()
+        .rpush("leasehold:{k:list}:lock", "x")
+        .unwrap();
+    assert!(matches!(
+        client.kind("k:list").await,
+        Err(Error::WrongType { .. })
+    ));
+}
