@@ -1,5 +1,7 @@
 //! Exit codes (sysexits) and the failure that carries one.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use leasehold::Error;
 
 /// EX_USAGE: the command line was wrong, including what only shows against
@@ -49,6 +51,14 @@ pub(crate) fn code_for(err: &Error) -> u8 {
     }
 }
 
+/// Set once `--json` is known: failures are reported as JSON objects.
+static JSON_ERRORS: AtomicBool = AtomicBool::new(false);
+
+/// Reports failures as JSON objects on stderr from now on (`--json`).
+pub(crate) fn json_errors() {
+    JSON_ERRORS.store(true, Ordering::Relaxed);
+}
+
 /// Why the program stops: the line to print (without the `leasehold: `
 /// prefix) and the exit code.
 #[derive(Debug)]
@@ -73,9 +83,15 @@ impl Failure {
         Failure::with_code(USAGE, message)
     }
 
-    /// Prints the failure as one line on stderr and returns its exit code.
+    /// Prints the failure as one line on stderr (a JSON object
+    /// `{"error", "exit_code"}` under `--json`) and returns its exit code.
     pub(crate) fn report(&self) -> u8 {
-        eprintln!("leasehold: {}", self.message);
+        if JSON_ERRORS.load(Ordering::Relaxed) {
+            let object = serde_json::json!({ "error": self.message, "exit_code": self.code });
+            eprintln!("{object}");
+        } else {
+            eprintln!("leasehold: {}", self.message);
+        }
         self.code
     }
 }
@@ -91,6 +107,28 @@ impl From<Error> for Failure {
                     "timed out after {} waiting for lock {name:?}: another holder kept it; \
                      wait longer (--wait) or check who holds it (`leasehold status {name}`)",
                     humantime::format_duration(waited)
+                ),
+            ),
+            Error::Unreachable { addr, source } => Failure::with_code(
+                code,
+                format!(
+                    "cannot reach Redis at {addr}: {source}; check that the server runs and \
+                     that --url (or LEASEHOLD_URL) names it"
+                ),
+            ),
+            Error::Tls { addr, source } => Failure::with_code(
+                code,
+                format!(
+                    "TLS with Redis at {addr} failed: {source}; check --tls-ca (the CA that \
+                     signed the server's certificate), that the certificate names the host in \
+                     --url, and --tls-cert/--tls-key if the server asks for a client certificate"
+                ),
+            ),
+            Error::CloseIncomplete { failed, first } => Failure::with_code(
+                code,
+                format!(
+                    "could not release {failed} lease(s) at exit; they expire by their TTL \
+                     (first error: {first})"
                 ),
             ),
             err => Failure::with_code(code, err.to_string()),
@@ -129,6 +167,26 @@ mod tests {
         assert!(!failure.message.contains(".wait()"), "{}", failure.message);
         assert!(
             failure.message.contains("leasehold status jobs"),
+            "{}",
+            failure.message
+        );
+    }
+
+    #[test]
+    fn connection_errors_name_the_flags() {
+        let io = || redis::RedisError::from((redis::ErrorKind::Io, "refused"));
+        let failure = Failure::from(Error::Unreachable {
+            addr: "127.0.0.1:1".into(),
+            source: io(),
+        });
+        assert!(failure.message.contains("--url"), "{}", failure.message);
+        let failure = Failure::from(Error::Tls {
+            addr: "127.0.0.1:1".into(),
+            source: io(),
+        });
+        assert!(failure.message.contains("--tls-ca"), "{}", failure.message);
+        assert!(
+            !failure.message.contains("tls_ca_cert"),
             "{}",
             failure.message
         );

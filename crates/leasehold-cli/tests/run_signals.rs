@@ -750,3 +750,91 @@ fn ctrl_z_stops_command_and_leasehold_and_fg_resumes_both_with_the_terminal() {
     );
     assert_eq!(exit_status(&tmux, dir.path(), &lh), "code:0");
 }
+
+/// `leasehold acquire NAME --ttl 60s` against `url`; the token it printed.
+fn hold(url: &str, name: &str) -> String {
+    let out = leasehold()
+        .args(["--url", url, "acquire", name, "--ttl", "60s"])
+        .output()
+        .expect("run leasehold acquire");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("token="))
+        .expect("a token")
+        .to_owned()
+}
+
+/// Waits until the pane shows a line for which `want` holds; returns it.
+fn screen_line(tmux: &Tmux, what: &str, want: impl Fn(&str) -> bool) -> String {
+    let mut found = None;
+    wait_until(what, || {
+        found = tmux.screen().lines().find(|l| want(l)).map(str::to_owned);
+        found.is_some()
+    });
+    found.unwrap_or_default()
+}
+
+#[test]
+fn a_long_wait_on_a_terminal_shows_one_status_line_updated_in_place() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let loud_token = hold(&url, "busy-l");
+    let quiet_token = hold(&url, "busy-q");
+    let dir = temp_dir();
+    let tmux = Tmux::start(dir.path());
+    let bin = env!("CARGO_BIN_EXE_leasehold");
+    // The quiet waiter starts first, so it has waited longer than the loud
+    // one whenever the loud one's line is on the screen.
+    tmux.line(&format!(
+        "{bin} -q --url {url} acquire busy-q --ttl 5s > quiet.out & \
+         {bin} --url {url} acquire busy-l --ttl 5s > loud.out; echo code:$? > code"
+    ));
+    let first = screen_line(&tmux, "the status line appears", |l| {
+        l.contains("waiting for lock \"busy-l\"")
+    });
+    assert!(first.starts_with("leasehold: "), "{first}");
+    assert!(
+        first.contains(&format!("held by {}…", &loud_token[..8])),
+        "{first}"
+    );
+    assert!(first.contains("left"), "{first}");
+    assert!(first.contains("1 waiting"), "{first}");
+    // Redrawn in place: the time waited grows on the same line, never a
+    // second line.
+    let later = screen_line(&tmux, "the line is redrawn", |l| {
+        l.contains("busy-l") && l.contains("waited 3s")
+    });
+    assert_eq!(
+        tmux.screen().matches("waiting for lock").count(),
+        1,
+        "{later}\n{}",
+        tmux.screen()
+    );
+    assert!(
+        !tmux.screen().contains("lock \"busy-q\""),
+        "-q showed a status line:\n{}",
+        tmux.screen()
+    );
+
+    // Released: the waiter gets the lock and the line is erased.
+    let released = leasehold()
+        .args(["--url", &url, "release", "busy-l", &loud_token])
+        .status()
+        .expect("release");
+    assert!(released.success());
+    assert_eq!(wait_for_line_on(&tmux, &dir.path().join("code")), "code:0");
+    assert!(
+        !tmux.screen().contains("waiting for lock"),
+        "the line stayed:\n{}",
+        tmux.screen()
+    );
+    let released = leasehold()
+        .args(["--url", &url, "release", "busy-q", &quiet_token])
+        .status()
+        .expect("release");
+    assert!(released.success());
+    wait_until("the quiet waiter got its lock", || {
+        std::fs::read_to_string(dir.path().join("quiet.out")).is_ok_and(|s| s.contains("token="))
+    });
+}
