@@ -9,8 +9,9 @@ use leasehold::Error;
 pub(crate) const USAGE: u8 = 64;
 /// EX_DATAERR: a lock's key holds data of another type.
 pub(crate) const DATAERR: u8 = 65;
-/// EX_UNAVAILABLE: Redis unreachable, unsupported or failing; a program we
-/// need (redis-server for the demo) is missing.
+/// EX_UNAVAILABLE: Redis unreachable, unsupported or failing, or the TLS
+/// handshake with it failed; a program we need (redis-server for the demo)
+/// is missing.
 pub(crate) const UNAVAILABLE: u8 = 69;
 /// EX_SOFTWARE: the lease was lost while the command ran (it may have run
 /// without the lock), or an internal error.
@@ -39,6 +40,7 @@ pub(crate) fn code_for(err: &Error) -> u8 {
         | Error::UpgradeRefused { .. } => USAGE,
         Error::WrongType { .. } => DATAERR,
         Error::Unreachable { .. }
+        | Error::Tls { .. }
         | Error::QuorumNotReached { .. }
         | Error::Unsupported(_)
         | Error::Redis(_) => UNAVAILABLE,
@@ -227,6 +229,13 @@ mod tests {
                 UNAVAILABLE,
             ),
             (Error::Unsupported("old".into()), UNAVAILABLE),
+            (
+                Error::Tls {
+                    addr: "a".into(),
+                    source: redis_err(redis::ErrorKind::Io),
+                },
+                UNAVAILABLE,
+            ),
             (
                 Error::Redis(redis_err(redis::ErrorKind::Parse)),
                 UNAVAILABLE,

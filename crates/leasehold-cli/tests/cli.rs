@@ -1579,3 +1579,68 @@ fn status_finds_the_kind_and_list_shows_every_kind_with_names_escaped() {
     .map(|(n, k)| (n.to_owned(), k.to_owned()));
     assert_eq!(kinds, want);
 }
+
+/// A CA and a server and a client certificate it signed (PEM), written to
+/// `dir` as ca.pem, server.pem / server.key, client.pem / client.key.
+fn write_pki(dir: &Path) -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "leasehold cli test CA");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let signed = |name: &str| {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec![name.to_owned()]).unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        let cert = params.signed_by(&key, &ca).unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    let (server_cert, server_key) = signed("localhost");
+    let (client_cert, client_key) = signed("leasehold-client");
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    std::fs::write(dir.join("client.pem"), &client_cert).unwrap();
+    std::fs::write(dir.join("client.key"), &client_key).unwrap();
+    (ca.pem(), server_cert, server_key)
+}
+
+#[test]
+fn tls_flags_reach_a_tls_only_server_with_client_certificates() {
+    let dir = temp_dir();
+    let (ca, cert, key) = write_pki(dir.path());
+    let server = RedisServer::builder().tls(&cert, &key, &ca, true).start();
+    let url = server.url();
+    assert!(url.starts_with("rediss://"), "{url}");
+    let file = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
+    let (ca_file, cert_file, key_file) = (file("ca.pem"), file("client.pem"), file("client.key"));
+    let out = run_at(
+        &url,
+        &[
+            "--tls-ca",
+            &ca_file,
+            "--tls-cert",
+            &cert_file,
+            "--tls-key",
+            &key_file,
+            "run",
+            "t",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+    // Without the client certificate the server refuses: a TLS failure
+    // whose message names the flags.
+    let out = run_at(&url, &["--tls-ca", &ca_file, "status", "t"]);
+    assert_eq!(out.code(), 69, "{out:?}");
+    out.assert_one_error_line();
+    assert!(out.stderr.contains("TLS"), "{out:?}");
+    assert!(out.stderr.contains("--tls-cert"), "{out:?}");
+    assert!(!out.stderr.contains("tls_client_cert"), "{out:?}");
+    // Certificates for a plain URL are a mistake, caught before connecting.
+    let plain = format!("redis://127.0.0.1:{}", closed_port());
+    let out = run_at(&plain, &["--tls-ca", &ca_file, "status", "t"]);
+    assert_eq!(out.code(), 64, "{out:?}");
+    assert!(out.stderr.contains("rediss://"), "{out:?}");
+}
