@@ -16,9 +16,10 @@ use clap::{ArgAction, Args, Parser, Subcommand};
     name = "leasehold",
     version,
     after_help = "Exit codes: the command's own for `run` (128+N if it died by signal N); \
-                  64 usage error (also: semaphore users that disagree on --permits); 65 a lock \
-                  key holds another data type; 69 Redis or the Redlock quorum unreachable, TLS failed, or \
-                  unsupported (--read/--write/--permits/--reentrant on Redlock); 70 lease lost; 75 lock busy, \
+                  64 usage error (also: semaphore users that disagree on --permits, and \
+                  --read/--write/--permits/--reentrant on Redlock); 65 a lock key holds another \
+                  data type; 69 Redis or the Redlock quorum unreachable, TLS failed, or a server \
+                  too old; 70 lease lost; 75 lock busy, \
                   wait timed out (or the code given with -E) or not the owner; 77 authentication \
                   or permission refused.\n\n\
                   Examples:\n  \

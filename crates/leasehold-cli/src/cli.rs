@@ -35,6 +35,7 @@ where
     match Cli::try_parse_from(&args) {
         Ok(cli) => {
             cli.global.check()?;
+            check_kind_on_redlock(&cli)?;
             Ok(Parsed::Run(Box::new(cli)))
         }
         Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
@@ -43,6 +44,42 @@ where
             Ok(Parsed::Done)
         }
         Err(e) => Err(Failure::usage(one_line(&e, &args))),
+    }
+}
+
+/// Refuses, before connecting, a kind of lock Redlock does not have: on
+/// independent masters only the plain lock exists.
+fn check_kind_on_redlock(cli: &Cli) -> Result<(), Failure> {
+    if !matches!(cli.global.servers()?, Servers::Redlock(_)) {
+        return Ok(());
+    }
+    let flag = match &cli.command {
+        Command::Run(run) => match run.hold.mode() {
+            Mode::Lock => None,
+            Mode::Read => Some("--read"),
+            Mode::Write => Some("--write"),
+            Mode::Permits(_) => Some("--permits"),
+        },
+        Command::Status(status) => {
+            let kind = &status.kind;
+            [
+                (kind.read, "--read"),
+                (kind.write, "--write"),
+                (kind.permits.is_some(), "--permits"),
+                (kind.reentrant, "--reentrant"),
+            ]
+            .into_iter()
+            .find_map(|(given, flag)| given.then_some(flag))
+        }
+        _ => None,
+    };
+    match flag {
+        Some(flag) => Err(Failure::usage(format!(
+            "{flag} is not available on Redlock (three or more --url): only the plain lock can \
+             be split over independent masters; drop {flag}, or pass one --url (or --cluster, \
+             --sentinel)"
+        ))),
+        None => Ok(()),
     }
 }
 

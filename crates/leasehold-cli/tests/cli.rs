@@ -776,19 +776,22 @@ fn run_acquire_extend_release_and_status_work_on_redlock() {
     let status = run_on(&urls, &["--json", "status", "rl"]).json();
     assert_eq!(status["held"], false, "{status}");
 
-    // Only the plain lock can be split over independent masters.
+    // Only the plain lock can be split over independent masters: a usage
+    // error before connecting, in the flags' words.
     for mode in [&["--read"][..], &["--write"], &["--permits", "2"]] {
         let args = [&["run", "rl"][..], mode, &["--", "true"]].concat();
         let out = run_on(&urls, &args);
-        assert_eq!(out.code(), 69, "{mode:?}: {out:?}");
+        assert_eq!(out.code(), 64, "{mode:?}: {out:?}");
         out.assert_one_error_line();
         assert!(out.stderr.contains("Redlock"), "{out:?}");
+        assert!(out.stderr.contains(mode[0]), "{out:?}");
+        assert!(!out.stderr.contains("client"), "library words: {out:?}");
     }
     for mode in ["--read", "--reentrant"] {
         let out = run_on(&urls, &["status", "rl", mode]);
-        assert_eq!(out.code(), 69, "{mode}: {out:?}");
+        assert_eq!(out.code(), 64, "{mode}: {out:?}");
         out.assert_one_error_line();
-        assert!(out.stderr.contains("Redlock"), "{out:?}");
+        assert!(out.stderr.contains(mode), "{out:?}");
     }
 }
 
