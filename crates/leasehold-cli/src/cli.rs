@@ -36,6 +36,7 @@ where
         Ok(cli) => {
             cli.global.check()?;
             check_kind_on_redlock(&cli)?;
+            check_name(&cli.command)?;
             Ok(Parsed::Run(Box::new(cli)))
         }
         Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
@@ -45,6 +46,31 @@ where
         }
         Err(e) => Err(Failure::usage(one_line(&e, &args))),
     }
+}
+
+/// The library's rules for a lock name (1 to 512 bytes), checked before
+/// connecting.
+fn check_name(command: &Command) -> Result<(), Failure> {
+    let name = match command {
+        Command::Run(args) => &args.name,
+        Command::Acquire(args) => &args.name,
+        Command::Extend(args) => &args.name,
+        Command::Release(args) => &args.name,
+        Command::Status(args) => &args.name,
+        _ => return Ok(()),
+    };
+    if name.is_empty() {
+        return Err(Failure::usage(
+            "NAME is empty: give the lock a name, e.g. nightly-backup",
+        ));
+    }
+    if name.len() > 512 {
+        return Err(Failure::usage(format!(
+            "NAME is {} bytes long, over the limit of 512: use a shorter name",
+            name.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Refuses, before connecting, a kind of lock Redlock does not have: on

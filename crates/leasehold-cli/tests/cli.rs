@@ -1124,11 +1124,15 @@ fn run_and_acquire_wait_until_acquired_by_default() {
     let out = run_at(&url, &["release", "busy", &token]);
     assert_eq!(out.code(), 0, "{out:?}");
     // The run gets it, runs `true` and releases; then the acquire gets it.
+    // Both waited over 10 s with stderr a pipe, not a terminal: no status
+    // line (run_signals.rs checks the line on a terminal).
     let out = default.finish();
     assert_eq!(out.code(), 0, "{out:?}");
+    assert!(out.stderr.is_empty(), "{out:?}");
     let out = forever.finish();
     assert_eq!(out.code(), 0, "{out:?}");
     assert!(out.stdout.contains("token="), "{out:?}");
+    assert!(out.stderr.is_empty(), "{out:?}");
 
     for args in [&["run", "--help"][..], &["acquire", "--help"]] {
         let out = run(args);
@@ -1202,6 +1206,7 @@ fn every_argument_is_checked_before_connecting() {
     std::fs::write(&cert, "not used").unwrap();
     let missing = dir.path().join("missing.pem");
     let (cert, missing) = (cert.to_str().unwrap(), missing.to_str().unwrap());
+    let long_name = "x".repeat(513);
     let cases: &[&[&str]] = &[
         &["run", "x", "--ttl", "100d", "--", "true"],
         &["acquire", "x", "--ttl", "5ms"],
@@ -1216,6 +1221,8 @@ fn every_argument_is_checked_before_connecting() {
         &["--cluster", "--sentinel", "m", "status", "x"],
         &["--sentinel", "m", "demo"],
         &["--connect-timeout", "0s", "status", "x"],
+        &["status", ""],
+        &["release", &long_name, "token"],
     ];
     for args in cases {
         let mut all = vec!["--url", dead.as_str()];
