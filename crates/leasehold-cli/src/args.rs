@@ -23,8 +23,8 @@ use clap::{ArgAction, Args, Parser, Subcommand};
                   wait timed out (or the code given with -E) or not the owner; 77 authentication \
                   or permission refused.\n\n\
                   Examples:\n  \
-                  leasehold run nightly-backup -- ./backup.sh      wait until free, then run\n  \
-                  leasehold run -n -E 0 nightly -- ./job.sh        skip quietly when busy (cron)\n  \
+                  leasehold run nightly-backup -- ./backup.sh     wait until free, then run\n  \
+                  leasehold run -n -E 0 nightly -- ./job.sh       skip quietly when busy (cron)\n  \
                   leasehold run --wait 5m deploy -- ./deploy.sh   give up after 5 minutes (exit 75)\n  \
                   leasehold --cluster --url redis://10.0.0.1:7000 status deploy"
 )]
