@@ -765,6 +765,17 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_wait_of_duration_max_ends_in_the_far_future_without_overflow() {
+        let now = Instant::now();
+        let deadline = deadline_after(Duration::MAX);
+        assert!(deadline >= now + Duration::from_secs(365 * 24 * 3600));
+        assert_eq!(
+            deadline_after(Duration::from_secs(5)),
+            now + Duration::from_secs(5)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn without_an_event_a_waiter_retries_when_the_holders_lease_ends() {
         let core = FakeCore::new();
         let steps = [
