@@ -479,6 +479,7 @@ fn a_paused_holder_whose_lease_is_taken_stops_its_command_and_exits_70() {
     cmd.current_dir(dir.path()).args([
         "--url",
         &url,
+        "--json",
         "run",
         "paused",
         "--ttl",
@@ -512,6 +513,11 @@ fn a_paused_holder_whose_lease_is_taken_stops_its_command_and_exits_70() {
     out.assert_one_error_line();
     assert!(out.stderr.contains("lost"), "{out:?}");
     assert!(!child.alive(), "the command still runs after a lost lease");
+    // --json: the one object at the end says so.
+    let summary = out.json();
+    assert_eq!(summary["lost"], true, "{summary}");
+    assert_eq!(summary["exit_code"], 70, "{summary}");
+    assert_eq!(summary["fence"], first_fence, "{summary}");
 
     // The new holder keeps its lock: the stale one did not release it.
     let status = status_json(&url, "paused");
