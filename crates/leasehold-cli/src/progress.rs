@@ -94,6 +94,19 @@ impl Watch {
     }
 }
 
+/// `line` cut to fit a terminal `width` columns wide (one column left free,
+/// so the cursor never wraps), with `…` where it was cut. Counts characters,
+/// which is columns for the text this line holds.
+fn fit(line: &str, width: usize) -> String {
+    let room = width.saturating_sub(1).max(10);
+    if line.chars().count() <= room {
+        return line.to_owned();
+    }
+    let mut cut: String = line.chars().take(room - 1).collect();
+    cut.push('…');
+    cut
+}
+
 /// Awaits `wait`, showing `watch`'s line on stderr from a second in, and
 /// erases the line when `wait` ends.
 pub(crate) async fn while_waiting<T>(watch: Watch, wait: impl Future<Output = T>) -> T {
@@ -117,8 +130,12 @@ pub(crate) async fn while_waiting<T>(watch: Watch, wait: impl Future<Output = T>
                 }
                 state.1 = true;
                 let mut err = std::io::stderr().lock();
-                // \r and "erase to end of line": redraw in place.
-                let _ = write!(err, "\r\x1b[Kleasehold: {line}");
+                let width = rustix::termios::tcgetwinsize(std::io::stderr())
+                    .map_or(80, |size| usize::from(size.ws_col));
+                let line = fit(&format!("leasehold: {line}"), width);
+                // \r and "erase to end of line": redraw in place, on one
+                // row (a line that wrapped could not be redrawn).
+                let _ = write!(err, "\r\x1b[K{line}");
                 let _ = err.flush();
             }
         })
@@ -135,4 +152,21 @@ pub(crate) async fn while_waiting<T>(watch: Watch, wait: impl Future<Output = T>
     }
     drawer.abort();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fit;
+
+    #[test]
+    fn the_line_is_cut_to_the_terminals_width() {
+        let line = "leasehold: waiting for lock \"nightly-backup\": held by 3f9a1c2e… (24.1s left)";
+        assert_eq!(fit(line, 200), line);
+        let cut = fit(line, 40);
+        assert_eq!(cut.chars().count(), 39);
+        assert!(cut.ends_with('…'), "{cut}");
+        assert!(line.starts_with(cut.trim_end_matches('…')));
+        // Never below 10 columns of text, however narrow.
+        assert_eq!(fit(line, 3).chars().count(), 10);
+    }
 }

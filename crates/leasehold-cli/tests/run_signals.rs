@@ -556,6 +556,12 @@ struct Tmux {
 impl Tmux {
     /// Starts the server and its session, 200x50, in `dir`.
     fn start(dir: &Path) -> Tmux {
+        Tmux::start_wide(dir, 200)
+    }
+
+    /// Starts the server and its session, `columns` wide and 50 rows high,
+    /// in `dir`.
+    fn start_wide(dir: &Path, columns: u16) -> Tmux {
         let socket = format!(
             "leasehold-test-{}-{}",
             std::process::id(),
@@ -572,7 +578,7 @@ impl Tmux {
                 "-s",
                 "t",
                 "-x",
-                "200",
+                &columns.to_string(),
                 "-y",
                 "50",
             ])
@@ -820,9 +826,9 @@ fn a_long_wait_on_a_terminal_shows_one_status_line_updated_in_place() {
     // Released: the waiter gets the lock and the line is erased.
     let released = leasehold()
         .args(["--url", &url, "release", "busy-l", &loud_token])
-        .status()
+        .output()
         .expect("release");
-    assert!(released.success());
+    assert!(released.status.success(), "{released:?}");
     assert_eq!(wait_for_line_on(&tmux, &dir.path().join("code")), "code:0");
     assert!(
         !tmux.screen().contains("waiting for lock"),
@@ -831,10 +837,49 @@ fn a_long_wait_on_a_terminal_shows_one_status_line_updated_in_place() {
     );
     let released = leasehold()
         .args(["--url", &url, "release", "busy-q", &quiet_token])
-        .status()
+        .output()
         .expect("release");
-    assert!(released.success());
+    assert!(released.status.success(), "{released:?}");
     wait_until("the quiet waiter got its lock", || {
         std::fs::read_to_string(dir.path().join("quiet.out")).is_ok_and(|s| s.contains("token="))
     });
+}
+
+#[test]
+fn the_status_line_is_cut_to_a_narrow_terminal_and_never_wraps() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let token = hold(&url, "a-lock-with-a-rather-long-name-for-a-narrow-pane");
+    let dir = temp_dir();
+    let tmux = Tmux::start_wide(dir.path(), 60);
+    let bin = env!("CARGO_BIN_EXE_leasehold");
+    tmux.line(&format!(
+        "{bin} --url {url} acquire a-lock-with-a-rather-long-name-for-a-narrow-pane > out; echo code:$? > code"
+    ));
+    screen_line(&tmux, "the status line appears", |l| {
+        l.contains("waiting for")
+    });
+    // A few redraws later, still one row: a wrapped line would leave a row
+    // behind at each redraw.
+    std::thread::sleep(Duration::from_millis(1600));
+    let screen = tmux.screen();
+    let status: Vec<&str> = screen
+        .lines()
+        .filter(|l| l.contains("waiting for"))
+        .collect();
+    assert_eq!(status.len(), 1, "{screen}");
+    assert!(status[0].chars().count() < 60, "{screen}");
+    assert!(status[0].ends_with('…'), "{screen}");
+    let released = leasehold()
+        .args([
+            "--url",
+            &url,
+            "release",
+            "a-lock-with-a-rather-long-name-for-a-narrow-pane",
+            &token,
+        ])
+        .output()
+        .expect("release");
+    assert!(released.status.success(), "{released:?}");
+    assert_eq!(wait_for_line_on(&tmux, &dir.path().join("code")), "code:0");
 }
