@@ -93,7 +93,7 @@ pub(crate) struct Global {
     pub(crate) prefix: String,
 
     /// Print results as JSON on stdout (`run`: one object when it ends), and
-    /// errors as JSON objects on stderr.
+    /// every line on stderr (errors, warnings, events) as a JSON object.
     #[arg(long, global = true)]
     pub(crate) json: bool,
 

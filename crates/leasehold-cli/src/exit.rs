@@ -61,6 +61,30 @@ pub(crate) fn json_errors() {
     JSON_ERRORS.store(true, Ordering::Relaxed);
 }
 
+/// Prints a warning on stderr: `leasehold: warning: MESSAGE`, or under
+/// `--json` the object `{"warning": MESSAGE}`.
+pub(crate) fn warning(message: impl Into<String>) {
+    say("warning", &one_line(message.into()));
+}
+
+/// Prints a notice of what leasehold does (a lost lease, a command's
+/// leftovers stopped) on stderr: `leasehold: MESSAGE`, or under `--json` the
+/// object `{"notice": MESSAGE}`.
+pub(crate) fn notice(message: impl Into<String>) {
+    say("notice", &one_line(message.into()));
+}
+
+/// One line on stderr, text or JSON.
+fn say(what: &str, message: &str) {
+    if JSON_ERRORS.load(Ordering::Relaxed) {
+        eprintln!("{}", serde_json::json!({ what: message }));
+    } else if what == "warning" {
+        eprintln!("leasehold: warning: {message}");
+    } else {
+        eprintln!("leasehold: {message}");
+    }
+}
+
 /// Why the program stops: the line to print (without the `leasehold: `
 /// prefix) and the exit code.
 #[derive(Debug)]

@@ -109,26 +109,31 @@ fn install_logging(global: &cli::Global) {
     let filter = match std::env::var("RUST_LOG") {
         Ok(directives) if !directives.trim().is_empty() => EnvFilter::try_new(directives.trim())
             .unwrap_or_else(|e| {
-                eprintln!("leasehold: warning: RUST_LOG is not a filter ({e}); ignoring it");
+                exit::warning(format!("RUST_LOG is not a filter ({e}); ignoring it"));
                 EnvFilter::new(level)
             }),
         _ => EnvFilter::new(level),
     };
-    // A second subscriber cannot happen here (main sets the only one).
     // -v: each acquisition's span (lock, kind, outcome, waited) when it closes.
     let spans = if global.verbose > 0 {
         tracing_subscriber::fmt::format::FmtSpan::CLOSE
     } else {
         tracing_subscriber::fmt::format::FmtSpan::NONE
     };
-    let _ = tracing_subscriber::fmt()
+    // A second subscriber cannot happen here (main sets the only one).
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_span_events(spans)
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .without_time()
-        .with_target(global.verbose > 0)
-        .try_init();
+        .with_target(global.verbose > 0);
+    // Under --json every line on stderr is a JSON object, events included.
+    let _ = if global.json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
 }
 
 /// Replaces the default multi-line panic report (and backtrace hint) with

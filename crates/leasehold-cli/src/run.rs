@@ -73,7 +73,7 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
     // Nothing stays held when leasehold exits: a release that failed above
     // went to the background, and the runtime's shutdown would drop it.
     if let Err(e) = client.close().await {
-        eprintln!("leasehold: warning: {}", Failure::from(e).message);
+        exit::warning(Failure::from(e).message);
     }
     outcome
 }
@@ -339,7 +339,7 @@ impl Supervisor<'_> {
             raise(Signal::SIGTSTP)
         };
         if let Err(e) = stopped {
-            eprintln!("leasehold: warning: cannot stop leasehold with its command: {e}");
+            exit::warning(format!("cannot stop leasehold with its command: {e}"));
         }
     }
 
@@ -350,7 +350,7 @@ impl Supervisor<'_> {
         group::signal(self.leader, Signal::SIGSTOP);
         self.take_terminal();
         if let Err(e) = raise(Signal::SIGSTOP) {
-            eprintln!("leasehold: warning: cannot stop leasehold: {e}");
+            exit::warning(format!("cannot stop leasehold: {e}"));
         }
         // Here only once continued.
         self.resume();
@@ -381,16 +381,16 @@ impl Supervisor<'_> {
         let grace = humantime::format_duration(self.kill_grace);
         let what = self.guard.what();
         if group::state(self.leader) == Some('T') {
-            eprintln!(
-                "leasehold: the lease on {what} was lost while the command was stopped (leasehold \
-                 was stopped or paused longer than the lease lasts); ending the command without \
+            exit::notice(format!(
+                "the lease on {what} was lost while the command was stopped (leasehold was \
+                 stopped or paused longer than the lease lasts); ending the command without \
                  resuming it (SIGTERM, SIGKILL after {grace})"
-            );
+            ));
         } else {
-            eprintln!(
-                "leasehold: the lease on {what} was lost while the command ran (it expired or \
-                 another owner took it); stopping the command (SIGTERM, SIGKILL after {grace})"
-            );
+            exit::notice(format!(
+                "the lease on {what} was lost while the command ran (it expired or another owner \
+                 took it); stopping the command (SIGTERM, SIGKILL after {grace})"
+            ));
         }
         group::signal(self.leader, Signal::SIGTERM);
         self.kill_at = Some(Instant::now() + self.kill_grace);
@@ -416,12 +416,12 @@ impl Supervisor<'_> {
         let deadline = match self.kill_at {
             Some(deadline) => deadline,
             None if group::others_alive(self.leader) => {
-                eprintln!(
-                    "leasehold: the command exited with processes of its group still running; \
-                     stopping them (SIGTERM, SIGKILL after {}) before releasing {}",
+                exit::notice(format!(
+                    "the command exited with processes of its group still running; stopping \
+                     them (SIGTERM, SIGKILL after {}) before releasing {}",
                     humantime::format_duration(self.kill_grace),
                     self.guard.what()
-                );
+                ));
                 group::signal(self.leader, Signal::SIGTERM);
                 group::signal(self.leader, Signal::SIGCONT);
                 Instant::now() + self.kill_grace
@@ -482,11 +482,10 @@ async fn finish(guard: Held, outcome: Outcome, lost: &mut bool) -> Result<u8, Fa
                 Err(e) => {
                     // The lease ends by its TTL at the latest; the command
                     // itself ran under the lock.
-                    eprintln!(
-                        "leasehold: warning: could not release {what} ({}); it frees itself \
-                         when its TTL runs out",
-                        exit::one_line(e.to_string())
-                    );
+                    exit::warning(format!(
+                        "could not release {what} ({}); it frees itself when its TTL runs out",
+                        Failure::from(e).message
+                    ));
                     Ok(code)
                 }
             }

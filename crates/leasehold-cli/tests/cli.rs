@@ -510,10 +510,15 @@ fn a_paused_holder_whose_lease_is_taken_stops_its_command_and_exits_70() {
 
     let out = first.finish_within(Duration::from_secs(30));
     assert_eq!(out.code(), 70, "{out:?}");
-    out.assert_one_error_line();
-    assert!(out.stderr.contains("lost"), "{out:?}");
+    // --json: the notice is a JSON object on stderr, and the one object at
+    // the end on stdout says so too.
+    let notice: Value = serde_json::from_str(out.stderr.trim())
+        .unwrap_or_else(|e| panic!("stderr is not one JSON object ({e}): {out:?}"));
+    assert!(
+        notice["notice"].as_str().unwrap().contains("lost"),
+        "{out:?}"
+    );
     assert!(!child.alive(), "the command still runs after a lost lease");
-    // --json: the one object at the end says so.
     let summary = out.json();
     assert_eq!(summary["lost"], true, "{summary}");
     assert_eq!(summary["exit_code"], 70, "{summary}");
@@ -1315,6 +1320,16 @@ fn library_warnings_reach_stderr_and_verbose_shows_more() {
     let out = run_at(&url, &["-q", "status", "x"]);
     assert_eq!(out.code(), 0, "{out:?}");
     assert!(out.stderr.is_empty(), "{out:?}");
+    // Under --json every line on stderr is a JSON object, warnings too.
+    let out = run_at(&url, &["--json", "status", "x"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let warning: Value = serde_json::from_str(out.stderr.trim())
+        .unwrap_or_else(|e| panic!("stderr is not one JSON object ({e}): {out:?}"));
+    assert_eq!(warning["level"], "WARN", "{warning}");
+    assert!(
+        warning.to_string().contains("maxmemory-policy"),
+        "{warning}"
+    );
     // -v: each acquisition's span as it closes; -vv: debug events too.
     let quiet = run_at(&url, &["run", "x", "--", "true"]);
     let verbose = run_at(&url, &["-v", "run", "x", "--", "true"]);
