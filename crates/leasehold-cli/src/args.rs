@@ -103,7 +103,8 @@ pub(crate) struct Global {
     #[arg(short, long, action = ArgAction::Count, global = true, conflicts_with = "quiet")]
     pub(crate) verbose: u8,
 
-    /// Say nothing on stderr but errors: no warnings, no progress line.
+    /// Say nothing on stderr but errors and what happens to the command (a
+    /// lost lease): no warnings, no events, no progress line.
     #[arg(short, long, global = true)]
     pub(crate) quiet: bool,
 }

@@ -61,10 +61,20 @@ pub(crate) fn json_errors() {
     JSON_ERRORS.store(true, Ordering::Relaxed);
 }
 
+/// Set by `-q`: warnings are not printed.
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// Prints no warnings from now on (`-q`).
+pub(crate) fn quiet() {
+    QUIET.store(true, Ordering::Relaxed);
+}
+
 /// Prints a warning on stderr: `leasehold: warning: MESSAGE`, or under
-/// `--json` the object `{"warning": MESSAGE}`.
+/// `--json` the object `{"warning": MESSAGE}`; nothing with `-q`.
 pub(crate) fn warning(message: impl Into<String>) {
-    say("warning", &one_line(message.into()));
+    if !QUIET.load(Ordering::Relaxed) {
+        say("warning", &one_line(message.into()));
+    }
 }
 
 /// Prints a notice of what leasehold does (a lost lease, a command's

@@ -56,6 +56,9 @@ fn main() -> ExitCode {
         cli.command,
         cli::Command::RunExec(_) | cli::Command::RunWatch(_)
     ) {
+        if cli.global.quiet {
+            exit::quiet();
+        }
         install_logging(&cli.global);
     }
     // `run`'s helper processes: small, synchronous, no runtime of their own.

@@ -1349,6 +1349,18 @@ fn library_warnings_reach_stderr_and_verbose_shows_more() {
         .args(["--url", &url, "status", "x"]);
     let out = Proc::spawn(cmd).finish();
     assert!(out.stderr.is_empty(), "{out:?}");
+    // A RUST_LOG that is no filter is said to be ignored; -q keeps quiet.
+    let mut cmd = leasehold();
+    cmd.env("RUST_LOG", "leasehold=loudest")
+        .args(["--url", &url, "status", "x"]);
+    let out = Proc::spawn(cmd).finish();
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(out.stderr.contains("RUST_LOG is not a filter"), "{out:?}");
+    let mut cmd = leasehold();
+    cmd.env("RUST_LOG", "leasehold=loudest")
+        .args(["-q", "--url", &url, "status", "x"]);
+    let out = Proc::spawn(cmd).finish();
+    assert!(out.stderr.is_empty(), "{out:?}");
 }
 
 #[test]
