@@ -2,7 +2,9 @@
 //!
 //! `leasehold run NAME -- CMD` is a distributed flock(1); `acquire`,
 //! `extend` and `release` hand a lease between processes by its token;
-//! `status` and `list` inspect locks; `demo` shows workers contending for
+//! `status` and `list` inspect locks of every kind; `completions` and `man`
+//! print the shell completions and the man page (written by build.rs from
+//! src/args.rs); `demo` shows workers contending for
 //! one lock on a private Redis; `bench` (feature `bench`, off by default)
 //! measures the library against a raw redis-rs loop and rslock. A thin
 //! layer over the `leasehold` library: every lock operation is the
