@@ -8,6 +8,7 @@ use leasehold::{Client, LockGuard, Permit, ReadGuard, WriteGuard};
 use crate::cli::{LeaseArgs, Mode};
 use crate::commands::{per_lease, take};
 use crate::exit::Failure;
+use crate::progress::Watch;
 
 /// A guard of any primitive `run` can hold.
 #[derive(Debug)]
@@ -60,6 +61,15 @@ impl Held {
         each!(self, g => g.release().await)
     }
 
+    /// The kind, for `run --json`: `lock`, `rwlock` or `semaphore`.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Held::Lock(_) => "lock",
+            Held::Read(_) | Held::Write(_) => "rwlock",
+            Held::Permit(_) => "semaphore",
+        }
+    }
+
     /// What is held, for messages: `lock "x"`, `write lock "x"`, ...
     pub(crate) fn what(&self) -> String {
         let kind = match self {
@@ -68,7 +78,10 @@ impl Held {
             Held::Write(_) => "write lock",
             Held::Permit(_) => "permit of semaphore",
         };
-        format!("{kind} {:?}", each!(self, g => g.name()))
+        format!(
+            "{kind} {:?}",
+            crate::output::printable(each!(self, g => g.name()))
+        )
     }
 }
 
@@ -96,6 +109,7 @@ pub(crate) async fn take_hold(
                 async || rw.try_read().await,
                 async || rw.read().await,
                 busy,
+                Watch::of(client, name, mode),
             );
             read.await.map(Held::Read)
         }
@@ -107,6 +121,7 @@ pub(crate) async fn take_hold(
                 async || rw.try_write().await,
                 async || rw.write().await,
                 busy,
+                Watch::of(client, name, mode),
             );
             write.await.map(Held::Write)
         }
@@ -121,6 +136,7 @@ pub(crate) async fn take_hold(
                 async || sem.try_acquire().await,
                 async || sem.acquire().await,
                 busy,
+                Watch::of(client, name, mode),
             );
             permit.await.map(Held::Permit)
         }

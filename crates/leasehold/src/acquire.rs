@@ -146,6 +146,17 @@ impl Deadlines {
     }
 }
 
+/// The instant `wait` from now. A wait past what the clock can represent
+/// (`Duration::MAX`: wait until acquired) saturates to a century from now,
+/// which no wait outlives, instead of overflowing.
+fn deadline_after(wait: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(wait)
+        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 24 * 3600)))
+        .or_else(|| now.checked_add(Duration::from_secs(365 * 24 * 3600)))
+        .unwrap_or(now)
+}
+
 /// Calls `attempt` until it acquires or, with `wait: Some`, until the wait
 /// runs out (`Ok(None)`); with `None`, tries once. A waiter of a lease lock
 /// may also be handed the lease whole at release (a message, no attempt).
@@ -199,7 +210,7 @@ where
     Fut: Future<Output = Result<Acquire>>,
 {
     let core = target.core;
-    let deadline = wait.map(|w| Instant::now() + w);
+    let deadline = wait.map(deadline_after);
     let mut pending = PendingAttempt {
         target,
         armed: false,
@@ -751,6 +762,17 @@ mod tests {
         let target = target(core, &keys, queues);
         let waited = tokio::time::timeout(after, acquire(&target, WAIT, script(core, steps))).await;
         assert!(waited.is_err(), "the acquire ended before it was dropped");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_of_duration_max_ends_in_the_far_future_without_overflow() {
+        let now = Instant::now();
+        let deadline = deadline_after(Duration::MAX);
+        assert!(deadline >= now + Duration::from_secs(365 * 24 * 3600));
+        assert_eq!(
+            deadline_after(Duration::from_secs(5)),
+            now + Duration::from_secs(5)
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -160,6 +160,7 @@ macro_rules! handle_api {
             }
 
             #[doc = concat!("How long [`", stringify!($handle), "::", $acquire, "`] waits for holders to release.")]
+            /// `Duration::MAX` waits until acquired (or the client is closed).
             ///
             /// Defaults to 10 s.
             pub fn wait(mut self, wait: std::time::Duration) -> Self {

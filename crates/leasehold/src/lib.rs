@@ -158,6 +158,7 @@ pub mod fenced;
 mod guard;
 mod handle;
 mod key;
+mod kind;
 mod lease;
 mod lock;
 #[doc(hidden)]
@@ -177,6 +178,7 @@ pub use client::{Client, ClientBuilder, DEFAULT_PREFIX};
 pub use error::{Error, Result};
 pub use fair::FairLock;
 pub use handle::{DEFAULT_TTL, DEFAULT_WAIT};
+pub use kind::LockKind;
 pub use lock::{Lock, LockGuard, LockStatus};
 pub use reentrant::{ReentrantGuard, ReentrantLock, ReentrantStatus};
 pub use rwlock::{HoldStatus, ReadGuard, RwLock, RwLockStatus, WriteGuard};

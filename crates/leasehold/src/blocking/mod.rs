@@ -446,7 +446,8 @@ macro_rules! blocking_handle {
                 }
             }
 
-            /// How long a waiting acquire blocks at most.
+            /// How long a waiting acquire blocks at most; `Duration::MAX`
+            /// blocks until acquired.
             ///
             /// Defaults to 10 s.
             pub fn wait(self, wait: Duration) -> Self {
