@@ -78,6 +78,9 @@ pub(crate) struct Target<'a, C: Core> {
     /// same one, so a retry after a lost reply is idempotent.
     pub(crate) hold: &'a str,
     pub(crate) ttl: Duration,
+    /// `lock_delay`: the attempts ask the server for `ttl + delay` (the
+    /// TTL queue members carry too); the caller counts `ttl`.
+    pub(crate) delay: Duration,
     /// A refused attempt of a waiting caller joins the lock's queue of
     /// waiters (lease locks): the waiter then tries at least every
     /// [`QUEUE_HEARTBEAT`] to stay queued, and leaves the queue when it
@@ -100,7 +103,7 @@ impl<C: Core> Target<'_, C> {
     /// its attempts queued with (they are members of the queue under it),
     /// if they queue.
     fn queued(&self) -> Option<Duration> {
-        self.queues.then_some(self.ttl)
+        self.queues.then_some(self.ttl + self.delay)
     }
 }
 
@@ -726,6 +729,7 @@ mod tests {
             kind: Kind::Lock,
             hold: HOLD,
             ttl: TTL,
+            delay: Duration::ZERO,
             queues,
             channel: CHANNEL.to_owned(),
             takes_grants: true,

@@ -502,6 +502,25 @@ macro_rules! blocking_at_least {
     };
 }
 
+/// `lock_delay` on the blocking Lock and FairLock, as the async handles.
+macro_rules! blocking_lock_delay {
+    ($name:ident) => {
+        impl $name {
+            /// When a lease ends without a release, nobody gets the lock
+            /// until `delay` has passed as well; a clean release frees it at
+            /// once. See the async handle's `lock_delay`.
+            ///
+            /// Defaults to zero.
+            pub fn lock_delay(self, delay: Duration) -> Self {
+                Self {
+                    inner: self.inner.lock_delay(delay),
+                    rt: self.rt,
+                }
+            }
+        }
+    };
+}
+
 /// A blocking handle whose holds belong to an owner id.
 macro_rules! blocking_owner {
     ($handle:ident, $make:literal) => {
@@ -818,6 +837,7 @@ macro_rules! blocking_status {
 }
 
 blocking_at_least!(Lock);
+blocking_lock_delay!(Lock);
 blocking_handle!(Lock, Lock, "blocking::Client::lock");
 blocking_guard!(
     LockGuard,
@@ -1006,6 +1026,7 @@ impl Semaphore {
 }
 
 blocking_at_least!(FairLock);
+blocking_lock_delay!(FairLock);
 blocking_handle!(FairLock, FairLock, "blocking::Client::fair_lock");
 
 impl FairLock {
