@@ -274,6 +274,21 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub(crate) kill_grace: Duration,
 
+    /// Keep the lock until at least DURATION after it was taken, however
+    /// soon CMD ends (up to 24h): the same job started a little later on
+    /// another host (clock skew, cron jitter) finds it taken and does not
+    /// run twice. With --no-wait, the recipe for cron on many hosts.
+    #[arg(long, value_name = "DURATION", value_parser = parse_at_most_a_day)]
+    pub(crate) at_least: Option<Duration>,
+
+    /// If leasehold dies (kill -9, a crash, a cut network) instead of
+    /// releasing, keep everyone out for DURATION after the lease ends too
+    /// (up to 24h; the plain lock only): time for a stalled CMD to be gone
+    /// before the next holder starts. A clean end frees the lock at once.
+    #[arg(long, value_name = "DURATION", value_parser = parse_at_most_a_day,
+          conflicts_with_all = ["read", "write", "permits"])]
+    pub(crate) lock_delay: Option<Duration>,
+
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub(crate) command: Vec<OsString>,
@@ -594,6 +609,18 @@ pub(crate) fn parse_ttl(s: &str) -> Result<Duration, String> {
         ));
     }
     Ok(ttl)
+}
+
+/// Parses a duration of at most a day (`--at-least`, `--lock-delay`).
+pub(crate) fn parse_at_most_a_day(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d > TTL_BOUNDS.1 {
+        return Err(format!(
+            "at most 24h; {} is out of range",
+            humantime::format_duration(d)
+        ));
+    }
+    Ok(d)
 }
 
 /// Parses `--wait`: a duration, or forever (`forever`, `inf`, `infinity`).

@@ -290,6 +290,10 @@ pub(crate) struct LeaseArgs {
     pub(crate) conflict: u8,
     /// Show the one-line status while waiting (stderr is a terminal, no `-q`).
     pub(crate) progress: bool,
+    /// `--at-least`: a release keeps the lease until then.
+    pub(crate) at_least: Option<Duration>,
+    /// `--lock-delay` (the plain lock).
+    pub(crate) lock_delay: Duration,
 }
 
 impl LeaseArgs {
@@ -301,6 +305,8 @@ impl LeaseArgs {
             no_wait: wait.no_wait,
             conflict: wait.conflict_exit_code,
             progress: !global.quiet && nix::unistd::isatty(std::io::stderr()).unwrap_or(false),
+            at_least: None,
+            lock_delay: Duration::ZERO,
         }
     }
 }

@@ -189,7 +189,14 @@ pub(crate) async fn take(
     name: &str,
     lease: &LeaseArgs,
 ) -> Result<LockGuard, Failure> {
-    let lock: Lock = client.lock(name).ttl(lease.ttl).wait(lease.wait);
+    let mut lock: Lock = client
+        .lock(name)
+        .ttl(lease.ttl)
+        .wait(lease.wait)
+        .lock_delay(lease.lock_delay);
+    if let Some(at_least) = lease.at_least {
+        lock = lock.hold_at_least(at_least);
+    }
     per_lease(
         lease,
         async || lock.try_acquire().await,

@@ -98,7 +98,13 @@ pub(crate) async fn take_hold(
     lease: &LeaseArgs,
     mode: Mode,
 ) -> Result<Held, Failure> {
-    let rw = || client.rw_lock(name).ttl(lease.ttl).wait(lease.wait);
+    let rw = || {
+        let rw = client.rw_lock(name).ttl(lease.ttl).wait(lease.wait);
+        match lease.at_least {
+            Some(at_least) => rw.hold_at_least(at_least),
+            None => rw,
+        }
+    };
     match mode {
         Mode::Lock => take(client, name, lease).await.map(Held::Lock),
         Mode::Read => {
@@ -126,10 +132,13 @@ pub(crate) async fn take_hold(
             write.await.map(Held::Write)
         }
         Mode::Permits(permits) => {
-            let sem = client
+            let mut sem = client
                 .semaphore(name, permits)
                 .ttl(lease.ttl)
                 .wait(lease.wait);
+            if let Some(at_least) = lease.at_least {
+                sem = sem.hold_at_least(at_least);
+            }
             let busy = || format!("all {permits} permits of semaphore {name:?} are held");
             let permit = per_lease(
                 lease,

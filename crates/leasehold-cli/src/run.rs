@@ -85,7 +85,11 @@ async fn run_locked(
     global: &Global,
     args: RunArgs,
 ) -> Result<u8, Failure> {
-    let lease = LeaseArgs::new(args.ttl, &args.wait, global);
+    let lease = LeaseArgs {
+        at_least: args.at_least,
+        lock_delay: args.lock_delay.unwrap_or_default(),
+        ..LeaseArgs::new(args.ttl, &args.wait, global)
+    };
     let started = Instant::now();
     let guard = take_hold(client, &args.name, &lease, args.hold.mode()).await?;
     let acquired = Instant::now();

@@ -1687,3 +1687,130 @@ fn tls_flags_reach_a_tls_only_server_with_client_certificates() {
     assert_eq!(out.code(), 64, "{out:?}");
     assert!(out.stderr.contains("rediss://"), "{out:?}");
 }
+
+/// Issue 18, item 4: cron on many hosts. The same job started twice within
+/// --at-least runs once, however short it is; once the time has passed it
+/// runs again.
+#[test]
+fn a_job_started_twice_within_at_least_runs_once() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = common::temp_dir();
+    let ran = dir.path().join("ran");
+    let job = format!("echo ran >> {}", ran.display());
+    let args = [
+        "run",
+        "nightly",
+        "--no-wait",
+        "--at-least",
+        "1500ms",
+        "--",
+        "sh",
+        "-c",
+        &job,
+    ];
+    let first = run_at(&url, &args);
+    assert_eq!(first.code(), 0, "{first:?}");
+    let second = run_at(&url, &args);
+    assert_eq!(
+        second.code(),
+        75,
+        "the second host finds it taken: {second:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&ran).unwrap(), "ran\n", "ran once");
+    // The key ends 1.5 s after the first acquisition; two seconds after the
+    // first run ended, the job runs again.
+    std::thread::sleep(Duration::from_secs(2));
+    let third = run_at(&url, &args);
+    assert_eq!(third.code(), 0, "{third:?}");
+    assert_eq!(std::fs::read_to_string(&ran).unwrap(), "ran\nran\n");
+}
+
+/// Issue 18, item 5: `leasehold run --lock-delay` killed with SIGKILL keeps
+/// the lock taken for its TTL and then the delay; one that ends cleanly
+/// frees it at once.
+#[test]
+fn lock_delay_holds_after_kill_9_but_not_after_a_clean_end() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = common::temp_dir();
+    let started = dir.path().join("started");
+    let script = format!("touch {}; sleep 60", started.display());
+    let holder = spawn_in(
+        dir.path(),
+        std::slice::from_ref(&url),
+        &[
+            "run",
+            "printer",
+            "--ttl",
+            "1s",
+            "--lock-delay",
+            "3s",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !started.exists() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    holder.signal(Signal::SIGKILL);
+    let killed = Instant::now();
+    let free_at = loop {
+        let taken = run_at(&url, &["run", "printer", "--no-wait", "--", "true"]);
+        if taken.code() == 0 {
+            break killed.elapsed();
+        }
+        assert_eq!(taken.code(), 75, "{taken:?}");
+        assert!(killed.elapsed() < Duration::from_secs(20), "never free");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // The lease was renewed at most a third of its TTL before the kill:
+    // the key lives at least 2/3 s + the delay after it. Without the delay
+    // it would be free within the 1 s TTL.
+    assert!(
+        free_at >= Duration::from_secs(3),
+        "free {free_at:?} after the kill, before the delay ended"
+    );
+    drop(holder);
+
+    let clean = run_at(
+        &url,
+        &["run", "printer", "--lock-delay", "3s", "--", "true"],
+    );
+    assert_eq!(clean.code(), 0, "{clean:?}");
+    let next = run_at(&url, &["run", "printer", "--no-wait", "--", "true"]);
+    assert_eq!(next.code(), 0, "free at once after a clean end: {next:?}");
+}
+
+#[test]
+fn at_least_and_lock_delay_are_checked_before_connecting() {
+    // A closed loopback port: nothing is sent anywhere.
+    let dead = "redis://127.0.0.1:1";
+    for args in [
+        &["run", "x", "--at-least", "25h", "--", "true"][..],
+        &["run", "x", "--lock-delay", "2d", "--", "true"],
+        &["run", "x", "--lock-delay", "1s", "--read", "--", "true"],
+        &[
+            "run",
+            "x",
+            "--lock-delay",
+            "1s",
+            "--permits",
+            "2",
+            "--",
+            "true",
+        ],
+    ] {
+        let out = run_at(dead, args);
+        assert_eq!(out.code(), 64, "{args:?}: {out:?}");
+        assert!(
+            out.stderr.contains("--at-least") || out.stderr.contains("--lock-delay"),
+            "{args:?} names the flag: {}",
+            out.stderr
+        );
+    }
+}
