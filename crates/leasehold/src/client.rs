@@ -14,6 +14,7 @@ use crate::fair::FairLock;
 use crate::key::{LockKeys, glob_match, name_of_lock_key, validate_prefix};
 use crate::lease::Kind;
 use crate::lock::{Lock, LockStatus};
+use crate::multi::MultiLock;
 use crate::redlock::Redlock;
 use crate::redlock::quorum::quorum;
 use crate::reentrant::ReentrantLock;
@@ -335,6 +336,34 @@ impl Client {
     /// ```
     pub fn lock(&self, name: impl Into<String>) -> Lock {
         Lock::new(self.clone(), name.into())
+    }
+
+    /// A handle to several lease locks taken together, all or none: one
+    /// [`MultiLockGuard`] with a fence per name. Duplicate names count
+    /// once; the names are taken in sorted order, so callers asking for
+    /// overlapping sets in any order cannot deadlock (see [`MultiLock`]).
+    /// An empty list is refused by the acquire with
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+    ///
+    /// Cheap: nothing is sent until [`MultiLock::acquire`] or
+    /// [`MultiLock::try_acquire`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let guard = client.multi_lock(["account:7", "account:3"]).acquire().await?;
+    /// assert_eq!(guard.names(), ["account:3", "account:7"]);
+    /// let fence = guard.fence("account:7"); // Some(..): pass it to that account's writes
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn multi_lock<I>(&self, names: I) -> MultiLock
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        MultiLock::new(self.clone(), names.into_iter().map(Into::into).collect())
     }
 
     /// A handle to the reentrant lock `name`: the same owner may acquire it

@@ -74,8 +74,9 @@ pub(crate) struct Lease {
     lost_notify: Notify,
     /// With [`hold_at_least`](crate::Lock::hold_at_least): until when a
     /// release keeps the lease (only stops renewing it) instead of freeing
-    /// the lock.
-    kept_until: Option<Instant>,
+    /// the lock. Set once: at the acquisition, or (a
+    /// [`MultiLock`](crate::MultiLock)'s names) once every name is held.
+    kept_until: std::sync::OnceLock<Instant>,
     /// `lock_delay`: renewals and extends set the lease on the server for
     /// this much more than the TTL the holder counts.
     delay: Duration,
@@ -128,15 +129,22 @@ impl Lease {
             changing: Arc::new(tokio::sync::Mutex::new(())),
             lost: AtomicBool::new(false),
             lost_notify: Notify::new(),
-            kept_until: None,
+            kept_until: std::sync::OnceLock::new(),
             delay: Duration::ZERO,
         }
     }
 
     /// This lease, kept by a release until `until` (see [`Lease::kept_for`]).
-    pub(crate) fn keep_until(mut self, until: Instant) -> Lease {
-        self.kept_until = Some(until);
+    pub(crate) fn keep_until(self, until: Instant) -> Lease {
+        self.keep_from(until);
         self
+    }
+
+    /// Keeps this held lease at a release until `until`, unless a time was
+    /// already set: a [`MultiLock`](crate::MultiLock) sets it on each name
+    /// once all are held, so a give-back of a partial set frees at once.
+    pub(crate) fn keep_from(&self, until: Instant) {
+        let _ = self.kept_until.set(until);
     }
 
     /// This lease, kept by the server `delay` longer than its TTL at each
@@ -154,7 +162,7 @@ impl Lease {
 
     /// Until when a release keeps the lease, if `hold_at_least` asked.
     pub(crate) fn kept_until(&self) -> Option<Instant> {
-        self.kept_until
+        self.kept_until.get().copied()
     }
 
     /// How much longer a release made now must keep the lease (set on the
@@ -162,7 +170,7 @@ impl Lease {
     /// `None` once the time asked by `hold_at_least` has passed, or if none
     /// was asked.
     pub(crate) fn kept_for(&self) -> Option<Duration> {
-        self.kept_until?
+        self.kept_until()?
             .checked_duration_since(Instant::now())
             .filter(|rest| !rest.is_zero())
     }

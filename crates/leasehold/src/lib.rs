@@ -161,6 +161,7 @@ mod key;
 mod kind;
 mod lease;
 mod lock;
+mod multi;
 #[doc(hidden)]
 pub mod raw;
 mod redlock;
@@ -180,6 +181,7 @@ pub use fair::FairLock;
 pub use handle::{DEFAULT_TTL, DEFAULT_WAIT};
 pub use kind::LockKind;
 pub use lock::{Lock, LockGuard, LockStatus};
+pub use multi::{MultiLock, MultiLockGuard};
 pub use reentrant::{ReentrantGuard, ReentrantLock, ReentrantStatus};
 pub use rwlock::{HoldStatus, ReadGuard, RwLock, RwLockStatus, WriteGuard};
 pub use semaphore::{Permit, Semaphore, SemaphoreStatus};

@@ -281,6 +281,11 @@ impl Lock {
         })
     }
 
+    /// Checks the name and options before anything is sent.
+    pub(crate) fn validate(&self) -> Result<()> {
+        self.h.validate()
+    }
+
     /// Tries until acquired or, with `wait: Some`, until the wait runs out
     /// (`Ok(None)`); with `None`, tries once.
     async fn acquire_within(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {

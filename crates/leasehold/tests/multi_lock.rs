@@ -112,7 +112,12 @@ async fn one_name_held_elsewhere_means_none_is_taken() {
     // acquire with a short wait: a timeout naming the busy lock, and again
     // nothing of the others left.
     let started = Instant::now();
-    match multi.clone().wait(Duration::from_millis(300)).acquire().await {
+    match multi
+        .clone()
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .await
+    {
         Err(Error::Timeout { name, .. }) => assert_eq!(name, "b"),
         other => panic!("expected a timeout, got {other:?}"),
     }
@@ -140,9 +145,17 @@ async fn names_are_taken_in_sorted_order_whatever_the_order_asked() {
         tokio::spawn(async move { multi.acquire().await })
     };
     wait_until("the multi-lock queued for a", || queued(&server, "a") == 1).await;
-    assert!(!held(&server, "z"), "z taken before a: not the sorted order");
+    assert!(
+        !held(&server, "z"),
+        "z taken before a: not the sorted order"
+    );
     // Anyone may take z meanwhile.
-    let z = client.lock("z").try_acquire().await.unwrap().expect("z free");
+    let z = client
+        .lock("z")
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("z free");
     z.release().await.unwrap();
     holder.release().await.unwrap();
     let guard = tokio::time::timeout(Duration::from_secs(20), waiter)
@@ -234,7 +247,12 @@ async fn a_cancelled_acquire_leaves_no_key_and_no_waiter() {
     // The holder's release hands c to no ghost: it is free at once.
     holder.release().await.unwrap();
     assert!(!held(&server, "c"));
-    let c = client.lock("c").try_acquire().await.unwrap().expect("c free");
+    let c = client
+        .lock("c")
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("c free");
     c.release().await.unwrap();
 }
 
@@ -293,7 +311,9 @@ async fn on_a_cluster_names_in_different_slots_are_taken_all_or_none() {
             .unwrap()
     };
 
-    let multi = client.multi_lock(names.clone()).wait(Duration::from_secs(5));
+    let multi = client
+        .multi_lock(names.clone())
+        .wait(Duration::from_secs(5));
     let guard = multi.acquire().await.expect("acquire across slots");
     assert_eq!(guard.fences().len(), 3);
     assert!(names.iter().all(|n| exists(n)));
@@ -332,4 +352,29 @@ fn the_blocking_twin_takes_and_releases_every_name() {
     assert!(!guard.is_lost());
     guard.release().expect("release");
     assert!(!held(&server, "m1") && !held(&server, "m2"));
+}
+
+/// `hold_at_least` keeps the whole set after a release, but is applied
+/// only once every name is held: a name given back because another was
+/// busy is freed at once.
+#[tokio::test]
+async fn hold_at_least_keeps_a_held_set_but_not_a_partial_one() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let other = Client::connect(&server.url()).await.unwrap();
+    let multi = client
+        .multi_lock(["k1", "k2"])
+        .hold_at_least(Duration::from_secs(30));
+    let holder = other.lock("k2").acquire().await.unwrap();
+    assert!(multi.try_acquire().await.unwrap().is_none());
+    assert!(
+        !held(&server, "k1"),
+        "a partial set was kept by hold_at_least"
+    );
+    holder.release().await.unwrap();
+
+    let guard = multi.try_acquire().await.unwrap().expect("free");
+    guard.release().await.expect("release");
+    assert!(held(&server, "k1") && held(&server, "k2"), "not kept");
+    assert!(client.lock("k1").try_acquire().await.unwrap().is_none());
 }

@@ -359,6 +359,29 @@ impl Client {
         }
     }
 
+    /// A handle to several lease locks taken together, all or none; see
+    /// [`crate::Client::multi_lock`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn run(client: leasehold::blocking::Client) -> Result<(), leasehold::Error> {
+    /// let guard = client.multi_lock(["account:1", "account:2"]).acquire()?;
+    /// println!("{:?}", guard.fences());
+    /// guard.release()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn multi_lock<I>(&self, names: I) -> MultiLock
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        MultiLock {
+            inner: self.inner.multi_lock(names),
+            rt: self.rt.clone(),
+        }
+    }
+
     /// The held locks whose names match the glob `pattern`; see
     /// [`crate::Client::list`].
     ///
@@ -1051,4 +1074,229 @@ impl FairLock {
         LockStatus,
         "println!(\"{} waiting\", client.fair_lock(\"payouts\").status()?.waiters);"
     );
+}
+
+/// The blocking twin of [`crate::MultiLock`]; made by
+/// `blocking::Client::multi_lock`.
+///
+/// Cheap to clone; holds no lease itself.
+#[derive(Clone)]
+pub struct MultiLock {
+    inner: crate::MultiLock,
+    rt: Rt,
+}
+
+impl std::fmt::Debug for MultiLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("blocking::MultiLock")
+            .field(&self.inner)
+            .finish()
+    }
+}
+
+impl MultiLock {
+    fn with(self, set: impl FnOnce(crate::MultiLock) -> crate::MultiLock) -> MultiLock {
+        MultiLock {
+            inner: set(self.inner),
+            rt: self.rt,
+        }
+    }
+
+    /// The lease length of every name; see [`crate::MultiLock::ttl`].
+    ///
+    /// Defaults to 30 s.
+    pub fn ttl(self, ttl: Duration) -> Self {
+        self.with(|m| m.ttl(ttl))
+    }
+
+    /// How long an acquire blocks at most, for all names together;
+    /// `Duration::MAX` blocks until acquired.
+    ///
+    /// Defaults to 10 s.
+    pub fn wait(self, wait: Duration) -> Self {
+        self.with(|m| m.wait(wait))
+    }
+
+    /// Whether the client's watchdog renews the leases.
+    ///
+    /// Defaults to `true`.
+    pub fn watchdog(self, renew: bool) -> Self {
+        self.with(|m| m.watchdog(renew))
+    }
+
+    /// See [`crate::MultiLock::hold_at_least`].
+    ///
+    /// Defaults to none.
+    pub fn hold_at_least(self, at_least: Duration) -> Self {
+        self.with(|m| m.hold_at_least(at_least))
+    }
+
+    /// See [`crate::MultiLock::lock_delay`].
+    ///
+    /// Defaults to zero.
+    pub fn lock_delay(self, delay: Duration) -> Self {
+        self.with(|m| m.lock_delay(delay))
+    }
+
+    /// The names, sorted and without duplicates: the order they are taken in.
+    pub fn names(&self) -> Vec<&str> {
+        self.inner.names()
+    }
+
+    fn guard(&self, g: crate::MultiLockGuard) -> MultiLockGuard {
+        MultiLockGuard(Guard {
+            inner: g,
+            rt: self.rt.clone(),
+        })
+    }
+
+    /// Takes every name, blocking up to [`MultiLock::wait`] in all; nothing
+    /// is left held when it fails.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::MultiLock::acquire`].
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime: use the async API there.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn run(client: leasehold::blocking::Client) -> Result<(), leasehold::Error> {
+    /// let guard = client.multi_lock(["a", "b"]).acquire()?;
+    /// # Ok(()) }
+    /// ```
+    #[track_caller]
+    pub fn acquire(&self) -> Result<MultiLockGuard> {
+        let g = self.rt.block_on(self.inner.acquire())?;
+        Ok(self.guard(g))
+    }
+
+    /// Takes every name if all are free, without waiting: `Ok(None)`, with
+    /// nothing left held, when any is held.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::MultiLock::try_acquire`].
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime: use the async API there.
+    #[track_caller]
+    pub fn try_acquire(&self) -> Result<Option<MultiLockGuard>> {
+        let g = self.rt.block_on(self.inner.try_acquire())?;
+        Ok(g.map(|g| self.guard(g)))
+    }
+
+    /// Takes every name, runs `work(fences)` under them on this thread and
+    /// releases them; see [`crate::MultiLock::run`] (the work is a future
+    /// for the reason given at [`Lock::run`]).
+    ///
+    /// # Errors
+    ///
+    /// As the async method.
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime: use the async API there.
+    #[track_caller]
+    pub fn run<F, Fut, T>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(Vec<(String, u64)>) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        self.rt.block_on(self.inner.run(work))
+    }
+}
+
+/// The blocking twin of [`crate::MultiLockGuard`]: every lease is renewed
+/// on the client's runtime thread while it lives.
+///
+/// Dropping it stops renewal and releases every name in the background
+/// (never blocking, never panicking).
+#[must_use = "dropping the guard releases every name at once"]
+pub struct MultiLockGuard(Guard<crate::MultiLockGuard>);
+
+impl std::fmt::Debug for MultiLockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.inner.fmt(f)
+    }
+}
+
+impl MultiLockGuard {
+    /// Each name with its fencing token, sorted by name.
+    pub fn fences(&self) -> &[(String, u64)] {
+        self.0.inner.fences()
+    }
+
+    /// The fencing token of `name`, if it is one of this guard's names.
+    pub fn fence(&self, name: &str) -> Option<u64> {
+        self.0.inner.fence(name)
+    }
+
+    /// The owner token of `name` (a capability: do not log it whole).
+    pub fn token(&self, name: &str) -> Option<&str> {
+        self.0.inner.token(name)
+    }
+
+    /// The names, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        self.0.inner.names()
+    }
+
+    /// True once any name's lease may have expired or was taken.
+    pub fn is_lost(&self) -> bool {
+        self.0.inner.is_lost()
+    }
+
+    /// The names whose lease is lost.
+    pub fn lost_names(&self) -> Vec<&str> {
+        self.0.inner.lost_names()
+    }
+
+    /// How long every lease is certain to last from now: the shortest.
+    pub fn valid_for(&self) -> Duration {
+        self.0.inner.valid_for()
+    }
+
+    /// Blocks until any name's lease is lost.
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime: use the async API there.
+    #[track_caller]
+    pub fn lost(&self) {
+        self.0.rt.block_on(self.0.inner.lost());
+    }
+
+    /// Sets every lease to end `ttl` from now, if still held.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::MultiLockGuard::extend`].
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime: use the async API there.
+    #[track_caller]
+    pub fn extend(&self, ttl: Duration) -> Result<()> {
+        self.0.rt.block_on(self.0.inner.extend(ttl))
+    }
+
+    /// Gives back every name.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::MultiLockGuard::release`].
+    ///
+    /// # Panics
+    ///
+    /// Inside an async runtime: use the async API there.
+    #[track_caller]
+    pub fn release(self) -> Result<()> {
+        let Guard { inner, rt } = self.0;
+        rt.block_on(inner.release())
+    }
 }
