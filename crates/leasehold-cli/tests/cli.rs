@@ -250,6 +250,93 @@ fn twenty_concurrent_runs_increment_a_file_exactly() {
     assert_eq!(status_json(&url, "counter")["held"], false);
 }
 
+/// `run a b c -- CMD`: every name held while CMD runs (checked from inside
+/// it, on the server), all freed after; LEASEHOLD_FENCE is the first
+/// NAME's fence, LEASEHOLD_FENCES every name's, and `--json` lists them.
+#[test]
+fn run_with_several_names_holds_them_all_while_the_command_runs() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = temp_dir();
+    let script = format!(
+        "echo \"$LEASEHOLD_FENCE\" > fence; echo \"$LEASEHOLD_FENCES\" > fences; \
+         for n in a b c; do redis-cli -p {} EXISTS \"leasehold:{{$n}}:lock\"; done > held",
+        server.port()
+    );
+    let out = spawn_in(
+        dir.path(),
+        &[url.clone()],
+        &["--json", "run", "c", "a", "b", "a", "--", "sh", "-c", &script],
+    )
+    .finish();
+    assert_eq!(out.code(), 0, "{out:?}");
+    let read = |file: &str| std::fs::read_to_string(dir.path().join(file)).unwrap();
+    assert_eq!(read("held"), "1\n1\n1\n", "not all held while CMD ran");
+    let report = out.json();
+    let fences = &report["fences"];
+    let fence_of = |name: &str| fences[name].as_u64().expect("a fence per name");
+    assert_eq!(
+        report["names"],
+        serde_json::json!(["a", "b", "c"]),
+        "{report}"
+    );
+    // The first NAME given (c), not the first in sorted order.
+    assert_eq!(report["name"], "c");
+    assert_eq!(report["fence"].as_u64(), Some(fence_of("c")));
+    assert_eq!(read("fence").trim().parse::<u64>().unwrap(), fence_of("c"));
+    assert_eq!(
+        read("fences").trim(),
+        format!("a={} b={} c={}", fence_of("a"), fence_of("b"), fence_of("c"))
+    );
+    for name in ["a", "b", "c"] {
+        assert_eq!(status_json(&url, name)["held"], false, "{name} not freed");
+    }
+}
+
+/// One of several names held elsewhere: nothing taken, CMD not run, the
+/// usual conflict exit; several names with a kind other than the plain
+/// lock is a usage error.
+#[test]
+fn run_with_several_names_takes_none_when_one_is_busy() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let held = run_at(&url, &["acquire", "m2", "--ttl", "60s"]);
+    assert_eq!(held.code(), 0, "{held:?}");
+    let dir = temp_dir();
+    let out = spawn_in(
+        dir.path(),
+        &[url.clone()],
+        &["run", "m1", "m2", "m3", "--no-wait", "--", "touch", "ran"],
+    )
+    .finish();
+    assert_eq!(out.code(), 75, "{out:?}");
+    out.assert_one_error_line();
+    assert!(out.stderr.contains("m2"), "names the busy lock: {out:?}");
+    assert!(!dir.path().join("ran").exists(), "CMD ran without every lock");
+    for name in ["m1", "m3"] {
+        assert_eq!(status_json(&url, name)["held"], false, "{name} left held");
+    }
+    let out = run_at(&url, &["run", "m1", "m4", "--wait", "300ms", "--", "true"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let out = run_at(&url, &["run", "m1", "m2", "--wait", "300ms", "--", "true"]);
+    assert_eq!(out.code(), 75, "{out:?}");
+    out.assert_one_error_line();
+    assert_eq!(status_json(&url, "m1")["held"], false);
+
+    for kind in [&["--read"][..], &["--write"], &["--permits", "2"]] {
+        let mut args = vec!["run", "x", "y"];
+        args.extend_from_slice(kind);
+        args.extend_from_slice(&["--", "true"]);
+        let out = run_at(&url, &args);
+        assert_eq!(out.code(), 64, "{args:?}: {out:?}");
+        out.assert_one_error_line();
+        assert!(out.stderr.contains(kind[0]), "names the flag: {out:?}");
+    }
+    let out = run_at(&url, &["run", "x", "", "--", "true"]);
+    assert_eq!(out.code(), 64, "{out:?}");
+    out.assert_one_error_line();
+}
+
 #[test]
 fn no_wait_on_a_held_lock_exits_75_at_once_and_wait_times_out_after_it() {
     let server = RedisServer::start();
