@@ -116,15 +116,20 @@ pub(crate) const DEFAULT_PREFIX: &str = "leasehold";
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Run CMD while holding the lock NAME; release it when CMD exits.
+    /// Run CMD while holding the lock NAME (or every NAME given); release
+    /// it when CMD exits.
     ///
     /// Waits until the lock is free unless --wait or --no-wait says
     /// otherwise; on a terminal, a wait longer than a second shows who
     /// holds the lock on one line of stderr.
     /// With --read or --write NAME is a read-write lock (many readers or one
     /// writer); with --permits N a semaphore (up to N holders at once).
-    /// CMD gets LEASEHOLD_FENCE and LEASEHOLD_TOKEN in its environment and
-    /// runs in its own process group. The lease is renewed while CMD runs.
+    /// Several NAMEs (`run a b c -- CMD`, plain lock only) are taken all or
+    /// none, in sorted order so that runs naming overlapping sets in any
+    /// order cannot deadlock; CMD starts only once all are held.
+    /// CMD gets LEASEHOLD_FENCE and LEASEHOLD_TOKEN (of the first NAME) and
+    /// LEASEHOLD_FENCES (`name=fence` for every NAME, sorted, space-separated)
+    /// in its environment and runs in its own process group. The lease is renewed while CMD runs.
     /// SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH and the
     /// other signals that would end leasehold are passed on to CMD's group.
     /// If the lease is lost, the group gets SIGTERM, then SIGKILL after
@@ -256,6 +261,11 @@ impl Wait {
 pub(crate) struct RunArgs {
     /// The lock name.
     pub(crate) name: String,
+
+    /// More lock names, held together with NAME: all or none (the plain
+    /// lock only; a name given twice counts once).
+    #[arg(value_name = "NAME")]
+    pub(crate) more: Vec<String>,
 
     /// Lease length, renewed while CMD runs: it bounds how long a crashed
     /// leasehold keeps others out (10ms to 24h).

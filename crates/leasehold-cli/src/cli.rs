@@ -52,13 +52,34 @@ where
 /// connecting.
 fn check_name(command: &Command) -> Result<(), Failure> {
     let name = match command {
-        Command::Run(args) => &args.name,
+        Command::Run(args) => {
+            for name in &args.more {
+                check_one_name(name)?;
+            }
+            if let Some(flag) = match args.hold.mode() {
+                _ if args.more.is_empty() => None,
+                Mode::Lock => None,
+                Mode::Read => Some("--read"),
+                Mode::Write => Some("--write"),
+                Mode::Permits(_) => Some("--permits"),
+            } {
+                return Err(Failure::usage(format!(
+                    "several NAMEs are taken as plain locks only: drop {flag}, or give one NAME"
+                )));
+            }
+            &args.name
+        }
         Command::Acquire(args) => &args.name,
         Command::Extend(args) => &args.name,
         Command::Release(args) => &args.name,
         Command::Status(args) => &args.name,
         _ => return Ok(()),
     };
+    check_one_name(name)
+}
+
+/// One lock name against the library's rules.
+fn check_one_name(name: &str) -> Result<(), Failure> {
     if name.is_empty() {
         return Err(Failure::usage(
             "NAME is empty: give the lock a name, e.g. nightly-backup",

@@ -1,9 +1,10 @@
-//! What `run` holds while its command runs: the plain lock, a read or the
-//! write hold of a read-write lock, or a semaphore permit. The library's
+//! What `run` holds while its command runs: the plain lock (one name, or
+//! several at once), a read or the write hold of a read-write lock, or a
+//! semaphore permit. The library's
 //! guards share their methods but no trait, so one enum lets `run`
 //! supervise any of them the same way.
 
-use leasehold::{Client, LockGuard, Permit, ReadGuard, WriteGuard};
+use leasehold::{Client, LockGuard, MultiLockGuard, Permit, ReadGuard, WriteGuard};
 
 use crate::cli::{LeaseArgs, Mode};
 use crate::commands::{per_lease, take};
@@ -21,6 +22,14 @@ pub(crate) enum Held {
     Write(WriteGuard),
     /// A semaphore permit.
     Permit(Permit),
+    /// Several plain locks at once; `first` is the NAME given first, whose
+    /// fence and token are LEASEHOLD_FENCE and LEASEHOLD_TOKEN.
+    Multi {
+        /// Every name's lease.
+        guard: MultiLockGuard,
+        /// The first NAME on the command line.
+        first: String,
+    },
 }
 
 /// Evaluates `$body` with `$guard` bound to whichever guard `$held` is.
@@ -31,19 +40,40 @@ macro_rules! each {
             Held::Read($guard) => $body,
             Held::Write($guard) => $body,
             Held::Permit($guard) => $body,
+            Held::Multi { guard: $guard, .. } => $body,
         }
     };
 }
 
 impl Held {
-    /// The fencing token.
+    /// The fencing token (of the first NAME, when several are held).
     pub(crate) fn fence(&self) -> u64 {
-        each!(self, g => g.fence())
+        match self {
+            Held::Multi { guard, first } => guard.fence(first).unwrap_or_default(),
+            single => single.fences()[0].1,
+        }
     }
 
-    /// The owner token.
+    /// Every name held with its fence, sorted by name.
+    pub(crate) fn fences(&self) -> Vec<(String, u64)> {
+        match self {
+            Held::Multi { guard, .. } => guard.fences().to_vec(),
+            Held::Lock(g) => vec![(g.name().to_owned(), g.fence())],
+            Held::Read(g) => vec![(g.name().to_owned(), g.fence())],
+            Held::Write(g) => vec![(g.name().to_owned(), g.fence())],
+            Held::Permit(g) => vec![(g.name().to_owned(), g.fence())],
+        }
+    }
+
+    /// The owner token (of the first NAME, when several are held).
     pub(crate) fn token(&self) -> &str {
-        each!(self, g => g.token())
+        match self {
+            Held::Lock(g) => g.token(),
+            Held::Read(g) => g.token(),
+            Held::Write(g) => g.token(),
+            Held::Permit(g) => g.token(),
+            Held::Multi { guard, first } => guard.token(first).unwrap_or_default(),
+        }
     }
 
     /// True once the lease may have expired or was taken.
@@ -64,7 +94,7 @@ impl Held {
     /// The kind, for `run --json`: `lock`, `rwlock` or `semaphore`.
     pub(crate) fn kind(&self) -> &'static str {
         match self {
-            Held::Lock(_) => "lock",
+            Held::Lock(_) | Held::Multi { .. } => "lock",
             Held::Read(_) | Held::Write(_) => "rwlock",
             Held::Permit(_) => "semaphore",
         }
@@ -77,11 +107,23 @@ impl Held {
             Held::Read(_) => "read lock",
             Held::Write(_) => "write lock",
             Held::Permit(_) => "permit of semaphore",
+            Held::Multi { guard, .. } => {
+                let names: Vec<String> = guard
+                    .names()
+                    .into_iter()
+                    .map(|n| format!("{:?}", crate::output::printable(n)))
+                    .collect();
+                return format!("locks {}", names.join(", "));
+            }
         };
-        format!(
-            "{kind} {:?}",
-            crate::output::printable(each!(self, g => g.name()))
-        )
+        let name = match self {
+            Held::Lock(g) => g.name(),
+            Held::Read(g) => g.name(),
+            Held::Write(g) => g.name(),
+            Held::Permit(g) => g.name(),
+            Held::Multi { first, .. } => first,
+        };
+        format!("{kind} {:?}", crate::output::printable(name))
     }
 }
 
@@ -150,4 +192,47 @@ pub(crate) async fn take_hold(
             permit.await.map(Held::Permit)
         }
     }
+}
+
+/// Takes the plain locks `names` together (all or none), per `lease`;
+/// `names[0]` is the first NAME given, whose fence and token the command
+/// gets as LEASEHOLD_FENCE and LEASEHOLD_TOKEN.
+///
+/// # Errors
+///
+/// Exit 75 (or `-E`) when one is taken and `--no-wait` was given, or the
+/// wait ran out (naming that lock); the library's errors otherwise.
+pub(crate) async fn take_all(
+    client: &Client,
+    names: &[String],
+    lease: &LeaseArgs,
+) -> Result<Held, Failure> {
+    let mut multi = client
+        .multi_lock(names)
+        .ttl(lease.ttl)
+        .wait(lease.wait)
+        .lock_delay(lease.lock_delay);
+    if let Some(at_least) = lease.at_least {
+        multi = multi.hold_at_least(at_least);
+    }
+    let sorted = multi.names().join(" ");
+    // The progress line follows the first name in the order they are taken.
+    let watched = multi.names()[0].to_owned();
+    let guard = per_lease(
+        lease,
+        async || multi.try_acquire().await,
+        async || multi.acquire().await,
+        || {
+            format!(
+                "one of the locks {sorted} is held by someone else, so none was taken; see who \
+                 with `leasehold status NAME`"
+            )
+        },
+        Watch::lock(client, &watched),
+    )
+    .await?;
+    Ok(Held::Multi {
+        guard,
+        first: names[0].clone(),
+    })
 }

@@ -58,11 +58,11 @@ use tokio::time::Instant;
 use crate::cli::{Global, LeaseArgs, RunArgs};
 use crate::commands::connect;
 use crate::exit::{self, Failure};
-use crate::hold::{Held, take_hold};
+use crate::hold::{Held, take_all, take_hold};
 use crate::session::catch;
 use watch::Watcher;
 
-/// `leasehold run NAME -- CMD...`: returns CMD's exit code, or 70 when the
+/// `leasehold run NAME [NAME]... -- CMD...`: returns CMD's exit code, or 70 when the
 /// lease was lost while it ran.
 pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
     if args.command.is_empty() {
@@ -91,12 +91,21 @@ async fn run_locked(
         ..LeaseArgs::new(args.ttl, &args.wait, global)
     };
     let started = Instant::now();
-    let guard = take_hold(client, &args.name, &lease, args.hold.mode()).await?;
+    let guard = if args.more.is_empty() {
+        take_hold(client, &args.name, &lease, args.hold.mode()).await?
+    } else {
+        let names: Vec<String> = std::iter::once(&args.name)
+            .chain(&args.more)
+            .cloned()
+            .collect();
+        take_all(client, &names, &lease).await?
+    };
     let acquired = Instant::now();
     let summary = global.json.then(|| Summary {
         name: args.name.clone(),
         kind: guard.kind(),
         fence: guard.fence(),
+        fences: guard.fences(),
         waited: acquired - started,
         acquired,
     });
@@ -114,8 +123,10 @@ struct Summary {
     name: String,
     /// `lock`, `rwlock` or `semaphore`.
     kind: &'static str,
-    /// The fence of the hold.
+    /// The fence of the hold (of the first NAME).
     fence: u64,
+    /// Every name held with its fence, sorted by name.
+    fences: Vec<(String, u64)>,
     /// How long taking the hold took.
     waited: Duration,
     /// When it was taken.
@@ -130,10 +141,18 @@ impl Summary {
             Ok(code) => *code,
             Err(failure) => failure.code,
         };
+        let names: Vec<&str> = self.fences.iter().map(|(n, _)| n.as_str()).collect();
+        let fences: serde_json::Map<String, serde_json::Value> = self
+            .fences
+            .iter()
+            .map(|(n, f)| (n.clone(), (*f).into()))
+            .collect();
         crate::output::emit_json(&serde_json::json!({
             "name": self.name,
+            "names": names,
             "kind": self.kind,
             "fence": self.fence,
+            "fences": fences,
             "waited_ms": crate::output::millis(self.waited),
             "held_ms": crate::output::millis(self.acquired.elapsed()),
             "lost": lost,
@@ -168,6 +187,7 @@ async fn run_held(guard: Held, args: &RunArgs, lost: &mut bool) -> Result<u8, Fa
     let envs = [
         ("LEASEHOLD_FENCE", guard.fence().to_string()),
         ("LEASEHOLD_TOKEN", guard.token().to_owned()),
+        ("LEASEHOLD_FENCES", fences_env(&guard.fences())),
     ];
     let spawned = watcher
         .report_pipe()
@@ -201,6 +221,14 @@ async fn run_held(guard: Held, args: &RunArgs, lost: &mut bool) -> Result<u8, Fa
     let outcome = supervisor.supervise(&mut signals, &mut watcher).await;
     *lost = matches!(outcome, Outcome::Lost) || guard.is_lost();
     finish(guard, outcome, lost).await
+}
+
+/// LEASEHOLD_FENCES: `name=fence` for every name held, sorted by name,
+/// separated by spaces (a name with spaces in it makes that ambiguous;
+/// split a pair at its last `=`).
+fn fences_env(fences: &[(String, u64)]) -> String {
+    let pairs: Vec<String> = fences.iter().map(|(n, f)| format!("{n}={f}")).collect();
+    pairs.join(" ")
 }
 
 /// How often the watcher checks whether leasehold is stopped: a tenth of

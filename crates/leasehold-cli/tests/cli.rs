@@ -266,7 +266,9 @@ fn run_with_several_names_holds_them_all_while_the_command_runs() {
     let out = spawn_in(
         dir.path(),
         &[url.clone()],
-        &["--json", "run", "c", "a", "b", "a", "--", "sh", "-c", &script],
+        &[
+            "--json", "run", "c", "a", "b", "a", "--", "sh", "-c", &script,
+        ],
     )
     .finish();
     assert_eq!(out.code(), 0, "{out:?}");
@@ -286,7 +288,12 @@ fn run_with_several_names_holds_them_all_while_the_command_runs() {
     assert_eq!(read("fence").trim().parse::<u64>().unwrap(), fence_of("c"));
     assert_eq!(
         read("fences").trim(),
-        format!("a={} b={} c={}", fence_of("a"), fence_of("b"), fence_of("c"))
+        format!(
+            "a={} b={} c={}",
+            fence_of("a"),
+            fence_of("b"),
+            fence_of("c")
+        )
     );
     for name in ["a", "b", "c"] {
         assert_eq!(status_json(&url, name)["held"], false, "{name} not freed");
@@ -312,7 +319,10 @@ fn run_with_several_names_takes_none_when_one_is_busy() {
     assert_eq!(out.code(), 75, "{out:?}");
     out.assert_one_error_line();
     assert!(out.stderr.contains("m2"), "names the busy lock: {out:?}");
-    assert!(!dir.path().join("ran").exists(), "CMD ran without every lock");
+    assert!(
+        !dir.path().join("ran").exists(),
+        "CMD ran without every lock"
+    );
     for name in ["m1", "m3"] {
         assert_eq!(status_json(&url, name)["held"], false, "{name} left held");
     }
