@@ -12,6 +12,8 @@
 //! - [`FairLock`]: the lease lock with waiters served strictly in arrival
 //!   order; a dead waiter leaves the queue within seconds.
 //! - [`Semaphore`]: up to N holders at once, each [`Permit`] its own lease.
+//! - [`MultiLock`]: several lease locks taken together, all or none, with
+//!   a fence per name ([`Client::multi_lock`]).
 //! - [`fenced`]: the resource side of fencing, a Redis write refused when
 //!   its fence is lower than one already seen for the key.
 //! - [`blocking`]: the same types and names without async, for threads
@@ -40,6 +42,22 @@
 //! [`Lock`] already hands a release to its longest waiter, but a newcomer
 //! may still take a lock that is free for a moment; use [`FairLock`] when
 //! no caller may ever be overtaken (at the cost of a hand-off per holder).
+//!
+//! Use [`MultiLock`] when one critical section needs several resources at
+//! once (a transfer between two accounts): it takes every name or none, in
+//! sorted order whatever order they are given in, so callers asking for
+//! overlapping sets cannot deadlock, and it works with the names on
+//! different cluster slots. The [`MultiLockGuard`] has a fence per name.
+//!
+//! ```no_run
+//! # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+//! let guard = client.multi_lock(["account:7", "account:3"]).acquire().await?;
+//! for (name, fence) in guard.fences() {
+//!     println!("{name}: pass fence {fence} with its writes");
+//! }
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
 //!
 //! Use [`Semaphore`] to bound how many processes do something at once
 //! (exports, connections to a fragile service) rather than to exclude them
