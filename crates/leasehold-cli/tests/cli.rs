@@ -265,7 +265,7 @@ fn run_with_several_names_holds_them_all_while_the_command_runs() {
     );
     let out = spawn_in(
         dir.path(),
-        &[url.clone()],
+        std::slice::from_ref(&url),
         &[
             "--json", "run", "c", "a", "b", "a", "--", "sh", "-c", &script,
         ],
@@ -312,7 +312,7 @@ fn run_with_several_names_takes_none_when_one_is_busy() {
     let dir = temp_dir();
     let out = spawn_in(
         dir.path(),
-        &[url.clone()],
+        std::slice::from_ref(&url),
         &["run", "m1", "m2", "m3", "--no-wait", "--", "touch", "ran"],
     )
     .finish();
