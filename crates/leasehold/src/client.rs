@@ -339,7 +339,7 @@ impl Client {
     }
 
     /// A handle to several lease locks taken together, all or none: one
-    /// [`MultiLockGuard`] with a fence per name. Duplicate names count
+    /// [`MultiLockGuard`](crate::MultiLockGuard) with a fence per name. Duplicate names count
     /// once; the names are taken in sorted order, so callers asking for
     /// overlapping sets in any order cannot deadlock (see [`MultiLock`]).
     /// An empty list is refused by the acquire with
