@@ -216,8 +216,7 @@ pub(crate) async fn take_all(
         multi = multi.hold_at_least(at_least);
     }
     let sorted = multi.names().join(" ");
-    // The progress line follows the first name in the order they are taken.
-    let watched = multi.names()[0].to_owned();
+    let watch = Watch::several(client, &multi.names());
     let guard = per_lease(
         lease,
         async || multi.try_acquire().await,
@@ -228,7 +227,7 @@ pub(crate) async fn take_all(
                  with `leasehold status NAME`"
             )
         },
-        Watch::lock(client, &watched),
+        watch,
     )
     .await?;
     Ok(Held::Multi {

@@ -30,6 +30,10 @@ pub(crate) struct Watch {
     name: String,
     /// Its kind, as `run` holds it.
     mode: Mode,
+    /// With several names (`run a b c`), all of them in the order they are
+    /// taken: the line then names them all (whether a name is held by this
+    /// run or by another cannot be told from its status).
+    several: Vec<String>,
 }
 
 impl Watch {
@@ -44,6 +48,15 @@ impl Watch {
             client: client.clone(),
             name: name.to_owned(),
             mode,
+            several: Vec::new(),
+        }
+    }
+
+    /// The plain locks `names` taken together, in this order.
+    pub(crate) fn several(client: &Client, names: &[&str]) -> Watch {
+        Watch {
+            several: names.iter().map(|n| (*n).to_owned()).collect(),
+            ..Watch::lock(client, names.first().copied().unwrap_or_default())
         }
     }
 
@@ -52,6 +65,17 @@ impl Watch {
     async fn line(&self, waited: Duration) -> Option<String> {
         let name = printable(&self.name);
         let waited = humantime::format_duration(Duration::from_secs(waited.as_secs()));
+        if !self.several.is_empty() {
+            let names: Vec<String> = self
+                .several
+                .iter()
+                .map(|n| format!("{:?}", printable(n)))
+                .collect();
+            return Some(format!(
+                "waiting for locks {} (all or none, taken in this order), waited {waited}",
+                names.join(", ")
+            ));
+        }
         let line = match self.mode {
             Mode::Lock => {
                 let s = self.client.lock(&self.name).status().await.ok()?;

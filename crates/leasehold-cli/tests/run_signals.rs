@@ -781,6 +781,39 @@ fn screen_line(tmux: &Tmux, what: &str, want: impl Fn(&str) -> bool) -> String {
     found.unwrap_or_default()
 }
 
+/// `run a b -- CMD` waiting on a terminal names every lock it waits for
+/// (it holds the first already: one name's holder would be itself).
+#[test]
+fn a_long_wait_for_several_locks_names_them_all_on_the_status_line() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let token = hold(&url, "multi-b");
+    let dir = temp_dir();
+    let tmux = Tmux::start(dir.path());
+    let bin = env!("CARGO_BIN_EXE_leasehold");
+    tmux.line(&format!(
+        "{bin} --url {url} run multi-b multi-a -- true; echo code:$? > code"
+    ));
+    let line = screen_line(&tmux, "the status line appears", |l| {
+        l.contains("waiting for locks")
+    });
+    assert!(
+        line.contains("\"multi-a\", \"multi-b\" (all or none"),
+        "{line}"
+    );
+    let released = leasehold()
+        .args(["--url", &url, "release", "multi-b", &token])
+        .output()
+        .expect("release");
+    assert!(released.status.success(), "{released:?}");
+    assert_eq!(wait_for_line_on(&tmux, &dir.path().join("code")), "code:0");
+    assert!(
+        !tmux.screen().contains("waiting for locks"),
+        "the line stayed:\n{}",
+        tmux.screen()
+    );
+}
+
 #[test]
 fn a_long_wait_on_a_terminal_shows_one_status_line_updated_in_place() {
     let server = RedisServer::start();
