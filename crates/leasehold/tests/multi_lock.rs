@@ -378,3 +378,69 @@ async fn hold_at_least_keeps_a_held_set_but_not_a_partial_one() {
     assert!(held(&server, "k1") && held(&server, "k2"), "not kept");
     assert!(client.lock("k1").try_acquire().await.unwrap().is_none());
 }
+
+/// `run`: the work gets every fence and its output comes back; when one
+/// lease is lost the work is dropped and the error names that name.
+#[tokio::test]
+async fn run_drops_the_work_when_one_lease_is_lost() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let multi = client
+        .multi_lock(["r2", "r1"])
+        .ttl(Duration::from_millis(900));
+    let fences = multi.run(|fences| async move { fences }).await.unwrap();
+    let names: Vec<&str> = fences.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["r1", "r2"]);
+    assert!(!held(&server, "r1") && !held(&server, "r2"));
+
+    let started = Instant::now();
+    let outcome = multi
+        .run(|_| {
+            let deleted = server.connection().del::<_, ()>("leasehold:{r2}:lock");
+            async move {
+                deleted.unwrap();
+                // Never finishes by itself: only the loss can end it.
+                std::future::pending::<()>().await
+            }
+        })
+        .await;
+    match outcome {
+        Err(Error::Lost { name }) => assert_eq!(name, "r2"),
+        other => panic!("expected Lost for r2, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(10));
+    wait_until("r1 released after the loss", || !held(&server, "r1")).await;
+}
+
+/// On Redlock (three independent masters) each name is a Redlock lease:
+/// all or none all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redlock_every_name_is_a_quorum_lease() {
+    let servers = leasehold_testkit::start_servers(3);
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let client = Client::redlock(urls.clone()).await.expect("redlock");
+    let other = Client::redlock(urls).await.expect("redlock");
+    let guard = client
+        .multi_lock(["q1", "q2"])
+        .acquire()
+        .await
+        .expect("acquire");
+    for server in &servers {
+        assert!(held(server, "q1") && held(server, "q2"));
+    }
+    assert!(
+        other
+            .multi_lock(["q0", "q2"])
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    for server in &servers {
+        assert!(!held(server, "q0"), "q0 left held after a failed try");
+    }
+    guard.release().await.expect("release");
+    for server in &servers {
+        assert!(!held(server, "q1") && !held(server, "q2"));
+    }
+}
