@@ -217,21 +217,45 @@ pub(crate) async fn take_all(
     }
     let sorted = multi.names().join(" ");
     let watch = Watch::several(client, &multi.names());
+    let held = |guard| Held::Multi {
+        guard,
+        first: names[0].clone(),
+    };
+    if lease.no_wait {
+        if let Some(guard) = multi.try_acquire().await? {
+            return Ok(held(guard));
+        }
+        // Nothing of ours is held any more: a name held now is another's.
+        let mut busy = None;
+        for name in multi.names() {
+            if let Ok(status) = client.lock(name).status().await
+                && status.holder.is_some()
+            {
+                busy = Some(name.to_owned());
+                break;
+            }
+        }
+        let message = match busy {
+            Some(name) => format!(
+                "lock {name:?} is held by someone else, so none of {sorted} was taken; see who \
+                 with `leasehold status {name}`"
+            ),
+            None => {
+                format!("one of the locks {sorted} was held by someone else, so none was taken")
+            }
+        };
+        return Err(Failure::with_code(
+            lease.conflict,
+            format!("{message} (--no-wait); try later, or wait with --wait"),
+        ));
+    }
     let guard = per_lease(
         lease,
         async || multi.try_acquire().await,
         async || multi.acquire().await,
-        || {
-            format!(
-                "one of the locks {sorted} is held by someone else, so none was taken; see who \
-                 with `leasehold status NAME`"
-            )
-        },
+        || format!("one of the locks {sorted} is held by someone else"),
         watch,
     )
     .await?;
-    Ok(Held::Multi {
-        guard,
-        first: names[0].clone(),
-    })
+    Ok(held(guard))
 }
