@@ -351,6 +351,52 @@ fn run_with_several_names_takes_none_when_one_is_busy() {
     out.assert_one_error_line();
 }
 
+/// One of several leases lost while CMD runs (its key deleted from
+/// outside): CMD is stopped, leasehold exits 70, the other name is freed.
+#[test]
+fn run_with_several_names_stops_the_command_when_one_lease_is_lost() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = temp_dir();
+    let proc = spawn_in(
+        dir.path(),
+        std::slice::from_ref(&url),
+        &[
+            "--json",
+            "run",
+            "lost-a",
+            "lost-b",
+            "--ttl",
+            "1s",
+            "--kill-grace",
+            "2s",
+            "--",
+            "sh",
+            "-c",
+            "echo $$ > pid; exec sleep 30",
+        ],
+    );
+    let child = Grandchild(Pid::from_raw(
+        wait_for_file(&dir.path().join("pid")).parse().unwrap(),
+    ));
+    let mut con = server.connection();
+    let deleted: i64 = redis::cmd("DEL")
+        .arg("leasehold:{lost-b}:lock")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(deleted, 1, "lost-b was not held while CMD ran");
+    let out = proc.finish_within(Duration::from_secs(30));
+    assert_eq!(out.code(), 70, "{out:?}");
+    assert!(!child.alive(), "CMD still runs after the loss");
+    let report = out.json();
+    assert_eq!(report["lost"], true, "{report}");
+    assert_eq!(
+        status_json(&url, "lost-a")["held"],
+        false,
+        "lost-a left held"
+    );
+}
+
 #[test]
 fn no_wait_on_a_held_lock_exits_75_at_once_and_wait_times_out_after_it() {
     let server = RedisServer::start();

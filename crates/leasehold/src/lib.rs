@@ -138,7 +138,8 @@
 //! | `leasehold_leases_lost_total` | counter | `reason` | leases lost: `expired` (gone from the server, or validity passed before a renewal went out), `taken` (another owner holds it), `unreachable` (renewals got no answer until the validity ran out) |
 //! | `leasehold_handoffs_total` | counter | | acquisitions by a lease handed over whole at release |
 //!
-//! `kind` is `lock` (also [`FairLock`]), `reentrant`, `rwlock` or
+//! `kind` is `lock` (also [`FairLock`], and each name of a [`MultiLock`],
+//! counted as its own acquisition), `reentrant`, `rwlock` or
 //! `semaphore`. Build with `default-features = false` to leave the facade
 //! out.
 //!
