@@ -51,6 +51,9 @@ pub(crate) enum Kind {
     Rw,
     /// [`Semaphore`](crate::Semaphore): one member of the sorted set of permits.
     Semaphore,
+    /// [`Election`](crate::Election): a lease lock whose leader record
+    /// (`:leader`) is renewed and dropped with it.
+    Election,
 }
 
 /// One held lease.

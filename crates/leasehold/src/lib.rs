@@ -143,6 +143,7 @@ mod backend;
 pub mod blocking;
 mod client;
 mod clock;
+mod election;
 mod error;
 mod events;
 mod fair;
@@ -164,6 +165,7 @@ mod token;
 mod watchdog;
 
 pub use client::{Client, ClientBuilder, DEFAULT_PREFIX};
+pub use election::{Election, Leader, LeaderChanges, Leadership, MAX_VALUE_LEN};
 pub use error::{Error, Result};
 pub use fair::FairLock;
 pub use handle::{DEFAULT_TTL, DEFAULT_WAIT};

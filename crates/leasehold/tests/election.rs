@@ -1,0 +1,259 @@
+//! Leader election against real redis-server processes.
+
+mod common;
+
+use common::client;
+
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use leasehold::{Client, Leader};
+use leasehold_testkit::{Proxy, ProxyMode, RedisServer};
+
+/// Waits (bounded) until `count` campaigners are queued behind the leader
+/// of `name`, so the test goes on only once they wait.
+async fn until_queued(client: &Client, name: &str, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = client.lock(name).status().await.expect("status");
+        if status.waiters == count {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{count} campaigners never queued: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_leads_within_ms_of_a_resignation() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let election = a.election("scheduler").ttl(Duration::from_secs(10));
+    let first = election.campaign("host-a").await.expect("campaign a");
+    assert_eq!(first.value(), "host-a");
+
+    let standby = b.election("scheduler").ttl(Duration::from_secs(10));
+    let campaign = tokio::spawn(async move { standby.campaign("host-b").await });
+    until_queued(&a, "scheduler", 1).await;
+    assert!(!campaign.is_finished(), "host-b led while host-a did");
+
+    let first_term = first.term();
+    let resigned = Instant::now();
+    first.resign().await.expect("resign");
+    let second = campaign.await.unwrap().expect("campaign b");
+    let took = resigned.elapsed();
+    assert!(took < Duration::from_millis(500), "took {took:?}");
+    assert!(second.term() > first_term, "terms must rise");
+    let leader = election.leader().await.expect("leader");
+    assert_eq!(
+        leader,
+        Some(Leader {
+            value: "host-b".into(),
+            term: second.term()
+        })
+    );
+    second.resign().await.expect("resign b");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_leader_is_replaced_within_its_ttl_and_terms_rise() {
+    const TTL: Duration = Duration::from_secs(1);
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let doomed = Client::connect(&proxy.url()).await.expect("connect");
+    let b = client(&server).await;
+
+    let first = doomed
+        .election("cron")
+        .ttl(TTL)
+        .campaign("host-a")
+        .await
+        .expect("campaign a");
+    let standby = b.election("cron").ttl(TTL);
+    let campaign = {
+        let standby = standby.clone();
+        tokio::spawn(async move { standby.campaign("host-b").await })
+    };
+    until_queued(&b, "cron", 1).await;
+
+    // The leader's connection goes dark: no renewal, no release.
+    let crashed = Instant::now();
+    proxy.set_mode(ProxyMode::Blackhole);
+    let second = campaign.await.unwrap().expect("campaign b");
+    let took = crashed.elapsed();
+    // Its lease ends within a TTL of the crash; a queued standby tries
+    // again at least every second (the queue heartbeat).
+    assert!(
+        took < TTL + Duration::from_millis(1500),
+        "replaced after {took:?}"
+    );
+    assert!(second.term() > first.term(), "terms must rise");
+    assert!(first.is_lost(), "the cut-off leader must know it lost");
+    let leader = standby.leader().await.expect("leader").expect("a leader");
+    assert_eq!(leader.value, "host-b");
+    assert_eq!(leader.term, second.term());
+    drop(first);
+}
+
+#[tokio::test]
+async fn leader_shows_the_value_and_term_of_the_leader_and_none_without_one() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let election = client.election("db-primary");
+    assert_eq!(election.leader().await.expect("leader"), None);
+
+    let leadership = election.campaign("10.0.0.7:5432").await.expect("campaign");
+    let leader = election.leader().await.expect("leader").expect("a leader");
+    assert_eq!(leader.value, "10.0.0.7:5432");
+    assert_eq!(leader.term, leadership.term());
+    assert_eq!(leadership.term(), leadership.fence());
+
+    leadership.resign().await.expect("resign");
+    assert_eq!(election.leader().await.expect("leader"), None);
+
+    // The next leader's term is above the last one's, after a resignation
+    // that freed the election.
+    let again = election.campaign("10.0.0.8:5432").await.expect("campaign");
+    assert!(again.term() > leader.term);
+    again.resign().await.expect("resign");
+}
+
+/// The next item of `stream`, which must come within `bound`.
+async fn next_within<S>(stream: &mut S, bound: Duration) -> (Option<Leader>, Duration)
+where
+    S: futures_util::Stream<Item = Result<Option<Leader>, leasehold::Error>> + Unpin,
+{
+    let start = Instant::now();
+    let item = tokio::time::timeout(bound, stream.next())
+        .await
+        .unwrap_or_else(|_| panic!("no change within {bound:?}"))
+        .expect("the stream ended")
+        .expect("observe");
+    (item, start.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observe_yields_each_change_in_order_as_it_happens() {
+    // A TTL of 20 s: the observer's safety-net timer (the leader's lease
+    // end) cannot fire within the test, so every change it sees came from a
+    // message.
+    const TTL: Duration = Duration::from_secs(20);
+    const PROMPT: Duration = Duration::from_millis(500);
+    let server = RedisServer::start();
+    let (a, b, watcher) = (
+        client(&server).await,
+        client(&server).await,
+        client(&server).await,
+    );
+    let mut changes = Box::pin(watcher.election("sched").ttl(TTL).observe());
+    let (first, _) = next_within(&mut changes, Duration::from_secs(5)).await;
+    assert_eq!(first, None, "nobody leads yet");
+
+    let leader_a = a.election("sched").ttl(TTL).campaign("a").await.expect("a");
+    let (seen, took) = next_within(&mut changes, PROMPT).await;
+    assert_eq!(
+        seen,
+        Some(Leader {
+            value: "a".into(),
+            term: leader_a.term()
+        }),
+        "after {took:?}"
+    );
+
+    let standby = b.election("sched").ttl(TTL);
+    let campaign = tokio::spawn(async move { standby.campaign("b").await });
+    until_queued(&a, "sched", 1).await;
+    leader_a.resign().await.expect("resign a");
+    let leader_b = campaign.await.unwrap().expect("b");
+    // The resignation may show as a moment without a leader first.
+    let (mut seen, _) = next_within(&mut changes, PROMPT).await;
+    if seen.is_none() {
+        seen = next_within(&mut changes, PROMPT).await.0;
+    }
+    assert_eq!(
+        seen,
+        Some(Leader {
+            value: "b".into(),
+            term: leader_b.term()
+        })
+    );
+
+    leader_b.resign().await.expect("resign b");
+    let (seen, _) = next_within(&mut changes, PROMPT).await;
+    assert_eq!(seen, None, "b resigned and nobody campaigns");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_campaign_leaves_nothing_behind() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let leadership = a.election("jobs").campaign("a").await.expect("a");
+    let standby = b.election("jobs");
+    let campaign = tokio::spawn(async move { standby.campaign("b").await });
+    until_queued(&a, "jobs", 1).await;
+    campaign.abort();
+    assert!(campaign.await.unwrap_err().is_cancelled());
+    // The cancelled campaigner leaves the queue in the background.
+    until_queued(&a, "jobs", 0).await;
+
+    leadership.resign().await.expect("resign");
+    // Nobody takes the lead after the resignation: b is gone.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(b.election("jobs").leader().await.expect("leader"), None);
+    let status = a.lock("jobs").status().await.expect("status");
+    assert_eq!(status.holder, None, "the election is free");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("leasehold:{jobs}:*")
+        .query(&mut server.connection())
+        .expect("KEYS");
+    let kept: Vec<&String> = keys.iter().filter(|k| !k.ends_with(":leader")).collect();
+    assert!(kept.is_empty(), "left behind: {keys:?}");
+}
+
+#[tokio::test]
+async fn a_leadership_lost_to_expiry_is_told_and_leader_says_none() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let election = client
+        .election("shortlived")
+        .ttl(Duration::from_millis(300));
+    let leadership = election.campaign("a").await.expect("campaign");
+    // Someone deletes the lease behind the leader's back.
+    let _: () = redis::cmd("DEL")
+        .arg("leasehold:{shortlived}:lock")
+        .query(&mut server.connection())
+        .expect("DEL");
+    tokio::time::timeout(Duration::from_secs(2), leadership.lost())
+        .await
+        .expect("lost() within a few renewals");
+    assert_eq!(election.leader().await.expect("leader"), None);
+}
+
+#[test]
+fn blocking_campaign_leader_and_observe() {
+    let server = RedisServer::start();
+    let client = leasehold::blocking::Client::connect(&server.url()).expect("connect");
+    let election = client.election("blocking").ttl(Duration::from_secs(20));
+    let mut changes = election.observe();
+    assert_eq!(changes.next().expect("an item").expect("observe"), None);
+    let leadership = election.campaign("one").expect("campaign");
+    assert_eq!(
+        election.leader().expect("leader"),
+        Some(Leader {
+            value: "one".into(),
+            term: leadership.term()
+        })
+    );
+    assert_eq!(
+        changes.next().expect("an item").expect("observe"),
+        Some(Leader {
+            value: "one".into(),
+            term: leadership.term()
+        })
+    );
+    leadership.resign().expect("resign");
+    assert_eq!(changes.next().expect("an item").expect("observe"), None);
+}
