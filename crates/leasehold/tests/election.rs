@@ -121,25 +121,45 @@ async fn leader_shows_the_value_and_term_of_the_leader_and_none_without_one() {
     again.resign().await.expect("resign");
 }
 
-/// The next item of `stream`, which must come within `bound`.
-async fn next_within<S>(stream: &mut S, bound: Duration) -> (Option<Leader>, Duration)
-where
-    S: futures_util::Stream<Item = Result<Option<Leader>, leasehold::Error>> + Unpin,
-{
-    let start = Instant::now();
-    let item = tokio::time::timeout(bound, stream.next())
-        .await
-        .unwrap_or_else(|_| panic!("no change within {bound:?}"))
-        .expect("the stream ended")
-        .expect("observe");
-    (item, start.elapsed())
+/// Items of an observer that runs in a task of its own, each with when it
+/// arrived: the observer is parked waiting for a message when a change
+/// happens, so a change it sees promptly came from that message.
+struct Watched(tokio::sync::mpsc::UnboundedReceiver<(Option<Leader>, Instant)>);
+
+impl Watched {
+    fn start(election: leasehold::Election) -> Watched {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut changes = election.observe();
+        tokio::spawn(async move {
+            while let Some(item) = changes.next().await {
+                let leader = item.expect("observe");
+                if tx.send((leader, Instant::now())).is_err() {
+                    return;
+                }
+            }
+        });
+        Watched(rx)
+    }
+
+    /// The next item, which must come within `bound`, and when it came.
+    async fn next(&mut self, bound: Duration) -> (Option<Leader>, Instant) {
+        tokio::time::timeout(bound, self.0.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no change within {bound:?}"))
+            .expect("the observer ended")
+    }
+
+    /// Lets the observer go back to waiting after an item (one read).
+    async fn settle() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observe_yields_each_change_in_order_as_it_happens() {
-    // A TTL of 20 s: the observer's safety-net timer (the leader's lease
-    // end) cannot fire within the test, so every change it sees came from a
-    // message.
+    // A TTL of 20 s: the observer's timers (the leader's lease end, 30 s
+    // without a leader) cannot fire within the test, so each change it
+    // sees within PROMPT came from a message.
     const TTL: Duration = Duration::from_secs(20);
     const PROMPT: Duration = Duration::from_millis(500);
     let server = RedisServer::start();
@@ -148,30 +168,35 @@ async fn observe_yields_each_change_in_order_as_it_happens() {
         client(&server).await,
         client(&server).await,
     );
-    let mut changes = Box::pin(watcher.election("sched").ttl(TTL).observe());
-    let (first, _) = next_within(&mut changes, Duration::from_secs(5)).await;
+    let mut changes = Watched::start(watcher.election("sched").ttl(TTL));
+    let (first, _) = changes.next(Duration::from_secs(5)).await;
     assert_eq!(first, None, "nobody leads yet");
+    Watched::settle().await;
 
+    let campaigned = Instant::now();
     let leader_a = a.election("sched").ttl(TTL).campaign("a").await.expect("a");
-    let (seen, took) = next_within(&mut changes, PROMPT).await;
+    let (seen, at) = changes.next(PROMPT).await;
     assert_eq!(
         seen,
         Some(Leader {
             value: "a".into(),
             term: leader_a.term()
-        }),
-        "after {took:?}"
+        })
     );
+    assert!(at - campaigned < PROMPT);
 
     let standby = b.election("sched").ttl(TTL);
     let campaign = tokio::spawn(async move { standby.campaign("b").await });
     until_queued(&a, "sched", 1).await;
+    Watched::settle().await;
+    let term_a = leader_a.term();
+    let resigned = Instant::now();
     leader_a.resign().await.expect("resign a");
     let leader_b = campaign.await.unwrap().expect("b");
     // The resignation may show as a moment without a leader first.
-    let (mut seen, _) = next_within(&mut changes, PROMPT).await;
+    let (mut seen, mut at) = changes.next(PROMPT).await;
     if seen.is_none() {
-        seen = next_within(&mut changes, PROMPT).await.0;
+        (seen, at) = changes.next(PROMPT).await;
     }
     assert_eq!(
         seen,
@@ -180,10 +205,15 @@ async fn observe_yields_each_change_in_order_as_it_happens() {
             term: leader_b.term()
         })
     );
+    assert!(at - resigned < PROMPT);
+    assert!(leader_b.term() > term_a, "terms must rise");
 
+    Watched::settle().await;
+    let resigned = Instant::now();
     leader_b.resign().await.expect("resign b");
-    let (seen, _) = next_within(&mut changes, PROMPT).await;
+    let (seen, at) = changes.next(PROMPT).await;
     assert_eq!(seen, None, "b resigned and nobody campaigns");
+    assert!(at - resigned < PROMPT);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -256,4 +286,23 @@ fn blocking_campaign_leader_and_observe() {
     );
     leadership.resign().expect("resign");
     assert_eq!(changes.next().expect("an item").expect("observe"), None);
+}
+
+#[tokio::test]
+async fn the_leader_record_lives_as_long_as_the_renewed_lease() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let election = client.election("renewed").ttl(Duration::from_millis(300));
+    let leadership = election.campaign("a").await.expect("campaign");
+    // Several renewals (every 100 ms) later, past the first TTL.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(!leadership.is_lost());
+    assert_eq!(
+        election.leader().await.expect("leader"),
+        Some(Leader {
+            value: "a".into(),
+            term: leadership.term()
+        })
+    );
+    leadership.resign().await.expect("resign");
 }
