@@ -12,6 +12,10 @@
 //! - [`FairLock`]: the lease lock with waiters served strictly in arrival
 //!   order; a dead waiter leaves the queue within seconds.
 //! - [`Semaphore`]: up to N holders at once, each [`Permit`] its own lease.
+//! - [`Election`]: leader election: [`Election::campaign`] waits until it
+//!   leads and gives a [`Leadership`] (its [`term`](Leadership::term) rises
+//!   with every leader), [`Election::leader`] says who leads with what value,
+//!   [`Election::observe`] streams each change as it is published.
 //! - [`blocking`]: the same types and names without async, for threads
 //!   outside an async runtime (renewal runs on a thread of the client's own;
 //!   feature `blocking`).
@@ -39,6 +43,34 @@
 //! Use [`Semaphore`] to bound how many processes do something at once
 //! (exports, connections to a fragile service) rather than to exclude them
 //! all: a holder that dies takes its permit with it for one TTL at most.
+//!
+//! Use [`Election`] when one of many processes should act for all of them
+//! (a scheduler, a primary) and the others need to know which one: it is
+//! the [`Lock`] of the same name with the leader's value beside it. A
+//! standby leads within a round trip of a resignation, and within the TTL
+//! (plus at most a second) of a leader's crash; pass
+//! [`Leadership::term`] to what the leader writes, as a fence.
+//!
+//! ```no_run
+//! # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+//! use futures_util::StreamExt;
+//! use std::time::Duration;
+//!
+//! let election = client.election("scheduler").ttl(Duration::from_secs(10));
+//! // Elsewhere: who leads, and each change as it happens.
+//! let mut leaders = election.observe();
+//! tokio::spawn(async move {
+//!     while let Some(Ok(leader)) = leaders.next().await {
+//!         println!("leader now: {leader:?}");
+//!     }
+//! });
+//! let leadership = election.campaign("host-a:8080").await?; // waits until it leads
+//! tokio::select! {
+//!     () = leadership.lost() => eprintln!("deposed (lease lost): stop acting as leader"),
+//!     () = tokio::time::sleep(Duration::from_secs(60)) => leadership.resign().await?,
+//! }
+//! # Ok(()) }
+//! ```
 //!
 //! One Redis server is one point of failure: if it restarts without
 //! persistence, or fails over to a replica that missed the write, two
@@ -112,8 +144,8 @@
 //! | `leasehold_leases_lost_total` | counter | `reason` | leases lost: `expired` (gone from the server, or validity passed before a renewal went out), `taken` (another owner holds it), `unreachable` (renewals got no answer until the validity ran out) |
 //! | `leasehold_handoffs_total` | counter | | acquisitions by a lease handed over whole at release |
 //!
-//! `kind` is `lock` (also [`FairLock`]), `reentrant`, `rwlock` or
-//! `semaphore`. Build with `default-features = false` to leave the facade
+//! `kind` is `lock` (also [`FairLock`]), `reentrant`, `rwlock`,
+//! `semaphore` or `election` (a campaign's lease). Build with `default-features = false` to leave the facade
 //! out.
 //!
 //! [`tracing`](https://docs.rs/tracing) spans: `leasehold.acquire` (INFO;

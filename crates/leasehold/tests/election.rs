@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use leasehold::{Client, Leader};
-use leasehold_testkit::{Proxy, ProxyMode, RedisServer};
+use leasehold_testkit::{Proxy, ProxyMode, RedisCluster, RedisServer};
 
 /// Waits (bounded) until `count` campaigners are queued behind the leader
 /// of `name`, so the test goes on only once they wait.
@@ -305,4 +305,65 @@ async fn the_leader_record_lives_as_long_as_the_renewed_lease() {
         })
     );
     leadership.resign().await.expect("resign");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_election_on_a_cluster_hands_over_and_is_observed() {
+    const TTL: Duration = Duration::from_secs(20);
+    const PROMPT: Duration = Duration::from_millis(500);
+    let cluster = RedisCluster::start(3, 0);
+    let connect = || async { Client::cluster(cluster.urls()).await.expect("connect") };
+    let (a, b, watcher) = (connect().await, connect().await, connect().await);
+    let mut changes = Watched::start(watcher.election("cluster-sched").ttl(TTL));
+    assert_eq!(changes.next(Duration::from_secs(5)).await.0, None);
+    Watched::settle().await;
+
+    let first = a
+        .election("cluster-sched")
+        .ttl(TTL)
+        .campaign("a")
+        .await
+        .expect("a");
+    let (seen, _) = changes.next(PROMPT).await;
+    assert_eq!(seen.map(|l| l.value), Some("a".to_owned()));
+
+    let standby = b.election("cluster-sched").ttl(TTL);
+    let campaign = tokio::spawn(async move { standby.campaign("b").await });
+    until_queued(&a, "cluster-sched", 1).await;
+    let first_term = first.term();
+    let resigned = Instant::now();
+    first.resign().await.expect("resign");
+    let second = campaign.await.unwrap().expect("b");
+    assert!(resigned.elapsed() < PROMPT);
+    assert!(second.term() > first_term);
+    let (mut seen, _) = changes.next(PROMPT).await;
+    if seen.is_none() {
+        seen = changes.next(PROMPT).await.0;
+    }
+    assert_eq!(
+        seen,
+        Some(Leader {
+            value: "b".into(),
+            term: second.term()
+        })
+    );
+    second.resign().await.expect("resign b");
+}
+
+#[tokio::test]
+async fn a_redlock_client_refuses_elections_with_a_clear_error() {
+    let servers = leasehold_testkit::start_servers(3);
+    let client = Client::redlock(servers.iter().map(RedisServer::url))
+        .await
+        .expect("connect");
+    let election = client.election("x");
+    let err = election.campaign("a").await.expect_err("refused");
+    assert!(
+        matches!(err, leasehold::Error::Unsupported(ref m) if m.contains("Election")),
+        "{err}"
+    );
+    assert!(matches!(
+        election.leader().await,
+        Err(leasehold::Error::Unsupported(_))
+    ));
 }
