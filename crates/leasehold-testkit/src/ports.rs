@@ -32,6 +32,31 @@ fn reserved() -> std::sync::MutexGuard<'static, BTreeSet<u16>> {
     RESERVED.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The distance from a Redis 6 cluster node's port to its cluster bus port,
+/// fixed before Redis 7 (which has `cluster-port`).
+pub(crate) const CLASSIC_BUS_OFFSET: u16 = 10000;
+
+/// A free port `p` and `p + CLASSIC_BUS_OFFSET`, both reserved: a Redis 6
+/// cluster node listens on both.
+pub(crate) fn reserve_port_with_classic_bus() -> (PortGuard, PortGuard) {
+    for _ in 0..100 {
+        let port = reserve_free_port();
+        let Some(bus) = port.port().checked_add(CLASSIC_BUS_OFFSET) else {
+            continue;
+        };
+        if TcpListener::bind(("127.0.0.1", bus)).is_ok()
+            && bus != DEFAULT_REDIS_PORT
+            && reserved().insert(bus)
+        {
+            return (port, PortGuard(bus));
+        }
+    }
+    panic!(
+        "leasehold-testkit: could not find a free loopback port p with p+{CLASSIC_BUS_OFFSET} \
+         free too (a Redis 6 cluster bus) after 100 attempts"
+    );
+}
+
 /// Asks the kernel for a free loopback port (bind to port 0, then release it)
 /// and reserves it for this process.
 pub(crate) fn reserve_free_port() -> PortGuard {

@@ -6,14 +6,14 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 use tempfile::TempDir;
 
-use crate::ports::{PortGuard, reserve_free_port};
+use crate::ports::{PortGuard, reserve_free_port, reserve_port_with_classic_bus};
 use crate::{INSTALL_HINT, redis_url};
 
 /// Environment variable that overrides the path of the `redis-server` binary
@@ -55,6 +55,8 @@ pub struct RedisServer {
     binary: PathBuf,
     config: ServerBuilder,
     port: PortGuard,
+    /// A Redis 6 cluster node's bus port (its port + 10000), kept reserved.
+    _classic_bus: Option<PortGuard>,
     dir: TempDir,
     child: Mutex<Option<Child>>,
     pid: u32,
@@ -84,6 +86,8 @@ pub struct ServerBuilder {
     sentinel: Option<(String, u16, u32)>,
     /// Keep the directory in memory (see [`ServerBuilder::memory_dir`]).
     memory_dir: bool,
+    /// Reserve the port + 10000 too (see [`ServerBuilder::classic_cluster_bus`]).
+    classic_bus: bool,
 }
 
 /// PEM material of a TLS-only server.
@@ -211,6 +215,14 @@ impl ServerBuilder {
         self
     }
 
+    /// For a cluster node of a server older than Redis 7, which has no
+    /// `cluster-port` and listens for the cluster bus on its port + 10000:
+    /// picks a port whose + 10000 is free too, and keeps both reserved.
+    pub(crate) fn classic_cluster_bus(mut self) -> Self {
+        self.classic_bus = true;
+        self
+    }
+
     /// Starts the server and waits until it answers PING.
     ///
     /// Panics (with the server log) if it does not become ready within 10 s,
@@ -232,7 +244,12 @@ impl ServerBuilder {
         .unwrap_or_else(|e| panic!("leasehold-testkit: cannot create a temp dir: {e}"));
         let log_path = dir.path().join(LOG_FILE);
         for _ in 0..START_ATTEMPTS {
-            let port = reserve_free_port();
+            let (port, classic_bus) = if self.classic_bus {
+                let (port, bus) = reserve_port_with_classic_bus();
+                (port, Some(bus))
+            } else {
+                (reserve_free_port(), None)
+            };
             match launch(&binary, &self, dir.path(), port.port()) {
                 Ok(child) => {
                     return RedisServer {
@@ -240,6 +257,7 @@ impl ServerBuilder {
                         binary,
                         config: self,
                         port,
+                        _classic_bus: classic_bus,
                         dir,
                         child: Mutex::new(Some(child)),
                     };
@@ -642,7 +660,13 @@ fn launch(
             ]);
     }
     for (name, value) in &config.extra {
-        cmd.arg(format!("--{name}")).arg(value);
+        cmd.arg(format!("--{name}"));
+        // One argument per word (`replicaof HOST PORT`): Redis 6.2 reads a
+        // single "HOST PORT" argument as one quoted word and refuses it.
+        match value.split_whitespace().collect::<Vec<_>>() {
+            words if words.is_empty() => cmd.arg(value),
+            words => cmd.args(words),
+        };
     }
     // Config errors are printed on stderr before the logfile is used: keep them.
     cmd.stdin(Stdio::null())
@@ -765,6 +789,43 @@ fn pid_of(child: &Child) -> Pid {
     Pid::from_raw(i32::try_from(child.id()).expect("pid fits in i32"))
 }
 
+/// The version (major, minor) of the `redis-server` the kit starts
+/// (`$LEASEHOLD_REDIS_SERVER`, else `PATH`), read once from its `--version`
+/// (`Redis server v=6.2.14 ...`, `Valkey server v=8.1.8 ...`). Valkey
+/// answers its own version, not the Redis one it is compatible with.
+///
+/// Panics, as starting a server would, if the binary is missing, and if its
+/// `--version` has no `v=MAJOR.MINOR`.
+///
+/// ```
+/// let (major, _) = leasehold_testkit::server_version();
+/// assert!(major >= 6);
+/// ```
+pub fn server_version() -> (u32, u32) {
+    static VERSION: OnceLock<(u32, u32)> = OnceLock::new();
+    *VERSION.get_or_init(|| {
+        let binary = redis_server_binary();
+        let out = Command::new(&binary)
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|e| panic!("leasehold-testkit: {} --version: {e}", binary.display()));
+        let text = String::from_utf8_lossy(&out.stdout);
+        parse_version(&text).unwrap_or_else(|| {
+            panic!(
+                "leasehold-testkit: no v=MAJOR.MINOR in `{} --version`: {text}",
+                binary.display()
+            )
+        })
+    })
+}
+
+/// `(major, minor)` from a `redis-server --version` line.
+fn parse_version(text: &str) -> Option<(u32, u32)> {
+    let v = text.split_whitespace().find_map(|w| w.strip_prefix("v="))?;
+    let mut parts = v.split('.');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
 /// Resolves the `redis-server` binary: `$LEASEHOLD_REDIS_SERVER`, else `PATH`.
 fn redis_server_binary() -> PathBuf {
     if let Some(path) = std::env::var_os(BINARY_ENV) {
@@ -808,4 +869,18 @@ fn read_from(path: &Path, offset: u64) -> String {
         let _ = f.read_to_end(&mut bytes);
     }
     String::from_utf8_lossy(&bytes).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_version;
+
+    #[test]
+    fn versions_of_redis_and_valkey_are_read() {
+        let redis = "Redis server v=6.2.14 sha=40305114:0 malloc=libc bits=64 build=dff95a8e";
+        assert_eq!(parse_version(redis), Some((6, 2)));
+        let valkey = "Valkey server v=8.1.8 sha=00000000:1 malloc=libc bits=64 build=1";
+        assert_eq!(parse_version(valkey), Some((8, 1)));
+        assert_eq!(parse_version("redis-server: unknown option"), None);
+    }
 }

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::ports::{PortGuard, reserve_free_port};
-use crate::server::RedisServer;
+use crate::server::{RedisServer, server_version};
 
 /// How long a topology may take to settle (cluster state ok, replicas in sync).
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -28,7 +28,7 @@ pub struct RedisCluster {
     nodes: Vec<RedisServer>,
     /// Replicas the cluster was created with (masters x replicas each).
     replicas: usize,
-    _bus_ports: Vec<PortGuard>,
+    _bus_ports: Vec<Option<PortGuard>>,
 }
 
 impl RedisCluster {
@@ -40,20 +40,28 @@ impl RedisCluster {
     pub fn start(masters: usize, replicas: usize) -> RedisCluster {
         let cli = redis_cli();
         let total = masters * (1 + replicas);
-        let bus_ports: Vec<PortGuard> = (0..total).map(|_| reserve_free_port()).collect();
+        // Redis 7 takes the bus port as `cluster-port`; before, it is the
+        // node's port + 10000, which the node's builder reserves with it.
+        let classic_bus = server_version() < (7, 0);
+        let bus_ports: Vec<Option<PortGuard>> = (0..total)
+            .map(|_| (!classic_bus).then(reserve_free_port))
+            .collect();
         let nodes: Vec<RedisServer> = std::thread::scope(|s| {
             let handles: Vec<_> = bus_ports
                 .iter()
                 .map(|bus| {
-                    let bus = bus.port().to_string();
+                    let bus = bus.as_ref().map(|b| b.port().to_string());
                     s.spawn(move || {
-                        RedisServer::builder()
+                        let mut node = RedisServer::builder()
                             .arg("cluster-enabled", "yes")
                             .arg("cluster-config-file", "nodes.conf")
-                            .arg("cluster-port", &bus)
                             .arg("cluster-node-timeout", "2000")
-                            .memory_dir()
-                            .start()
+                            .memory_dir();
+                        node = match &bus {
+                            Some(bus) => node.arg("cluster-port", bus),
+                            None => node.classic_cluster_bus(),
+                        };
+                        node.start()
                     })
                 })
                 .collect();

@@ -5,7 +5,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use leasehold_testkit::{INSTALL_HINT, Proxy, ProxyMode, RedisCluster, RedisServer, start_servers};
+use leasehold_testkit::{
+    INSTALL_HINT, PostgresServer, Proxy, ProxyMode, RedisCluster, RedisServer, start_servers,
+};
 use redis::{Connection, RedisResult};
 
 const SHORT: Duration = Duration::from_millis(300);
@@ -366,5 +368,28 @@ fn missing_cli_panics_naming_the_variable() {
     assert!(
         stderr.contains(INSTALL_HINT),
         "no install hint:\n{stdout}\n{stderr}"
+    );
+}
+
+#[test]
+fn postgres_listens_on_loopback_and_is_gone_after_drop() {
+    let pg = PostgresServer::start();
+    let port = pg.port();
+    assert_ne!(port, 5432, "never the default port");
+    assert!(port_accepts(port), "accepts on 127.0.0.1:{port}");
+    assert!(pg.connection_string().contains(&format!("port={port}")));
+    // Its unix socket is in its own directory, not in /var/run/postgresql.
+    assert!(
+        pg.dir().join(format!(".s.PGSQL.{port}")).exists(),
+        "socket in {}",
+        pg.dir().display()
+    );
+    let pid = pg.pid();
+    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+    drop(pg);
+    assert!(!port_accepts(port), "nothing listens after drop");
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the server process was reaped"
     );
 }

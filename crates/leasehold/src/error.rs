@@ -47,6 +47,23 @@ pub enum Error {
         name: String,
     },
 
+    /// A [fenced write](crate::fenced) was refused: a holder with a higher
+    /// fence has written the key since, so this writer's lease was lost
+    /// (expired while it was paused, or taken over). Nothing was written.
+    #[error(
+        "write to {key:?} with fence {fence} rejected: fence {highest} was already seen for it, \
+         so a newer lock holder has written it and this one's lease is gone; stop this work \
+         and do not retry with this fence (acquire the lock again for a new one)"
+    )]
+    StaleFence {
+        /// The key the write was refused for.
+        key: String,
+        /// The writer's fence.
+        fence: u64,
+        /// The highest fence seen for the key.
+        highest: u64,
+    },
+
     /// The token does not own the lock: someone else holds it.
     #[error(
         "this token does not own lock {name:?} (another owner holds it); \
@@ -202,6 +219,29 @@ pub enum Error {
     Redis(#[source] redis::RedisError),
 }
 
+/// The code of the error a script's `redis.call` raised, as Redis 6.2
+/// reports it: inside an `ERR Error running script (call to f_..):
+/// @user_script:12: WRONGTYPE Operation ..`, where Redis 7 answers with the
+/// call's own code (`WRONGTYPE ..`). 6.2 words a refused ACL check without a
+/// code ("The user executing the script can't run this command"): NOPERM.
+/// `None` for any other error.
+fn script_error_code(err: &redis::RedisError) -> Option<&str> {
+    let detail = err.detail()?;
+    if err.code() != Some("ERR") || !detail.starts_with("Error running script") {
+        return None;
+    }
+    let message = detail
+        .rsplit("@user_script")
+        .next()?
+        .trim_start_matches(|c: char| c == ':' || c == ' ' || c.is_ascii_digit())
+        .trim_start_matches('-');
+    if message.starts_with("The user executing the script can't run") {
+        return Some("NOPERM");
+    }
+    let word = message.split_whitespace().next()?;
+    (word.len() > 1 && word.chars().all(|c| c.is_ascii_uppercase())).then_some(word)
+}
+
 /// Shorthand for `Result<T, leasehold::Error>`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -210,7 +250,7 @@ impl Error {
     ///
     /// `key` names the key the failed command touched, for `WrongType`.
     pub(crate) fn from_redis(err: redis::RedisError, addr: &str, key: &str) -> Error {
-        match err.code() {
+        match script_error_code(&err).or(err.code()) {
             Some("WRONGTYPE") => {
                 return Error::WrongType {
                     key: key.to_owned(),
@@ -305,6 +345,56 @@ fn node_error_list(errors: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::Error;
+
+    /// The driver's error for the server's error reply `line` (without -).
+    fn server_error(line: &str) -> redis::RedisError {
+        redis::parse_redis_value(format!("-{line}\r\n").as_bytes())
+            .and_then(|v| v.extract_error())
+            .expect_err("an error reply")
+    }
+
+    #[test]
+    fn errors_raised_inside_a_script_by_redis_6_2_keep_their_meaning() {
+        let wrong_type = server_error(
+            "ERR Error running script (call to f_6e3b): @user_script:115: WRONGTYPE Operation \
+             against a key holding the wrong kind of value",
+        );
+        assert!(matches!(
+            Error::from_redis(wrong_type, "a:1", "k"),
+            Error::WrongType { key } if key == "k"
+        ));
+        let read_only = server_error(
+            "ERR Error running script (call to f_6e3b): @user_script:40: @user_script: 40: \
+             -READONLY You can't write against a read only replica.",
+        );
+        assert!(matches!(
+            Error::from_redis(read_only, "a:1", "k"),
+            Error::Unreachable { .. }
+        ));
+        let acl = server_error(
+            "ERR Error running script (call to f_6e3b): @user_script:7: @user_script: 7: The \
+             user executing the script can't run this command or subcommand",
+        );
+        assert!(matches!(
+            Error::from_redis(acl, "a:1", "k"),
+            Error::Auth { .. }
+        ));
+        // A script's own bug stays a plain Redis error.
+        let bug = server_error(
+            "ERR Error running script (call to f_6e3b): @user_script:121: @user_script: 121: \
+             Wrong number of args calling Redis command From Lua script",
+        );
+        assert!(matches!(
+            Error::from_redis(bug, "a:1", "k"),
+            Error::Redis(_)
+        ));
+        // Redis 7 answers with the code itself.
+        let seven = server_error("WRONGTYPE Operation against a key holding the wrong kind");
+        assert!(matches!(
+            Error::from_redis(seven, "a:1", "k"),
+            Error::WrongType { .. }
+        ));
+    }
 
     #[test]
     fn a_cluster_without_a_connection_for_the_slot_is_transient() {

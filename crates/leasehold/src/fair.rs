@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::client::Client;
 use crate::error::Result;
-use crate::handle::{Handle, handle_api};
+use crate::handle::{Handle, at_least_api, handle_api};
 use crate::lock::{Lock, LockGuard, LockStatus};
 
 /// A handle to one named lease lock whose waiters are served in arrival
@@ -46,6 +46,7 @@ pub struct FairLock {
     h: Handle,
 }
 
+at_least_api!(FairLock);
 handle_api!(FairLock, "acquire");
 
 impl FairLock {
@@ -87,6 +88,8 @@ impl FairLock {
     pub async fn acquire(&self) -> Result<LockGuard> {
         self.lock().acquire().await
     }
+
+    crate::run::run_api!(run, acquire, "lock", "client.fair_lock(\"payouts\")");
 
     /// Takes the lock if it is free and nobody waits for it, without
     /// waiting (and without joining the queue): `Ok(None)` otherwise.

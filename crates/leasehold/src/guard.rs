@@ -110,11 +110,30 @@ impl Held {
         let lease = &self.lease;
         let span =
             tracing::info_span!("leasehold.release", lock = %lease.name, kind = lease.kind.label());
-        let outcome = inner
-            .servers
-            .release(lease.kind, &lease.keys, &lease.hold, None)
-            .instrument(span)
-            .await;
+        let outcome = match lease.kept_for() {
+            // hold_at_least: set to last until then, no longer renewed; the
+            // lock frees itself when it ends. Owner-checked like a release.
+            Some(ttl) => {
+                let extension = Extension {
+                    key: lease.keys.lock(),
+                    hold: &lease.hold,
+                    ttl,
+                };
+                let send = || inner.servers.extend_one(lease.kind, extension);
+                lease
+                    .extend(ttl, send)
+                    .instrument(span)
+                    .await
+                    .map(|kept| if kept { Owned::Done } else { Owned::Missing })
+            }
+            None => {
+                inner
+                    .servers
+                    .release(lease.kind, &lease.keys, &lease.hold, None)
+                    .instrument(span)
+                    .await
+            }
+        };
         pending.0 = None;
         match outcome {
             Ok(Owned::Done) => Ok(()),
@@ -139,14 +158,8 @@ impl Held {
 
     fn release_in_background(&self) {
         let watchdog = &self.client.inner.watchdog;
-        let lease = &self.lease;
-        watchdog.untrack(lease.id);
-        watchdog.release(
-            lease.kind,
-            Arc::clone(&lease.keys),
-            lease.hold.clone(),
-            None,
-        );
+        watchdog.untrack(self.lease.id);
+        watchdog.release_lease(&self.lease);
     }
 }
 

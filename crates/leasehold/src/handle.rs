@@ -30,6 +30,9 @@ pub(crate) struct Handle {
     pub(crate) ttl: Duration,
     pub(crate) wait: Duration,
     pub(crate) watchdog: bool,
+    /// `hold_at_least`: a release keeps the lease until this long after
+    /// the acquisition.
+    pub(crate) at_least: Option<Duration>,
 }
 
 impl Handle {
@@ -42,6 +45,7 @@ impl Handle {
             ttl: DEFAULT_TTL,
             wait: DEFAULT_WAIT,
             watchdog: true,
+            at_least: None,
         }
     }
 
@@ -58,7 +62,17 @@ impl Handle {
             return Err(Error::Closed);
         }
         validate_name(&self.name)?;
-        self.client.inner.check_ttl(self.ttl)
+        self.client.inner.check_ttl(self.ttl)?;
+        match self.at_least {
+            Some(at_least) if at_least > self.client.inner.max_ttl => {
+                Err(Error::InvalidArgument(format!(
+                    "hold_at_least {at_least:?} is above the longest lease TTL allowed, {:?} \
+                     (ClientBuilder::ttl_bounds)",
+                    self.client.inner.max_ttl
+                )))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// A target for [`acquire`] of `kind`, known to the scripts as `hold`.
@@ -105,6 +119,13 @@ impl Handle {
             lease
         } else {
             lease.first_span(won.span)
+        };
+        // Counted from now, when the reply came: no earlier than the
+        // server's acquisition, so the lease is kept at least that long
+        // after it.
+        let lease = match self.at_least {
+            Some(at_least) => lease.keep_until(crate::clock::Instant::now() + at_least),
+            None => lease,
         };
         Held::new(&self.client, lease, won.fence, self.watchdog)
     }
@@ -165,6 +186,53 @@ macro_rules! handle_api {
 }
 
 pub(crate) use handle_api;
+
+/// `hold_at_least`, on the handles whose lease a release may cut short to
+/// the time asked: every kind but [`ReentrantLock`](crate::ReentrantLock).
+macro_rules! at_least_api {
+    ($handle:ident) => {
+        impl $handle {
+            /// Scheduled-job semantics (ShedLock's `lockAtLeastFor`): a
+            /// release made sooner than `at_least` after the acquisition
+            /// does not free the lock; it keeps the lease until then (no
+            /// longer renewed), so the same job started a little later on
+            /// another host (clock skew, cron jitter) finds it taken. A
+            /// release after that frees the lock at once, as without it.
+            /// A dropped guard and [`Client::close`](crate::Client::close)
+            /// keep it the same way. Counted from when the acquisition's
+            /// reply arrived, so never shorter than asked on the server.
+            ///
+            /// Waiters are not handed a kept lease: they take it once it
+            /// ends, at their next retry (within about a second).
+            ///
+            /// Not on [`ReentrantLock`](crate::ReentrantLock): its holds share one
+            /// expiry that only grows (an owner's other holds may need it), so a
+            /// kept hold could not be cut down to the time asked.
+            ///
+            /// At most the client's longest TTL (24 h unless set with
+            /// [`ClientBuilder::ttl_bounds`](crate::ClientBuilder::ttl_bounds)).
+            /// Defaults to none.
+            ///
+            /// ```no_run
+            /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+            /// use std::time::Duration;
+            /// // Runs at most once per 5 minutes across hosts, however fast it is.
+            /// let lock = client.lock("nightly-report").hold_at_least(Duration::from_secs(300));
+            /// if let Some(guard) = lock.try_acquire().await? {
+            ///     // ... the job ...
+            ///     guard.release().await?; // kept until 5 minutes after the acquisition
+            /// }
+            /// # Ok(()) }
+            /// ```
+            pub fn hold_at_least(mut self, at_least: std::time::Duration) -> Self {
+                self.h.at_least = Some(at_least);
+                self
+            }
+        }
+    };
+}
+
+pub(crate) use at_least_api;
 
 /// The owner setters of handles whose holds belong to an owner id (an
 /// `owner: Token` field). `$make` is example code that yields a handle.

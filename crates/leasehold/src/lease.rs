@@ -75,6 +75,10 @@ pub(crate) struct Lease {
     changing: Arc<tokio::sync::Mutex<()>>,
     lost: AtomicBool,
     lost_notify: Notify,
+    /// With [`hold_at_least`](crate::Lock::hold_at_least): until when a
+    /// release keeps the lease (only stops renewing it) instead of freeing
+    /// the lock.
+    kept_until: Option<Instant>,
 }
 
 #[derive(Clone, Copy)]
@@ -124,7 +128,29 @@ impl Lease {
             changing: Arc::new(tokio::sync::Mutex::new(())),
             lost: AtomicBool::new(false),
             lost_notify: Notify::new(),
+            kept_until: None,
         }
+    }
+
+    /// This lease, kept by a release until `until` (see [`Lease::kept_for`]).
+    pub(crate) fn keep_until(mut self, until: Instant) -> Lease {
+        self.kept_until = Some(until);
+        self
+    }
+
+    /// Until when a release keeps the lease, if `hold_at_least` asked.
+    pub(crate) fn kept_until(&self) -> Option<Instant> {
+        self.kept_until
+    }
+
+    /// How much longer a release made now must keep the lease (set on the
+    /// server for this long, no longer renewed) instead of freeing it:
+    /// `None` once the time asked by `hold_at_least` has passed, or if none
+    /// was asked.
+    pub(crate) fn kept_for(&self) -> Option<Duration> {
+        self.kept_until?
+            .checked_duration_since(Instant::now())
+            .filter(|rest| !rest.is_zero())
     }
 
     /// This lease, set on the server for `span` from when its acquisition

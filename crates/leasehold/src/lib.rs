@@ -16,6 +16,8 @@
 //!   leads and gives a [`Leadership`] (its [`term`](Leadership::term) rises
 //!   with every leader), [`Election::leader`] says who leads with what value,
 //!   [`Election::observe`] streams each change as it is published.
+//! - [`fenced`]: the resource side of fencing, a Redis write refused when
+//!   its fence is lower than one already seen for the key.
 //! - [`blocking`]: the same types and names without async, for threads
 //!   outside an async runtime (renewal runs on a thread of the client's own;
 //!   feature `blocking`).
@@ -28,7 +30,10 @@
 //!
 //! Use [`Lock`] to keep a critical section to one process at a time across
 //! hosts. Hold the guard for the whole section; the client's watchdog renews
-//! the lease every `ttl / 3` while the guard lives.
+//! the lease every `ttl / 3` while the guard lives. Or let [`Lock::run`]
+//! hold it: it runs the section as a future and drops that future as soon
+//! as the lease is lost (every primitive has it; `run_read` and `run_write`
+//! on [`RwLock`]).
 //!
 //! Use [`ReentrantLock`] when code that holds the lock may call code that
 //! takes it again (the owner is an id you choose, so this works across tasks
@@ -85,7 +90,10 @@
 //! already in flight cannot be recalled. That is what **fencing tokens** are
 //! for: every acquisition gets a [`LockGuard::fence`] strictly greater than
 //! every earlier one for that name; pass it to the resource and have the
-//! resource reject writes with a lower fence than it has seen.
+//! resource reject writes with a lower fence than it has seen. [`fenced`]
+//! is that check for a Redis key (a script any client can send); in SQL it
+//! is a condition on the row (`UPDATE .. WHERE last_fence <= $fence`; see
+//! `examples/fenced_postgres.rs`).
 //!
 //! Fences keep increasing across release, expiry, a restart of Redis
 //! without persistence and a failover to a replica that missed the last
@@ -179,6 +187,7 @@ mod election;
 mod error;
 mod events;
 mod fair;
+pub mod fenced;
 mod guard;
 mod handle;
 mod key;
@@ -188,6 +197,7 @@ mod lock;
 pub mod raw;
 mod redlock;
 mod reentrant;
+mod run;
 mod rwlock;
 mod scripts;
 mod semaphore;

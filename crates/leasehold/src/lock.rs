@@ -7,7 +7,7 @@ use crate::acquire::acquire;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{Held, guard_api};
-use crate::handle::{Handle, handle_api};
+use crate::handle::{Handle, at_least_api, handle_api};
 use crate::key::validate_name;
 use crate::lease::Kind;
 use crate::scripts::{Acquire, Extension, Owned, Queueing};
@@ -27,6 +27,7 @@ pub struct Lock {
     fair: bool,
 }
 
+at_least_api!(Lock);
 handle_api!(Lock, "acquire");
 
 impl Lock {
@@ -99,6 +100,79 @@ impl Lock {
     /// ```
     pub async fn try_acquire(&self) -> Result<Option<LockGuard>> {
         self.acquire_within(None).await
+    }
+
+    /// Takes the lock (as [`acquire`](Self::acquire), waiting up to
+    /// [`Lock::wait`]), runs `work(fence)` under it, releases it and returns
+    /// the work's output: a critical section that stops when the lease does.
+    /// If the lease is lost before the work finishes (another owner took
+    /// it, or it could not be renewed before its validity ran out), the
+    /// work is dropped at once and the call returns [`Error::Lost`].
+    ///
+    /// # What "dropped" means
+    ///
+    /// The work's future is dropped the moment the loss is seen: it is not
+    /// polled again, and its locals' destructors run (a transaction object
+    /// rolls back, a file being written is closed). So the work cannot go
+    /// on under a lease it no longer has by more than the time to notice:
+    /// the next renewal (every `ttl / 3`) for a lease taken or deleted,
+    /// the end of the validity (within the TTL) for a server that stopped
+    /// answering. It does not reach what already left the process:
+    ///
+    /// - a request already sent (an `UPDATE` written to the database's
+    ///   socket, a message published) may still be carried out after the
+    ///   drop, and after the next holder's writes;
+    /// - tasks or threads the work started run on unless the work stops
+    ///   them itself (keep the work inside the future, or abort on drop);
+    /// - code that never reaches an `.await` (a long computation, a
+    ///   blocking call) cannot be dropped in the middle.
+    ///
+    /// That is what the fence is for: pass it with every write, and have
+    /// the resource refuse a fence lower than the highest it has seen
+    /// (`WHERE last_fence <= $fence` in SQL, [`crate::fenced`] for a
+    /// Redis key). Then a write sent just before the drop and delivered
+    /// after the next holder's is rejected instead of applied.
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client, mut resource: leasehold::redis::aio::MultiplexedConnection) -> Result<(), leasehold::Error> {
+    /// use std::time::Duration;
+    /// use leasehold::fenced;
+    ///
+    /// let lock = client.lock("report").ttl(Duration::from_secs(10));
+    /// let written = lock
+    ///     .run(|fence| async move {
+    ///         let report = String::from("..."); // long work, dropped if the lease goes
+    ///         // Sent with the fence: if the lease is lost while this is in
+    ///         // flight and a newer holder writes first, it is refused.
+    ///         fenced::set(&mut resource, "report:latest", fence, &report, None).await
+    ///     })
+    ///     .await?; // Err(Error::Lost) if the lease went first
+    /// written?; // Err(Error::StaleFence) if a newer holder had written
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The work's own errors are its output: a `work` returning a `Result`
+    /// gives `Ok(Err(..))`, and the lock is released all the same. A panic
+    /// in the work unwinds through `run`, which drops the guard on the way:
+    /// the release goes out in the background.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire) before the work starts; then
+    /// [`Error::Lost`] when the lease was lost while the work ran (or was
+    /// found gone by the release). A release that fails for another reason
+    /// (the connection) is retried in the background and the output is
+    /// returned: the work finished inside the lease.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the work and releases in the background.
+    pub async fn run<F, Fut, T>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(u64) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        crate::run::run(self.acquire().await?.held, work).await
     }
 
     /// Releases the lease held under `token`, for holders that kept only
@@ -287,7 +361,7 @@ pub struct LockStatus {
 /// or call [`Client::close`](crate::Client::close), before the program ends.
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
-    held: Held,
+    pub(crate) held: Held,
 }
 
 guard_api!(

@@ -84,6 +84,13 @@ impl ReentrantLock {
             .ok_or_else(|| self.h.timeout())
     }
 
+    crate::run::run_api!(
+        run,
+        acquire,
+        "hold",
+        "client.reentrant_lock(\"orders:42\").owner(\"job-7\")"
+    );
+
     /// As [`ReentrantLock::acquire`], without waiting: `Ok(None)` when
     /// another owner holds the lock.
     ///
@@ -246,7 +253,7 @@ pub(crate) fn validate_owner(owner: &str) -> Result<()> {
 /// [`LockGuard`](crate::LockGuard) and [`Client::close`](crate::Client::close).
 #[must_use = "dropping the guard gives back its hold at once"]
 pub struct ReentrantGuard {
-    held: Held,
+    pub(crate) held: Held,
 }
 
 guard_api!(

@@ -9,7 +9,7 @@ use crate::acquire::acquire;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{Held, guard_api};
-use crate::handle::{Handle, handle_api, owner_api};
+use crate::handle::{Handle, at_least_api, handle_api, owner_api};
 use crate::key::{LockKeys, validate_name};
 use crate::lease::{Kind, Lease};
 use crate::reentrant::validate_owner;
@@ -58,6 +58,7 @@ pub struct RwLock {
     owner: Token,
 }
 
+at_least_api!(RwLock);
 handle_api!(RwLock, "write");
 owner_api!(RwLock, "client.rw_lock(\"catalog\")");
 
@@ -97,6 +98,8 @@ impl RwLock {
         let held = held.ok_or_else(|| self.h.timeout())?;
         Ok(ReadGuard { held })
     }
+
+    crate::run::run_api!(run_read, read, "read hold", "client.rw_lock(\"catalog\")");
 
     /// As [`RwLock::read`], without waiting: `Ok(None)` while another owner
     /// writes or waits to write.
@@ -150,6 +153,13 @@ impl RwLock {
         let held = held.ok_or_else(|| self.h.timeout())?;
         Ok(WriteGuard { held })
     }
+
+    crate::run::run_api!(
+        run_write,
+        write,
+        "write hold",
+        "client.rw_lock(\"catalog\")"
+    );
 
     /// As [`RwLock::write`], without waiting (and without blocking new
     /// readers): `Ok(None)` while another owner reads or writes.
@@ -369,7 +379,7 @@ impl Drop for WithdrawOnDrop<'_> {
 /// [`LockGuard`](crate::LockGuard) and [`Client::close`](crate::Client::close).
 #[must_use = "dropping the guard releases the read hold at once"]
 pub struct ReadGuard {
-    held: Held,
+    pub(crate) held: Held,
 }
 
 guard_api!(
@@ -386,7 +396,7 @@ guard_api!(
 /// [`LockGuard`](crate::LockGuard) and [`Client::close`](crate::Client::close).
 #[must_use = "dropping the guard releases the write hold at once"]
 pub struct WriteGuard {
-    held: Held,
+    pub(crate) held: Held,
 }
 
 guard_api!(

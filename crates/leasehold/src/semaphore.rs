@@ -6,7 +6,7 @@ use crate::acquire::acquire;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{Held, guard_api};
-use crate::handle::{Handle, handle_api};
+use crate::handle::{Handle, at_least_api, handle_api};
 use crate::key::validate_name;
 use crate::lease::Kind;
 use crate::rwlock::HoldStatus;
@@ -47,6 +47,7 @@ pub struct Semaphore {
     permits: u32,
 }
 
+at_least_api!(Semaphore);
 handle_api!(Semaphore, "acquire");
 
 impl Semaphore {
@@ -91,6 +92,8 @@ impl Semaphore {
             .await?
             .ok_or_else(|| self.h.timeout())
     }
+
+    crate::run::run_api!(run, acquire, "permit", "client.semaphore(\"exports\", 4)");
 
     /// Takes a permit if one is free, without waiting: `Ok(None)` when all
     /// are held.
@@ -240,7 +243,7 @@ pub struct SemaphoreStatus {
 /// [`LockGuard`](crate::LockGuard) and [`Client::close`](crate::Client::close).
 #[must_use = "dropping the permit gives it back at once"]
 pub struct Permit {
-    held: Held,
+    pub(crate) held: Held,
 }
 
 guard_api!(

@@ -69,6 +69,9 @@ struct Release {
     hold: String,
     /// The TTL the hold queued with, if it may be a queued waiter.
     queued: Option<Duration>,
+    /// `hold_at_least`: until then the lease is kept (set on the server to
+    /// last until then) instead of released.
+    keep_until: Option<Instant>,
 }
 
 /// What the watchdog needs from the servers: [`Servers`] in a client, an
@@ -162,7 +165,14 @@ impl Watchdog {
             keys,
             hold,
             queued,
+            keep_until: None,
         }));
+    }
+
+    /// Releases a held lease in the background (a dropped guard), or, if
+    /// its `hold_at_least` has not passed, keeps it until then.
+    pub(crate) fn release_lease(&self, lease: &Lease) {
+        let _ = self.tx.send(Command::Release(Release::of(lease)));
     }
 
     /// Gives back every lease on the books and every release still queued,
@@ -307,12 +317,32 @@ impl<D: Door> State<D> {
                 keys,
                 hold,
                 queued,
+                keep_until,
             }) = self.backlog.pop_front()
             else {
                 return;
             };
             let servers = self.servers.clone();
+            let kept_for = keep_until
+                .and_then(|until| until.checked_duration_since(Instant::now()))
+                .filter(|rest| !rest.is_zero());
             self.releasing.push(Box::pin(async move {
+                if let Some(ttl) = kept_for {
+                    // hold_at_least: the lease stays until then, unrenewed.
+                    let extension = Extension {
+                        key: keys.lock(),
+                        hold: &hold,
+                        ttl,
+                    };
+                    return match servers.extend(kind, &[extension]).await {
+                        Ok(_) => Ok(()),
+                        Err(e) => {
+                            tracing::warn!(key = %keys.lock(), error = %e,
+                                "keeping a lease for hold_at_least failed; it will expire by its TTL");
+                            Err(e)
+                        }
+                    };
+                }
                 match servers.release(kind, &keys, &hold, queued).await {
                     Ok(_) => Ok(()),
                     Err(e) => {
@@ -478,6 +508,7 @@ impl Release {
             keys: Arc::clone(&lease.keys),
             hold: lease.hold.clone(),
             queued: None,
+            keep_until: lease.kept_until(),
         }
     }
 }

@@ -12,12 +12,26 @@ use leasehold_testkit::RedisCluster;
 /// The replicas a master reports, once it reports any (a replica's link may
 /// be up a moment before its master lists it).
 fn replicas_of(cluster: &RedisCluster, port: u16) -> Vec<u16> {
+    // The master's own cluster view (CLUSTER REPLICAS asked of it), not its
+    // replication link (ROLE): a manual failover needs the master to know
+    // the replica as its own, which gossip tells it only after the link is
+    // up (Redis 6.2 let a CLUSTER FAILOVER sent in between time out).
+    let id = cluster.node_id(port);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let role: (String, i64, Vec<(String, String, String)>) = redis::cmd("ROLE")
+        let lines: Vec<String> = redis::cmd("CLUSTER")
+            .arg("REPLICAS")
+            .arg(&id)
             .query(&mut cluster.node(port).connection())
-            .expect("ROLE");
-        let replicas: Vec<u16> = role.2.iter().map(|(_, p, _)| p.parse().unwrap()).collect();
+            .expect("CLUSTER REPLICAS");
+        // '<id> 127.0.0.1:<port>@<bus> slave <master id> ...'
+        let replicas: Vec<u16> = lines
+            .iter()
+            .filter_map(|line| {
+                let addr = line.split(' ').nth(1)?;
+                addr.split(['@', ':']).nth(1)?.parse().ok()
+            })
+            .collect();
         if !replicas.is_empty() {
             return replicas;
         }
@@ -319,12 +333,21 @@ async fn a_release_reaches_only_its_shard_and_wakes_its_waiter() {
             );
         }
     }
-    for m in &sharded {
-        assert_eq!(m.publish, 0, "sharded: no PUBLISH crossed the bus: {m:?}");
-        assert_eq!(
-            m.publishshard, 1,
-            "sharded: one copy, to the replica: {m:?}"
-        );
+    if leasehold_testkit::server_version() >= (7, 0) {
+        for m in &sharded {
+            assert_eq!(m.publish, 0, "sharded: no PUBLISH crossed the bus: {m:?}");
+            assert_eq!(
+                m.publishshard, 1,
+                "sharded: one copy, to the replica: {m:?}"
+            );
+        }
+    } else {
+        // Redis 6.2 has no sharded pub/sub: the default user's client takes
+        // the plain way too (README, "Deployments").
+        for m in &sharded {
+            assert_eq!(m.publish, nodes - 1, "6.2: to every other node: {m:?}");
+            assert_eq!(m.publishshard, 0, "6.2: {m:?}");
+        }
     }
     for m in &plain {
         assert_eq!(m.publish, nodes - 1, "plain: to every other node: {m:?}");

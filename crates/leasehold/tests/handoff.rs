@@ -210,8 +210,15 @@ async fn a_contended_acquisition_costs_a_dozen_commands() {
     // Waits here last milliseconds, so waiters seldom reach a heartbeat;
     // the ones whose attempt found the lock free cost less. A machine slow
     // enough to stall a waiter for a second adds a heartbeat (6 more).
+    // Redis 6.2 has no SET .. NX .. GET: a refused attempt there is SET NX,
+    // then GET, one command more.
+    let bound = if leasehold_testkit::server_version() >= (7, 0) {
+        12.5
+    } else {
+        13.5
+    };
     assert!(
-        per <= 12.5,
+        per <= bound,
         "{per:.2} commands per contended acquisition over {:?}",
         started.elapsed()
     );

@@ -370,13 +370,12 @@ impl Backend {
         let _ = e;
     }
 
-    /// Refuses servers older than Redis 7, whose scripts lack `SET .. NX GET`,
-    /// and warns when the eviction policy could evict lock keys.
+    /// Refuses servers older than Redis 6.2 (see [`supported`]), and warns
+    /// when the eviction policy could evict lock keys.
     async fn check_server(&self) -> Result<()> {
-        let reply: Value = match self
-            .query(redis::cmd("INFO").arg("server").arg("memory"), "")
-            .await
-        {
+        // The default sections (both `server` and `memory` among them): Redis
+        // 6.2 answers a syntax error to INFO with more than one section.
+        let reply: Value = match self.query(&redis::cmd("INFO"), "").await {
             Ok(reply) => reply,
             // A least-privilege user may not run INFO; the scripts will tell.
             Err(Error::Auth { source }) if source.code() == Some("NOPERM") => return Ok(()),
@@ -389,18 +388,7 @@ impl Backend {
         };
         for info in infos {
             let info = String::from_redis_value(info).map_err(|e| Error::Redis(e.into()))?;
-            let version = info_field(&info, "redis_version");
-            let major: u32 = version
-                .split('.')
-                .next()
-                .and_then(|m| m.parse().ok())
-                .unwrap_or(0);
-            if major < 7 {
-                return Err(Error::Unsupported(format!(
-                    "Redis {version} at {}: leasehold needs Redis 7.0 or newer",
-                    self.addr
-                )));
-            }
+            supported(&info_field(&info, "redis_version"), &self.addr)?;
             let policy = info_field(&info, "maxmemory_policy");
             if evicts_lock_keys(&policy) {
                 tracing::warn!(
@@ -672,6 +660,28 @@ async fn sharded_pubsub(conn: &ClusterConnection, addr: &str) -> bool {
     true
 }
 
+/// The oldest Redis the scripts run on: 6.2 brought `SET .. GET`, `PXAT`
+/// and `ZRANGE .. BYSCORE`, which they use. Valkey reports the Redis version
+/// it is compatible with (7.2.4 for Valkey 8).
+const OLDEST_SUPPORTED: (u32, u32) = (6, 2);
+
+/// Refuses a server whose `redis_version` (from INFO) is older than
+/// [`OLDEST_SUPPORTED`], naming both. A version it cannot read is let
+/// through: the scripts will say what fails.
+fn supported(version: &str, addr: &str) -> Result<()> {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>());
+    let (Some(Ok(major)), Some(Ok(minor))) = (parts.next(), parts.next()) else {
+        return Ok(());
+    };
+    if (major, minor) < OLDEST_SUPPORTED {
+        let (want_major, want_minor) = OLDEST_SUPPORTED;
+        return Err(Error::Unsupported(format!(
+            "Redis {version} at {addr}: leasehold needs Redis {want_major}.{want_minor} or newer"
+        )));
+    }
+    Ok(())
+}
+
 /// The value of `name` in an INFO text, empty if absent.
 fn info_field(info: &str, name: &str) -> String {
     info.lines()
@@ -787,7 +797,24 @@ pub(crate) fn redact_url(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{evicts_lock_keys, is_tls_url, redact_url};
+    use super::{evicts_lock_keys, is_tls_url, redact_url, supported};
+    use crate::error::Error;
+
+    #[test]
+    fn servers_from_redis_6_2_are_supported_and_older_ones_named() {
+        for ok in ["6.2.0", "6.2.14", "7.0.15", "7.2.4", "8.0.2", "10.0.0", ""] {
+            assert!(supported(ok, "127.0.0.1:1").is_ok(), "{ok}");
+        }
+        for old in ["6.0.16", "5.0.7", "6.1.0"] {
+            let Err(Error::Unsupported(message)) = supported(old, "127.0.0.1:1") else {
+                panic!("{old} was let through");
+            };
+            assert_eq!(
+                message,
+                format!("Redis {old} at 127.0.0.1:1: leasehold needs Redis 6.2 or newer")
+            );
+        }
+    }
 
     #[test]
     fn tls_urls_are_told_by_their_scheme() {

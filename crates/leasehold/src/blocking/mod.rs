@@ -497,6 +497,26 @@ macro_rules! blocking_handle {
     };
 }
 
+/// `hold_at_least` on a blocking handle (every kind but ReentrantLock, as
+/// the async handles).
+macro_rules! blocking_at_least {
+    ($name:ident) => {
+        impl $name {
+            /// A release sooner than `at_least` after the acquisition keeps
+            /// the lease until then instead of freeing the lock (scheduled
+            /// jobs); see the async handle's `hold_at_least`.
+            ///
+            /// Defaults to none.
+            pub fn hold_at_least(self, at_least: Duration) -> Self {
+                Self {
+                    inner: self.inner.hold_at_least(at_least),
+                    rt: self.rt,
+                }
+            }
+        }
+    };
+}
+
 /// A blocking handle whose holds belong to an owner id.
 macro_rules! blocking_owner {
     ($handle:ident, $make:literal) => {
@@ -687,6 +707,49 @@ macro_rules! blocking_acquire {
     };
 }
 
+/// A blocking `run` method `$run` calling the async one, with its docs.
+macro_rules! blocking_run {
+    ($run:ident, $what:literal, $make:literal) => {
+        #[doc = concat!("Takes the ", $what, ", runs `work(fence)` under it on this thread, releases it")]
+        /// and returns the work's output; if the lease is lost before the
+        /// work finishes, the work is dropped at once and the call returns
+        /// [`Error::Lost`]. See [`crate::Lock::run`] for what "dropped" means
+        /// for work already sent elsewhere, and why the fence still matters.
+        ///
+        /// The work is a future even here, because only a future can be
+        /// stopped from outside: a plain closure would run to its end under
+        /// a lost lease. It runs on the calling thread inside the client's
+        /// runtime, so Tokio timers and I/O work in it. Purely synchronous
+        /// work cannot be dropped midway: take a guard instead and check
+        /// its `is_lost()` between steps.
+        ///
+        /// ```no_run
+        /// # fn run(client: leasehold::blocking::Client) -> Result<(), leasehold::Error> {
+        #[doc = concat!("let out = ", $make, ".", stringify!($run), "(|fence| async move {")]
+        ///     tokio::time::sleep(std::time::Duration::from_millis(10)).await; // dropped here if lost
+        ///     fence
+        /// })?;
+        /// # Ok(()) }
+        /// ```
+        ///
+        /// # Errors
+        ///
+        /// As the async method.
+        ///
+        /// # Panics
+        ///
+        /// Inside an async runtime: use the async API there.
+        #[track_caller]
+        pub fn $run<F, Fut, T>(&self, work: F) -> Result<T>
+        where
+            F: FnOnce(u64) -> Fut,
+            Fut: Future<Output = T>,
+        {
+            self.rt.block_on(self.inner.$run(work))
+        }
+    };
+}
+
 /// Blocking `release_by_token` and `extend_by_token` calling the async ones
 /// of `$handle`, with their docs; `$make` is example code yielding a handle.
 macro_rules! blocking_by_token {
@@ -769,6 +832,7 @@ macro_rules! blocking_status {
     };
 }
 
+blocking_at_least!(Lock);
 blocking_handle!(Lock, Lock, "blocking::Client::lock");
 blocking_guard!(
     LockGuard,
@@ -790,6 +854,7 @@ impl Lock {
         "Takes the lock if it is free, without waiting: `Ok(None)` when held.",
         "let maybe = client.lock(\"orders:42\").try_acquire()?;"
     );
+    blocking_run!(run, "lock", "client.lock(\"orders:42\")");
 
     blocking_by_token!(Lock, "client.lock(\"deploy\")");
 
@@ -834,6 +899,7 @@ impl ReentrantLock {
         "Takes a hold if the lock is free or this owner's, without waiting.",
         "let maybe = client.reentrant_lock(\"orders:42\").try_acquire()?;"
     );
+    blocking_run!(run, "hold", "client.reentrant_lock(\"orders:42\")");
     blocking_status!(
         ReentrantLock,
         ReentrantStatus,
@@ -841,6 +907,7 @@ impl ReentrantLock {
     );
 }
 
+blocking_at_least!(RwLock);
 blocking_handle!(RwLock, RwLock, "blocking::Client::rw_lock");
 blocking_owner!(RwLock, "client.rw_lock(\"catalog\")");
 blocking_guard!(
@@ -881,6 +948,8 @@ impl RwLock {
         "Takes the write hold without waiting: `Ok(None)` while another owner holds it.",
         "let maybe = client.rw_lock(\"catalog\").try_write()?;"
     );
+    blocking_run!(run_read, "read hold", "client.rw_lock(\"catalog\")");
+    blocking_run!(run_write, "write hold", "client.rw_lock(\"catalog\")");
     blocking_status!(
         RwLock,
         RwLockStatus,
@@ -915,6 +984,7 @@ impl WriteGuard {
     }
 }
 
+blocking_at_least!(Semaphore);
 blocking_handle!(Semaphore, Semaphore, "blocking::Client::semaphore");
 blocking_guard!(
     Permit,
@@ -936,6 +1006,7 @@ impl Semaphore {
         "Takes a permit if one is free, without waiting: `Ok(None)` when all are held.",
         "let maybe = client.semaphore(\"exports\", 4).try_acquire()?;"
     );
+    blocking_run!(run, "permit", "client.semaphore(\"exports\", 4)");
 
     blocking_status!(
         Semaphore,
@@ -949,6 +1020,7 @@ impl Semaphore {
     }
 }
 
+blocking_at_least!(FairLock);
 blocking_handle!(FairLock, FairLock, "blocking::Client::fair_lock");
 
 impl FairLock {
@@ -964,6 +1036,7 @@ impl FairLock {
         "Takes the lock if it is free and nobody waits for it: `Ok(None)` otherwise.",
         "let maybe = client.fair_lock(\"payouts\").try_acquire()?;"
     );
+    blocking_run!(run, "lock", "client.fair_lock(\"payouts\")");
 
     blocking_by_token!(FairLock, "client.fair_lock(\"payouts\")");
 

@@ -66,7 +66,13 @@ if ARGV[6] == '1' and not redis.call('GET', KEYS[1]) then
     redis.call('ZREM', KEYS[4], head[1])
   end
 end
-local holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
+-- One command on 7.0 (SET .. NX .. GET); on 6.2, SET NX, then GET only when it is taken.
+local holder
+if modern then
+  holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
+elseif not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  holder = redis.call('GET', KEYS[1])
+end
 if holder and holder ~= ARGV[1] then
   return refuse()
 end

@@ -1,6 +1,4 @@
-#!lua flags=no-writes
--- lock_status.lua: read a lock's state without changing it (the flag above makes Redis
--- refuse any write).
+-- lock_status.lua: read a lock's state without changing it.
 -- KEYS[1] lock key   KEYS[2] fence key   KEYS[3] queue   KEYS[4] heartbeats (see
 -- lock_acquire.lua)   ARGV[1] the queue window in ms
 -- Returns {holder token or false, pttl of the lease in ms (-2 if none), last fence or false,

@@ -1,5 +1,7 @@
--- prelude.lua: shared by every script; scripts/mod.rs puts it at the top of each one (after
--- its '#!lua' line, if any) when it loads them, and tests/scripts.rs runs them so assembled.
+-- prelude.lua: shared by every script; scripts/mod.rs puts it at the top of each one when it
+-- loads them, and tests/scripts.rs runs them so assembled. Every script runs on Redis 6.2
+-- (no '#!lua' line): where 7.0 saves a command, the script asks `modern` and takes the 7.0
+-- form there and the 6.2 one otherwise.
 --
 -- Fences: next_fence issues max(last stored + 1, server time in µs) on every acquisition of
 -- every kind, and stores it until max(now + memory, the moment the clock passes it).
@@ -13,6 +15,23 @@
 -- kept; one that steps back while it is not (no acquisition within the memory before the
 -- step) can issue fences up to d lower than earlier ones, and so can a failover to a replica
 -- whose clock is behind the old master's.
+
+-- Whether the server has Redis 7.0's commands (SET .. NX .. GET, PEXPIRE .. GT): Redis 7.0+
+-- and Valkey set redis.REDIS_VERSION, Redis 6.2 does not.
+local modern = redis.REDIS_VERSION ~= nil
+
+-- Sets the expiry of key to ms from now unless it expires later already (PEXPIRE .. GT).
+local function pexpire_gt(key, ms)
+  if modern then
+    redis.call('PEXPIRE', key, ms, 'GT')
+  else
+    -- -1: no expiry, which GT counts as the latest of all.
+    local pttl = redis.call('PTTL', key)
+    if pttl ~= -1 and pttl < tonumber(ms) then
+      redis.call('PEXPIRE', key, ms)
+    end
+  end
+end
 
 -- The server time: {ms, µs}.
 local function now_both()

@@ -15,7 +15,7 @@ end
 local hold = 'h:' .. ARGV[2]
 if holder then
   redis.call('HSET', KEYS[1], hold, 1)
-  redis.call('PEXPIRE', KEYS[1], ARGV[3], 'GT')
+  pexpire_gt(KEYS[1], ARGV[3])
   return {1, tonumber(redis.call('HGET', KEYS[1], 'fence'))}
 end
 local fence, refused = next_fence(KEYS[2], ARGV[4])

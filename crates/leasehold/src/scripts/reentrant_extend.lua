@@ -11,7 +11,7 @@ for i, key in ipairs(KEYS) do
   if type(exists) == 'table' then
     out[i] = -1
   elseif exists == 1 then
-    redis.call('PEXPIRE', key, ARGV[2 * i], 'GT')
+    pexpire_gt(key, ARGV[2 * i])
     out[i] = 1
   elseif redis.call('EXISTS', key) == 1 then
     out[i] = -1

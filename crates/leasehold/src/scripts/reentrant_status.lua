@@ -1,6 +1,4 @@
-#!lua flags=no-writes
--- reentrant_status.lua: read a reentrant lock's state without changing anything (the flag
--- above makes Redis refuse any write).
+-- reentrant_status.lua: read a reentrant lock's state without changing anything.
 -- KEYS[1] lock key (hash, see reentrant_acquire.lua)   KEYS[2] fence key
 -- Returns {owner or false, number of holds, pttl of the lock in ms (-2 if none, -1 if no
 -- expiry), fence or false: the owner's while held, else the last one issued}.

@@ -12,6 +12,6 @@ if not score or tonumber(score) <= now then
 end
 redis.call('ZREM', key, ARGV[1])
 redis.call('ZADD', key, now + tonumber(ARGV[3]), ARGV[2])
-redis.call('PEXPIRE', key, ARGV[3], 'GT')
+pexpire_gt(key, ARGV[3])
 publish(ARGV[4], KEYS[2], 'all')
 return 1

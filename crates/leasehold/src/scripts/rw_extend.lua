@@ -14,7 +14,7 @@ for i, key in ipairs(KEYS) do
     out[i] = -1
   elseif score and tonumber(score) > now then
     redis.call('ZADD', key, 'XX', now + ttl, member)
-    redis.call('PEXPIRE', key, ttl, 'GT')
+    pexpire_gt(key, ttl)
     out[i] = 1
   else
     out[i] = 0

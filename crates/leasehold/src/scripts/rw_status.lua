@@ -1,7 +1,5 @@
-#!lua flags=no-writes
--- rw_status.lua: read the live entries of an RwLock without changing anything (the flag above
--- makes Redis refuse any write). Also reads a semaphore (sem_acquire.lua), whose set has the
--- same shape.
+-- rw_status.lua: read the live entries of an RwLock without changing anything. Also reads a
+-- semaphore (sem_acquire.lua), whose set has the same shape.
 -- KEYS[1] rw key (sorted set, see rw_acquire.lua)   KEYS[2] fence key
 -- ARGV[1] most entries to list per group
 -- Returns {last fence or false, groups}: the live entries (expiry after now; expired ones are

@@ -123,7 +123,9 @@ pub const PLAIN_PUBSUB_RULES: &str = "+evalsha +eval +script|load +subscribe +un
 /// cluster does not share ACLs) and returns its URLs.
 pub fn user_on_every_node(cluster: &RedisCluster, name: &str, rules: &str) -> Vec<String> {
     for node in cluster.nodes() {
-        let mut args = vec!["SETUSER", name, "reset", "on", ">pw"];
+        // resetchannels: Redis 6.2 starts a reset user with every channel
+        // (7.0 with none), and refuses a channel pattern after that.
+        let mut args = vec!["SETUSER", name, "reset", "resetchannels", "on", ">pw"];
         args.extend(rules.split_whitespace());
         let _: () = redis::cmd("ACL")
             .arg(&args)

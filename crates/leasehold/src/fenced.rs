@@ -1,0 +1,205 @@
+//! The resource side of fencing: a write to a Redis key that is refused
+//! when it comes from a holder whose lease has been superseded.
+//!
+//! A lease cannot stop a paused holder from writing late (a GC pause, a
+//! frozen VM, a request that sat in a socket): it wakes believing it still
+//! holds the lock. Every acquisition's [`fence`](crate::LockGuard::fence) is
+//! strictly greater than every earlier one of that lock name, so a
+//! resource that remembers the highest fence it has seen, and refuses
+//! lower ones, turns such a late write into an error instead of a lost
+//! update.
+//!
+//! [`set`] does that for a Redis key, in one atomic script ([`SET_SCRIPT`]):
+//! the value is written only if the writer's fence is at least the highest
+//! seen for the key (equal is allowed: one holder may write many times), and
+//! the fence is kept beside it, at [`fence_key`]. The resource may be any
+//! Redis, not necessarily the one the locks live on; the script uses no
+//! leasehold key and needs no leasehold client, so any Redis client can run
+//! it. From the shell:
+//!
+//! ```sh
+//! redis-cli EVAL "$(cat crates/leasehold/src/scripts/fenced_set.lua)" 2 \
+//!     report:latest '{report:latest}:fence' "$LEASEHOLD_FENCE" 'the value'
+//! # a stale fence:
+//! # (error) STALE fence 17 is below 42, the highest seen for this key: ...
+//! ```
+//!
+//! (`leasehold run` passes the fence to its command as `LEASEHOLD_FENCE`.)
+//!
+//! The fence key must live as long as the value and as long as a stale
+//! writer might still write: it has no expiry unless one is asked for, and
+//! then both keys get the same one. Writers of one key must all go through
+//! the fence check; a plain `SET` bypasses it.
+//!
+//! For SQL the same idea is a condition on the row; see the README's
+//! fencing recipe and `examples/fenced_postgres.rs`.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::ToRedisArgs;
+
+use crate::error::{Error, Result};
+
+/// The fenced write as a standalone Lua script, for any Redis client:
+/// `EVAL <script> 2 <key> <fence key> <fence> <value> [<expiry ms>]`.
+///
+/// It sets `<key>` to `<value>` and `<fence key>` to `<fence>` if `<fence>`
+/// is at least the number stored at `<fence key>` (or none is), and returns
+/// `<fence>`; otherwise it changes nothing and replies with an error that
+/// starts with `STALE`. Both keys must be in one cluster slot (see
+/// [`fence_key`]). With `<expiry ms>`, both keys expire after that long.
+///
+/// ```
+/// assert!(leasehold::fenced::SET_SCRIPT.contains("KEYS[2]"));
+/// ```
+pub const SET_SCRIPT: &str = include_str!("scripts/fenced_set.lua");
+
+static SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SET_SCRIPT));
+
+/// Where [`set`] keeps the highest fence seen for `key`: in the same
+/// cluster slot as `key`.
+///
+/// `key` with a hash tag (`orders:{42}`) gives `key` + `:fence`; a key
+/// without one gives `{key}:fence`, whose tag is the whole key. A key
+/// without a hash tag that contains `}` cannot be tagged that way and
+/// gives `key:fence`, which a cluster refuses (`CROSSSLOT`): give such a
+/// key a hash tag.
+///
+/// ```
+/// use leasehold::fenced::fence_key;
+/// assert_eq!(fence_key("report:latest"), "{report:latest}:fence");
+/// assert_eq!(fence_key("orders:{42}:total"), "orders:{42}:total:fence");
+/// ```
+pub fn fence_key(key: &str) -> String {
+    if has_hash_tag(key) || key.contains('}') {
+        format!("{key}:fence")
+    } else {
+        format!("{{{key}}}:fence")
+    }
+}
+
+/// Whether Redis Cluster hashes only part of `key`: a `{` followed later
+/// by a `}` with at least one byte between them.
+fn has_hash_tag(key: &str) -> bool {
+    key.find('{').is_some_and(|open| {
+        key[open + 1..]
+            .find('}')
+            .is_some_and(|close_after| close_after > 0)
+    })
+}
+
+/// Sets `key` to `value` if `fence` is at least the highest fence seen for
+/// `key`, and keeps `fence` as the highest (at [`fence_key`]`(key)`); with
+/// `expiry`, both keys expire after it. One atomic script ([`SET_SCRIPT`])
+/// on `conn`, which may be any Redis connection (it need not be the
+/// locks' server): an async connection of [`crate::redis`], the driver
+/// leasehold re-exports, so its version is leasehold's.
+///
+/// ```no_run
+/// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+/// use leasehold::{Error, fenced};
+///
+/// let redis = leasehold::redis::Client::open("redis://127.0.0.1:6379").map_err(Error::Redis)?;
+/// let mut conn = redis.get_multiplexed_async_connection().await.map_err(Error::Redis)?;
+/// let guard = client.lock("report").acquire().await?;
+/// // ... long work; the lease may be lost meanwhile ...
+/// match fenced::set(&mut conn, "report:latest", guard.fence(), "done", None).await {
+///     Ok(()) => guard.release().await?,
+///     Err(Error::StaleFence { highest, .. }) => eprintln!("superseded by fence {highest}"),
+///     Err(e) => return Err(e),
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// [`Error::StaleFence`] when a higher fence has been seen for `key`
+/// (nothing is changed); [`Error::InvalidArgument`] for an expiry under a
+/// millisecond; [`Error::WrongType`] when either key holds another type;
+/// other Redis and connection errors.
+///
+/// # Cancel safety
+///
+/// If dropped, the write may or may not have happened.
+pub async fn set<C, V>(
+    conn: &mut C,
+    key: &str,
+    fence: u64,
+    value: V,
+    expiry: Option<Duration>,
+) -> Result<()>
+where
+    C: redis::aio::ConnectionLike,
+    V: ToRedisArgs,
+{
+    let expiry_ms = match expiry {
+        None => String::new(),
+        Some(d) if d.as_millis() == 0 => {
+            return Err(Error::InvalidArgument(format!(
+                "expiry of fenced key {key:?} must be at least 1 ms, got {d:?}"
+            )));
+        }
+        Some(d) => d.as_millis().to_string(),
+    };
+    let reply: redis::RedisResult<String> = SCRIPT
+        .key(key)
+        .key(fence_key(key))
+        .arg(fence)
+        .arg(value)
+        .arg(expiry_ms)
+        .invoke_async(conn)
+        .await;
+    match reply {
+        Ok(_) => Ok(()),
+        Err(e) if e.code() == Some("STALE") => Err(Error::StaleFence {
+            key: key.to_owned(),
+            fence,
+            highest: highest_in(&e.to_string()).unwrap_or(u64::MAX),
+        }),
+        Err(e) => Err(Error::from_redis(
+            e,
+            "the connection given to fenced::set",
+            key,
+        )),
+    }
+}
+
+/// The highest fence named in a `STALE` reply: the number after "is below".
+fn highest_in(reply: &str) -> Option<u64> {
+    let rest = &reply[reply.find("is below ")? + "is below ".len()..];
+    let digits = rest.split(|c: char| !c.is_ascii_digit()).next()?;
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::slot;
+
+    #[test]
+    fn the_highest_fence_is_read_from_a_stale_reply() {
+        let reply = "STALE: fence 17 is below 42, the highest seen for this key: a newer";
+        assert_eq!(highest_in(reply), Some(42));
+        assert_eq!(highest_in("something else"), None);
+    }
+
+    #[test]
+    fn hash_tags_are_found_as_cluster_finds_them() {
+        assert!(has_hash_tag("a{b}c"));
+        assert!(!has_hash_tag("a{}b"));
+        assert!(!has_hash_tag("a}b{"));
+        assert!(!has_hash_tag("plain"));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_fence_key_shares_its_keys_slot(key in "\\PC{1,40}|[{}a-c:]{1,12}") {
+            let fence = fence_key(&key);
+            // The one case left to Redis to refuse: no tag, but a `}`.
+            if has_hash_tag(&key) || !key.contains('}') {
+                proptest::prop_assert_eq!(slot(&key), slot(&fence), "{} {}", key, fence);
+            }
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! Fencing an SQL `UPDATE` (`examples/fenced_postgres.rs`) on a private
+//! PostgreSQL and a real Redis: a holder cut off past its TTL writes late
+//! with its old fence, and the row refuses it.
+
+mod common;
+
+#[allow(dead_code, unreachable_pub)]
+#[path = "../examples/fenced_postgres.rs"]
+mod example;
+
+use std::time::Duration;
+
+use leasehold_testkit::{PostgresServer, Proxy, ProxyMode, RedisServer};
+
+async fn database(pg: &PostgresServer) -> tokio_postgres::Client {
+    let (db, connection) = tokio_postgres::connect(&pg.connection_string(), tokio_postgres::NoTls)
+        .await
+        .expect("connect to the test PostgreSQL");
+    tokio::spawn(connection);
+    example::create_ledger(&db, 1).await.expect("schema");
+    db
+}
+
+async fn total(db: &tokio_postgres::Client) -> (i64, i64) {
+    let row = db
+        .query_one("SELECT total, last_fence FROM ledger WHERE id = 1", &[])
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_with_the_holders_fence_applies_and_a_lower_one_does_not() {
+    let pg = PostgresServer::start();
+    let server = RedisServer::start();
+    let db = database(&pg).await;
+    let client = common::client(&server).await;
+    let guard = client.lock("ledger").acquire().await.unwrap();
+    let fence = guard.fence();
+    assert!(example::fenced_update(&db, 1, 10, fence).await.unwrap());
+    // The same holder may write again with its fence.
+    assert!(example::fenced_update(&db, 1, 11, fence).await.unwrap());
+    assert!(!example::fenced_update(&db, 1, 12, fence - 1).await.unwrap());
+    assert_eq!(total(&db).await, (11, i64::try_from(fence).unwrap()));
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_paused_past_its_ttl_has_its_late_update_rejected() {
+    let pg = PostgresServer::start();
+    let server = RedisServer::start();
+    let db = database(&pg).await;
+    // A reaches the locks' Redis through a proxy that goes silent: none of
+    // its renewals get through, as for a process paused past its TTL.
+    let proxy = Proxy::start(server.port());
+    let a = leasehold::Client::connect(&proxy.url()).await.unwrap();
+    let b = common::client(&server).await;
+    let ttl = Duration::from_millis(600);
+
+    let guard_a = a.lock("ledger").ttl(ttl).acquire().await.unwrap();
+    let (read_by_a, _) = total(&db).await;
+    proxy.set_mode(ProxyMode::Blackhole);
+
+    // B gets the lock only once A's lease has ended on the server, and
+    // writes with its (higher) fence.
+    let guard_b = b
+        .lock("ledger")
+        .ttl(ttl)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(guard_b.fence() > guard_a.fence());
+    let (read_by_b, _) = total(&db).await;
+    assert!(
+        example::fenced_update(&db, 1, read_by_b + 1, guard_b.fence())
+            .await
+            .unwrap()
+    );
+
+    // A wakes and sends the update it had prepared: 0 rows, refused.
+    let applied = example::fenced_update(&db, 1, read_by_a + 1, guard_a.fence())
+        .await
+        .unwrap();
+    assert!(!applied, "the stale holder's update must not apply");
+    assert_eq!(
+        total(&db).await,
+        (read_by_b + 1, i64::try_from(guard_b.fence()).unwrap())
+    );
+    guard_b.release().await.unwrap();
+    proxy.set_mode(ProxyMode::Pass);
+    drop(guard_a);
+}
