@@ -226,8 +226,9 @@ impl Election {
     ///
     /// Errors are yielded as items: after a connection error the stream
     /// tries again (with a growing pause, at most 1 s); after
-    /// [`Error::Closed`], [`Error::InvalidArgument`], [`Error::Unsupported`]
-    /// or [`Error::WrongType`] it ends.
+    /// [`Error::Closed`] (the client was closed, [`Client::close`]),
+    /// [`Error::InvalidArgument`], [`Error::Unsupported`] or
+    /// [`Error::WrongType`] it ends.
     ///
     /// # Example
     ///
@@ -388,6 +389,15 @@ impl Observer {
             if self.done {
                 return None;
             }
+            // Client::close wakes it; registered before the check, so a
+            // close in between is not missed.
+            let client = self.election.h.client.clone();
+            let closing = client.inner.closing.notified();
+            tokio::pin!(closing);
+            closing.as_mut().enable();
+            if client.is_closed() {
+                return Some(self.failed(Error::Closed).await);
+            }
             let notify = match self.notify().await {
                 Ok(notify) => notify,
                 Err(e) => return Some(self.failed(e).await),
@@ -413,6 +423,7 @@ impl Observer {
             }
             tokio::select! {
                 () = notified => {}
+                () = &mut closing => {}
                 () = crate::clock::sleep_until(Instant::now() + recheck) => {}
             }
         }
@@ -426,9 +437,6 @@ impl Observer {
         let h = &self.election.h;
         validate_name(&h.name)?;
         h.client.inner.servers.single("Election")?;
-        if h.client.is_closed() {
-            return Err(Error::Closed);
-        }
         let subscription = h
             .client
             .inner

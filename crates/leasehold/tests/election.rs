@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use leasehold::{Client, Leader};
-use leasehold_testkit::{Proxy, ProxyMode, RedisCluster, RedisServer};
+use leasehold_testkit::{Proxy, ProxyMode, RedisCluster, RedisServer, SentinelSet};
 
 /// Waits (bounded) until `count` campaigners are queued behind the leader
 /// of `name`, so the test goes on only once they wait.
@@ -366,4 +366,74 @@ async fn a_redlock_client_refuses_elections_with_a_clear_error() {
         election.leader().await,
         Err(leasehold::Error::Unsupported(_))
     ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observe_ends_when_its_client_is_closed() {
+    let server = RedisServer::start();
+    let watcher = client(&server).await;
+    let mut changes = watcher.election("closing").observe();
+    assert_eq!(
+        changes.next().await.expect("an item").expect("observe"),
+        None
+    );
+    // Parked, waiting for a change, when the client closes.
+    let parked = tokio::spawn(async move {
+        let item = changes.next().await;
+        (item, changes.next().await)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    watcher.close().await.expect("close");
+    let (item, after) = tokio::time::timeout(Duration::from_secs(2), parked)
+        .await
+        .expect("the observer noticed the close")
+        .unwrap();
+    assert!(
+        matches!(item, Some(Err(leasehold::Error::Closed))),
+        "{item:?}"
+    );
+    assert!(after.is_none(), "the stream ends after Closed");
+}
+
+#[tokio::test]
+async fn values_keep_spaces_newlines_and_may_be_empty() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    for value in ["two words", "line one\nline two", "", " padded "] {
+        let election = client.election("values");
+        let leadership = election.campaign(value).await.expect("campaign");
+        let leader = election.leader().await.expect("leader").expect("a leader");
+        assert_eq!(leader.value, value);
+        leadership.resign().await.expect("resign");
+    }
+    let too_long = "x".repeat(leasehold::MAX_VALUE_LEN + 1);
+    assert!(matches!(
+        client.election("values").campaign(too_long).await,
+        Err(leasehold::Error::InvalidArgument(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_election_through_sentinel_hands_over() {
+    let set = SentinelSet::start("mymaster", 1, 3);
+    let connect = || async {
+        Client::sentinel(set.sentinel_urls(), set.name())
+            .await
+            .expect("connect through the sentinels")
+    };
+    let (a, b) = (connect().await, connect().await);
+    let first = a.election("s").campaign("a").await.expect("a");
+    let standby = b.election("s");
+    let campaign = tokio::spawn(async move { standby.campaign("b").await });
+    until_queued(&a, "s", 1).await;
+    let resigned = Instant::now();
+    first.resign().await.expect("resign");
+    let second = campaign.await.unwrap().expect("b");
+    assert!(resigned.elapsed() < Duration::from_millis(500));
+    let leader = a.election("s").leader().await.expect("leader");
+    assert_eq!(
+        leader.map(|l| (l.value, l.term)),
+        Some(("b".into(), second.term()))
+    );
+    second.resign().await.expect("resign b");
 }
