@@ -437,3 +437,35 @@ async fn an_election_through_sentinel_hands_over() {
     );
     second.resign().await.expect("resign b");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_sees_a_crashed_leader_go_by_its_lease_end_without_a_standby() {
+    // Nobody publishes when a lease expires: the observer's one timer, the
+    // lease end it last read, is what tells it.
+    const TTL: Duration = Duration::from_secs(1);
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let doomed = Client::connect(&proxy.url()).await.expect("connect");
+    let watcher = client(&server).await;
+    let mut changes = Watched::start(watcher.election("lonely").ttl(TTL));
+    assert_eq!(changes.next(Duration::from_secs(5)).await.0, None);
+    let leadership = doomed
+        .election("lonely")
+        .ttl(TTL)
+        .campaign("a")
+        .await
+        .expect("campaign");
+    let (seen, _) = changes.next(Duration::from_millis(500)).await;
+    assert_eq!(seen.map(|l| l.value), Some("a".to_owned()));
+
+    let crashed = Instant::now();
+    proxy.set_mode(ProxyMode::Blackhole);
+    let (seen, at) = changes.next(TTL + Duration::from_secs(1)).await;
+    assert_eq!(seen, None, "the crashed leader's lease ended");
+    assert!(
+        at - crashed <= TTL + Duration::from_millis(500),
+        "{:?}",
+        at - crashed
+    );
+    drop(leadership);
+}
