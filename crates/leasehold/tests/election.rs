@@ -469,3 +469,67 @@ async fn an_observer_sees_a_crashed_leader_go_by_its_lease_end_without_a_standby
     );
     drop(leadership);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_dropped_while_its_winning_attempt_is_in_flight_leaves_nothing_held() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let slow = Client::connect(&proxy.url()).await.expect("connect");
+    let observer = client(&server).await;
+    // The scripts are loaded on the server (an EVALSHA of a script it
+    // lacks would fail, and the dropped campaign never load it).
+    let warm = observer
+        .election("warm-up")
+        .campaign("w")
+        .await
+        .expect("warm-up");
+    warm.resign().await.expect("resign");
+    // Every byte now takes 300 ms each way: the attempt reaches the server
+    // after the campaign was dropped, and wins there.
+    proxy.set_mode(ProxyMode::Delay(Duration::from_millis(300)));
+    let election = slow.election("inflight").ttl(Duration::from_secs(30));
+    let dropped = tokio::time::timeout(Duration::from_millis(100), election.campaign("a")).await;
+    assert!(dropped.is_err(), "the campaign was cut short");
+
+    // The lease the attempt took is given back in the background; nothing
+    // is left, long before its 30 s TTL.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut won_meanwhile = false;
+    loop {
+        let status = observer.lock("inflight").status().await.expect("status");
+        won_meanwhile |= status.holder.is_some();
+        if status.holder.is_none() && status.waiters == 0 && won_meanwhile {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "won {won_meanwhile}, now: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        observer
+            .election("inflight")
+            .leader()
+            .await
+            .expect("leader"),
+        None
+    );
+    // And the election is free for the next campaigner at once.
+    let next = observer
+        .election("inflight")
+        .try_campaign("b")
+        .await
+        .expect("try_campaign")
+        .expect("free");
+    assert!(
+        observer
+            .election("inflight")
+            .try_campaign("c")
+            .await
+            .expect("try_campaign")
+            .is_none(),
+        "b leads"
+    );
+    next.resign().await.expect("resign");
+}
