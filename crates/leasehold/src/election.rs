@@ -2,11 +2,13 @@
 //!
 //! An election is the lease lock of the same name (its queue, hand-off,
 //! fences and renewal), with the leader's value in a record next to the
-//! lease (`<prefix>:{<name>}:leader`). The record is written right after
-//! the lease is won, owner-checked in the same script as the lease, and
-//! lives and ends with the lease: the watchdog renews both in one call, and
-//! a resignation drops it before the lease goes. A changed leader is
-//! published on `<prefix>:{<name>}:elected`, which observers listen to.
+//! lease (`<prefix>:{<name>}:leader`, under the lease's hash tag). The
+//! record is written right after the lease is won, by a script that first
+//! checks the lease is still the caller's, and lives and ends with the
+//! lease: the watchdog renews both in one call, and a resignation drops it
+//! before the lease goes. A record is believed only while its owner token
+//! holds the lease. A changed leader is published on
+//! `<prefix>:{<name>}:elected`, which observers listen to.
 //!
 //! Why not write the value with the acquisition itself: a lease handed to
 //! a standby at release is set by the releaser's script, which does not
