@@ -3,8 +3,10 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
+use clap::Parser;
 use clap::error::ErrorKind;
-use clap::{Args, Parser, Subcommand};
+
+pub(crate) use crate::args::*;
 
 use crate::exit::Failure;
 
@@ -12,453 +14,6 @@ use crate::exit::Failure;
 pub(crate) const URL_ENV: &str = "LEASEHOLD_URL";
 /// The server used when neither `--url` nor `LEASEHOLD_URL` is given.
 pub(crate) const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
-
-/// Distributed locks on Redis from the shell: run a command under a lock
-/// (a distributed flock(1)), hand leases between processes, inspect locks.
-#[derive(Debug, Parser)]
-#[command(
-    name = "leasehold",
-    version,
-    after_help = "Exit codes: the command's own for `run` (128+N if it died by signal N); \
-                  64 usage error (also: semaphore users that disagree on --permits); 65 a lock \
-                  key holds another data type; 69 Redis or the Redlock quorum unreachable, or \
-                  unsupported (--read/--write/--permits/--reentrant on Redlock); 70 lease lost; 75 lock busy, \
-                  wait timed out or not the owner; 77 authentication or permission refused."
-)]
-pub(crate) struct Cli {
-    /// Options that apply to every command.
-    #[command(flatten)]
-    pub(crate) global: Global,
-
-    /// What to do.
-    #[command(subcommand)]
-    pub(crate) command: Command,
-}
-
-/// Options shared by every command.
-#[derive(Debug, Args)]
-pub(crate) struct Global {
-    /// Redis server, redis://[user:password@]host:port[/db]. Defaults to
-    /// $LEASEHOLD_URL, else redis://127.0.0.1:6379. Three or more (independent
-    /// masters) mean Redlock, for the plain lock only: run and status
-    /// (without --read/--write/--permits/--reentrant), acquire, extend,
-    /// release, list.
-    #[arg(long = "url", value_name = "URL", global = true)]
-    pub(crate) urls: Vec<String>,
-
-    /// Redlock only (three or more --url): how long one node may take to
-    /// answer a request before it counts as failed, e.g. 50ms. Keep it far
-    /// below --ttl (it is capped at half of it). Defaults to 200ms.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, global = true)]
-    pub(crate) node_timeout: Option<Duration>,
-
-    /// Prefix of every Redis key and channel leasehold uses.
-    #[arg(long, value_name = "P", default_value = leasehold::DEFAULT_PREFIX, global = true)]
-    pub(crate) prefix: String,
-
-    /// Print results as JSON on stdout.
-    #[arg(long, global = true)]
-    pub(crate) json: bool,
-}
-
-/// The subcommands.
-#[derive(Debug, Subcommand)]
-pub(crate) enum Command {
-    /// Run CMD while holding the lock NAME; release it when CMD exits.
-    ///
-    /// With --read or --write NAME is a read-write lock (many readers or one
-    /// writer); with --permits N a semaphore (up to N holders at once).
-    /// CMD gets LEASEHOLD_FENCE and LEASEHOLD_TOKEN in its environment and
-    /// runs in its own process group. The lease is renewed while CMD runs.
-    /// SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH and the
-    /// other signals that would end leasehold are passed on to CMD's group.
-    /// If the lease is lost, the group gets SIGTERM, then SIGKILL after
-    /// --kill-grace, and leasehold exits 70. Otherwise leasehold exits with
-    /// CMD's code (128+N if it died by signal N), after ending what CMD
-    /// left running in its group (SIGTERM, SIGKILL after --kill-grace).
-    /// If leasehold is killed (even with SIGKILL) or crashes, a watcher
-    /// process kills CMD's group at once; while leasehold is stopped, CMD
-    /// is stopped too, and it resumes only if the lease is still held.
-    /// With stdin a terminal, CMD gets the terminal as a shell job would
-    /// (it reads typed input; Ctrl-C and Ctrl-Z reach it; fg resumes it).
-    Run(RunArgs),
-
-    /// Take the lock and keep it after exiting; prints the token and fence.
-    ///
-    /// The lease is not renewed: it ends after --ttl unless extended with
-    /// `leasehold extend` or released with `leasehold release`.
-    Acquire(AcquireArgs),
-
-    /// Set the lease held under TOKEN to end --ttl from now.
-    Extend(ExtendArgs),
-
-    /// Release the lease held under TOKEN.
-    Release(ReleaseArgs),
-
-    /// Show a lock's holder (token prefix), remaining TTL, last fence and waiters.
-    ///
-    /// With --read or --write NAME is a read-write lock: its writer, readers
-    /// and waiting writers; with --permits N a semaphore: the permits held
-    /// and by whom; with --reentrant a reentrant lock: its owner (id prefix)
-    /// and holds. Only live holds count. Nothing is changed.
-    Status(StatusArgs),
-
-    /// List the locks held under the prefix whose names match PATTERN.
-    List(ListArgs),
-
-    /// See several workers contend for one lock and the counter come out exact.
-    ///
-    /// With no --url (and no LEASEHOLD_URL) it starts a private, throwaway
-    /// redis-server from PATH on a free loopback port and stops it at the end.
-    Demo(DemoArgs),
-
-    /// Measure leasehold against a raw redis-rs loop and rslock (see docs/BENCHMARKS.md).
-    ///
-    /// Scenarios: uncontended (1), contended (2: one key, 4/16/64 waiter
-    /// processes), many-keys (3: 10,000 keys, 256 tasks on one client),
-    /// held-leases (4: 100,000 leases renewed by the watchdog), redlock (5:
-    /// 5 nodes against 1). Each figure is printed with its target and PASS
-    /// or SHORT. With no --url (and no LEASEHOLD_URL) it starts a private
-    /// redis-server and stops it at the end; redlock always starts its own 5.
-    /// Build with --release for figures worth comparing.
-    #[cfg(feature = "bench")]
-    Bench(BenchArgs),
-
-    /// One waiter process of `bench contended` (started by `bench` itself).
-    #[cfg(feature = "bench")]
-    #[command(hide = true, name = "bench-worker")]
-    BenchWorker(BenchWorkerArgs),
-
-    /// Not in this build: says how to build `bench` (feature `bench`).
-    #[cfg(not(feature = "bench"))]
-    #[command(hide = true, disable_help_flag = true)]
-    Bench(NoBenchArgs),
-
-    /// `run`'s launcher: reports its process group to the watcher, takes
-    /// the terminal if asked, then executes CMD (started by `run` itself).
-    #[command(hide = true, name = "run-exec")]
-    RunExec(RunExecArgs),
-
-    /// `run`'s watcher: kills CMD's process group when `run` dies, stops it
-    /// while `run` is stopped (started by `run` itself).
-    #[command(hide = true, name = "run-watch")]
-    RunWatch(RunWatchArgs),
-}
-
-/// How long to hold and how long to wait.
-#[derive(Debug, Args)]
-pub(crate) struct LeaseArgs {
-    /// Lease length; renewed while the holder lives (`run`), so it bounds how
-    /// long a crashed holder blocks others.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
-    pub(crate) ttl: Duration,
-
-    /// How long to wait for the lock when someone else holds it.
-    #[arg(
-        long,
-        value_name = "DURATION",
-        default_value = "10s",
-        value_parser = parse_duration,
-        conflicts_with = "no_wait"
-    )]
-    pub(crate) wait: Duration,
-
-    /// Fail at once (exit 75) when someone else holds the lock.
-    #[arg(long)]
-    pub(crate) no_wait: bool,
-}
-
-/// Arguments of `run`.
-#[derive(Debug, Args)]
-pub(crate) struct RunArgs {
-    /// The lock name.
-    pub(crate) name: String,
-
-    /// Lease length and wait.
-    #[command(flatten)]
-    pub(crate) lease: LeaseArgs,
-
-    /// What to hold: the plain lock, a read or the write hold, or a permit.
-    #[command(flatten)]
-    pub(crate) hold: HoldArgs,
-
-    /// After a lost lease, how long CMD gets between SIGTERM and SIGKILL.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
-    pub(crate) kill_grace: Duration,
-
-    /// The command and its arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "CMD")]
-    pub(crate) command: Vec<OsString>,
-}
-
-/// Which primitive NAME is (`run` holds it, `status` shows it): the plain
-/// lock unless one of these is given.
-#[derive(Debug, Args)]
-pub(crate) struct HoldArgs {
-    /// NAME is a read-write lock; `run` holds a read lock of it: many
-    /// readers at once, none while a writer holds it or waits for it.
-    #[arg(long, conflicts_with_all = ["write", "permits"])]
-    pub(crate) read: bool,
-
-    /// NAME is a read-write lock; `run` holds its write lock: alone, once
-    /// the readers left; new readers wait while it waits.
-    #[arg(long, conflicts_with = "permits")]
-    pub(crate) write: bool,
-
-    /// NAME is a semaphore of N permits; `run` holds one of them: up to N
-    /// commands at once. Everyone using NAME must pass the same N.
-    #[arg(long, value_name = "N", value_parser = parse_permits)]
-    pub(crate) permits: Option<u32>,
-}
-
-/// Which primitive `run` holds or `status` shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
-    /// The plain lease lock.
-    Lock,
-    /// A read hold of a read-write lock.
-    Read,
-    /// The write hold of a read-write lock.
-    Write,
-    /// A permit of a semaphore with this many permits.
-    Permits(u32),
-}
-
-impl HoldArgs {
-    /// The primitive the flags ask for (clap keeps them exclusive).
-    pub(crate) fn mode(&self) -> Mode {
-        match (self.read, self.write, self.permits) {
-            (true, _, _) => Mode::Read,
-            (_, true, _) => Mode::Write,
-            (_, _, Some(n)) => Mode::Permits(n),
-            _ => Mode::Lock,
-        }
-    }
-}
-
-/// Arguments of `acquire`.
-#[derive(Debug, Args)]
-pub(crate) struct AcquireArgs {
-    /// The lock name.
-    pub(crate) name: String,
-
-    /// Lease length and wait.
-    #[command(flatten)]
-    pub(crate) lease: LeaseArgs,
-}
-
-/// Arguments of `extend`.
-#[derive(Debug, Args)]
-pub(crate) struct ExtendArgs {
-    /// The lock name.
-    pub(crate) name: String,
-
-    /// The owner token printed by `leasehold acquire`.
-    pub(crate) token: String,
-
-    /// The new lease length, from now.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
-    pub(crate) ttl: Duration,
-}
-
-/// Arguments of `release`.
-#[derive(Debug, Args)]
-pub(crate) struct ReleaseArgs {
-    /// The lock name.
-    pub(crate) name: String,
-
-    /// The owner token printed by `leasehold acquire`.
-    pub(crate) token: String,
-}
-
-/// Arguments of `status`.
-#[derive(Debug, Args)]
-pub(crate) struct StatusArgs {
-    /// The lock name.
-    pub(crate) name: String,
-
-    /// Which primitive NAME is: the plain lock, a read-write lock or a
-    /// semaphore.
-    #[command(flatten)]
-    pub(crate) hold: HoldArgs,
-
-    /// NAME is a reentrant lock (the library's ReentrantLock).
-    #[arg(long, conflicts_with_all = ["read", "write", "permits"])]
-    pub(crate) reentrant: bool,
-}
-
-/// Arguments of `list`.
-#[derive(Debug, Args)]
-pub(crate) struct ListArgs {
-    /// Glob over lock names (`*` and `?`).
-    #[arg(default_value = "*")]
-    pub(crate) pattern: String,
-}
-
-/// Arguments of `demo`.
-#[derive(Debug, Args)]
-pub(crate) struct DemoArgs {
-    /// Concurrent workers, each with its own client and connection.
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(2..=64))]
-    pub(crate) workers: u16,
-
-    /// Increments per worker.
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    pub(crate) iterations: u32,
-}
-
-/// What `leasehold bench` says in a build without the `bench` feature.
-#[cfg(not(feature = "bench"))]
-pub(crate) const NO_BENCH: &str = "`bench` is not in this build of leasehold (it carries the \
-     benchmark's peer, rslock): build it with `cargo build --release -p leasehold-cli --features \
-     bench` and run ./target/release/leasehold bench (see docs/BENCHMARKS.md)";
-
-/// Whatever follows `bench` in a build without the `bench` feature.
-#[cfg(not(feature = "bench"))]
-#[derive(Debug, Args)]
-pub(crate) struct NoBenchArgs {
-    /// Ignored: the command fails with [`NO_BENCH`] whatever it is given.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-    pub(crate) ignored: Vec<OsString>,
-}
-
-/// Arguments of `bench`.
-#[cfg(feature = "bench")]
-#[derive(Debug, Args)]
-pub(crate) struct BenchArgs {
-    /// The scenario to run; all of them when omitted.
-    #[arg(value_enum)]
-    pub(crate) scenario: Option<Scenario>,
-
-    /// Shorter runs and smaller counts (well under 20 s in all), for a smoke test.
-    #[arg(long)]
-    pub(crate) quick: bool,
-
-    /// How long each contended run lasts (one per waiter count and library).
-    /// Defaults to 3s, or 600ms with --quick.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub(crate) duration: Option<Duration>,
-
-    /// Leases held at once in held-leases. Defaults to 100000, or 10000 with --quick.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-    pub(crate) leases: Option<u32>,
-
-    /// Also write an SVG plot of the wait-time distributions to FILE.
-    #[arg(long, value_name = "FILE")]
-    pub(crate) svg: Option<std::path::PathBuf>,
-}
-
-/// The scenarios of `bench`.
-#[cfg(feature = "bench")]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Scenario {
-    /// 1: one task, acquire+release on a free lock, against a raw loop and rslock.
-    #[value(alias = "1")]
-    Uncontended,
-    /// 2: one key, 4/16/64 waiter processes, hold 200us; leasehold and rslock.
-    #[value(alias = "2")]
-    Contended,
-    /// 3: 10,000 keys, 256 tasks on one client, against a raw loop.
-    #[value(alias = "3")]
-    ManyKeys,
-    /// 4: many leases held on one client, renewed by the watchdog.
-    #[value(alias = "4")]
-    HeldLeases,
-    /// 5: Redlock over 5 private nodes against one node, uncontended.
-    #[value(alias = "5")]
-    Redlock,
-}
-
-/// The lock libraries a bench worker can use.
-#[cfg(feature = "bench")]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Library {
-    /// This library.
-    Leasehold,
-    /// The rslock crate at its defaults.
-    Rslock,
-}
-
-/// Arguments of the hidden `bench-worker`.
-#[cfg(feature = "bench")]
-#[derive(Debug, Args)]
-pub(crate) struct BenchWorkerArgs {
-    /// Which library to use.
-    #[arg(long, value_enum)]
-    pub(crate) library: Library,
-
-    /// The lock (resource) name.
-    #[arg(long)]
-    pub(crate) name: String,
-
-    /// Time spent holding the lock each time, in microseconds.
-    #[arg(long)]
-    pub(crate) hold_us: u64,
-
-    /// Lease TTL, in milliseconds.
-    #[arg(long)]
-    pub(crate) ttl_ms: u64,
-
-    /// How long to keep acquiring after the go signal, in milliseconds.
-    #[arg(long)]
-    pub(crate) run_ms: u64,
-
-    /// Most acquisitions to make.
-    #[arg(long)]
-    pub(crate) max_count: u64,
-}
-
-/// Arguments of the hidden `run-exec`.
-#[derive(Debug, Args)]
-pub(crate) struct RunExecArgs {
-    /// An inherited descriptor of the watcher's pipe: the launcher writes
-    /// its process group there, then closes it before executing CMD.
-    #[arg(long, value_name = "FD")]
-    pub(crate) report_fd: i32,
-
-    /// Take the terminal on stdin for the new process group, if this
-    /// process group (`run`'s) still has it.
-    #[arg(long, value_name = "PGID")]
-    pub(crate) foreground_of: Option<i32>,
-
-    /// The command and its arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "CMD")]
-    pub(crate) command: Vec<OsString>,
-}
-
-/// Arguments of the hidden `run-watch`.
-#[derive(Debug, Args)]
-pub(crate) struct RunWatchArgs {
-    /// The `leasehold run` process watched.
-    #[arg(long, value_name = "PID")]
-    pub(crate) pid: i32,
-
-    /// How often to check whether it is stopped, in milliseconds.
-    #[arg(long, value_name = "MS")]
-    pub(crate) poll_ms: u64,
-}
-
-/// Parses a human duration ("500ms", "30s", "2m"); zero is refused because
-/// every duration here bounds something that must be able to happen.
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    match humantime::parse_duration(s) {
-        Ok(d) if d.is_zero() => Err("must be above zero".to_owned()),
-        Ok(d) => Ok(d),
-        Err(humantime::DurationError::NumberOverflow) => Err(
-            "too large, or finer than 1ns; expected a duration like 500ms, 30s or 2m".to_owned(),
-        ),
-        Err(_) => Err("expected a duration like 500ms, 30s or 2m".to_owned()),
-    }
-}
-
-/// Parses a permit count; zero is refused, since nobody could ever hold one.
-fn parse_permits(s: &str) -> Result<u32, String> {
-    match s.parse::<u32>() {
-        Ok(0) => Err("must be at least 1: with 0 permits no command could ever run".to_owned()),
-        Ok(n) => Ok(n),
-        Err(_) => Err("expected a whole number of permits, like 4".to_owned()),
-    }
-}
 
 /// What the process should do after parsing the command line.
 #[derive(Debug)]
@@ -479,7 +34,9 @@ where
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
     match Cli::try_parse_from(&args) {
         Ok(cli) => {
-            cli.global.check_node_timeout()?;
+            cli.global.check()?;
+            check_kind_on_redlock(&cli)?;
+            check_name(&cli.command)?;
             Ok(Parsed::Run(Box::new(cli)))
         }
         Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
@@ -488,6 +45,67 @@ where
             Ok(Parsed::Done)
         }
         Err(e) => Err(Failure::usage(one_line(&e, &args))),
+    }
+}
+
+/// The library's rules for a lock name (1 to 512 bytes), checked before
+/// connecting.
+fn check_name(command: &Command) -> Result<(), Failure> {
+    let name = match command {
+        Command::Run(args) => &args.name,
+        Command::Acquire(args) => &args.name,
+        Command::Extend(args) => &args.name,
+        Command::Release(args) => &args.name,
+        Command::Status(args) => &args.name,
+        _ => return Ok(()),
+    };
+    if name.is_empty() {
+        return Err(Failure::usage(
+            "NAME is empty: give the lock a name, e.g. nightly-backup",
+        ));
+    }
+    if name.len() > 512 {
+        return Err(Failure::usage(format!(
+            "NAME is {} bytes long, over the limit of 512: use a shorter name",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses, before connecting, a kind of lock Redlock does not have: on
+/// independent masters only the plain lock exists.
+fn check_kind_on_redlock(cli: &Cli) -> Result<(), Failure> {
+    if !matches!(cli.global.servers()?, Servers::Redlock(_)) {
+        return Ok(());
+    }
+    let flag = match &cli.command {
+        Command::Run(run) => match run.hold.mode() {
+            Mode::Lock => None,
+            Mode::Read => Some("--read"),
+            Mode::Write => Some("--write"),
+            Mode::Permits(_) => Some("--permits"),
+        },
+        Command::Status(status) => {
+            let kind = &status.kind;
+            [
+                (kind.read, "--read"),
+                (kind.write, "--write"),
+                (kind.permits.is_some(), "--permits"),
+                (kind.reentrant, "--reentrant"),
+            ]
+            .into_iter()
+            .find_map(|(given, flag)| given.then_some(flag))
+        }
+        _ => None,
+    };
+    match flag {
+        Some(flag) => Err(Failure::usage(format!(
+            "{flag} is not available on Redlock (three or more --url): only the plain lock can \
+             be split over independent masters; drop {flag}, or pass one --url (or --cluster, \
+             --sentinel)"
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -542,35 +160,108 @@ impl Global {
         }
     }
 
-    /// The servers to use: one, or the masters of a Redlock.
+    /// The servers to use: one, the masters of a Redlock, a cluster or
+    /// the sentinels of a master.
     ///
     /// # Errors
     ///
-    /// A usage failure for two URLs.
+    /// A usage failure for two URLs, or one server named three times.
     pub(crate) fn servers(&self) -> Result<Servers, Failure> {
-        servers_of(
-            self.given_urls()
-                .unwrap_or_else(|| vec![DEFAULT_URL.to_owned()]),
-        )
+        let urls = self
+            .given_urls()
+            .unwrap_or_else(|| vec![DEFAULT_URL.to_owned()]);
+        if self.cluster {
+            return Ok(Servers::Cluster(urls));
+        }
+        if let Some(master) = &self.sentinel {
+            return Ok(Servers::Sentinel {
+                sentinels: urls,
+                master: master.clone(),
+            });
+        }
+        servers_of(urls)
     }
 
-    /// Refuses `--node-timeout` unless the URLs name a Redlock, the only
-    /// topology that sends each request to several nodes.
+    /// Checks everything that can be checked without a server, so a bad
+    /// command line is a usage error (64) even when Redis is unreachable.
     ///
     /// # Errors
     ///
-    /// A usage failure for `--node-timeout` with fewer than three URLs.
-    fn check_node_timeout(&self) -> Result<(), Failure> {
-        if self.node_timeout.is_none() {
-            return Ok(());
+    /// A usage failure naming the flag.
+    pub(crate) fn check(&self) -> Result<(), Failure> {
+        let servers = self.servers()?;
+        let urls = match &servers {
+            Servers::One(url) => vec![url.clone()],
+            Servers::Redlock(urls) | Servers::Cluster(urls) => urls.clone(),
+            Servers::Sentinel { sentinels, .. } => sentinels.clone(),
+        };
+        let mut addresses = Vec::new();
+        for url in &urls {
+            addresses.push(address_of(url)?);
         }
-        match self.servers()? {
-            Servers::Redlock(_) => Ok(()),
-            Servers::One(_) => Err(Failure::usage(
+        if let Servers::Redlock(_) = servers {
+            for (i, address) in addresses.iter().enumerate() {
+                if addresses[..i].contains(address) {
+                    return Err(Failure::usage(format!(
+                        "--url {address} is given twice: Redlock needs distinct, independent                          masters, and copies of the same server are not a quorum; pass each                          server once"
+                    )));
+                }
+            }
+        }
+        if self.node_timeout.is_some() && !matches!(servers, Servers::Redlock(_)) {
+            return Err(Failure::usage(
                 "--node-timeout is for Redlock (three or more --url), but one Redis is given; \
                  drop --node-timeout, or pass three or more --url",
-            )),
+            ));
         }
+        check_prefix(&self.prefix)?;
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(_), None) => {
+                return Err(Failure::usage(
+                    "--tls-cert needs --tls-key (the certificate's private key)",
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(Failure::usage(
+                    "--tls-key needs --tls-cert (the certificate it belongs to)",
+                ));
+            }
+            _ => {}
+        }
+        self.tls()?;
+        let tls_given = self.tls_ca.is_some() || self.tls_cert.is_some();
+        let secure = urls.iter().any(|u| u.trim_start().starts_with("rediss://"));
+        if tls_given && !secure && self.sentinel.is_none() {
+            return Err(Failure::usage(
+                "--tls-ca / --tls-cert are for TLS servers, but no --url is rediss://; write \
+                 the URL as rediss://host:port",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The TLS files' contents: the CA, and the client certificate and key.
+    ///
+    /// # Errors
+    ///
+    /// A usage failure naming the flag of a file that cannot be read.
+    pub(crate) fn tls(&self) -> Result<Tls, Failure> {
+        let read = |flag: &str, path: &Option<std::path::PathBuf>| {
+            path.as_ref()
+                .map(|p| {
+                    std::fs::read(p).map_err(|e| {
+                        Failure::usage(format!("{flag} {}: cannot read it: {e}", p.display()))
+                    })
+                })
+                .transpose()
+        };
+        let ca = read("--tls-ca", &self.tls_ca)?;
+        let cert = read("--tls-cert", &self.tls_cert)?;
+        let key = read("--tls-key", &self.tls_key)?;
+        Ok(Tls {
+            ca,
+            client: cert.zip(key),
+        })
     }
 
     /// The one server URL to connect to.
@@ -584,6 +275,89 @@ impl Global {
     }
 }
 
+/// How `run` or `acquire` takes its hold: the lease, the wait, and what
+/// a conflict exits with.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LeaseArgs {
+    /// Lease length.
+    pub(crate) ttl: Duration,
+    /// How long to wait, as the library takes it (`Duration::MAX`: until
+    /// acquired).
+    pub(crate) wait: Duration,
+    /// Try once, do not wait.
+    pub(crate) no_wait: bool,
+    /// The exit code for "busy" and "wait timed out" (`-E`).
+    pub(crate) conflict: u8,
+    /// Show the one-line status while waiting (stderr is a terminal, no `-q`).
+    pub(crate) progress: bool,
+    /// `--at-least`: a release keeps the lease until then.
+    pub(crate) at_least: Option<Duration>,
+    /// `--lock-delay` (the plain lock).
+    pub(crate) lock_delay: Duration,
+}
+
+impl LeaseArgs {
+    /// The lease `ttl` taken as `wait` says, for `global`'s output settings.
+    pub(crate) fn new(ttl: Duration, wait: &WaitArgs, global: &Global) -> LeaseArgs {
+        LeaseArgs {
+            ttl,
+            wait: wait.wait.unwrap_or(Wait::Forever).duration(),
+            no_wait: wait.no_wait,
+            conflict: wait.conflict_exit_code,
+            progress: !global.quiet && nix::unistd::isatty(std::io::stderr()).unwrap_or(false),
+            at_least: None,
+            lock_delay: Duration::ZERO,
+        }
+    }
+}
+
+/// The certificates given by --tls-ca, --tls-cert and --tls-key (PEM).
+#[derive(Debug, Default)]
+pub(crate) struct Tls {
+    /// The CA to trust.
+    pub(crate) ca: Option<Vec<u8>>,
+    /// The client certificate chain and its key.
+    pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// `host:port` of a Redis URL (port 6379 when none is given), to tell
+/// servers apart.
+///
+/// # Errors
+///
+/// A usage failure for a URL that is not a Redis URL.
+pub(crate) fn address_of(url: &str) -> Result<String, Failure> {
+    let bad = |why: &str| {
+        Failure::usage(format!(
+            "--url {url:?} is not a Redis URL ({why}); write redis://[user:password@]host:port[/db] \
+             or rediss:// for TLS"
+        ))
+    };
+    let info =
+        redis::IntoConnectionInfo::into_connection_info(url).map_err(|e| bad(&e.to_string()))?;
+    match info.addr() {
+        redis::ConnectionAddr::Tcp(host, port)
+        | redis::ConnectionAddr::TcpTls { host, port, .. } => Ok(format!("{host}:{port}")),
+        redis::ConnectionAddr::Unix(path) => Ok(path.display().to_string()),
+        _ => Err(bad("unknown address kind")),
+    }
+}
+
+/// The library's rules for a key prefix, checked before connecting.
+fn check_prefix(prefix: &str) -> Result<(), Failure> {
+    let bad = prefix.is_empty()
+        || prefix.len() > 128
+        || prefix.contains(['{', '}', '*', '?', '[', ']', '\\'])
+        || prefix.contains(char::is_whitespace);
+    if bad {
+        return Err(Failure::usage(format!(
+            "--prefix {prefix:?}: a prefix is 1 to 128 bytes without braces, glob characters \
+             (*?[]\\) or whitespace"
+        )));
+    }
+    Ok(())
+}
+
 /// What the `--url`s name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Servers {
@@ -591,6 +365,15 @@ pub(crate) enum Servers {
     One(String),
     /// Independent masters of a Redlock (three or more).
     Redlock(Vec<String>),
+    /// Nodes of one Redis Cluster (`--cluster`).
+    Cluster(Vec<String>),
+    /// Sentinels of the master named `master` (`--sentinel`).
+    Sentinel {
+        /// The sentinels.
+        sentinels: Vec<String>,
+        /// The name they monitor the master under.
+        master: String,
+    },
 }
 
 /// One URL is one Redis, three or more a Redlock; zero or two are refused.
@@ -610,7 +393,8 @@ pub(crate) fn servers_of(mut urls: Vec<String>) -> Result<Servers, Failure> {
 ///
 /// # Errors
 ///
-/// A usage failure for a Redlock: demo and bench run on one Redis.
+/// A usage failure for a Redlock, a cluster or Sentinel: demo and bench
+/// run on one Redis.
 pub(crate) fn single(servers: Servers) -> Result<String, Failure> {
     match servers {
         Servers::One(url) => Ok(url),
@@ -619,6 +403,9 @@ pub(crate) fn single(servers: Servers) -> Result<String, Failure> {
              is for run, acquire, extend, release, status and list); pass a single --url",
             urls.len()
         ))),
+        Servers::Cluster(_) | Servers::Sentinel { .. } => Err(Failure::usage(
+            "this command runs on one Redis; drop --cluster / --sentinel and pass a single --url",
+        )),
     }
 }
 
@@ -640,6 +427,41 @@ mod tests {
                 .contains("too large")
         );
         assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn waits_are_durations_or_forever_and_forever_is_the_default() {
+        assert_eq!(parse_wait("forever"), Ok(Wait::Forever));
+        assert_eq!(parse_wait("inf"), Ok(Wait::Forever));
+        assert_eq!(parse_wait("Infinity"), Ok(Wait::Forever));
+        assert_eq!(parse_wait("2m"), Ok(Wait::For(Duration::from_secs(120))));
+        assert!(parse_wait("soon").unwrap_err().contains("forever"));
+        assert_eq!(Wait::Forever.duration(), Duration::MAX);
+        for command in [&["run", "x", "--", "true"][..], &["acquire", "x"]] {
+            let mut args = vec!["leasehold"];
+            args.extend_from_slice(command);
+            let Ok(Parsed::Run(cli)) = parse(args) else {
+                panic!("{command:?} parses")
+            };
+            let wait = match &cli.command {
+                Command::Run(run) => &run.wait,
+                Command::Acquire(acquire) => &acquire.wait,
+                other => panic!("{other:?}"),
+            };
+            let lease = LeaseArgs::new(Duration::from_secs(1), wait, &cli.global);
+            assert_eq!(lease.wait, Duration::MAX, "{command:?}");
+            assert_eq!(lease.conflict, 75, "{command:?}");
+            assert!(!lease.no_wait, "{command:?}");
+        }
+    }
+
+    #[test]
+    fn ttls_are_checked_against_the_librarys_bounds() {
+        assert_eq!(parse_ttl("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_ttl("24h"), Ok(Duration::from_secs(24 * 3600)));
+        assert!(parse_ttl("100d").unwrap_err().contains("24h"));
+        assert!(parse_ttl("5ms").is_err());
+        assert_eq!(DEFAULT_PREFIX, leasehold::DEFAULT_PREFIX);
     }
 
     #[test]

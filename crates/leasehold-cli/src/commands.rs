@@ -1,14 +1,16 @@
 //! Dispatch, and the one-shot commands: acquire, extend, release, status, list.
 
-use leasehold::{Client, Lock, LockGuard};
+use std::time::Duration;
+
+use leasehold::{Client, Lock, LockGuard, LockKind};
 use serde_json::{Value, json};
 
 use crate::cli::{
-    AcquireArgs, Cli, Command, ExtendArgs, Global, LeaseArgs, ListArgs, Mode, ReleaseArgs, Servers,
-    StatusArgs,
+    AcquireArgs, Cli, Command, CompletionsArgs, ExtendArgs, Global, LeaseArgs, ListArgs,
+    ReleaseArgs, Servers, StatusArgs,
 };
 use crate::exit::{self, Failure};
-use crate::output::{self, emit, emit_json, millis};
+use crate::output::{self, Row, emit, emit_json, millis};
 
 /// Runs the parsed command line; returns the exit code on success.
 pub(crate) async fn dispatch(cli: Cli) -> Result<u8, Failure> {
@@ -20,6 +22,11 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Release(args) => release(global, args).await,
         Command::Status(args) => status(global, args).await,
         Command::List(args) => list(global, args).await,
+        Command::Completions(args) => Ok(completions(&args)),
+        Command::Man => {
+            emit(crate::MAN_PAGE.trim_end());
+            Ok(0)
+        }
         Command::Demo(args) => crate::demo::demo(global, args).await,
         #[cfg(feature = "bench")]
         Command::Bench(args) => crate::bench::bench(global, args).await,
@@ -33,19 +40,142 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<u8, Failure> {
     }
 }
 
-/// Connects to the Redis the global options name: one server, or a
-/// Redlock over three or more.
+/// Connects to the Redis the global options name: one server, a Redlock
+/// over three or more, a cluster or a Sentinel-watched master; within
+/// `--connect-timeout`.
 pub(crate) async fn connect(global: &Global) -> Result<Client, Failure> {
-    match global.servers()? {
-        Servers::One(url) => connect_to(&url, &global.prefix).await,
+    let servers = global.servers()?;
+    let tls = global.tls()?;
+    let mut builder = Client::builder().prefix(&global.prefix);
+    let tls_urls: Vec<String> = match &servers {
+        Servers::One(url) => vec![url.clone()],
+        Servers::Redlock(urls) | Servers::Cluster(urls) => urls.clone(),
+        Servers::Sentinel { .. } => Vec::new(),
+    }
+    .iter()
+    .filter(|url| url.trim_start().starts_with("rediss://"))
+    .filter_map(|url| crate::cli::address_of(url).ok())
+    .collect();
+    let place = match servers {
+        Servers::One(url) => {
+            let place = format!("Redis at {}", redacted(&url));
+            builder = builder.url(url);
+            place
+        }
         Servers::Redlock(urls) => {
-            let mut builder = Client::builder().redlock(urls).prefix(&global.prefix);
+            let place = format!("the {} Redlock nodes", urls.len());
+            builder = builder.redlock(urls);
             if let Some(timeout) = global.node_timeout {
                 builder = builder.node_timeout(timeout);
             }
-            Ok(builder.build().await?)
+            place
+        }
+        Servers::Cluster(urls) => {
+            let place = format!("the cluster at {}", list_of(&urls));
+            builder = builder.cluster(urls);
+            place
+        }
+        Servers::Sentinel { sentinels, master } => {
+            let place = format!(
+                "master {master:?} through the sentinels at {}",
+                list_of(&sentinels)
+            );
+            builder = builder.sentinel(sentinels, &master);
+            place
+        }
+    };
+    if let Some(ca) = &tls.ca {
+        builder = builder.tls_ca_cert(ca);
+    }
+    if let Some((cert, key)) = &tls.client {
+        builder = builder.tls_client_cert(cert, key);
+    }
+    let failure = match tokio::time::timeout(global.connect_timeout, builder.build()).await {
+        Ok(Ok(client)) => {
+            tracing::debug!(to = %place, "connected");
+            return Ok(client);
+        }
+        Ok(Err(err)) => Failure::from(err),
+        Err(_) => Failure::with_code(
+            exit::UNAVAILABLE,
+            format!(
+                "no answer from {place} within {} (--connect-timeout): the server is down, \
+                 paused or not Redis; check that it runs and that --url names it, or allow \
+                 longer with --connect-timeout",
+                humantime::format_duration(global.connect_timeout)
+            ),
+        ),
+    };
+    // A TLS handshake sent to a plain port gets no answer (Redis waits for
+    // the end of an inline command that never comes): say so.
+    for address in tls_urls {
+        if answers_in_plain_text(&address).await {
+            return Err(Failure::with_code(
+                exit::UNAVAILABLE,
+                format!(
+                    "TLS with Redis at {address} failed: the server answers in plain text, not \
+                     TLS, so it never answered the TLS handshake; write the --url as \
+                     redis://{address}, or give the server's TLS port (its tls-port)"
+                ),
+            ));
         }
     }
+    Err(failure)
+}
+
+/// Whether `address` (host:port) answers a plain-text PING like Redis does,
+/// within half a second.
+async fn answers_in_plain_text(address: &str) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let probe = async {
+        let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
+        stream.write_all(b"PING\r\n").await.ok()?;
+        let mut reply = [0u8; 1];
+        stream.read_exact(&mut reply).await.ok()?;
+        // +PONG, or -NOAUTH / -ERR from a server that wants a password.
+        Some(matches!(reply[0], b'+' | b'-'))
+    };
+    tokio::time::timeout(Duration::from_millis(500), probe)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
+}
+
+/// A URL without its password, for messages.
+fn redacted(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// URLs joined for messages, passwords left out.
+fn list_of(urls: &[String]) -> String {
+    urls.iter()
+        .map(|u| redacted(u))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `leasehold completions SHELL`: the completion script on stdout.
+fn completions(args: &CompletionsArgs) -> u8 {
+    use clap::CommandFactory;
+    let shell = match args.shell {
+        crate::cli::Shell::Bash => clap_complete::Shell::Bash,
+        crate::cli::Shell::Zsh => clap_complete::Shell::Zsh,
+        crate::cli::Shell::Fish => clap_complete::Shell::Fish,
+    };
+    // The hidden helpers (`run-exec`, `run-watch`, ...) are not for typing.
+    let full = Cli::command();
+    let mut visible = clap::Command::new("leasehold")
+        .args(full.get_arguments().cloned())
+        .subcommands(full.get_subcommands().filter(|c| !c.is_hide_set()).cloned());
+    let mut out = std::io::stdout().lock();
+    clap_complete::generate(shell, &mut visible, "leasehold", &mut out);
+    0
 }
 
 /// Connects to `url` with keys under `prefix`.
@@ -59,41 +189,65 @@ pub(crate) async fn take(
     name: &str,
     lease: &LeaseArgs,
 ) -> Result<LockGuard, Failure> {
-    let lock: Lock = client.lock(name).ttl(lease.ttl).wait(lease.wait);
+    let mut lock: Lock = client
+        .lock(name)
+        .ttl(lease.ttl)
+        .wait(lease.wait)
+        .lock_delay(lease.lock_delay);
+    if let Some(at_least) = lease.at_least {
+        lock = lock.hold_at_least(at_least);
+    }
     per_lease(
         lease,
         async || lock.try_acquire().await,
         async || lock.acquire().await,
         || format!("lock {name:?} is held by someone else; see who with `leasehold status {name}`"),
+        crate::progress::Watch::lock(client, name),
     )
     .await
 }
 
-/// Acquires per `lease`: `wait` (the handle waits up to `--wait`), or
-/// with `--no-wait` `once`, which fails with exit 75 when the hold is
-/// taken; `busy` says by whom, for that message.
+/// Acquires per `lease`: `wait` (the handle waits up to `--wait`, for
+/// ever by default), or with `--no-wait` `once`, which fails when the hold
+/// is taken; `busy` says by whom, for that message. Both failures exit
+/// with `-E` (75 unless given). While it waits on a terminal, `watch`
+/// keeps a one-line status on stderr.
 pub(crate) async fn per_lease<G>(
     lease: &LeaseArgs,
     once: impl AsyncFnOnce() -> leasehold::Result<Option<G>>,
     wait: impl AsyncFnOnce() -> leasehold::Result<G>,
     busy: impl FnOnce() -> String,
+    watch: crate::progress::Watch,
 ) -> Result<G, Failure> {
     if lease.no_wait {
-        once().await?.ok_or_else(|| {
+        return once().await?.ok_or_else(|| {
             Failure::with_code(
-                exit::TEMPFAIL,
+                lease.conflict,
                 format!("{} (--no-wait); try later, or wait with --wait", busy()),
             )
-        })
-    } else {
-        Ok(wait().await?)
+        });
     }
+    let waited = if lease.progress {
+        crate::progress::while_waiting(watch, wait()).await
+    } else {
+        wait().await
+    };
+    waited.map_err(|err| {
+        let timed_out = matches!(err, leasehold::Error::Timeout { .. });
+        let failure = Failure::from(err);
+        if timed_out {
+            Failure::with_code(lease.conflict, failure.message)
+        } else {
+            failure
+        }
+    })
 }
 
 /// `leasehold acquire`: take the lock, stop renewing, print token and fence.
 async fn acquire(global: &Global, args: AcquireArgs) -> Result<u8, Failure> {
     let client = connect(global).await?;
-    let guard = take(&client, &args.name, &args.lease).await?;
+    let lease = LeaseArgs::new(args.ttl, &args.wait, global);
+    let guard = take(&client, &args.name, &lease).await?;
     let fence = guard.fence();
     let token = guard.detach();
     if global.json {
@@ -101,12 +255,12 @@ async fn acquire(global: &Global, args: AcquireArgs) -> Result<u8, Failure> {
             "name": args.name,
             "token": token,
             "fence": fence,
-            "ttl_ms": millis(args.lease.ttl),
+            "ttl_ms": millis(args.ttl),
         }));
     } else {
         emit(&format!(
             "token={token}\nfence={fence}\nttl_ms={}",
-            millis(args.lease.ttl)
+            millis(args.ttl)
         ));
     }
     Ok(0)
@@ -150,25 +304,37 @@ async fn release(global: &Global, args: ReleaseArgs) -> Result<u8, Failure> {
     Ok(0)
 }
 
-/// `leasehold status`: one lock's state, of the kind the flags name.
+/// `leasehold status`: one lock's state, of the kind found on the server
+/// (or the one the flags name).
 async fn status(global: &Global, args: StatusArgs) -> Result<u8, Failure> {
     let client = connect(global).await?;
-    let (json, human) = read_status(&client, &args).await.map_err(|err| {
-        let wrong_type = matches!(err, leasehold::Error::WrongType { .. });
-        let failure = Failure::from(err);
-        if wrong_type {
-            Failure::with_code(
-                failure.code,
-                format!(
-                    "{}; or NAME is another kind of lock: pass --read, --permits N or \
-                     --reentrant, or none of them for a plain lock",
-                    failure.message
+    let (json, human) = match read_status(&client, &args).await {
+        Ok(shown) => shown,
+        Err(err @ leasehold::Error::WrongType { .. }) => {
+            // The flag named another kind than the one holding NAME: say which.
+            let failure = Failure::from(err);
+            let hint = match client.kind(&args.name).await {
+                Ok(Some(kind)) => format!(
+                    "{:?} is a {kind}: pass {}, or no kind flag and status finds the kind out",
+                    output::printable(&args.name),
+                    match kind {
+                        LockKind::Reentrant => "--reentrant",
+                        LockKind::RwLock => "--read",
+                        LockKind::Semaphore => "--permits N",
+                        _ => "none of --read, --write, --permits and --reentrant",
+                    }
                 ),
-            )
-        } else {
-            failure
+                _ => "or NAME is another kind of lock than the flag says: drop --read, --write, \
+                      --permits and --reentrant to find it out"
+                    .to_owned(),
+            };
+            return Err(Failure::with_code(
+                failure.code,
+                format!("{}; {hint}", failure.message),
+            ));
         }
-    })?;
+        Err(err) => return Err(err.into()),
+    };
     if global.json {
         emit_json(&json);
     } else {
@@ -177,56 +343,137 @@ async fn status(global: &Global, args: StatusArgs) -> Result<u8, Failure> {
     Ok(0)
 }
 
-/// The status of the lock `args` names, as JSON and as human text.
+/// The status of the lock `args` names, as JSON and as human text: of the
+/// kind the flags name, else of the kind that holds it (a free name shows
+/// as a free plain lock, with its last fence).
 async fn read_status(client: &Client, args: &StatusArgs) -> leasehold::Result<(Value, String)> {
     let name = args.name.as_str();
-    if args.reentrant {
-        let status = client.reentrant_lock(name).status().await?;
-        return Ok((
-            output::reentrant_status_json(&status),
-            output::reentrant_status_human(&status),
-        ));
-    }
-    Ok(match args.hold.mode() {
-        Mode::Lock => {
-            let status = client.lock(name).status().await?;
-            (output::status_json(&status), output::status_human(&status))
+    let flags = &args.kind;
+    let kind = if flags.reentrant {
+        Some(LockKind::Reentrant)
+    } else if flags.read || flags.write {
+        Some(LockKind::RwLock)
+    } else if flags.permits.is_some() {
+        Some(LockKind::Semaphore)
+    } else {
+        client.kind(name).await?
+    };
+    Ok(match kind {
+        Some(LockKind::Reentrant) => {
+            let status = client.reentrant_lock(name).status().await?;
+            (
+                output::reentrant_status_json(&status),
+                output::reentrant_status_human(&status),
+            )
         }
-        Mode::Read | Mode::Write => {
+        Some(LockKind::RwLock) => {
             let status = client.rw_lock(name).status().await?;
             (
                 output::rw_status_json(&status),
                 output::rw_status_human(&status),
             )
         }
-        Mode::Permits(n) => {
-            let status = client.semaphore(name, n).status().await?;
+        Some(LockKind::Semaphore) => {
+            let status = client
+                .semaphore(name, flags.permits.unwrap_or(1))
+                .status()
+                .await?;
             (
                 output::semaphore_status_json(&status),
                 output::semaphore_status_human(&status),
             )
         }
+        _ => {
+            let status = client.lock(name).status().await?;
+            (output::status_json(&status), output::status_human(&status))
+        }
     })
 }
 
-/// `leasehold list`: the held locks whose names match the pattern.
+/// `leasehold list`: the held locks of every kind whose names match the pattern.
 async fn list(global: &Global, args: ListArgs) -> Result<u8, Failure> {
     let client = connect(global).await?;
-    let locks = client.list(&args.pattern).await?;
+    let mut rows = Vec::new();
+    let mut objects = Vec::new();
+    for (name, kind) in client.list_kinds(&args.pattern).await? {
+        // Released between the scan and this read: shown as found now.
+        let (row, object) = match kind {
+            LockKind::Reentrant => {
+                let s = client.reentrant_lock(&name).status().await?;
+                let row = Row {
+                    name,
+                    kind: "reentrant",
+                    holder: s
+                        .owner
+                        .as_ref()
+                        .map_or_else(|| "-".to_owned(), |o| format!("{o} x{}", s.holds)),
+                    remaining: s.remaining,
+                    fence: s.fence,
+                    waiting: "-".to_owned(),
+                };
+                (row, output::reentrant_status_json(&s))
+            }
+            LockKind::RwLock => {
+                let s = client.rw_lock(&name).status().await?;
+                let (holder, remaining) = match &s.writer {
+                    Some(w) => (format!("{} (writer)", w.holder), Some(w.remaining)),
+                    None => (
+                        format!("{} reader(s)", s.reader_count),
+                        s.readers.iter().map(|r| r.remaining).max(),
+                    ),
+                };
+                let row = Row {
+                    name,
+                    kind: "rwlock",
+                    holder,
+                    remaining,
+                    fence: s.fence,
+                    waiting: s.waiting_writers.to_string(),
+                };
+                (row, output::rw_status_json(&s))
+            }
+            LockKind::Semaphore => {
+                let s = client.semaphore(&name, 1).status().await?;
+                let of = s.permits.map_or_else(String::new, |n| format!("/{n}"));
+                let row = Row {
+                    name,
+                    kind: "semaphore",
+                    holder: format!("{}{of} permits", s.held),
+                    remaining: s.holders.iter().map(|h| h.remaining).max(),
+                    fence: s.fence,
+                    waiting: "-".to_owned(),
+                };
+                (row, output::semaphore_status_json(&s))
+            }
+            _ => {
+                let s = client.lock(&name).status().await?;
+                let row = Row {
+                    name,
+                    kind: "lock",
+                    holder: s.holder.clone().unwrap_or_else(|| "-".to_owned()),
+                    remaining: s.remaining,
+                    fence: s.fence,
+                    waiting: s.waiting_clients.to_string(),
+                };
+                (row, output::status_json(&s))
+            }
+        };
+        rows.push(row);
+        objects.push(object);
+    }
     if global.json {
-        let locks: Vec<_> = locks.iter().map(output::status_json).collect();
         emit_json(&json!({
             "prefix": global.prefix,
             "pattern": args.pattern,
-            "locks": locks,
+            "locks": objects,
         }));
-    } else if locks.is_empty() {
+    } else if rows.is_empty() {
         emit(&format!(
             "no locks held under prefix {:?} match {:?}",
             global.prefix, args.pattern
         ));
     } else {
-        emit(&output::list_human(&locks));
+        emit(&output::list_human(&rows));
     }
     Ok(0)
 }

@@ -1,5 +1,7 @@
 //! Exit codes (sysexits) and the failure that carries one.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use leasehold::Error;
 
 /// EX_USAGE: the command line was wrong, including what only shows against
@@ -7,8 +9,9 @@ use leasehold::Error;
 pub(crate) const USAGE: u8 = 64;
 /// EX_DATAERR: a lock's key holds data of another type.
 pub(crate) const DATAERR: u8 = 65;
-/// EX_UNAVAILABLE: Redis unreachable, unsupported or failing; a program we
-/// need (redis-server for the demo) is missing.
+/// EX_UNAVAILABLE: Redis unreachable, unsupported or failing, or the TLS
+/// handshake with it failed; a program we need (redis-server for the demo)
+/// is missing.
 pub(crate) const UNAVAILABLE: u8 = 69;
 /// EX_SOFTWARE: the lease was lost while the command ran (it may have run
 /// without the lock), or an internal error.
@@ -37,6 +40,7 @@ pub(crate) fn code_for(err: &Error) -> u8 {
         | Error::UpgradeRefused { .. } => USAGE,
         Error::WrongType { .. } => DATAERR,
         Error::Unreachable { .. }
+        | Error::Tls { .. }
         | Error::QuorumNotReached { .. }
         | Error::Unsupported(_)
         | Error::Redis(_) => UNAVAILABLE,
@@ -46,6 +50,48 @@ pub(crate) fn code_for(err: &Error) -> u8 {
         // A variant added to the library after this tool was written: an
         // error we cannot classify is an internal one.
         _ => SOFTWARE,
+    }
+}
+
+/// Set once `--json` is known: failures are reported as JSON objects.
+static JSON_ERRORS: AtomicBool = AtomicBool::new(false);
+
+/// Reports failures as JSON objects on stderr from now on (`--json`).
+pub(crate) fn json_errors() {
+    JSON_ERRORS.store(true, Ordering::Relaxed);
+}
+
+/// Set by `-q`: warnings are not printed.
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// Prints no warnings from now on (`-q`).
+pub(crate) fn quiet() {
+    QUIET.store(true, Ordering::Relaxed);
+}
+
+/// Prints a warning on stderr: `leasehold: warning: MESSAGE`, or under
+/// `--json` the object `{"warning": MESSAGE}`; nothing with `-q`.
+pub(crate) fn warning(message: impl Into<String>) {
+    if !QUIET.load(Ordering::Relaxed) {
+        say("warning", &one_line(message.into()));
+    }
+}
+
+/// Prints a notice of what leasehold does (a lost lease, a command's
+/// leftovers stopped) on stderr: `leasehold: MESSAGE`, or under `--json` the
+/// object `{"notice": MESSAGE}`.
+pub(crate) fn notice(message: impl Into<String>) {
+    say("notice", &one_line(message.into()));
+}
+
+/// One line on stderr, text or JSON.
+fn say(what: &str, message: &str) {
+    if JSON_ERRORS.load(Ordering::Relaxed) {
+        eprintln!("{}", serde_json::json!({ what: message }));
+    } else if what == "warning" {
+        eprintln!("leasehold: warning: {message}");
+    } else {
+        eprintln!("leasehold: {message}");
     }
 }
 
@@ -73,9 +119,15 @@ impl Failure {
         Failure::with_code(USAGE, message)
     }
 
-    /// Prints the failure as one line on stderr and returns its exit code.
+    /// Prints the failure as one line on stderr (a JSON object
+    /// `{"error", "exit_code"}` under `--json`) and returns its exit code.
     pub(crate) fn report(&self) -> u8 {
-        eprintln!("leasehold: {}", self.message);
+        if JSON_ERRORS.load(Ordering::Relaxed) {
+            let object = serde_json::json!({ "error": self.message, "exit_code": self.code });
+            eprintln!("{object}");
+        } else {
+            eprintln!("leasehold: {}", self.message);
+        }
         self.code
     }
 }
@@ -91,6 +143,28 @@ impl From<Error> for Failure {
                     "timed out after {} waiting for lock {name:?}: another holder kept it; \
                      wait longer (--wait) or check who holds it (`leasehold status {name}`)",
                     humantime::format_duration(waited)
+                ),
+            ),
+            Error::Unreachable { addr, source } => Failure::with_code(
+                code,
+                format!(
+                    "cannot reach Redis at {addr}: {source}; check that the server runs and \
+                     that --url (or LEASEHOLD_URL) names it"
+                ),
+            ),
+            Error::Tls { addr, source } => Failure::with_code(
+                code,
+                format!(
+                    "TLS with Redis at {addr} failed: {source}; check --tls-ca (the CA that \
+                     signed the server's certificate), that the certificate names the host in \
+                     --url, and --tls-cert/--tls-key if the server asks for a client certificate"
+                ),
+            ),
+            Error::CloseIncomplete { failed, first } => Failure::with_code(
+                code,
+                format!(
+                    "could not release {failed} lease(s) at exit; they expire by their TTL \
+                     (first error: {first})"
                 ),
             ),
             err => Failure::with_code(code, err.to_string()),
@@ -134,6 +208,26 @@ mod tests {
         );
     }
 
+    #[test]
+    fn connection_errors_name_the_flags() {
+        let io = || redis::RedisError::from((redis::ErrorKind::Io, "refused"));
+        let failure = Failure::from(Error::Unreachable {
+            addr: "127.0.0.1:1".into(),
+            source: io(),
+        });
+        assert!(failure.message.contains("--url"), "{}", failure.message);
+        let failure = Failure::from(Error::Tls {
+            addr: "127.0.0.1:1".into(),
+            source: io(),
+        });
+        assert!(failure.message.contains("--tls-ca"), "{}", failure.message);
+        assert!(
+            !failure.message.contains("tls_ca_cert"),
+            "{}",
+            failure.message
+        );
+    }
+
     fn redis_err(kind: redis::ErrorKind) -> redis::RedisError {
         redis::RedisError::from((kind, "test"))
     }
@@ -169,6 +263,13 @@ mod tests {
                 UNAVAILABLE,
             ),
             (Error::Unsupported("old".into()), UNAVAILABLE),
+            (
+                Error::Tls {
+                    addr: "a".into(),
+                    source: redis_err(redis::ErrorKind::Io),
+                },
+                UNAVAILABLE,
+            ),
             (
                 Error::Redis(redis_err(redis::ErrorKind::Parse)),
                 UNAVAILABLE,

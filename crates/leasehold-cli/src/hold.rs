@@ -8,6 +8,7 @@ use leasehold::{Client, LockGuard, Permit, ReadGuard, WriteGuard};
 use crate::cli::{LeaseArgs, Mode};
 use crate::commands::{per_lease, take};
 use crate::exit::Failure;
+use crate::progress::Watch;
 
 /// A guard of any primitive `run` can hold.
 #[derive(Debug)]
@@ -60,6 +61,15 @@ impl Held {
         each!(self, g => g.release().await)
     }
 
+    /// The kind, for `run --json`: `lock`, `rwlock` or `semaphore`.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Held::Lock(_) => "lock",
+            Held::Read(_) | Held::Write(_) => "rwlock",
+            Held::Permit(_) => "semaphore",
+        }
+    }
+
     /// What is held, for messages: `lock "x"`, `write lock "x"`, ...
     pub(crate) fn what(&self) -> String {
         let kind = match self {
@@ -68,7 +78,10 @@ impl Held {
             Held::Write(_) => "write lock",
             Held::Permit(_) => "permit of semaphore",
         };
-        format!("{kind} {:?}", each!(self, g => g.name()))
+        format!(
+            "{kind} {:?}",
+            crate::output::printable(each!(self, g => g.name()))
+        )
     }
 }
 
@@ -85,7 +98,13 @@ pub(crate) async fn take_hold(
     lease: &LeaseArgs,
     mode: Mode,
 ) -> Result<Held, Failure> {
-    let rw = || client.rw_lock(name).ttl(lease.ttl).wait(lease.wait);
+    let rw = || {
+        let rw = client.rw_lock(name).ttl(lease.ttl).wait(lease.wait);
+        match lease.at_least {
+            Some(at_least) => rw.hold_at_least(at_least),
+            None => rw,
+        }
+    };
     match mode {
         Mode::Lock => take(client, name, lease).await.map(Held::Lock),
         Mode::Read => {
@@ -96,6 +115,7 @@ pub(crate) async fn take_hold(
                 async || rw.try_read().await,
                 async || rw.read().await,
                 busy,
+                Watch::of(client, name, mode),
             );
             read.await.map(Held::Read)
         }
@@ -107,20 +127,25 @@ pub(crate) async fn take_hold(
                 async || rw.try_write().await,
                 async || rw.write().await,
                 busy,
+                Watch::of(client, name, mode),
             );
             write.await.map(Held::Write)
         }
         Mode::Permits(permits) => {
-            let sem = client
+            let mut sem = client
                 .semaphore(name, permits)
                 .ttl(lease.ttl)
                 .wait(lease.wait);
+            if let Some(at_least) = lease.at_least {
+                sem = sem.hold_at_least(at_least);
+            }
             let busy = || format!("all {permits} permits of semaphore {name:?} are held");
             let permit = per_lease(
                 lease,
                 async || sem.try_acquire().await,
                 async || sem.acquire().await,
                 busy,
+                Watch::of(client, name, mode),
             );
             permit.await.map(Held::Permit)
         }

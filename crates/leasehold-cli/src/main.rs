@@ -2,7 +2,9 @@
 //!
 //! `leasehold run NAME -- CMD` is a distributed flock(1); `acquire`,
 //! `extend` and `release` hand a lease between processes by its token;
-//! `status` and `list` inspect locks; `demo` shows workers contending for
+//! `status` and `list` inspect locks of every kind; `completions` and `man`
+//! print the shell completions and the man page (written by build.rs from
+//! src/args.rs); `demo` shows workers contending for
 //! one lock on a private Redis; `bench` (feature `bench`, off by default)
 //! measures the library against a raw redis-rs loop and rslock. A thin
 //! layer over the `leasehold` library: every lock operation is the
@@ -10,6 +12,7 @@
 //!
 //! Exit codes follow sysexits; see [`exit`].
 
+mod args;
 #[cfg(feature = "bench")]
 mod bench;
 mod cli;
@@ -20,6 +23,7 @@ mod exit;
 mod hold;
 mod measure;
 mod output;
+mod progress;
 mod run;
 mod session;
 
@@ -29,15 +33,36 @@ use std::time::Duration;
 use crate::cli::Parsed;
 use crate::exit::Failure;
 
+/// The man page, leasehold(1), written by build.rs from the clap definition.
+pub(crate) const MAN_PAGE: &str = include_str!(concat!(env!("OUT_DIR"), "/leasehold.1"));
+
 /// Parses the command line, runs the command on a Tokio runtime, and exits
 /// with its code (one line on stderr on failure).
 fn main() -> ExitCode {
     install_panic_hook();
-    let cli = match cli::parse(std::env::args_os()) {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // Known before parsing, so a usage error is JSON too.
+    if args
+        .iter()
+        .take_while(|a| *a != "--")
+        .any(|a| a == "--json")
+    {
+        exit::json_errors();
+    }
+    let cli = match cli::parse(args) {
         Ok(Parsed::Run(cli)) => cli,
         Ok(Parsed::Done) => return ExitCode::SUCCESS,
         Err(failure) => return ExitCode::from(failure.report()),
     };
+    if !matches!(
+        cli.command,
+        cli::Command::RunExec(_) | cli::Command::RunWatch(_)
+    ) {
+        if cli.global.quiet {
+            exit::quiet();
+        }
+        install_logging(&cli.global);
+    }
     // `run`'s helper processes: small, synchronous, no runtime of their own.
     let cli = match cli.command {
         cli::Command::RunExec(args) => return ExitCode::from(run::exec(args)),
@@ -68,6 +93,52 @@ fn main() -> ExitCode {
     // must not hold the exit up; Redis ends any lease by its TTL.
     runtime.shutdown_timeout(Duration::from_millis(200));
     ExitCode::from(code)
+}
+
+/// Prints the library's tracing events on stderr: warnings by default,
+/// info with -v, debug with -vv, trace with -vvv, nothing with -q; RUST_LOG,
+/// when set, chooses instead.
+fn install_logging(global: &cli::Global) {
+    use tracing_subscriber::EnvFilter;
+    let level = if global.quiet {
+        "off"
+    } else {
+        match global.verbose {
+            // A lost lease is reported by the tool itself, in its words.
+            0 => "warn,leasehold::lease=error",
+            1 => "info",
+            2 => "debug",
+            _ => "trace",
+        }
+    };
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(directives) if !directives.trim().is_empty() => EnvFilter::try_new(directives.trim())
+            .unwrap_or_else(|e| {
+                exit::warning(format!("RUST_LOG is not a filter ({e}); ignoring it"));
+                EnvFilter::new(level)
+            }),
+        _ => EnvFilter::new(level),
+    };
+    // -v: each acquisition's span (lock, kind, outcome, waited) when it closes.
+    let spans = if global.verbose > 0 {
+        tracing_subscriber::fmt::format::FmtSpan::CLOSE
+    } else {
+        tracing_subscriber::fmt::format::FmtSpan::NONE
+    };
+    // A second subscriber cannot happen here (main sets the only one).
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_span_events(spans)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .without_time()
+        .with_target(global.verbose > 0);
+    // Under --json every line on stderr is a JSON object, events included.
+    let _ = if global.json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
 }
 
 /// Replaces the default multi-line panic report (and backtrace hint) with

@@ -19,6 +19,23 @@ pub(crate) fn emit_json(value: &Value) {
     emit(&value.to_string());
 }
 
+/// `name` with its control characters escaped (`\n`, `\u{1b}`), so a lock
+/// name cannot move the cursor, clear the screen or forge a table row.
+pub(crate) fn printable(name: &str) -> String {
+    if !name.chars().any(char::is_control) {
+        return name.to_owned();
+    }
+    name.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// Milliseconds, for JSON fields named `*_ms`.
 pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -41,6 +58,7 @@ pub(crate) fn short(d: Duration) -> String {
 pub(crate) fn status_json(status: &LockStatus) -> Value {
     json!({
         "name": status.name,
+        "kind": status.holder.as_ref().map(|_| "lock"),
         "held": status.holder.is_some(),
         "holder": status.holder,
         "remaining_ms": status.remaining.map(millis),
@@ -58,7 +76,7 @@ pub(crate) fn status_human(status: &LockStatus) -> String {
     let remaining = remaining_human(status.remaining);
     format!(
         "lock       {}\nholder     {holder}\nremaining  {remaining}\nlast fence {}\nwaiting    {} client(s)",
-        status.name,
+        printable(&status.name),
         fence_human(status.fence),
         status.waiting_clients
     )
@@ -68,6 +86,7 @@ pub(crate) fn status_human(status: &LockStatus) -> String {
 pub(crate) fn rw_status_json(status: &RwLockStatus) -> Value {
     json!({
         "name": status.name,
+        "kind": "rwlock",
         "writer": status.writer.as_ref().map(hold_json),
         "readers": status.readers.iter().map(hold_json).collect::<Vec<_>>(),
         "reader_count": status.reader_count,
@@ -84,7 +103,7 @@ pub(crate) fn rw_status_human(status: &RwLockStatus) -> String {
     );
     format!(
         "rwlock     {}\nwriter     {writer}\nreaders    {} read hold(s){}\nwaiting    {} writer(s)\nlast fence {}",
-        status.name,
+        printable(&status.name),
         status.reader_count,
         holds_human(&status.readers, status.reader_count),
         status.waiting_writers,
@@ -96,6 +115,7 @@ pub(crate) fn rw_status_human(status: &RwLockStatus) -> String {
 pub(crate) fn semaphore_status_json(status: &SemaphoreStatus) -> Value {
     json!({
         "name": status.name,
+        "kind": "semaphore",
         "permits": status.permits,
         "held": status.held,
         "holders": status.holders.iter().map(hold_json).collect::<Vec<_>>(),
@@ -110,7 +130,7 @@ pub(crate) fn semaphore_status_human(status: &SemaphoreStatus) -> String {
         .map_or_else(String::new, |n| format!(" of {n}"));
     format!(
         "semaphore  {}\nheld       {}{of} permit(s){}\nlast fence {}",
-        status.name,
+        printable(&status.name),
         status.held,
         holds_human(&status.holders, status.held),
         fence_human(status.fence)
@@ -121,6 +141,7 @@ pub(crate) fn semaphore_status_human(status: &SemaphoreStatus) -> String {
 pub(crate) fn reentrant_status_json(status: &ReentrantStatus) -> Value {
     json!({
         "name": status.name,
+        "kind": "reentrant",
         "held": status.owner.is_some(),
         "owner": status.owner,
         "holds": status.holds,
@@ -137,7 +158,7 @@ pub(crate) fn reentrant_status_human(status: &ReentrantStatus) -> String {
     };
     format!(
         "reentrant  {}\nowner      {owner}\nremaining  {}\nlast fence {}",
-        status.name,
+        printable(&status.name),
         remaining_human(status.remaining),
         fence_human(status.fence)
     )
@@ -180,27 +201,53 @@ fn fence_human(fence: Option<u64>) -> String {
     fence.map_or_else(|| "- (none issued yet)".to_owned(), |f| f.to_string())
 }
 
-/// Held locks as an aligned table, one per line under a header.
-pub(crate) fn list_human(locks: &[LockStatus]) -> String {
-    let width = locks
+/// One held name in `list`: its kind and what the table shows of it.
+#[derive(Debug)]
+pub(crate) struct Row {
+    /// The lock name.
+    pub(crate) name: String,
+    /// `lock`, `reentrant`, `rwlock` or `semaphore`.
+    pub(crate) kind: &'static str,
+    /// Who holds it: a token or owner prefix, `N readers`, `k/N permits`.
+    pub(crate) holder: String,
+    /// The time left of the hold that ends last (the lease, the writer's).
+    pub(crate) remaining: Option<Duration>,
+    /// The last fence.
+    pub(crate) fence: Option<u64>,
+    /// Waiting clients (lock) or writers (rwlock); `-` where not counted.
+    pub(crate) waiting: String,
+}
+
+/// Held locks of every kind as an aligned table, one per line under a
+/// header; names with control characters escaped.
+pub(crate) fn list_human(rows: &[Row]) -> String {
+    let names: Vec<String> = rows.iter().map(|r| printable(&r.name)).collect();
+    let width = names
         .iter()
-        .map(|s| s.name.chars().count())
+        .map(|n| n.chars().count())
         .max()
         .unwrap_or(0)
         .max("NAME".len());
+    let holder_width = rows
+        .iter()
+        .map(|r| r.holder.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max("HOLDER".len());
     let mut out = format!(
-        "{:<width$}  {:<9}  {:>10}  {:>20}  WAITING",
-        "NAME", "HOLDER", "REMAINING", "FENCE"
+        "{:<width$}  {:<9}  {:<holder_width$}  {:>10}  {:>20}  WAITING",
+        "NAME", "KIND", "HOLDER", "REMAINING", "FENCE"
     );
-    for s in locks {
+    for (r, name) in rows.iter().zip(&names) {
         out.push('\n');
         out.push_str(&format!(
-            "{:<width$}  {:<9}  {:>10}  {:>20}  {}",
-            s.name,
-            s.holder.as_deref().unwrap_or("-"),
-            s.remaining.map_or_else(|| "-".to_owned(), short),
-            s.fence.map_or_else(|| "-".to_owned(), |f| f.to_string()),
-            s.waiting_clients
+            "{:<width$}  {:<9}  {:<holder_width$}  {:>10}  {:>20}  {}",
+            name,
+            r.kind,
+            r.holder,
+            r.remaining.map_or_else(|| "-".to_owned(), short),
+            r.fence.map_or_else(|| "-".to_owned(), |f| f.to_string()),
+            r.waiting
         ));
     }
     out
@@ -209,6 +256,14 @@ pub(crate) fn list_human(locks: &[LockStatus]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_in_names_are_escaped() {
+        assert_eq!(printable("jobs:7"), "jobs:7");
+        assert_eq!(printable("a\nb"), "a\\nb");
+        assert_eq!(printable("\u{1b}[2Jx"), "\\u{1b}[2Jx");
+        assert_eq!(printable("tab\there"), "tab\\there");
+    }
 
     #[test]
     fn short_durations_pick_a_readable_unit() {

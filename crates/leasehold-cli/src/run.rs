@@ -55,7 +55,7 @@ use nix::unistd::{Pid, getpgrp};
 use tokio::signal::unix::SignalKind;
 use tokio::time::Instant;
 
-use crate::cli::{Global, RunArgs};
+use crate::cli::{Global, LeaseArgs, RunArgs};
 use crate::commands::connect;
 use crate::exit::{self, Failure};
 use crate::hold::{Held, take_hold};
@@ -69,24 +69,87 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
         return Err(Failure::usage("no command given after `--`"));
     }
     let client = connect(global).await?;
-    let outcome = run_locked(&client, args).await;
+    let outcome = run_locked(&client, global, args).await;
     // Nothing stays held when leasehold exits: a release that failed above
     // went to the background, and the runtime's shutdown would drop it.
     if let Err(e) = client.close().await {
-        eprintln!("leasehold: warning: {}", exit::one_line(e.to_string()));
+        exit::warning(Failure::from(e).message);
     }
     outcome
 }
 
-/// [`run`] once connected: takes the hold, runs the command under it.
-async fn run_locked(client: &leasehold::Client, args: RunArgs) -> Result<u8, Failure> {
-    let guard = take_hold(client, &args.name, &args.lease, args.hold.mode()).await?;
+/// [`run`] once connected: takes the hold, runs the command under it;
+/// with `--json`, one object on stdout when it ends.
+async fn run_locked(
+    client: &leasehold::Client,
+    global: &Global,
+    args: RunArgs,
+) -> Result<u8, Failure> {
+    let lease = LeaseArgs {
+        at_least: args.at_least,
+        lock_delay: args.lock_delay.unwrap_or_default(),
+        ..LeaseArgs::new(args.ttl, &args.wait, global)
+    };
+    let started = Instant::now();
+    let guard = take_hold(client, &args.name, &lease, args.hold.mode()).await?;
+    let acquired = Instant::now();
+    let summary = global.json.then(|| Summary {
+        name: args.name.clone(),
+        kind: guard.kind(),
+        fence: guard.fence(),
+        waited: acquired - started,
+        acquired,
+    });
+    let mut lost = false;
+    let result = run_held(guard, &args, &mut lost).await;
+    if let Some(summary) = summary {
+        summary.emit(&result, lost);
+    }
+    result
+}
 
+/// What `run --json` prints when it ends.
+struct Summary {
+    /// The lock name.
+    name: String,
+    /// `lock`, `rwlock` or `semaphore`.
+    kind: &'static str,
+    /// The fence of the hold.
+    fence: u64,
+    /// How long taking the hold took.
+    waited: Duration,
+    /// When it was taken.
+    acquired: Instant,
+}
+
+impl Summary {
+    /// One JSON object on stdout: the hold, the times, whether the lease
+    /// was lost, and the exit code.
+    fn emit(self, result: &Result<u8, Failure>, lost: bool) {
+        let code = match result {
+            Ok(code) => *code,
+            Err(failure) => failure.code,
+        };
+        crate::output::emit_json(&serde_json::json!({
+            "name": self.name,
+            "kind": self.kind,
+            "fence": self.fence,
+            "waited_ms": crate::output::millis(self.waited),
+            "held_ms": crate::output::millis(self.acquired.elapsed()),
+            "lost": lost,
+            "exit_code": code,
+        }));
+    }
+}
+
+/// Runs the command under `guard` and returns the exit code; sets `lost`
+/// when the lease was lost while the command ran.
+async fn run_held(guard: Held, args: &RunArgs, lost: &mut bool) -> Result<u8, Failure> {
     // Handlers go in before the child exists, so a signal that arrives
     // while it starts is handled instead of killing leasehold.
     let mut signals = Signals::install()?;
 
-    let mut watcher = match Watcher::spawn(poll_period(args.lease.ttl)) {
+    let mut watcher = match Watcher::spawn(poll_period(args.ttl)) {
         Ok(watcher) => watcher,
         Err(e) => {
             let _ = guard.release().await;
@@ -136,7 +199,8 @@ async fn run_locked(client: &leasehold::Client, args: RunArgs) -> Result<u8, Fai
         job_stopped: false,
     };
     let outcome = supervisor.supervise(&mut signals, &mut watcher).await;
-    finish(guard, outcome).await
+    *lost = matches!(outcome, Outcome::Lost) || guard.is_lost();
+    finish(guard, outcome, lost).await
 }
 
 /// How often the watcher checks whether leasehold is stopped: a tenth of
@@ -279,7 +343,7 @@ impl Supervisor<'_> {
             raise(Signal::SIGTSTP)
         };
         if let Err(e) = stopped {
-            eprintln!("leasehold: warning: cannot stop leasehold with its command: {e}");
+            exit::warning(format!("cannot stop leasehold with its command: {e}"));
         }
     }
 
@@ -290,7 +354,7 @@ impl Supervisor<'_> {
         group::signal(self.leader, Signal::SIGSTOP);
         self.take_terminal();
         if let Err(e) = raise(Signal::SIGSTOP) {
-            eprintln!("leasehold: warning: cannot stop leasehold: {e}");
+            exit::warning(format!("cannot stop leasehold: {e}"));
         }
         // Here only once continued.
         self.resume();
@@ -321,16 +385,16 @@ impl Supervisor<'_> {
         let grace = humantime::format_duration(self.kill_grace);
         let what = self.guard.what();
         if group::state(self.leader) == Some('T') {
-            eprintln!(
-                "leasehold: the lease on {what} was lost while the command was stopped (leasehold \
-                 was stopped or paused longer than the lease lasts); ending the command without \
+            exit::notice(format!(
+                "the lease on {what} was lost while the command was stopped (leasehold was \
+                 stopped or paused longer than the lease lasts); ending the command without \
                  resuming it (SIGTERM, SIGKILL after {grace})"
-            );
+            ));
         } else {
-            eprintln!(
-                "leasehold: the lease on {what} was lost while the command ran (it expired or \
-                 another owner took it); stopping the command (SIGTERM, SIGKILL after {grace})"
-            );
+            exit::notice(format!(
+                "the lease on {what} was lost while the command ran (it expired or another owner \
+                 took it); stopping the command (SIGTERM, SIGKILL after {grace})"
+            ));
         }
         group::signal(self.leader, Signal::SIGTERM);
         self.kill_at = Some(Instant::now() + self.kill_grace);
@@ -356,12 +420,12 @@ impl Supervisor<'_> {
         let deadline = match self.kill_at {
             Some(deadline) => deadline,
             None if group::others_alive(self.leader) => {
-                eprintln!(
-                    "leasehold: the command exited with processes of its group still running; \
-                     stopping them (SIGTERM, SIGKILL after {}) before releasing {}",
+                exit::notice(format!(
+                    "the command exited with processes of its group still running; stopping \
+                     them (SIGTERM, SIGKILL after {}) before releasing {}",
                     humantime::format_duration(self.kill_grace),
                     self.guard.what()
-                );
+                ));
                 group::signal(self.leader, Signal::SIGTERM);
                 group::signal(self.leader, Signal::SIGCONT);
                 Instant::now() + self.kill_grace
@@ -386,8 +450,9 @@ impl Supervisor<'_> {
     }
 }
 
-/// Releases the lock after the command ended and picks the exit code.
-async fn finish(guard: Held, outcome: Outcome) -> Result<u8, Failure> {
+/// Releases the lock after the command ended and picks the exit code;
+/// sets `lost` when the release finds the lease gone.
+async fn finish(guard: Held, outcome: Outcome, lost: &mut bool) -> Result<u8, Failure> {
     let what = guard.what();
     match outcome {
         Outcome::Lost => {
@@ -408,21 +473,23 @@ async fn finish(guard: Held, outcome: Outcome) -> Result<u8, Failure> {
             let lapsed = guard.is_lost();
             match guard.release().await {
                 Ok(()) if !lapsed => Ok(code),
-                Ok(()) | Err(Error::Lost { .. }) => Err(Failure::with_code(
-                    exit::SOFTWARE,
-                    format!(
-                        "the lease on {what} was lost before the command finished (it exited \
+                Ok(()) | Err(Error::Lost { .. }) => {
+                    *lost = true;
+                    Err(Failure::with_code(
+                        exit::SOFTWARE,
+                        format!(
+                            "the lease on {what} was lost before the command finished (it exited \
                          with {code}); it may have run without the lock"
-                    ),
-                )),
+                        ),
+                    ))
+                }
                 Err(e) => {
                     // The lease ends by its TTL at the latest; the command
                     // itself ran under the lock.
-                    eprintln!(
-                        "leasehold: warning: could not release {what} ({}); it frees itself \
-                         when its TTL runs out",
-                        exit::one_line(e.to_string())
-                    );
+                    exit::warning(format!(
+                        "could not release {what} ({}); it frees itself when its TTL runs out",
+                        Failure::from(e).message
+                    ));
                     Ok(code)
                 }
             }

@@ -5,7 +5,7 @@
 use redis::aio::MultiplexedConnection;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::cli::{Global, servers_of, single};
+use crate::cli::{Global, single};
 use crate::embedded::EmbeddedRedis;
 use crate::exit::{self, Failure};
 
@@ -26,9 +26,15 @@ impl Target {
     /// A usage failure for several URLs; exit 69 when the private server
     /// cannot start.
     pub(crate) async fn open(global: &Global) -> Result<Target, Failure> {
+        if global.cluster || global.sentinel.is_some() {
+            return Err(Failure::usage(
+                "demo and bench run on one Redis; drop --cluster / --sentinel and pass a single \
+                 --url, or none for a private redis-server",
+            ));
+        }
         match global.given_urls() {
-            Some(urls) => Ok(Target {
-                url: single(servers_of(urls)?)?,
+            Some(_) => Ok(Target {
+                url: single(global.servers()?)?,
                 server: None,
             }),
             None => {

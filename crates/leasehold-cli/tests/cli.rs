@@ -317,7 +317,12 @@ fn bench_without_the_feature_exits_64_saying_how_to_build_it() {
     ] {
         let out = run(args);
         assert_eq!(out.code(), 64, "{args:?}: {out:?}");
-        out.assert_one_error_line();
+        if args.contains(&"--json") {
+            let err: Value = serde_json::from_str(out.stderr.trim()).expect("a JSON error");
+            assert_eq!(err["exit_code"], 64, "{args:?}: {out:?}");
+        } else {
+            out.assert_one_error_line();
+        }
         assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
         assert!(out.stderr.contains("--features bench"), "{args:?}: {out:?}");
     }
@@ -474,6 +479,7 @@ fn a_paused_holder_whose_lease_is_taken_stops_its_command_and_exits_70() {
     cmd.current_dir(dir.path()).args([
         "--url",
         &url,
+        "--json",
         "run",
         "paused",
         "--ttl",
@@ -504,9 +510,19 @@ fn a_paused_holder_whose_lease_is_taken_stops_its_command_and_exits_70() {
 
     let out = first.finish_within(Duration::from_secs(30));
     assert_eq!(out.code(), 70, "{out:?}");
-    out.assert_one_error_line();
-    assert!(out.stderr.contains("lost"), "{out:?}");
+    // --json: the notice is a JSON object on stderr, and the one object at
+    // the end on stdout says so too.
+    let notice: Value = serde_json::from_str(out.stderr.trim())
+        .unwrap_or_else(|e| panic!("stderr is not one JSON object ({e}): {out:?}"));
+    assert!(
+        notice["notice"].as_str().unwrap().contains("lost"),
+        "{out:?}"
+    );
     assert!(!child.alive(), "the command still runs after a lost lease");
+    let summary = out.json();
+    assert_eq!(summary["lost"], true, "{summary}");
+    assert_eq!(summary["exit_code"], 70, "{summary}");
+    assert_eq!(summary["fence"], first_fence, "{summary}");
 
     // The new holder keeps its lock: the stale one did not release it.
     let status = status_json(&url, "paused");
@@ -771,19 +787,22 @@ fn run_acquire_extend_release_and_status_work_on_redlock() {
     let status = run_on(&urls, &["--json", "status", "rl"]).json();
     assert_eq!(status["held"], false, "{status}");
 
-    // Only the plain lock can be split over independent masters.
+    // Only the plain lock can be split over independent masters: a usage
+    // error before connecting, in the flags' words.
     for mode in [&["--read"][..], &["--write"], &["--permits", "2"]] {
         let args = [&["run", "rl"][..], mode, &["--", "true"]].concat();
         let out = run_on(&urls, &args);
-        assert_eq!(out.code(), 69, "{mode:?}: {out:?}");
+        assert_eq!(out.code(), 64, "{mode:?}: {out:?}");
         out.assert_one_error_line();
         assert!(out.stderr.contains("Redlock"), "{out:?}");
+        assert!(out.stderr.contains(mode[0]), "{out:?}");
+        assert!(!out.stderr.contains("client"), "library words: {out:?}");
     }
     for mode in ["--read", "--reentrant"] {
         let out = run_on(&urls, &["status", "rl", mode]);
-        assert_eq!(out.code(), 69, "{mode}: {out:?}");
+        assert_eq!(out.code(), 64, "{mode}: {out:?}");
         out.assert_one_error_line();
-        assert!(out.stderr.contains("Redlock"), "{out:?}");
+        assert!(out.stderr.contains(mode), "{out:?}");
     }
 }
 
@@ -1071,4 +1090,727 @@ fn status_shows_the_readers_of_a_read_write_lock_and_the_holders_of_a_semaphore(
     }
     let status = run_on(&urls, &["--json", "status", "rw", "--read"]).json();
     assert_eq!(status["reader_count"], 0, "{status}");
+}
+
+// ---- Issue 17: the CLI as an operator expects it ----------------------
+
+/// A loopback port with nothing listening on it (bound, then closed).
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr").port()
+}
+
+/// Waits until `leasehold status NAME` counts at least `n` waiting clients.
+fn wait_for_waiters(url: &str, name: &str, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while status_json(url, name)["waiting_clients"].as_u64() < Some(n) {
+        assert!(Instant::now() < deadline, "nobody waited for {name}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn run_and_acquire_wait_until_acquired_by_default() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let held = run_at(&url, &["--json", "acquire", "busy", "--ttl", "5m"]);
+    assert_eq!(held.code(), 0, "{held:?}");
+    let token = held.json()["token"].as_str().expect("token").to_owned();
+    let dir = temp_dir();
+    let urls = std::slice::from_ref(&url);
+    // Queued in this order, so the run gets the lock first.
+    let default = spawn_in(dir.path(), urls, &["run", "busy", "--", "true"]);
+    wait_for_waiters(&url, "busy", 1);
+    let forever = spawn_in(dir.path(), urls, &["acquire", "busy", "--wait", "forever"]);
+    wait_for_waiters(&url, "busy", 2);
+    // Past the old default wait (10 s), both still wait: neither exited.
+    std::thread::sleep(Duration::from_secs(11));
+    let (mut default, mut forever) = (default, forever);
+    assert!(default.child.try_wait().unwrap().is_none(), "run gave up");
+    assert!(
+        forever.child.try_wait().unwrap().is_none(),
+        "acquire gave up"
+    );
+
+    let out = run_at(&url, &["release", "busy", &token]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    // The run gets it, runs `true` and releases; then the acquire gets it.
+    // Both waited over 10 s with stderr a pipe, not a terminal: no status
+    // line (run_signals.rs checks the line on a terminal).
+    let out = default.finish();
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(out.stderr.is_empty(), "{out:?}");
+    let out = forever.finish();
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(out.stdout.contains("token="), "{out:?}");
+    assert!(out.stderr.is_empty(), "{out:?}");
+
+    for args in [&["run", "--help"][..], &["acquire", "--help"]] {
+        let out = run(args);
+        assert!(
+            out.stdout.contains("forever") && out.stdout.contains("Defaults to forever"),
+            "{args:?}: {out:?}"
+        );
+    }
+}
+
+#[test]
+fn conflict_exit_code_replaces_75_for_busy_and_timed_out() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let held = run_at(&url, &["acquire", "busy", "--ttl", "60s"]);
+    assert_eq!(held.code(), 0, "{held:?}");
+    let cases: &[(&[&str], i32)] = &[
+        (&["run", "busy", "-n", "-E", "3", "--", "true"], 3),
+        (
+            &[
+                "run",
+                "busy",
+                "--no-wait",
+                "--conflict-exit-code",
+                "0",
+                "--",
+                "true",
+            ],
+            0,
+        ),
+        (
+            &["run", "busy", "--wait", "200ms", "-E", "9", "--", "true"],
+            9,
+        ),
+        (&["acquire", "busy", "-n", "-E", "4"], 4),
+        (
+            &[
+                "acquire",
+                "busy",
+                "--wait",
+                "200ms",
+                "--conflict-exit-code",
+                "5",
+            ],
+            5,
+        ),
+        (&["acquire", "busy", "-n"], 75),
+    ];
+    for (args, code) in cases {
+        let out = run_at(&url, args);
+        assert_eq!(out.code(), *code, "{args:?}: {out:?}");
+        out.assert_one_error_line();
+        assert!(out.stderr.contains("busy"), "{args:?}: {out:?}");
+    }
+    // The command's own 75 stays 75, told apart from a conflict by -E.
+    let out = run_at(
+        &url,
+        &["run", "free", "-E", "3", "--", "sh", "-c", "exit 75"],
+    );
+    assert_eq!(out.code(), 75, "{out:?}");
+    let out = run(&["run", "x", "-E", "256", "--", "true"]);
+    assert_eq!(out.code(), 64, "{out:?}");
+}
+
+#[test]
+fn every_argument_is_checked_before_connecting() {
+    // Nothing listens here: a check made after connecting would exit 69.
+    let dead = format!("redis://127.0.0.1:{}", closed_port());
+    let dir = temp_dir();
+    let cert = dir.path().join("cert.pem");
+    std::fs::write(&cert, "not used").unwrap();
+    let missing = dir.path().join("missing.pem");
+    let (cert, missing) = (cert.to_str().unwrap(), missing.to_str().unwrap());
+    let long_name = "x".repeat(513);
+    let cases: &[&[&str]] = &[
+        &["run", "x", "--ttl", "100d", "--", "true"],
+        &["acquire", "x", "--ttl", "5ms"],
+        &["extend", "x", "token", "--ttl", "100d"],
+        &["--prefix", "a{b}", "status", "x"],
+        &["--tls-cert", cert, "status", "x"],
+        &["--tls-key", cert, "status", "x"],
+        &["--tls-ca", missing, "status", "x"],
+        &[
+            "--url", &dead, "--url", &dead, "--url", &dead, "status", "x",
+        ],
+        &["--cluster", "--sentinel", "m", "status", "x"],
+        &["--sentinel", "m", "demo"],
+        &["--connect-timeout", "0s", "status", "x"],
+        &["status", ""],
+        &["release", &long_name, "token"],
+    ];
+    for args in cases {
+        let mut all = vec!["--url", dead.as_str()];
+        if args.iter().filter(|a| **a == "--url").count() > 0 {
+            all.clear();
+        }
+        all.extend_from_slice(args);
+        let out = run(&all);
+        assert_eq!(out.code(), 64, "{all:?}: {out:?}");
+        out.assert_one_error_line();
+    }
+    let out = run(&["--url", &dead, "run", "x", "--ttl", "100d", "--", "true"]);
+    assert!(out.stderr.contains("--ttl"), "{out:?}");
+    let out = run(&[
+        "--url", &dead, "--url", &dead, "--url", &dead, "status", "x",
+    ]);
+    assert!(out.stderr.contains("same server"), "{out:?}");
+    let out = run(&["--url", &dead, "--tls-ca", missing, "status", "x"]);
+    assert!(out.stderr.contains("--tls-ca"), "{out:?}");
+}
+
+#[test]
+fn help_texts_say_what_each_flag_does_for_its_command() {
+    let status = run(&["status", "--help"]);
+    assert_eq!(status.code(), 0, "{status:?}");
+    assert!(!status.stdout.contains("`run` holds"), "{status:?}");
+    let acquire = run(&["acquire", "--help"]);
+    let ttl = acquire
+        .stdout
+        .split("--ttl <DURATION>")
+        .nth(1)
+        .and_then(|rest| rest.split("\n\n").next())
+        .expect("--ttl in acquire --help")
+        .to_lowercase();
+    assert!(!ttl.contains("renewed while"), "{ttl}");
+    assert!(ttl.contains("not renewed"), "{ttl}");
+    let top = run(&["--help"]);
+    for flag in [
+        "--cluster",
+        "--sentinel",
+        "--tls-ca",
+        "--tls-cert",
+        "--tls-key",
+        "--connect-timeout",
+        "--verbose",
+        "--quiet",
+        "--json",
+        "completions",
+    ] {
+        assert!(top.stdout.contains(flag), "{flag} missing: {top:?}");
+    }
+}
+
+#[test]
+fn a_timed_out_wait_names_the_flags_to_use() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let held = run_at(&url, &["acquire", "busy", "--ttl", "60s"]);
+    assert_eq!(held.code(), 0, "{held:?}");
+    let out = run_at(&url, &["run", "busy", "--wait", "200ms", "--", "true"]);
+    assert_eq!(out.code(), 75, "{out:?}");
+    assert!(out.stderr.contains("--wait"), "{out:?}");
+    assert!(out.stderr.contains("leasehold status busy"), "{out:?}");
+    assert!(!out.stderr.contains("wait()"), "{out:?}");
+    assert!(!out.stderr.contains("status()"), "{out:?}");
+    let mut dead = RedisServer::start();
+    let dead_url = dead.url();
+    dead.kill();
+    let out = run_at(&dead_url, &["status", "x"]);
+    assert_eq!(out.code(), 69, "{out:?}");
+    assert!(out.stderr.contains("--url"), "{out:?}");
+}
+
+#[test]
+fn library_warnings_reach_stderr_and_verbose_shows_more() {
+    // An eviction policy that may drop lock keys: the library warns at connect.
+    let server = RedisServer::builder()
+        .arg("maxmemory-policy", "allkeys-lru")
+        .start();
+    let url = server.url();
+    let out = run_at(&url, &["status", "x"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(out.stderr.contains("maxmemory-policy"), "{out:?}");
+    let out = run_at(&url, &["-q", "status", "x"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(out.stderr.is_empty(), "{out:?}");
+    // Under --json every line on stderr is a JSON object, warnings too.
+    let out = run_at(&url, &["--json", "status", "x"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let warning: Value = serde_json::from_str(out.stderr.trim())
+        .unwrap_or_else(|e| panic!("stderr is not one JSON object ({e}): {out:?}"));
+    assert_eq!(warning["level"], "WARN", "{warning}");
+    assert!(
+        warning.to_string().contains("maxmemory-policy"),
+        "{warning}"
+    );
+    // -v: each acquisition's span as it closes; -vv: debug events too.
+    let quiet = run_at(&url, &["run", "x", "--", "true"]);
+    let verbose = run_at(&url, &["-v", "run", "x", "--", "true"]);
+    assert_eq!(verbose.code(), 0, "{verbose:?}");
+    assert!(verbose.stderr.contains("leasehold.acquire"), "{verbose:?}");
+    assert!(!verbose.stderr.contains("DEBUG"), "{verbose:?}");
+    let loud = run_at(&url, &["-vv", "run", "x", "--", "true"]);
+    assert_eq!(loud.code(), 0, "{loud:?}");
+    assert!(
+        loud.stderr.lines().count() > quiet.stderr.lines().count(),
+        "{quiet:?} {loud:?}"
+    );
+    assert!(loud.stderr.contains("DEBUG"), "{loud:?}");
+    // RUST_LOG chooses instead of the flags.
+    let mut cmd = leasehold();
+    cmd.env("RUST_LOG", "off")
+        .args(["--url", &url, "status", "x"]);
+    let out = Proc::spawn(cmd).finish();
+    assert!(out.stderr.is_empty(), "{out:?}");
+    // A RUST_LOG that is no filter is said to be ignored; -q keeps quiet.
+    let mut cmd = leasehold();
+    cmd.env("RUST_LOG", "leasehold=loudest")
+        .args(["--url", &url, "status", "x"]);
+    let out = Proc::spawn(cmd).finish();
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(out.stderr.contains("RUST_LOG is not a filter"), "{out:?}");
+    let mut cmd = leasehold();
+    cmd.env("RUST_LOG", "leasehold=loudest")
+        .args(["-q", "--url", &url, "status", "x"]);
+    let out = Proc::spawn(cmd).finish();
+    assert!(out.stderr.is_empty(), "{out:?}");
+}
+
+#[test]
+fn json_errors_are_objects_on_stderr() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let held = run_at(&url, &["acquire", "busy", "--ttl", "60s"]);
+    assert_eq!(held.code(), 0, "{held:?}");
+    let dead = format!("redis://127.0.0.1:{}", closed_port());
+    let cases: &[(&[&str], i32)] = &[
+        (&["--url", &url, "--json", "acquire", "busy", "-n"], 75),
+        (
+            &["--url", &url, "--json", "run", "busy", "-n", "--", "true"],
+            75,
+        ),
+        (&["--url", &dead, "--json", "status", "x"], 69),
+        (&["--json", "run", "x", "--ttl", "banana", "--", "true"], 64),
+        (&["--json", "nonsense"], 64),
+    ];
+    for (args, code) in cases {
+        let out = run(args);
+        assert_eq!(out.code(), *code, "{args:?}: {out:?}");
+        let lines: Vec<&str> = out.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?}: {out:?}");
+        let err: Value = serde_json::from_str(lines[0])
+            .unwrap_or_else(|e| panic!("{args:?}: stderr is not JSON ({e}): {out:?}"));
+        assert_eq!(err["exit_code"], *code, "{args:?}: {err}");
+        assert!(
+            err["error"].as_str().is_some_and(|m| !m.is_empty()),
+            "{err}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
+    }
+}
+
+#[test]
+fn run_with_json_prints_one_object_when_it_ends() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let out = run_at(&url, &["--json", "run", "job", "--", "sh", "-c", "exit 3"]);
+    assert_eq!(out.code(), 3, "{out:?}");
+    let summary = out.json();
+    assert_eq!(summary["name"], "job", "{summary}");
+    assert_eq!(summary["kind"], "lock", "{summary}");
+    assert!(
+        summary["fence"].as_u64().is_some_and(|f| f > 0),
+        "{summary}"
+    );
+    assert!(summary["waited_ms"].as_u64().is_some(), "{summary}");
+    assert!(summary["held_ms"].as_u64().is_some(), "{summary}");
+    assert_eq!(summary["lost"], false, "{summary}");
+    assert_eq!(summary["exit_code"], 3, "{summary}");
+    // The command's own output comes first, the summary last.
+    let out = run_at(
+        &url,
+        &["--json", "run", "job", "--permits", "2", "--", "echo", "hi"],
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+    let mut lines = out.stdout.lines();
+    assert_eq!(lines.next(), Some("hi"), "{out:?}");
+    let summary: Value = serde_json::from_str(lines.next().expect("summary")).unwrap();
+    assert_eq!(summary["kind"], "semaphore", "{summary}");
+    assert_eq!(summary["exit_code"], 0, "{summary}");
+}
+
+#[test]
+fn a_silent_server_fails_after_the_connect_timeout_naming_it() {
+    // Accepts connections (the kernel's backlog) and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("redis://127.0.0.1:{}", silent.local_addr().unwrap().port());
+    let out = run_at(&url, &["--connect-timeout", "300ms", "status", "x"]);
+    assert_eq!(out.code(), 69, "{out:?}");
+    out.assert_one_error_line();
+    assert!(out.stderr.contains("--connect-timeout"), "{out:?}");
+    // Well before the 6 s the driver's own retries took.
+    assert!(out.elapsed < Duration::from_secs(4), "{out:?}");
+    let help = run(&["--help"]);
+    assert!(help.stdout.contains("Defaults to 3s"), "{help:?}");
+}
+
+#[test]
+fn rediss_to_a_plain_port_says_tls_failed() {
+    let server = RedisServer::start();
+    let url = server.url().replacen("redis://", "rediss://", 1);
+    let out = run_at(&url, &["status", "x"]);
+    assert_eq!(out.code(), 69, "{out:?}");
+    out.assert_one_error_line();
+    assert!(out.stderr.contains("TLS"), "{out:?}");
+    assert!(!out.stderr.contains("timed out"), "{out:?}");
+    assert!(out.stderr.contains("redis://"), "{out:?}");
+}
+
+#[test]
+fn cluster_flag_runs_every_command_on_a_three_master_cluster() {
+    let cluster = leasehold_testkit::RedisCluster::start(3, 0);
+    let urls = vec![cluster.urls()[0].clone()];
+    let with = |args: &[&str]| {
+        let mut all = vec!["--cluster"];
+        all.extend_from_slice(args);
+        run_on(&urls, &all)
+    };
+    let out = with(&["run", "c:1", "--", "sh", "-c", "echo $LEASEHOLD_FENCE"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let out = with(&["--json", "acquire", "c:2", "--ttl", "60s"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let token = out.json()["token"].as_str().unwrap().to_owned();
+    let out = with(&["--json", "status", "c:2"]);
+    assert_eq!(out.json()["held"], true, "{out:?}");
+    let out = with(&["--json", "list"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert_eq!(out.json()["locks"].as_array().unwrap().len(), 1, "{out:?}");
+    let out = with(&["run", "c:2", "-n", "--", "true"]);
+    assert_eq!(out.code(), 75, "{out:?}");
+    let out = with(&["release", "c:2", &token]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    // Without --cluster the seed node answers MOVED for most names.
+    let out = run_on(&urls, &["--cluster", "run", "c:3", "--read", "--", "true"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+}
+
+#[test]
+fn sentinel_flag_finds_the_master_by_name() {
+    let set = leasehold_testkit::SentinelSet::start("lh", 1, 3);
+    let urls = set.sentinel_urls();
+    let mut all = vec![
+        "--sentinel",
+        "lh",
+        "--json",
+        "acquire",
+        "s:1",
+        "--ttl",
+        "60s",
+    ];
+    let out = run_on(&urls, &all);
+    assert_eq!(out.code(), 0, "{out:?}");
+    // The lock is on the master the sentinels name.
+    let key_count: usize = redis::cmd("DBSIZE")
+        .query(&mut set.servers()[0].connection())
+        .unwrap();
+    assert!(key_count > 0, "nothing written to the master");
+    all.truncate(3);
+    all.extend(["run", "s:1", "-n", "--", "true"]);
+    let out = run_on(&urls, &all);
+    assert_eq!(out.code(), 75, "{out:?}");
+    let out = run_on(&urls, &["--sentinel", "nobody", "status", "s:1"]);
+    assert_eq!(out.code(), 69, "{out:?}");
+    out.assert_one_error_line();
+}
+
+#[test]
+fn completions_are_printed_for_bash_zsh_and_fish() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = run(&["completions", shell]);
+        assert_eq!(out.code(), 0, "{shell}: {out:?}");
+        assert!(out.stdout.contains("leasehold"), "{shell}: {out:?}");
+        assert!(out.stdout.contains("--no-wait"), "{shell}: {out:?}");
+        assert!(
+            !out.stdout.contains("run-exec"),
+            "{shell}: hidden command: {out:?}"
+        );
+    }
+    let out = run(&["completions", "tcsh"]);
+    assert_eq!(out.code(), 64, "{out:?}");
+}
+
+#[test]
+fn the_man_page_built_at_build_time_covers_every_command() {
+    let out = run(&["man"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(out.stdout.contains(".TH leasehold 1"), "{out:?}");
+    for section in ["LEASEHOLD RUN", "LEASEHOLD ACQUIRE", "LEASEHOLD STATUS"] {
+        assert!(out.stdout.contains(section), "{section}: {out:?}");
+    }
+    // roff escapes the dashes of flags.
+    for flag in ["conflict\\-exit\\-code", "connect\\-timeout", "tls\\-ca"] {
+        assert!(out.stdout.contains(flag), "{flag}: {out:?}");
+    }
+    assert!(
+        !out.stdout.contains("run\\-exec"),
+        "a hidden command: {out:?}"
+    );
+}
+
+#[test]
+fn status_finds_the_kind_and_list_shows_every_kind_with_names_escaped() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = leasehold::blocking::Client::connect(&url).expect("connect");
+    let evil = "evil\n\u{1b}[2Jname";
+    let _lock = client.lock("k:lock").acquire().unwrap();
+    let _fair = client.fair_lock("k:fair").acquire().unwrap();
+    let _re = client.reentrant_lock("k:re").acquire().unwrap();
+    let _read = client.rw_lock("k:rw").read().unwrap();
+    let _permit = client.semaphore("k:sem", 3).acquire().unwrap();
+    let _evil = client.lock(evil).acquire().unwrap();
+
+    for (name, kind) in [
+        ("k:lock", "lock"),
+        ("k:fair", "lock"),
+        ("k:re", "reentrant"),
+        ("k:rw", "rwlock"),
+        ("k:sem", "semaphore"),
+    ] {
+        let status = status_json(&url, name);
+        assert_eq!(status["kind"], kind, "{name}: {status}");
+    }
+    assert_eq!(status_json(&url, "k:sem")["permits"], 3);
+    assert_eq!(status_json(&url, "k:rw")["reader_count"], 1);
+    assert_eq!(status_json(&url, "k:free")["kind"], Value::Null);
+    let out = run_at(&url, &["status", "k:sem"]);
+    assert!(out.stdout.starts_with("semaphore"), "{out:?}");
+    let out = run_at(&url, &["status", "k:re"]);
+    assert!(out.stdout.starts_with("reentrant"), "{out:?}");
+    let out = run_at(&url, &["status", evil]);
+    assert!(!out.stdout.contains('\u{1b}'), "{out:?}");
+
+    let out = run_at(&url, &["list"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(
+        !out.stdout.contains('\u{1b}'),
+        "raw escape printed: {out:?}"
+    );
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 7, "a header and six rows: {out:?}");
+    assert!(lines[0].contains("KIND"), "{out:?}");
+    let row = |name: &str| {
+        lines
+            .iter()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no row for {name}: {out:?}"))
+            .to_owned()
+    };
+    assert!(row("k:re").contains("reentrant"), "{out:?}");
+    assert!(row("k:rw").contains("rwlock"), "{out:?}");
+    assert!(row("k:sem").contains("semaphore"), "{out:?}");
+    assert!(row("k:sem").contains("1/3"), "{out:?}");
+    assert!(row("k:lock").contains(" lock "), "{out:?}");
+    assert!(row("evil\\n\\u{1b}[2Jname").contains(" lock "), "{out:?}");
+
+    let out = run_at(&url, &["--json", "list", "k:*"]);
+    let kinds: Vec<(String, String)> = out.json()["locks"]
+        .as_array()
+        .expect("locks")
+        .iter()
+        .map(|l| {
+            (
+                l["name"].as_str().unwrap().to_owned(),
+                l["kind"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let want = [
+        ("k:fair", "lock"),
+        ("k:lock", "lock"),
+        ("k:re", "reentrant"),
+        ("k:rw", "rwlock"),
+        ("k:sem", "semaphore"),
+    ]
+    .map(|(n, k)| (n.to_owned(), k.to_owned()));
+    assert_eq!(kinds, want);
+}
+
+/// A CA and a server and a client certificate it signed (PEM), written to
+/// `dir` as ca.pem, server.pem / server.key, client.pem / client.key.
+fn write_pki(dir: &Path) -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "leasehold cli test CA");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let signed = |name: &str| {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec![name.to_owned()]).unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        let cert = params.signed_by(&key, &ca).unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    let (server_cert, server_key) = signed("localhost");
+    let (client_cert, client_key) = signed("leasehold-client");
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    std::fs::write(dir.join("client.pem"), &client_cert).unwrap();
+    std::fs::write(dir.join("client.key"), &client_key).unwrap();
+    (ca.pem(), server_cert, server_key)
+}
+
+#[test]
+fn tls_flags_reach_a_tls_only_server_with_client_certificates() {
+    let dir = temp_dir();
+    let (ca, cert, key) = write_pki(dir.path());
+    let server = RedisServer::builder().tls(&cert, &key, &ca, true).start();
+    let url = server.url();
+    assert!(url.starts_with("rediss://"), "{url}");
+    let file = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
+    let (ca_file, cert_file, key_file) = (file("ca.pem"), file("client.pem"), file("client.key"));
+    let out = run_at(
+        &url,
+        &[
+            "--tls-ca",
+            &ca_file,
+            "--tls-cert",
+            &cert_file,
+            "--tls-key",
+            &key_file,
+            "run",
+            "t",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+    // Without the client certificate the server refuses: a TLS failure
+    // whose message names the flags.
+    let out = run_at(&url, &["--tls-ca", &ca_file, "status", "t"]);
+    assert_eq!(out.code(), 69, "{out:?}");
+    out.assert_one_error_line();
+    assert!(out.stderr.contains("TLS"), "{out:?}");
+    assert!(out.stderr.contains("--tls-cert"), "{out:?}");
+    assert!(!out.stderr.contains("tls_client_cert"), "{out:?}");
+    // Certificates for a plain URL are a mistake, caught before connecting.
+    let plain = format!("redis://127.0.0.1:{}", closed_port());
+    let out = run_at(&plain, &["--tls-ca", &ca_file, "status", "t"]);
+    assert_eq!(out.code(), 64, "{out:?}");
+    assert!(out.stderr.contains("rediss://"), "{out:?}");
+}
+
+/// Issue 18, item 4: cron on many hosts. The same job started twice within
+/// --at-least runs once, however short it is; once the time has passed it
+/// runs again.
+#[test]
+fn a_job_started_twice_within_at_least_runs_once() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = common::temp_dir();
+    let ran = dir.path().join("ran");
+    let job = format!("echo ran >> {}", ran.display());
+    let args = [
+        "run",
+        "nightly",
+        "--no-wait",
+        "--at-least",
+        "1500ms",
+        "--",
+        "sh",
+        "-c",
+        &job,
+    ];
+    let first = run_at(&url, &args);
+    assert_eq!(first.code(), 0, "{first:?}");
+    let second = run_at(&url, &args);
+    assert_eq!(
+        second.code(),
+        75,
+        "the second host finds it taken: {second:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&ran).unwrap(), "ran\n", "ran once");
+    // The key ends 1.5 s after the first acquisition; two seconds after the
+    // first run ended, the job runs again.
+    std::thread::sleep(Duration::from_secs(2));
+    let third = run_at(&url, &args);
+    assert_eq!(third.code(), 0, "{third:?}");
+    assert_eq!(std::fs::read_to_string(&ran).unwrap(), "ran\nran\n");
+}
+
+/// Issue 18, item 5: `leasehold run --lock-delay` killed with SIGKILL keeps
+/// the lock taken for its TTL and then the delay; one that ends cleanly
+/// frees it at once.
+#[test]
+fn lock_delay_holds_after_kill_9_but_not_after_a_clean_end() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = common::temp_dir();
+    let started = dir.path().join("started");
+    let script = format!("touch {}; sleep 60", started.display());
+    let holder = spawn_in(
+        dir.path(),
+        std::slice::from_ref(&url),
+        &[
+            "run",
+            "printer",
+            "--ttl",
+            "1s",
+            "--lock-delay",
+            "3s",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !started.exists() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    holder.signal(Signal::SIGKILL);
+    let killed = Instant::now();
+    let free_at = loop {
+        let taken = run_at(&url, &["run", "printer", "--no-wait", "--", "true"]);
+        if taken.code() == 0 {
+            break killed.elapsed();
+        }
+        assert_eq!(taken.code(), 75, "{taken:?}");
+        assert!(killed.elapsed() < Duration::from_secs(20), "never free");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // The lease was renewed at most a third of its TTL before the kill:
+    // the key lives at least 2/3 s + the delay after it. Without the delay
+    // it would be free within the 1 s TTL.
+    assert!(
+        free_at >= Duration::from_secs(3),
+        "free {free_at:?} after the kill, before the delay ended"
+    );
+    drop(holder);
+
+    let clean = run_at(
+        &url,
+        &["run", "printer", "--lock-delay", "3s", "--", "true"],
+    );
+    assert_eq!(clean.code(), 0, "{clean:?}");
+    let next = run_at(&url, &["run", "printer", "--no-wait", "--", "true"]);
+    assert_eq!(next.code(), 0, "free at once after a clean end: {next:?}");
+}
+
+#[test]
+fn at_least_and_lock_delay_are_checked_before_connecting() {
+    // A closed loopback port: nothing is sent anywhere.
+    let dead = "redis://127.0.0.1:1";
+    for args in [
+        &["run", "x", "--at-least", "25h", "--", "true"][..],
+        &["run", "x", "--lock-delay", "2d", "--", "true"],
+        &["run", "x", "--lock-delay", "1s", "--read", "--", "true"],
+        &[
+            "run",
+            "x",
+            "--lock-delay",
+            "1s",
+            "--permits",
+            "2",
+            "--",
+            "true",
+        ],
+    ] {
+        let out = run_at(dead, args);
+        assert_eq!(out.code(), 64, "{args:?}: {out:?}");
+        assert!(
+            out.stderr.contains("--at-least") || out.stderr.contains("--lock-delay"),
+            "{args:?} names the flag: {}",
+            out.stderr
+        );
+    }
 }

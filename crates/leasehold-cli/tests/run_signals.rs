@@ -556,6 +556,12 @@ struct Tmux {
 impl Tmux {
     /// Starts the server and its session, 200x50, in `dir`.
     fn start(dir: &Path) -> Tmux {
+        Tmux::start_wide(dir, 200)
+    }
+
+    /// Starts the server and its session, `columns` wide and 50 rows high,
+    /// in `dir`.
+    fn start_wide(dir: &Path, columns: u16) -> Tmux {
         let socket = format!(
             "leasehold-test-{}-{}",
             std::process::id(),
@@ -572,7 +578,7 @@ impl Tmux {
                 "-s",
                 "t",
                 "-x",
-                "200",
+                &columns.to_string(),
                 "-y",
                 "50",
             ])
@@ -749,4 +755,131 @@ fn ctrl_z_stops_command_and_leasehold_and_fg_resumes_both_with_the_terminal() {
         "got:after fg"
     );
     assert_eq!(exit_status(&tmux, dir.path(), &lh), "code:0");
+}
+
+/// `leasehold acquire NAME --ttl 60s` against `url`; the token it printed.
+fn hold(url: &str, name: &str) -> String {
+    let out = leasehold()
+        .args(["--url", url, "acquire", name, "--ttl", "60s"])
+        .output()
+        .expect("run leasehold acquire");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("token="))
+        .expect("a token")
+        .to_owned()
+}
+
+/// Waits until the pane shows a line for which `want` holds; returns it.
+fn screen_line(tmux: &Tmux, what: &str, want: impl Fn(&str) -> bool) -> String {
+    let mut found = None;
+    wait_until(what, || {
+        found = tmux.screen().lines().find(|l| want(l)).map(str::to_owned);
+        found.is_some()
+    });
+    found.unwrap_or_default()
+}
+
+#[test]
+fn a_long_wait_on_a_terminal_shows_one_status_line_updated_in_place() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let loud_token = hold(&url, "busy-l");
+    let quiet_token = hold(&url, "busy-q");
+    let dir = temp_dir();
+    let tmux = Tmux::start(dir.path());
+    let bin = env!("CARGO_BIN_EXE_leasehold");
+    // The quiet waiter starts first, so it has waited longer than the loud
+    // one whenever the loud one's line is on the screen.
+    tmux.line(&format!(
+        "{bin} -q --url {url} acquire busy-q --ttl 5s > quiet.out & \
+         {bin} --url {url} acquire busy-l --ttl 5s > loud.out; echo code:$? > code"
+    ));
+    let first = screen_line(&tmux, "the status line appears", |l| {
+        l.contains("waiting for lock \"busy-l\"")
+    });
+    assert!(first.starts_with("leasehold: "), "{first}");
+    assert!(
+        first.contains(&format!("held by {}…", &loud_token[..8])),
+        "{first}"
+    );
+    assert!(first.contains("left"), "{first}");
+    assert!(first.contains("1 waiting"), "{first}");
+    // Redrawn in place: the time waited grows on the same line, never a
+    // second line.
+    let later = screen_line(&tmux, "the line is redrawn", |l| {
+        l.contains("busy-l") && l.contains("waited 3s")
+    });
+    assert_eq!(
+        tmux.screen().matches("waiting for lock").count(),
+        1,
+        "{later}\n{}",
+        tmux.screen()
+    );
+    assert!(
+        !tmux.screen().contains("lock \"busy-q\""),
+        "-q showed a status line:\n{}",
+        tmux.screen()
+    );
+
+    // Released: the waiter gets the lock and the line is erased.
+    let released = leasehold()
+        .args(["--url", &url, "release", "busy-l", &loud_token])
+        .output()
+        .expect("release");
+    assert!(released.status.success(), "{released:?}");
+    assert_eq!(wait_for_line_on(&tmux, &dir.path().join("code")), "code:0");
+    assert!(
+        !tmux.screen().contains("waiting for lock"),
+        "the line stayed:\n{}",
+        tmux.screen()
+    );
+    let released = leasehold()
+        .args(["--url", &url, "release", "busy-q", &quiet_token])
+        .output()
+        .expect("release");
+    assert!(released.status.success(), "{released:?}");
+    wait_until("the quiet waiter got its lock", || {
+        std::fs::read_to_string(dir.path().join("quiet.out")).is_ok_and(|s| s.contains("token="))
+    });
+}
+
+#[test]
+fn the_status_line_is_cut_to_a_narrow_terminal_and_never_wraps() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let token = hold(&url, "a-lock-with-a-rather-long-name-for-a-narrow-pane");
+    let dir = temp_dir();
+    let tmux = Tmux::start_wide(dir.path(), 60);
+    let bin = env!("CARGO_BIN_EXE_leasehold");
+    tmux.line(&format!(
+        "{bin} --url {url} acquire a-lock-with-a-rather-long-name-for-a-narrow-pane > out; echo code:$? > code"
+    ));
+    screen_line(&tmux, "the status line appears", |l| {
+        l.contains("waiting for")
+    });
+    // A few redraws later, still one row: a wrapped line would leave a row
+    // behind at each redraw.
+    std::thread::sleep(Duration::from_millis(1600));
+    let screen = tmux.screen();
+    let status: Vec<&str> = screen
+        .lines()
+        .filter(|l| l.contains("waiting for"))
+        .collect();
+    assert_eq!(status.len(), 1, "{screen}");
+    assert!(status[0].chars().count() < 60, "{screen}");
+    assert!(status[0].ends_with('…'), "{screen}");
+    let released = leasehold()
+        .args([
+            "--url",
+            &url,
+            "release",
+            "a-lock-with-a-rather-long-name-for-a-narrow-pane",
+            &token,
+        ])
+        .output()
+        .expect("release");
+    assert!(released.status.success(), "{released:?}");
+    assert_eq!(wait_for_line_on(&tmux, &dir.path().join("code")), "code:0");
 }

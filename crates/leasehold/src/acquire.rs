@@ -78,6 +78,9 @@ pub(crate) struct Target<'a, C: Core> {
     /// same one, so a retry after a lost reply is idempotent.
     pub(crate) hold: &'a str,
     pub(crate) ttl: Duration,
+    /// `lock_delay`: the attempts ask the server for `ttl + delay` (the
+    /// TTL queue members carry too); the caller counts `ttl`.
+    pub(crate) delay: Duration,
     /// A refused attempt of a waiting caller joins the lock's queue of
     /// waiters (lease locks): the waiter then tries at least every
     /// [`QUEUE_HEARTBEAT`] to stay queued, and leaves the queue when it
@@ -100,7 +103,7 @@ impl<C: Core> Target<'_, C> {
     /// its attempts queued with (they are members of the queue under it),
     /// if they queue.
     fn queued(&self) -> Option<Duration> {
-        self.queues.then_some(self.ttl)
+        self.queues.then_some(self.ttl + self.delay)
     }
 }
 
@@ -144,6 +147,17 @@ impl Deadlines {
             span,
         })
     }
+}
+
+/// The instant `wait` from now. A wait past what the clock can represent
+/// (`Duration::MAX`: wait until acquired) saturates to a century from now,
+/// which no wait outlives, instead of overflowing.
+fn deadline_after(wait: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(wait)
+        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 24 * 3600)))
+        .or_else(|| now.checked_add(Duration::from_secs(365 * 24 * 3600)))
+        .unwrap_or(now)
 }
 
 /// Calls `attempt` until it acquires or, with `wait: Some`, until the wait
@@ -199,7 +213,7 @@ where
     Fut: Future<Output = Result<Acquire>>,
 {
     let core = target.core;
-    let deadline = wait.map(|w| Instant::now() + w);
+    let deadline = wait.map(deadline_after);
     let mut pending = PendingAttempt {
         target,
         armed: false,
@@ -715,6 +729,7 @@ mod tests {
             kind: Kind::Lock,
             hold: HOLD,
             ttl: TTL,
+            delay: Duration::ZERO,
             queues,
             channel: CHANNEL.to_owned(),
             takes_grants: true,
@@ -751,6 +766,17 @@ mod tests {
         let target = target(core, &keys, queues);
         let waited = tokio::time::timeout(after, acquire(&target, WAIT, script(core, steps))).await;
         assert!(waited.is_err(), "the acquire ended before it was dropped");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_of_duration_max_ends_in_the_far_future_without_overflow() {
+        let now = Instant::now();
+        let deadline = deadline_after(Duration::MAX);
+        assert!(deadline >= now + Duration::from_secs(365 * 24 * 3600));
+        assert_eq!(
+            deadline_after(Duration::from_secs(5)),
+            now + Duration::from_secs(5)
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -25,7 +25,7 @@ pub enum Error {
     /// The lock stayed held by someone else for the whole `wait`.
     #[error(
         "timed out after {waited:?} waiting for lock {name:?}: another holder kept it; \
-         wait longer (.wait()) or check who holds it (`leasehold status {name}`)"
+         wait longer (wait()) or see who holds it and for how long (status())"
     )]
     Timeout {
         /// The lock name.
@@ -155,7 +155,7 @@ pub enum Error {
     /// The Redis server could not be reached (refused, timed out or dropped).
     #[error(
         "cannot reach Redis at {addr}: {source}; check that the server runs \
-         and the URL (--url / LEASEHOLD_URL) is right"
+         and that the URL names it"
     )]
     Unreachable {
         /// The address that was tried.
@@ -394,6 +394,40 @@ mod tests {
             Error::from_redis(seven, "a:1", "k"),
             Error::WrongType { .. }
         ));
+    }
+
+    /// The library speaks of its own calls; the command line tool names
+    /// its flags and commands in its own messages.
+    #[test]
+    fn messages_name_no_command_line_flags_or_commands() {
+        let io = || redis::RedisError::from((redis::ErrorKind::Io, "refused"));
+        let errors = [
+            Error::Timeout {
+                name: "jobs".into(),
+                waited: std::time::Duration::from_secs(5),
+            },
+            Error::Unreachable {
+                addr: "127.0.0.1:1".into(),
+                source: io(),
+            },
+            Error::Tls {
+                addr: "127.0.0.1:1".into(),
+                source: io(),
+            },
+            Error::Auth { source: io() },
+            Error::Lost {
+                name: "jobs".into(),
+            },
+            Error::NotOwner {
+                name: "jobs".into(),
+            },
+        ];
+        for err in errors {
+            let text = err.to_string();
+            for cli in ["--", "leasehold status", "LEASEHOLD_URL", "`leasehold"] {
+                assert!(!text.contains(cli), "{text:?} names {cli:?}");
+            }
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::client::Client;
 use crate::error::Result;
-use crate::handle::{Handle, at_least_api, handle_api};
+use crate::handle::{Handle, at_least_api, handle_api, lock_delay_api};
 use crate::lock::{Lock, LockGuard, LockStatus};
 
 /// A handle to one named lease lock whose waiters are served in arrival
@@ -47,6 +47,7 @@ pub struct FairLock {
 }
 
 at_least_api!(FairLock);
+lock_delay_api!(FairLock);
 handle_api!(FairLock, "acquire");
 
 impl FairLock {

@@ -90,7 +90,7 @@ impl Held {
         let extension = Extension {
             key: lease.keys.lock(),
             hold: &lease.hold,
-            ttl,
+            ttl: lease.server_ttl(ttl),
         };
         let send = || inner.servers.extend_one(lease.kind, extension);
         if !lease.extend(ttl, send).await? {

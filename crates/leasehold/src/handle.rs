@@ -33,6 +33,9 @@ pub(crate) struct Handle {
     /// `hold_at_least`: a release keeps the lease until this long after
     /// the acquisition.
     pub(crate) at_least: Option<Duration>,
+    /// `lock_delay`: the server keeps a lease this much longer than the
+    /// holder counts it (Lock and FairLock only).
+    pub(crate) delay: Duration,
 }
 
 impl Handle {
@@ -46,6 +49,7 @@ impl Handle {
             wait: DEFAULT_WAIT,
             watchdog: true,
             at_least: None,
+            delay: Duration::ZERO,
         }
     }
 
@@ -63,6 +67,13 @@ impl Handle {
         }
         validate_name(&self.name)?;
         self.client.inner.check_ttl(self.ttl)?;
+        if self.delay > self.client.inner.max_ttl {
+            return Err(Error::InvalidArgument(format!(
+                "lock_delay {:?} is above the longest lease TTL allowed, {:?} \
+                 (ClientBuilder::ttl_bounds)",
+                self.delay, self.client.inner.max_ttl
+            )));
+        }
         match self.at_least {
             Some(at_least) if at_least > self.client.inner.max_ttl => {
                 Err(Error::InvalidArgument(format!(
@@ -89,9 +100,14 @@ impl Handle {
             kind,
             hold,
             ttl: self.ttl,
+            delay: self.delay,
             queues: handoff.is_some(),
             channel: handoff.unwrap_or_else(|| self.keys.channel().to_owned()),
-            takes_grants: self.watchdog && self.client.inner.min_replicas.is_none(),
+            // A lease handed over at release lasts until the waiter's
+            // deadline on the server, with no room for a lock delay.
+            takes_grants: self.watchdog
+                && self.client.inner.min_replicas.is_none()
+                && self.delay.is_zero(),
         }
     }
 
@@ -127,6 +143,7 @@ impl Handle {
             Some(at_least) => lease.keep_until(crate::clock::Instant::now() + at_least),
             None => lease,
         };
+        let lease = lease.lock_delay(self.delay);
         Held::new(&self.client, lease, won.fence, self.watchdog)
     }
 }
@@ -160,6 +177,7 @@ macro_rules! handle_api {
             }
 
             #[doc = concat!("How long [`", stringify!($handle), "::", $acquire, "`] waits for holders to release.")]
+            /// `Duration::MAX` waits until acquired (or the client is closed).
             ///
             /// Defaults to 10 s.
             pub fn wait(mut self, wait: std::time::Duration) -> Self {
@@ -233,6 +251,44 @@ macro_rules! at_least_api {
 }
 
 pub(crate) use at_least_api;
+
+/// `lock_delay`, on the lease locks (Lock, FairLock), whose scripts keep a
+/// lease for whatever the client asks.
+macro_rules! lock_delay_api {
+    ($handle:ident) => {
+        impl $handle {
+            /// Chubby's lock-delay: when a lease ends without a release
+            /// (the holder crashed, paused or was cut off), nobody gets the
+            /// lock until `delay` has passed as well; a clean release frees
+            /// it at once. For resources that cannot check fences: a zombie
+            /// holder's late writes land while nobody else holds the lock.
+            ///
+            /// The server keeps each lease (and each renewal) for the TTL
+            /// plus the delay, while the holder counts it as the TTL only:
+            /// the guard reports it lost at the TTL, as without a delay.
+            /// Waiters are not handed the lease whole at release; they take
+            /// it with one more attempt after the release's message.
+            ///
+            /// At most the client's longest TTL. Defaults to zero.
+            ///
+            /// ```no_run
+            /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+            /// use std::time::Duration;
+            /// let lock = client.lock("printer").lock_delay(Duration::from_secs(10));
+            /// let guard = lock.acquire().await?;
+            /// // A crash here keeps the printer locked for the TTL + 10 s.
+            /// guard.release().await?; // frees it at once
+            /// # Ok(()) }
+            /// ```
+            pub fn lock_delay(mut self, delay: std::time::Duration) -> Self {
+                self.h.delay = delay;
+                self
+            }
+        }
+    };
+}
+
+pub(crate) use lock_delay_api;
 
 /// The owner setters of handles whose holds belong to an owner id (an
 /// `owner: Token` field). `$make` is example code that yields a handle.

@@ -79,6 +79,9 @@ pub(crate) struct Lease {
     /// release keeps the lease (only stops renewing it) instead of freeing
     /// the lock.
     kept_until: Option<Instant>,
+    /// `lock_delay`: renewals and extends set the lease on the server for
+    /// this much more than the TTL the holder counts.
+    delay: Duration,
 }
 
 #[derive(Clone, Copy)]
@@ -129,6 +132,7 @@ impl Lease {
             lost: AtomicBool::new(false),
             lost_notify: Notify::new(),
             kept_until: None,
+            delay: Duration::ZERO,
         }
     }
 
@@ -136,6 +140,19 @@ impl Lease {
     pub(crate) fn keep_until(mut self, until: Instant) -> Lease {
         self.kept_until = Some(until);
         self
+    }
+
+    /// This lease, kept by the server `delay` longer than its TTL at each
+    /// renewal and extend (`lock_delay`).
+    pub(crate) fn lock_delay(mut self, delay: Duration) -> Lease {
+        self.delay = delay;
+        self
+    }
+
+    /// What the server is asked to keep the lease for, for a TTL of `ttl`
+    /// as the holder counts it.
+    pub(crate) fn server_ttl(&self, ttl: Duration) -> Duration {
+        ttl + self.delay
     }
 
     /// Until when a release keeps the lease, if `hold_at_least` asked.

@@ -191,6 +191,7 @@ pub mod fenced;
 mod guard;
 mod handle;
 mod key;
+mod kind;
 mod lease;
 mod lock;
 #[doc(hidden)]
@@ -211,6 +212,7 @@ pub use election::{Election, Leader, LeaderChanges, Leadership, MAX_VALUE_LEN};
 pub use error::{Error, Result};
 pub use fair::FairLock;
 pub use handle::{DEFAULT_TTL, DEFAULT_WAIT};
+pub use kind::LockKind;
 pub use lock::{Lock, LockGuard, LockStatus};
 pub use reentrant::{ReentrantGuard, ReentrantLock, ReentrantStatus};
 pub use rwlock::{HoldStatus, ReadGuard, RwLock, RwLockStatus, WriteGuard};

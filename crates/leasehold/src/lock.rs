@@ -7,7 +7,7 @@ use crate::acquire::acquire;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{Held, guard_api};
-use crate::handle::{Handle, at_least_api, handle_api};
+use crate::handle::{Handle, at_least_api, handle_api, lock_delay_api};
 use crate::key::validate_name;
 use crate::lease::Kind;
 use crate::scripts::{Acquire, Extension, Owned, Queueing};
@@ -28,6 +28,7 @@ pub struct Lock {
 }
 
 at_least_api!(Lock);
+lock_delay_api!(Lock);
 handle_api!(Lock, "acquire");
 
 impl Lock {
@@ -223,7 +224,7 @@ impl Lock {
         let extension = Extension {
             key: self.h.keys.lock(),
             hold: token,
-            ttl,
+            ttl: ttl + self.h.delay,
         };
         let outcome = self
             .h
@@ -301,7 +302,8 @@ impl Lock {
                 .lock_acquire(
                     &self.h.keys,
                     token.as_str(),
-                    self.h.ttl,
+                    // With a lock delay, the server keeps it that much longer.
+                    self.h.ttl + self.h.delay,
                     queueing,
                     self.fair,
                     self.h.fence_memory(),

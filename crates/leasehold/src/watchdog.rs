@@ -524,7 +524,7 @@ async fn renew_batch(
         .map(|(lease, snap, _)| Extension {
             key: lease.keys.lock(),
             hold: &lease.hold,
-            ttl: snap.ttl,
+            ttl: lease.server_ttl(snap.ttl),
         })
         .collect();
     let sent = Instant::now();

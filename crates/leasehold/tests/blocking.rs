@@ -282,3 +282,26 @@ fn redlock_cluster_and_sentinel_clients_are_made_from_a_thread() {
 async fn calling_it_inside_an_async_runtime_panics_with_a_pointer_to_the_async_api() {
     let _ = Client::connect("redis://127.0.0.1:1");
 }
+
+/// `wait(Duration::MAX)` through the blocking facade: no overflow panic,
+/// the waiter blocks until the holder releases.
+#[test]
+fn a_wait_of_duration_max_blocks_until_acquired_without_panicking() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let lock = client.lock("max").wait(Duration::MAX);
+    lock.acquire().expect("free").release().expect("release");
+
+    let holder = lock.acquire().expect("holder");
+    let waiter = {
+        let lock = lock.clone();
+        std::thread::spawn(move || lock.acquire().map(|g| g.release()))
+    };
+    wait_until("the waiter queued", || {
+        client.lock("max").status().unwrap().waiting_clients > 0
+    });
+    assert!(!waiter.is_finished());
+    holder.release().expect("release");
+    let released = waiter.join().expect("no panic").expect("acquired");
+    released.expect("release");
+}

@@ -604,3 +604,108 @@ async fn a_dead_waiter_at_the_head_of_the_queue_delays_the_next_only_briefly() {
     );
     guard.release().await.unwrap();
 }
+
+/// `wait(Duration::MAX)` means "until acquired" (the CLI's `--wait forever`):
+/// the deadline saturates instead of overflowing the clock, for every kind,
+/// on a free lock and on one that is released while the caller waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_of_duration_max_waits_until_acquired_without_panicking() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let forever = Duration::MAX;
+
+    // Free: each kind takes it at once.
+    let guard = client.lock("max:lock").wait(forever).acquire().await;
+    guard.expect("lock").release().await.expect("release");
+    let guard = client
+        .reentrant_lock("max:re")
+        .wait(forever)
+        .acquire()
+        .await;
+    guard.expect("reentrant").release().await.expect("release");
+    let rw = client.rw_lock("max:rw").wait(forever);
+    rw.read()
+        .await
+        .expect("read")
+        .release()
+        .await
+        .expect("release");
+    rw.write()
+        .await
+        .expect("write")
+        .release()
+        .await
+        .expect("release");
+    let permit = client.semaphore("max:sem", 1).wait(forever).acquire().await;
+    permit.expect("permit").release().await.expect("release");
+    let guard = client.fair_lock("max:fair").wait(forever).acquire().await;
+    guard.expect("fair").release().await.expect("release");
+
+    // Held: the waiter waits, and gets it once the holder releases.
+    let holder = client.lock("max:held").acquire().await.expect("holder");
+    let waiter = {
+        let lock = client.lock("max:held").wait(forever);
+        tokio::spawn(async move { lock.acquire().await })
+    };
+    // The waiter is queued behind the holder before the release.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while client
+        .lock("max:held")
+        .status()
+        .await
+        .unwrap()
+        .waiting_clients
+        == 0
+    {
+        assert!(Instant::now() < deadline, "the waiter never queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!waiter.is_finished());
+    holder.release().await.expect("release");
+    let guard = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("the waiter got the lock after the release")
+        .expect("no panic")
+        .expect("acquired");
+    guard.release().await.expect("release");
+}
+
+/// `Client::kind` tells every kind apart from what the server stores, and
+/// `list_kinds` lists held names of every kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kind_tells_every_kind_of_lock_apart() {
+    use leasehold::LockKind;
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    assert_eq!(client.kind("k:lock").await.unwrap(), None);
+    let _lock = client.lock("k:lock").acquire().await.unwrap();
+    let _fair = client.fair_lock("k:fair").acquire().await.unwrap();
+    let _re = client.reentrant_lock("k:re").acquire().await.unwrap();
+    let _read = client.rw_lock("k:rw").read().await.unwrap();
+    let _write = client.rw_lock("k:w").write().await.unwrap();
+    let _permit = client.semaphore("k:sem", 3).acquire().await.unwrap();
+    let want = [
+        ("k:fair", LockKind::Lock),
+        ("k:lock", LockKind::Lock),
+        ("k:re", LockKind::Reentrant),
+        ("k:rw", LockKind::RwLock),
+        ("k:sem", LockKind::Semaphore),
+        ("k:w", LockKind::RwLock),
+    ];
+    for (name, kind) in want {
+        assert_eq!(client.kind(name).await.unwrap(), Some(kind), "{name}");
+    }
+    let listed = client.list_kinds("k:*").await.unwrap();
+    let want: Vec<(String, LockKind)> = want.iter().map(|(n, k)| ((*n).to_owned(), *k)).collect();
+    assert_eq!(listed, want);
+    assert!(client.list_kinds("other:*").await.unwrap().is_empty());
+    // A key no lock wrote is reported, not guessed at.
+    let _: () = server
+        .connection()
+        .rpush("leasehold:{k:list}:lock", "x")
+        .unwrap();
+    assert!(matches!(
+        client.kind("k:list").await,
+        Err(Error::WrongType { .. })
+    ));
+}

@@ -9,7 +9,7 @@ use nix::unistd::Pid;
 pub(crate) fn signal(group: Pid, sig: Signal) {
     match killpg(group, sig) {
         Ok(()) | Err(Errno::ESRCH) => {}
-        Err(e) => eprintln!("leasehold: warning: cannot send {sig} to the command: {e}"),
+        Err(e) => crate::exit::warning(format!("cannot send {sig} to the command: {e}")),
     }
 }
 

@@ -462,7 +462,8 @@ macro_rules! blocking_handle {
                 }
             }
 
-            /// How long a waiting acquire blocks at most.
+            /// How long a waiting acquire blocks at most; `Duration::MAX`
+            /// blocks until acquired.
             ///
             /// Defaults to 10 s.
             pub fn wait(self, wait: Duration) -> Self {
@@ -510,6 +511,25 @@ macro_rules! blocking_at_least {
             pub fn hold_at_least(self, at_least: Duration) -> Self {
                 Self {
                     inner: self.inner.hold_at_least(at_least),
+                    rt: self.rt,
+                }
+            }
+        }
+    };
+}
+
+/// `lock_delay` on the blocking Lock and FairLock, as the async handles.
+macro_rules! blocking_lock_delay {
+    ($name:ident) => {
+        impl $name {
+            /// When a lease ends without a release, nobody gets the lock
+            /// until `delay` has passed as well; a clean release frees it at
+            /// once. See the async handle's `lock_delay`.
+            ///
+            /// Defaults to zero.
+            pub fn lock_delay(self, delay: Duration) -> Self {
+                Self {
+                    inner: self.inner.lock_delay(delay),
                     rt: self.rt,
                 }
             }
@@ -833,6 +853,7 @@ macro_rules! blocking_status {
 }
 
 blocking_at_least!(Lock);
+blocking_lock_delay!(Lock);
 blocking_handle!(Lock, Lock, "blocking::Client::lock");
 blocking_guard!(
     LockGuard,
@@ -1021,6 +1042,7 @@ impl Semaphore {
 }
 
 blocking_at_least!(FairLock);
+blocking_lock_delay!(FairLock);
 blocking_handle!(FairLock, FairLock, "blocking::Client::fair_lock");
 
 impl FairLock {

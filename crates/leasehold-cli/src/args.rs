@@ -1,0 +1,643 @@
+//! The clap definition of the command line: every command, flag and help
+//! text, and the parsers of its values. Pure (clap, humantime and std
+//! only): build.rs includes this file to write the man page, so it names
+//! nothing else of the crate.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Args, Parser, Subcommand};
+
+/// Distributed locks on Redis from the shell: run a command under a lock
+/// (a distributed flock(1)), hand leases between processes, inspect locks.
+#[derive(Debug, Parser)]
+#[command(
+    name = "leasehold",
+    version,
+    after_help = "Exit codes: the command's own for `run` (128+N if it died by signal N); \
+                  64 usage error (also: semaphore users that disagree on --permits, and \
+                  --read/--write/--permits/--reentrant on Redlock); 65 a lock key holds another \
+                  data type; 69 Redis or the Redlock quorum unreachable, TLS failed, or a server \
+                  too old; 70 lease lost; 75 lock busy, \
+                  wait timed out (or the code given with -E) or not the owner; 77 authentication \
+                  or permission refused.\n\n\
+                  Examples:\n  \
+                  leasehold run nightly-backup -- ./backup.sh     wait until free, then run\n  \
+                  leasehold run -n -E 0 nightly -- ./job.sh       skip quietly when busy (cron)\n  \
+                  leasehold run --wait 5m deploy -- ./deploy.sh   give up after 5 minutes (exit 75)\n  \
+                  leasehold --cluster --url redis://10.0.0.1:7000 status deploy"
+)]
+pub(crate) struct Cli {
+    /// Options that apply to every command.
+    #[command(flatten)]
+    pub(crate) global: Global,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Options shared by every command.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Global options")]
+pub(crate) struct Global {
+    /// Redis server, redis://[user:password@]host:port[/db] (rediss:// for
+    /// TLS). Defaults to $LEASEHOLD_URL, else redis://127.0.0.1:6379. Three
+    /// or more distinct servers (independent masters) mean Redlock, for the
+    /// plain lock only: run and status (without
+    /// --read/--write/--permits/--reentrant), acquire, extend, release,
+    /// list. With --cluster, nodes of one cluster; with --sentinel, the
+    /// sentinels.
+    #[arg(long = "url", value_name = "URL", global = true)]
+    pub(crate) urls: Vec<String>,
+
+    /// The --url are nodes of one Redis Cluster (any one is enough; more
+    /// are tried in turn when one is down).
+    #[arg(long, global = true, conflicts_with = "sentinel")]
+    pub(crate) cluster: bool,
+
+    /// The --url are Redis Sentinels: use the master they monitor as
+    /// MASTER, and follow it through failovers.
+    #[arg(long, value_name = "MASTER", global = true)]
+    pub(crate) sentinel: Option<String>,
+
+    /// Trust this CA certificate (PEM) for rediss:// servers instead of the
+    /// system's trust store.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub(crate) tls_ca: Option<PathBuf>,
+
+    /// Present this certificate chain (PEM) to rediss:// servers that ask
+    /// for one (mutual TLS); needs --tls-key.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub(crate) tls_cert: Option<PathBuf>,
+
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub(crate) tls_key: Option<PathBuf>,
+
+    /// How long connecting to Redis (and its checks) may take in all before
+    /// giving up with exit 69. Defaults to 3s.
+    #[arg(long, value_name = "DURATION", default_value = "3s", hide_default_value = true,
+          value_parser = parse_duration, global = true)]
+    pub(crate) connect_timeout: Duration,
+
+    /// Redlock only (three or more --url): how long one node may take to
+    /// answer a request before it counts as failed, e.g. 50ms. Keep it far
+    /// below --ttl (it is capped at half of it). Defaults to 200ms.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, global = true)]
+    pub(crate) node_timeout: Option<Duration>,
+
+    /// Prefix of every Redis key and channel leasehold uses.
+    #[arg(long, value_name = "P", default_value = DEFAULT_PREFIX, global = true)]
+    pub(crate) prefix: String,
+
+    /// Print results as JSON on stdout (`run`: one object when it ends), and
+    /// every line on stderr (errors, warnings, events) as a JSON object.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+
+    /// Say more on stderr: -v the library's info events, -vv debug events
+    /// too. Warnings are shown without it. RUST_LOG, when set, chooses
+    /// instead (e.g. RUST_LOG=leasehold=trace).
+    #[arg(short, long, action = ArgAction::Count, global = true, conflicts_with = "quiet")]
+    pub(crate) verbose: u8,
+
+    /// Say nothing on stderr but errors and what happens to the command (a
+    /// lost lease): no warnings, no events, no progress line.
+    #[arg(short, long, global = true)]
+    pub(crate) quiet: bool,
+}
+
+/// The key prefix when --prefix is not given; the library's
+/// `leasehold::DEFAULT_PREFIX` (a unit test keeps them equal).
+pub(crate) const DEFAULT_PREFIX: &str = "leasehold";
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run CMD while holding the lock NAME; release it when CMD exits.
+    ///
+    /// Waits until the lock is free unless --wait or --no-wait says
+    /// otherwise; on a terminal, a wait longer than a second shows who
+    /// holds the lock on one line of stderr.
+    /// With --read or --write NAME is a read-write lock (many readers or one
+    /// writer); with --permits N a semaphore (up to N holders at once).
+    /// CMD gets LEASEHOLD_FENCE and LEASEHOLD_TOKEN in its environment and
+    /// runs in its own process group. The lease is renewed while CMD runs.
+    /// SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH and the
+    /// other signals that would end leasehold are passed on to CMD's group.
+    /// If the lease is lost, the group gets SIGTERM, then SIGKILL after
+    /// --kill-grace, and leasehold exits 70. Otherwise leasehold exits with
+    /// CMD's code (128+N if it died by signal N), after ending what CMD
+    /// left running in its group (SIGTERM, SIGKILL after --kill-grace).
+    /// If leasehold is killed (even with SIGKILL) or crashes, a watcher
+    /// process kills CMD's group at once; while leasehold is stopped, CMD
+    /// is stopped too, and it resumes only if the lease is still held.
+    /// With stdin a terminal, CMD gets the terminal as a shell job would
+    /// (it reads typed input; Ctrl-C and Ctrl-Z reach it; fg resumes it).
+    Run(RunArgs),
+
+    /// Take the lock and keep it after exiting; prints the token and fence.
+    ///
+    /// Waits until the lock is free unless --wait or --no-wait says
+    /// otherwise. The lease is not renewed: it ends after --ttl unless
+    /// extended with `leasehold extend` or released with `leasehold release`.
+    Acquire(AcquireArgs),
+
+    /// Set the lease held under TOKEN to end --ttl from now.
+    Extend(ExtendArgs),
+
+    /// Release the lease held under TOKEN.
+    Release(ReleaseArgs),
+
+    /// Show a lock's holder (token prefix), remaining TTL, last fence and waiters.
+    ///
+    /// With --read or --write NAME is a read-write lock: its writer, readers
+    /// and waiting writers; with --permits N a semaphore: the permits held
+    /// and by whom; with --reentrant a reentrant lock: its owner (id prefix)
+    /// and holds. Only live holds count. Nothing is changed.
+    Status(StatusArgs),
+
+    /// List the locks held under the prefix whose names match PATTERN.
+    List(ListArgs),
+
+    /// Print a completion script for SHELL on stdout.
+    ///
+    /// bash: leasehold completions bash > ~/.local/share/bash-completion/completions/leasehold;
+    /// zsh: leasehold completions zsh > ~/.zfunc/_leasehold (with ~/.zfunc in $fpath);
+    /// fish: leasehold completions fish > ~/.config/fish/completions/leasehold.fish
+    Completions(CompletionsArgs),
+
+    /// Print the man page, leasehold(1), on stdout (roff).
+    ///
+    /// mkdir -p ~/.local/share/man/man1 && leasehold man > ~/.local/share/man/man1/leasehold.1
+    Man,
+
+    /// See several workers contend for one lock and the counter come out exact.
+    ///
+    /// With no --url (and no LEASEHOLD_URL) it starts a private, throwaway
+    /// redis-server from PATH on a free loopback port and stops it at the end.
+    Demo(DemoArgs),
+
+    /// Measure leasehold against a raw redis-rs loop and rslock (see docs/BENCHMARKS.md).
+    ///
+    /// Scenarios: uncontended (1), contended (2: one key, 4/16/64 waiter
+    /// processes), many-keys (3: 10,000 keys, 256 tasks on one client),
+    /// held-leases (4: 100,000 leases renewed by the watchdog), redlock (5:
+    /// 5 nodes against 1). Each figure is printed with its target and PASS
+    /// or SHORT. With no --url (and no LEASEHOLD_URL) it starts a private
+    /// redis-server and stops it at the end; redlock always starts its own 5.
+    /// Build with --release for figures worth comparing.
+    #[cfg(feature = "bench")]
+    Bench(BenchArgs),
+
+    /// One waiter process of `bench contended` (started by `bench` itself).
+    #[cfg(feature = "bench")]
+    #[command(hide = true, name = "bench-worker")]
+    BenchWorker(BenchWorkerArgs),
+
+    /// Not in this build: says how to build `bench` (feature `bench`).
+    #[cfg(not(feature = "bench"))]
+    #[command(hide = true, disable_help_flag = true)]
+    Bench(NoBenchArgs),
+
+    /// `run`'s launcher: reports its process group to the watcher, takes
+    /// the terminal if asked, then executes CMD (started by `run` itself).
+    #[command(hide = true, name = "run-exec")]
+    RunExec(RunExecArgs),
+
+    /// `run`'s watcher: kills CMD's process group when `run` dies, stops it
+    /// while `run` is stopped (started by `run` itself).
+    #[command(hide = true, name = "run-watch")]
+    RunWatch(RunWatchArgs),
+}
+
+/// How long to wait for the lock, and what to say when it stays taken.
+#[derive(Debug, Args)]
+pub(crate) struct WaitArgs {
+    /// How long to wait for the lock while someone else holds it: a
+    /// duration (500ms, 30s, 2m) or forever (also inf). Past it, exit 75
+    /// (or -E). Defaults to forever: wait until acquired, as flock(1) does.
+    #[arg(long, value_name = "DURATION|forever", value_parser = parse_wait, conflicts_with = "no_wait")]
+    pub(crate) wait: Option<Wait>,
+
+    /// Fail at once (exit 75, or -E) when someone else holds the lock.
+    #[arg(short = 'n', long)]
+    pub(crate) no_wait: bool,
+
+    /// The exit code when the lock is busy (--no-wait) or the wait ran out,
+    /// so a command's own 75 can be told apart; 0 skips quietly (cron).
+    #[arg(short = 'E', long, value_name = "N", default_value_t = 75)]
+    pub(crate) conflict_exit_code: u8,
+}
+
+/// How long to wait: a bound, or until acquired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// Until acquired.
+    Forever,
+    /// At most this long.
+    For(Duration),
+}
+
+impl Wait {
+    /// As the library takes it: `Duration::MAX` waits until acquired.
+    pub(crate) fn duration(self) -> Duration {
+        match self {
+            Wait::Forever => Duration::MAX,
+            Wait::For(d) => d,
+        }
+    }
+}
+
+/// Arguments of `run`.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The lock name.
+    pub(crate) name: String,
+
+    /// Lease length, renewed while CMD runs: it bounds how long a crashed
+    /// leasehold keeps others out (10ms to 24h).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_ttl)]
+    pub(crate) ttl: Duration,
+
+    /// How long to wait.
+    #[command(flatten)]
+    pub(crate) wait: WaitArgs,
+
+    /// What to hold: the plain lock, a read or the write hold, or a permit.
+    #[command(flatten)]
+    pub(crate) hold: HoldArgs,
+
+    /// After a lost lease, how long CMD gets between SIGTERM and SIGKILL.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub(crate) kill_grace: Duration,
+
+    /// Keep the lock until at least DURATION after it was taken, however
+    /// soon CMD ends (up to 24h): the same job started a little later on
+    /// another host (clock skew, cron jitter) finds it taken and does not
+    /// run twice. With --no-wait, the recipe for cron on many hosts.
+    #[arg(long, value_name = "DURATION", value_parser = parse_at_most_a_day)]
+    pub(crate) at_least: Option<Duration>,
+
+    /// If leasehold dies (kill -9, a crash, a cut network) instead of
+    /// releasing, keep everyone out for DURATION after the lease ends too
+    /// (up to 24h; the plain lock only): time for a stalled CMD to be gone
+    /// before the next holder starts. A clean end frees the lock at once.
+    #[arg(long, value_name = "DURATION", value_parser = parse_at_most_a_day,
+          conflicts_with_all = ["read", "write", "permits"])]
+    pub(crate) lock_delay: Option<Duration>,
+
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// What `run` holds: the plain lock unless one of these is given.
+#[derive(Debug, Args)]
+pub(crate) struct HoldArgs {
+    /// NAME is a read-write lock; hold a read lock of it: many readers at
+    /// once, none while a writer holds it or waits for it.
+    #[arg(long, conflicts_with_all = ["write", "permits"])]
+    pub(crate) read: bool,
+
+    /// NAME is a read-write lock; hold its write lock: alone, once the
+    /// readers left; new readers wait while it waits.
+    #[arg(long, conflicts_with = "permits")]
+    pub(crate) write: bool,
+
+    /// NAME is a semaphore of N permits; hold one of them: up to N commands
+    /// at once. Everyone using NAME must pass the same N.
+    #[arg(long, value_name = "N", value_parser = parse_permits)]
+    pub(crate) permits: Option<u32>,
+}
+
+/// Which kind of lock `status` shows, when the kind found on the server is
+/// not what is wanted: none of these finds it out.
+#[derive(Debug, Args)]
+pub(crate) struct KindArgs {
+    /// Show NAME as a read-write lock: its writer, readers and waiting writers.
+    #[arg(long, conflicts_with_all = ["write", "permits", "reentrant"])]
+    pub(crate) read: bool,
+
+    /// The same as --read.
+    #[arg(long, conflicts_with_all = ["permits", "reentrant"])]
+    pub(crate) write: bool,
+
+    /// Show NAME as a semaphore of N permits: the permits held and by whom.
+    #[arg(long, value_name = "N", value_parser = parse_permits)]
+    pub(crate) permits: Option<u32>,
+
+    /// Show NAME as a reentrant lock: its owner (id prefix) and holds.
+    #[arg(long, conflicts_with = "permits")]
+    pub(crate) reentrant: bool,
+}
+
+/// Which primitive `run` holds or `status` shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// The plain lease lock.
+    Lock,
+    /// A read hold of a read-write lock.
+    Read,
+    /// The write hold of a read-write lock.
+    Write,
+    /// A permit of a semaphore with this many permits.
+    Permits(u32),
+}
+
+impl HoldArgs {
+    /// The primitive the flags ask for (clap keeps them exclusive).
+    pub(crate) fn mode(&self) -> Mode {
+        match (self.read, self.write, self.permits) {
+            (true, _, _) => Mode::Read,
+            (_, true, _) => Mode::Write,
+            (_, _, Some(n)) => Mode::Permits(n),
+            _ => Mode::Lock,
+        }
+    }
+}
+
+/// Arguments of `acquire`.
+#[derive(Debug, Args)]
+pub(crate) struct AcquireArgs {
+    /// The lock name.
+    pub(crate) name: String,
+
+    /// Lease length. Not renewed: the lease ends this long after the
+    /// acquisition unless `leasehold extend` moves it (10ms to 24h).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_ttl)]
+    pub(crate) ttl: Duration,
+
+    /// How long to wait.
+    #[command(flatten)]
+    pub(crate) wait: WaitArgs,
+}
+
+/// Arguments of `extend`.
+#[derive(Debug, Args)]
+pub(crate) struct ExtendArgs {
+    /// The lock name.
+    pub(crate) name: String,
+
+    /// The owner token printed by `leasehold acquire`.
+    pub(crate) token: String,
+
+    /// The new lease length, from now (10ms to 24h).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_ttl)]
+    pub(crate) ttl: Duration,
+}
+
+/// Arguments of `release`.
+#[derive(Debug, Args)]
+pub(crate) struct ReleaseArgs {
+    /// The lock name.
+    pub(crate) name: String,
+
+    /// The owner token printed by `leasehold acquire`.
+    pub(crate) token: String,
+}
+
+/// Arguments of `status`.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// The lock name.
+    pub(crate) name: String,
+
+    /// Which kind of lock to show; found out from the server when not given.
+    #[command(flatten)]
+    pub(crate) kind: KindArgs,
+}
+
+/// Arguments of `list`.
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    /// Glob over lock names (`*` and `?`).
+    #[arg(default_value = "*")]
+    pub(crate) pattern: String,
+}
+
+/// Arguments of `completions`.
+#[derive(Debug, Args)]
+pub(crate) struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub(crate) shell: Shell,
+}
+
+/// The shells `completions` writes for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Shell {
+    /// GNU bash.
+    Bash,
+    /// Z shell.
+    Zsh,
+    /// fish.
+    Fish,
+}
+
+/// Arguments of `demo`.
+#[derive(Debug, Args)]
+pub(crate) struct DemoArgs {
+    /// Concurrent workers, each with its own client and connection.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(2..=64))]
+    pub(crate) workers: u16,
+
+    /// Increments per worker.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub(crate) iterations: u32,
+}
+
+/// What `leasehold bench` says in a build without the `bench` feature.
+#[cfg(not(feature = "bench"))]
+pub(crate) const NO_BENCH: &str = "`bench` is not in this build of leasehold (it carries the \
+     benchmark's peer, rslock): build it with `cargo build --release -p leasehold-cli --features \
+     bench` and run ./target/release/leasehold bench (see docs/BENCHMARKS.md)";
+
+/// Whatever follows `bench` in a build without the `bench` feature.
+#[cfg(not(feature = "bench"))]
+#[derive(Debug, Args)]
+pub(crate) struct NoBenchArgs {
+    /// Ignored: the command fails with [`NO_BENCH`] whatever it is given.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    pub(crate) ignored: Vec<OsString>,
+}
+
+/// Arguments of `bench`.
+#[cfg(feature = "bench")]
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    /// The scenario to run; all of them when omitted.
+    #[arg(value_enum)]
+    pub(crate) scenario: Option<Scenario>,
+
+    /// Shorter runs and smaller counts (well under 20 s in all), for a smoke test.
+    #[arg(long)]
+    pub(crate) quick: bool,
+
+    /// How long each contended run lasts (one per waiter count and library).
+    /// Defaults to 3s, or 600ms with --quick.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) duration: Option<Duration>,
+
+    /// Leases held at once in held-leases. Defaults to 100000, or 10000 with --quick.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub(crate) leases: Option<u32>,
+
+    /// Also write an SVG plot of the wait-time distributions to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) svg: Option<std::path::PathBuf>,
+}
+
+/// The scenarios of `bench`.
+#[cfg(feature = "bench")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Scenario {
+    /// 1: one task, acquire+release on a free lock, against a raw loop and rslock.
+    #[value(alias = "1")]
+    Uncontended,
+    /// 2: one key, 4/16/64 waiter processes, hold 200us; leasehold and rslock.
+    #[value(alias = "2")]
+    Contended,
+    /// 3: 10,000 keys, 256 tasks on one client, against a raw loop.
+    #[value(alias = "3")]
+    ManyKeys,
+    /// 4: many leases held on one client, renewed by the watchdog.
+    #[value(alias = "4")]
+    HeldLeases,
+    /// 5: Redlock over 5 private nodes against one node, uncontended.
+    #[value(alias = "5")]
+    Redlock,
+}
+
+/// The lock libraries a bench worker can use.
+#[cfg(feature = "bench")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Library {
+    /// This library.
+    Leasehold,
+    /// The rslock crate at its defaults.
+    Rslock,
+}
+
+/// Arguments of the hidden `bench-worker`.
+#[cfg(feature = "bench")]
+#[derive(Debug, Args)]
+pub(crate) struct BenchWorkerArgs {
+    /// Which library to use.
+    #[arg(long, value_enum)]
+    pub(crate) library: Library,
+
+    /// The lock (resource) name.
+    #[arg(long)]
+    pub(crate) name: String,
+
+    /// Time spent holding the lock each time, in microseconds.
+    #[arg(long)]
+    pub(crate) hold_us: u64,
+
+    /// Lease TTL, in milliseconds.
+    #[arg(long)]
+    pub(crate) ttl_ms: u64,
+
+    /// How long to keep acquiring after the go signal, in milliseconds.
+    #[arg(long)]
+    pub(crate) run_ms: u64,
+
+    /// Most acquisitions to make.
+    #[arg(long)]
+    pub(crate) max_count: u64,
+}
+
+/// Arguments of the hidden `run-exec`.
+#[derive(Debug, Args)]
+pub(crate) struct RunExecArgs {
+    /// An inherited descriptor of the watcher's pipe: the launcher writes
+    /// its process group there, then closes it before executing CMD.
+    #[arg(long, value_name = "FD")]
+    pub(crate) report_fd: i32,
+
+    /// Take the terminal on stdin for the new process group, if this
+    /// process group (`run`'s) still has it.
+    #[arg(long, value_name = "PGID")]
+    pub(crate) foreground_of: Option<i32>,
+
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// Arguments of the hidden `run-watch`.
+#[derive(Debug, Args)]
+pub(crate) struct RunWatchArgs {
+    /// The `leasehold run` process watched.
+    #[arg(long, value_name = "PID")]
+    pub(crate) pid: i32,
+
+    /// How often to check whether it is stopped, in milliseconds.
+    #[arg(long, value_name = "MS")]
+    pub(crate) poll_ms: u64,
+}
+
+/// Parses a human duration ("500ms", "30s", "2m"); zero is refused because
+/// every duration here bounds something that must be able to happen.
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(s) {
+        Ok(d) if d.is_zero() => Err("must be above zero".to_owned()),
+        Ok(d) => Ok(d),
+        Err(humantime::DurationError::NumberOverflow) => Err(
+            "too large, or finer than 1ns; expected a duration like 500ms, 30s or 2m".to_owned(),
+        ),
+        Err(_) => Err("expected a duration like 500ms, 30s or 2m".to_owned()),
+    }
+}
+
+/// The lease lengths the library accepts by default (its `ttl_bounds`).
+const TTL_BOUNDS: (Duration, Duration) =
+    (Duration::from_millis(10), Duration::from_secs(24 * 3600));
+
+/// Parses a lease length: a duration within [`TTL_BOUNDS`], checked here so
+/// a bad one is a usage error before anything connects.
+pub(crate) fn parse_ttl(s: &str) -> Result<Duration, String> {
+    let ttl = parse_duration(s)?;
+    let (min, max) = TTL_BOUNDS;
+    if ttl < min || ttl > max {
+        return Err(format!(
+            "a lease lasts 10ms to 24h; {} is out of range",
+            humantime::format_duration(ttl)
+        ));
+    }
+    Ok(ttl)
+}
+
+/// Parses a duration of at most a day (`--at-least`, `--lock-delay`).
+pub(crate) fn parse_at_most_a_day(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d > TTL_BOUNDS.1 {
+        return Err(format!(
+            "at most 24h; {} is out of range",
+            humantime::format_duration(d)
+        ));
+    }
+    Ok(d)
+}
+
+/// Parses `--wait`: a duration, or forever (`forever`, `inf`, `infinity`).
+pub(crate) fn parse_wait(s: &str) -> Result<Wait, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "forever" | "inf" | "infinity" => Ok(Wait::Forever),
+        _ => parse_duration(s)
+            .map(Wait::For)
+            .map_err(|e| format!("{e}, or forever")),
+    }
+}
+
+/// Parses a permit count; zero is refused, since nobody could ever hold one.
+pub(crate) fn parse_permits(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(0) => Err("must be at least 1: with 0 permits no command could ever run".to_owned()),
+        Ok(n) => Ok(n),
+        Err(_) => Err("expected a whole number of permits, like 4".to_owned()),
+    }
+}
