@@ -188,6 +188,44 @@ impl Election {
         }
     }
 
+    /// Campaigns with `value` (as [`Election::campaign`], waiting until it
+    /// leads), runs `work(term)` while leading, then resigns and returns the
+    /// work's output. If the leadership is lost before the work finishes,
+    /// the work is dropped at once and the call returns [`Error::Lost`]:
+    /// what a leader does cannot outlast its lead by more than the time to
+    /// notice (see [`Lock::run`](crate::Lock::run) for what "dropped" means
+    /// for work already sent elsewhere, and why the term still matters).
+    ///
+    /// # Errors
+    ///
+    /// As [`Election::campaign`] before the work starts; then
+    /// [`Error::Lost`] when the leadership was lost while the work ran (or
+    /// was found gone by the resignation). A resignation that fails for
+    /// another reason is retried in the background and the output returned.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the work and resigns in the background.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// # async fn schedule_jobs(term: u64) {}
+    /// client
+    ///     .election("scheduler")
+    ///     .lead("host-a", |term| async move { schedule_jobs(term).await })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lead<F, Fut, T>(&self, value: impl Into<String>, work: F) -> Result<T>
+    where
+        F: FnOnce(u64) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        crate::run::run(self.campaign(value).await?.held, work).await
+    }
+
     /// Reads who leads the election now: `None` when nobody does, which
     /// includes the moment (one round trip) between a new leader winning
     /// the lease and recording its value.

@@ -532,3 +532,55 @@ async fn a_campaign_dropped_while_its_winning_attempt_is_in_flight_leaves_nothin
     );
     next.resign().await.expect("resign");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lead_runs_the_work_while_leading_and_drops_it_when_deposed() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let election = client.election("lead").ttl(Duration::from_millis(500));
+
+    // Led to the end: the output, and the lead given up afterwards.
+    let watcher = election.clone();
+    let out = election
+        .lead("a", |term| async move {
+            let leader = watcher.leader().await.expect("leader").expect("a leader");
+            assert_eq!(leader.term, term);
+            leader.value
+        })
+        .await
+        .expect("lead");
+    assert_eq!(out, "a");
+    assert_eq!(election.leader().await.expect("leader"), None);
+
+    // Deposed (the lease deleted behind its back): the work is dropped.
+    let started = Instant::now();
+    let deposed = election
+        .lead("b", |_| async {
+            let _: () = redis::cmd("DEL")
+                .arg("leasehold:{lead}:lock")
+                .query(&mut server.connection())
+                .expect("DEL");
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            "finished"
+        })
+        .await;
+    assert!(
+        matches!(deposed, Err(leasehold::Error::Lost { .. })),
+        "{deposed:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the work was dropped"
+    );
+}
+
+#[test]
+fn blocking_lead_runs_the_work_while_leading() {
+    let server = RedisServer::start();
+    let client = leasehold::blocking::Client::connect(&server.url()).expect("connect");
+    let out = client
+        .election("blocking-lead")
+        .lead("one", |term| async move { term })
+        .expect("lead");
+    assert!(out > 0);
+}

@@ -1155,6 +1155,30 @@ impl Election {
         }))
     }
 
+    /// Campaigns, runs `work(term)` on this thread while leading, then
+    /// resigns; see [`crate::Election::lead`]. The work is a future, polled
+    /// on the client's runtime as in the async API.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Election::lead`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn run(client: leasehold::blocking::Client) -> Result<(), leasehold::Error> {
+    /// let term = client.election("scheduler").lead("host-a", |term| async move { term })?;
+    /// # Ok(()) }
+    /// ```
+    #[track_caller]
+    pub fn lead<F, Fut, T>(&self, value: impl Into<String>, work: F) -> Result<T>
+    where
+        F: FnOnce(u64) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        self.rt.block_on(self.inner.lead(value, work))
+    }
+
     /// Who leads now; see [`crate::Election::leader`].
     ///
     /// # Errors
