@@ -55,6 +55,8 @@
 //! standby leads within a round trip of a resignation, and within the TTL
 //! (plus at most a second) of a leader's crash; pass
 //! [`Leadership::term`] to what the leader writes, as a fence.
+//! [`Election::lead`] runs work only while leading, as [`Lock::run`] does
+//! under a lock.
 //!
 //! ```no_run
 //! # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
