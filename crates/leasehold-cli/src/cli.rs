@@ -53,6 +53,7 @@ where
 fn check_name(command: &Command) -> Result<(), Failure> {
     let name = match command {
         Command::Run(args) => &args.name,
+        Command::Elect(args) => &args.name,
         Command::Acquire(args) => &args.name,
         Command::Extend(args) => &args.name,
         Command::Release(args) => &args.name,
@@ -86,6 +87,7 @@ fn check_kind_on_redlock(cli: &Cli) -> Result<(), Failure> {
             Mode::Write => Some("--write"),
             Mode::Permits(_) => Some("--permits"),
         },
+        Command::Elect(_) => Some("elect"),
         Command::Status(status) => {
             let kind = &status.kind;
             [

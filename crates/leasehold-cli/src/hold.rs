@@ -3,7 +3,7 @@
 //! guards share their methods but no trait, so one enum lets `run`
 //! supervise any of them the same way.
 
-use leasehold::{Client, LockGuard, Permit, ReadGuard, WriteGuard};
+use leasehold::{Client, Leadership, LockGuard, Permit, ReadGuard, WriteGuard};
 
 use crate::cli::{LeaseArgs, Mode};
 use crate::commands::{per_lease, take};
@@ -21,6 +21,8 @@ pub(crate) enum Held {
     Write(WriteGuard),
     /// A semaphore permit.
     Permit(Permit),
+    /// The leadership of an election (`elect`).
+    Leader(Leadership),
 }
 
 /// Evaluates `$body` with `$guard` bound to whichever guard `$held` is.
@@ -31,6 +33,7 @@ macro_rules! each {
             Held::Read($guard) => $body,
             Held::Write($guard) => $body,
             Held::Permit($guard) => $body,
+            Held::Leader($guard) => $body,
         }
     };
 }
@@ -67,6 +70,7 @@ impl Held {
             Held::Lock(_) => "lock",
             Held::Read(_) | Held::Write(_) => "rwlock",
             Held::Permit(_) => "semaphore",
+            Held::Leader(_) => "election",
         }
     }
 
@@ -77,12 +81,44 @@ impl Held {
             Held::Read(_) => "read lock",
             Held::Write(_) => "write lock",
             Held::Permit(_) => "permit of semaphore",
+            Held::Leader(_) => "leadership of election",
         };
         format!(
             "{kind} {:?}",
             crate::output::printable(each!(self, g => g.name()))
         )
     }
+}
+
+/// Campaigns in the election `name` with `value` until elected, per
+/// `lease` (`--no-wait`: one try; `--wait`: bounded).
+///
+/// # Errors
+///
+/// The conflict code when another candidate leads and `--no-wait` was
+/// given or the wait ran out; the library's errors otherwise.
+pub(crate) async fn take_leadership(
+    client: &Client,
+    name: &str,
+    lease: &LeaseArgs,
+    value: &str,
+) -> Result<Held, Failure> {
+    let election = client.election(name).ttl(lease.ttl);
+    let lead = per_lease(
+        lease,
+        async || election.try_campaign(value).await,
+        // Campaigning is cancel-safe: a wait that runs out leaves nothing.
+        async || match tokio::time::timeout(lease.wait, election.campaign(value)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(leasehold::Error::Timeout {
+                name: name.to_owned(),
+                waited: lease.wait,
+            }),
+        },
+        || format!("election {name:?} has a leader; see it with `leasehold status {name}`"),
+        Watch::lock(client, name),
+    );
+    lead.await.map(Held::Leader)
 }
 
 /// Takes what `mode` names on `name`, per `lease`.

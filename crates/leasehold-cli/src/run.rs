@@ -58,7 +58,7 @@ use tokio::time::Instant;
 use crate::cli::{Global, LeaseArgs, RunArgs};
 use crate::commands::connect;
 use crate::exit::{self, Failure};
-use crate::hold::{Held, take_hold};
+use crate::hold::{Held, take_hold, take_leadership};
 use crate::session::catch;
 use watch::Watcher;
 
@@ -91,7 +91,10 @@ async fn run_locked(
         ..LeaseArgs::new(args.ttl, &args.wait, global)
     };
     let started = Instant::now();
-    let guard = take_hold(client, &args.name, &lease, args.hold.mode()).await?;
+    let guard = match &args.elect {
+        Some(value) => take_leadership(client, &args.name, &lease, value).await?,
+        None => take_hold(client, &args.name, &lease, args.hold.mode()).await?,
+    };
     let acquired = Instant::now();
     let summary = global.json.then(|| Summary {
         name: args.name.clone(),
