@@ -1,0 +1,95 @@
+//! Review of the hold_at_least / lock_delay / Redis 6.2 changes: each test
+//! here FAILS on the code it was written against and shows one finding.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use leasehold::{Client, Error};
+use leasehold_testkit::RedisServer;
+use redis::Commands;
+
+fn pttl(server: &RedisServer, name: &str) -> i64 {
+    server
+        .connection()
+        .pttl(format!("leasehold:{{{name}}}:lock"))
+        .expect("PTTL")
+}
+
+/// lock_delay: "when a lease ends without a release (the holder crashed,
+/// paused or was cut off), nobody gets the lock until `delay` has passed as
+/// well". A holder whose lease ended (its own validity ran out: it was
+/// paused past the TTL) and that releases *afterwards* frees the lock at
+/// once: the release is owner-checked against the server, which still
+/// keeps the lease for the delay, so the delay is thrown away exactly in
+/// the zombie case it exists for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_delay_a_release_after_the_lease_ended_must_not_free_the_lock_before_the_delay() {
+    const TTL: Duration = Duration::from_millis(600);
+    const DELAY: Duration = Duration::from_secs(3);
+    let server = RedisServer::start();
+    let client = common::client(&server).await;
+    let other = common::client(&server).await;
+    let started = Instant::now();
+    // No renewal: a holder that stalls past its TTL (same as a paused one).
+    let guard = client
+        .lock("zombie")
+        .ttl(TTL)
+        .lock_delay(DELAY)
+        .watchdog(false)
+        .acquire()
+        .await
+        .expect("acquire");
+    tokio::time::sleep(TTL + Duration::from_millis(100)).await;
+    assert!(guard.is_lost(), "the holder's own view: the lease ended");
+    assert!(pttl(&server, "zombie") > 0, "the server keeps it for the delay");
+    // The zombie wakes up and releases (or drops its guard).
+    let released = guard.release().await;
+    let taken = other.lock("zombie").try_acquire().await.expect("try");
+    let at = started.elapsed();
+    assert!(
+        taken.is_none(),
+        "taken by another owner {at:?} after the acquisition, before TTL + delay ({:?}); \
+         the late release answered {released:?}",
+        TTL + DELAY
+    );
+}
+
+/// The same through `run()`: the server stalls (SIGSTOP) past the TTL, the
+/// holder sees the loss and `run` drops the guard, whose background release
+/// is carried out when the server resumes: the lock is free at once instead
+/// of TTL + delay after the last renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_delay_run_after_a_stall_must_not_free_the_lock_before_the_delay() {
+    const TTL: Duration = Duration::from_millis(600);
+    const DELAY: Duration = Duration::from_secs(3);
+    let server = RedisServer::start();
+    let client = common::client(&server).await;
+    let other = common::client(&server).await;
+    let lock = client.lock("stalled").ttl(TTL).lock_delay(DELAY);
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let run = tokio::spawn(async move {
+        lock.run(|_fence| async move {
+            started_tx.send(()).unwrap();
+            std::future::pending::<()>().await;
+        })
+        .await
+    });
+    started_rx.await.expect("work started");
+    let acquired = Instant::now();
+    server.pause();
+    let outcome = tokio::time::timeout(Duration::from_secs(5), run).await;
+    server.resume();
+    let outcome = outcome.expect("run returned").expect("join");
+    assert!(matches!(outcome, Err(Error::Lost { .. })), "{outcome:?}");
+    // Give the background release a moment to reach the resumed server.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let taken = other.lock("stalled").try_acquire().await.expect("try");
+    let at = acquired.elapsed();
+    assert!(
+        taken.is_none() || at >= TTL + DELAY,
+        "taken by another owner {at:?} after the acquisition (no renewal got through), \
+         before TTL + delay = {:?}",
+        TTL + DELAY
+    );
+}
