@@ -93,3 +93,29 @@ async fn lock_delay_run_after_a_stall_must_not_free_the_lock_before_the_delay() 
         TTL + DELAY
     );
 }
+
+/// hold_at_least on an RwLock write guard is lost by `downgrade`: the read
+/// guard it returns is a fresh lease without `kept_until`, so releasing it
+/// frees the lock at once, long before the time asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_at_least_survives_a_downgrade() {
+    const AT_LEAST: Duration = Duration::from_secs(3);
+    let server = RedisServer::start();
+    let client = common::client(&server).await;
+    let other = common::client(&server).await;
+    let started = Instant::now();
+    let write = client
+        .rw_lock("dg")
+        .hold_at_least(AT_LEAST)
+        .write()
+        .await
+        .expect("write");
+    let read = write.downgrade().await.expect("downgrade");
+    read.release().await.expect("release");
+    let taken = other.rw_lock("dg").try_write().await.expect("try_write");
+    assert!(
+        taken.is_none() || started.elapsed() >= AT_LEAST,
+        "written by another owner {:?} after the acquisition, before hold_at_least {AT_LEAST:?}",
+        started.elapsed()
+    );
+}
