@@ -119,3 +119,46 @@ async fn hold_at_least_survives_a_downgrade() {
         started.elapsed()
     );
 }
+
+/// An ACL user refused the release channel (`resetchannels`, no
+/// `&leasehold:*`): the release script's PUBLISH fails with "The user
+/// executing the script can't publish to the channel mentioned in the
+/// command", with no NOPERM code, on Redis 7.0 (`ERR ..`) and on 6.2 (inside
+/// `ERR Error running script ..`). `script_error_code` only maps the
+/// "can't run" wording to NOPERM, so this is `Error::Redis`, not
+/// `Error::Auth` (the CLI exits 70, not 77). The hold was removed all the
+/// same (the ZREM ran before the PUBLISH; scripts do not roll back), yet
+/// release() reports an error. Fails on 7.0 and (LEASEHOLD_REDIS_SERVER) 6.2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_channel_inside_a_script_is_an_auth_error() {
+    let server = RedisServer::start();
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "nochan",
+            "reset",
+            "resetchannels",
+            "on",
+            ">pw",
+            "+@all",
+            "~leasehold:*",
+        ])
+        .query(&mut server.connection())
+        .expect("ACL SETUSER");
+    let client = Client::connect(&server.url_with_auth(Some("nochan"), "pw"))
+        .await
+        .expect("connect");
+    // An RwLock's release always publishes (a Lock's only with waiters).
+    let guard = client
+        .rw_lock("acl")
+        .try_write()
+        .await
+        .expect("try_write")
+        .expect("free");
+    let released = guard.release().await;
+    assert!(
+        matches!(released, Err(Error::Auth { .. })),
+        "server {:?}: {released:?}",
+        leasehold_testkit::server_version()
+    );
+}
