@@ -162,3 +162,38 @@ async fn a_refused_channel_inside_a_script_is_an_auth_error() {
         leasehold_testkit::server_version()
     );
 }
+
+/// The same for a command the user may not run inside a script (here
+/// TIME, which every acquire script calls): Redis 7.0 answers "ERR The user
+/// executing the script can't run this command or subcommand script: ..",
+/// which `script_error_code` does not read (it only looks inside 6.2's
+/// "Error running script" wrapper), so the acquire fails with
+/// `Error::Redis` instead of `Error::Auth`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_refused_inside_a_script_is_an_auth_error() {
+    let server = RedisServer::start();
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "notime",
+            "reset",
+            "resetchannels",
+            "on",
+            ">pw",
+            "+@all",
+            "-time",
+            "~leasehold:*",
+            "&leasehold:*",
+        ])
+        .query(&mut server.connection())
+        .expect("ACL SETUSER");
+    let client = Client::connect(&server.url_with_auth(Some("notime"), "pw"))
+        .await
+        .expect("connect");
+    let taken = client.lock("acl-cmd").try_acquire().await;
+    assert!(
+        matches!(taken, Err(Error::Auth { .. })),
+        "server {:?}: {taken:?}",
+        leasehold_testkit::server_version()
+    );
+}
