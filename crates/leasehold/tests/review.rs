@@ -197,3 +197,68 @@ async fn a_command_refused_inside_a_script_is_an_auth_error() {
         leasehold_testkit::server_version()
     );
 }
+
+/// hold_at_least's docs: "Waiters are not handed a kept lease: they take it
+/// once it ends, at their next retry (within about a second)." True for a
+/// Lock's queued waiters (heartbeat 1 s), not for waiters that do not queue
+/// (RwLock, Semaphore, Redlock): their fallback timer is the holder's
+/// remaining TTL from their last refused attempt, and the keep shortens the
+/// lease silently (no release message), so they sleep until the *old* end
+/// of the lease: up to a whole TTL after the lock became free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_at_least_a_waiting_writer_takes_the_lock_soon_after_the_kept_lease_ends() {
+    const TTL: Duration = Duration::from_secs(8);
+    const AT_LEAST: Duration = Duration::from_millis(500);
+    let server = RedisServer::start();
+    let client = common::client(&server).await;
+    let other = common::client(&server).await;
+    let started = Instant::now();
+    let write = client
+        .rw_lock("kept-rw")
+        .ttl(TTL)
+        .hold_at_least(AT_LEAST)
+        .write()
+        .await
+        .expect("write");
+    let waiting = other.rw_lock("kept-rw").wait(Duration::from_secs(20));
+    let waiter = tokio::spawn(async move { waiting.write().await.map(|g| (Instant::now(), g)) });
+    // Let the waiter be refused once (its fallback timer: the 8 s left).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    write.release().await.expect("release (kept)");
+    let got = tokio::time::timeout(AT_LEAST + Duration::from_secs(2), waiter).await;
+    assert!(
+        got.is_ok(),
+        "the waiting writer did not get the lock within 2 s of the kept lease's end \
+         ({:?} since the acquisition); it sleeps until the old TTL",
+        started.elapsed()
+    );
+}
+
+/// The same for a Semaphore's waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_at_least_a_waiting_permit_is_taken_soon_after_the_kept_lease_ends() {
+    const TTL: Duration = Duration::from_secs(8);
+    const AT_LEAST: Duration = Duration::from_millis(500);
+    let server = RedisServer::start();
+    let client = common::client(&server).await;
+    let other = common::client(&server).await;
+    let started = Instant::now();
+    let permit = client
+        .semaphore("kept-sem", 1)
+        .ttl(TTL)
+        .hold_at_least(AT_LEAST)
+        .acquire()
+        .await
+        .expect("permit");
+    let waiting = other.semaphore("kept-sem", 1).wait(Duration::from_secs(20));
+    let waiter = tokio::spawn(async move { waiting.acquire().await.map(|g| (Instant::now(), g)) });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    permit.release().await.expect("release (kept)");
+    let got = tokio::time::timeout(AT_LEAST + Duration::from_secs(2), waiter).await;
+    assert!(
+        got.is_ok(),
+        "the waiting permit was not taken within 2 s of the kept lease's end \
+         ({:?} since the acquisition); it sleeps until the old TTL",
+        started.elapsed()
+    );
+}
