@@ -143,6 +143,16 @@ pub(crate) enum Command {
     /// (it reads typed input; Ctrl-C and Ctrl-Z reach it; fg resumes it).
     Run(RunArgs),
 
+    /// Run CMD while this process leads the election NAME (leader election).
+    ///
+    /// Campaigns with --value (default: this host's name) and waits until
+    /// elected, as `run` waits for a lock; then runs CMD as `run` does, with
+    /// LEASEHOLD_FENCE set to the term (it grows with every new leader).
+    /// When the leadership is lost, CMD is stopped and leasehold exits 70;
+    /// when CMD ends, leasehold resigns and the next candidate leads within
+    /// milliseconds. `leasehold status NAME` shows the leader's value.
+    Elect(ElectArgs),
+
     /// Take the lock and keep it after exiting; prints the token and fence.
     ///
     /// Waits until the lock is free unless --wait or --no-wait says
@@ -302,10 +312,63 @@ pub(crate) struct RunArgs {
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub(crate) command: Vec<OsString>,
+
+    /// `elect`: campaign with this value instead of taking the lock.
+    #[arg(skip)]
+    pub(crate) elect: Option<String>,
+}
+
+/// Arguments of `elect`.
+#[derive(Debug, Args)]
+pub(crate) struct ElectArgs {
+    /// The election's name (a lock name).
+    pub(crate) name: String,
+
+    /// What this candidate campaigns with, shown by `status` while it
+    /// leads (an address, a host name). Defaults to this host's name.
+    #[arg(long, value_name = "V")]
+    pub(crate) value: Option<String>,
+
+    /// Lease length, renewed while CMD runs: how long a crashed leader
+    /// keeps the others waiting (10ms to 24h).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_ttl)]
+    pub(crate) ttl: Duration,
+
+    /// How long to wait to be elected.
+    #[command(flatten)]
+    pub(crate) wait: WaitArgs,
+
+    /// After a lost leadership, how long CMD gets between SIGTERM and SIGKILL.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub(crate) kill_grace: Duration,
+
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub(crate) command: Vec<OsString>,
+}
+
+impl ElectArgs {
+    /// The `run` this is: the election's lock, taken by campaigning with
+    /// the value (`default_value` when --value is not given).
+    pub(crate) fn into_run(self, default_value: impl FnOnce() -> String) -> RunArgs {
+        let value = self.value.unwrap_or_else(default_value);
+        RunArgs {
+            name: self.name,
+            more: Vec::new(),
+            ttl: self.ttl,
+            wait: self.wait,
+            hold: HoldArgs::default(),
+            kill_grace: self.kill_grace,
+            at_least: None,
+            lock_delay: None,
+            command: self.command,
+            elect: Some(value),
+        }
+    }
 }
 
 /// What `run` holds: the plain lock unless one of these is given.
-#[derive(Debug, Args)]
+#[derive(Debug, Default, Args)]
 pub(crate) struct HoldArgs {
     /// NAME is a read-write lock; hold a read lock of it: many readers at
     /// once, none while a writer holds it or waits for it.

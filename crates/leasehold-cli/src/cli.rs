@@ -69,6 +69,7 @@ fn check_name(command: &Command) -> Result<(), Failure> {
             }
             &args.name
         }
+        Command::Elect(args) => &args.name,
         Command::Acquire(args) => &args.name,
         Command::Extend(args) => &args.name,
         Command::Release(args) => &args.name,
@@ -107,6 +108,7 @@ fn check_kind_on_redlock(cli: &Cli) -> Result<(), Failure> {
             Mode::Write => Some("--write"),
             Mode::Permits(_) => Some("--permits"),
         },
+        Command::Elect(_) => Some("elect"),
         Command::Status(status) => {
             let kind = &status.kind;
             [

@@ -17,6 +17,16 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<u8, Failure> {
     let global = &cli.global;
     match cli.command {
         Command::Run(args) => crate::run::run(global, args).await,
+        Command::Elect(args) => {
+            // This host's name, as `hostname` prints it.
+            let host = || {
+                nix::unistd::gethostname()
+                    .ok()
+                    .and_then(|h| h.into_string().ok())
+                    .unwrap_or_else(|| format!("pid {}", std::process::id()))
+            };
+            crate::run::run(global, args.into_run(host)).await
+        }
         Command::Acquire(args) => acquire(global, args).await,
         Command::Extend(args) => extend(global, args).await,
         Command::Release(args) => release(global, args).await,
@@ -385,7 +395,21 @@ async fn read_status(client: &Client, args: &StatusArgs) -> leasehold::Result<(V
         }
         _ => {
             let status = client.lock(name).status().await?;
-            (output::status_json(&status), output::status_human(&status))
+            let (mut json, mut human) =
+                (output::status_json(&status), output::status_human(&status));
+            // An election is its lock with the leader's value beside it
+            // (`elect`); a Redlock client has no elections.
+            if status.holder.is_some()
+                && let Ok(Some(leader)) = client.election(name).leader().await
+            {
+                json["leader"] = json!({ "value": leader.value, "term": leader.term });
+                human.push_str(&format!(
+                    "\nleader     {} (term {})",
+                    output::printable(&leader.value),
+                    leader.term
+                ));
+            }
+            (json, human)
         }
     })
 }

@@ -1,10 +1,10 @@
 //! What `run` holds while its command runs: the plain lock (one name, or
 //! several at once), a read or the write hold of a read-write lock, or a
-//! semaphore permit. The library's
+//! semaphore permit, or an election's leadership (`elect`). The library's
 //! guards share their methods but no trait, so one enum lets `run`
 //! supervise any of them the same way.
 
-use leasehold::{Client, LockGuard, MultiLockGuard, Permit, ReadGuard, WriteGuard};
+use leasehold::{Client, Leadership, LockGuard, MultiLockGuard, Permit, ReadGuard, WriteGuard};
 
 use crate::cli::{LeaseArgs, Mode};
 use crate::commands::{per_lease, take};
@@ -30,6 +30,8 @@ pub(crate) enum Held {
         /// The first NAME on the command line.
         first: String,
     },
+    /// The leadership of an election (`elect`).
+    Leader(Leadership),
 }
 
 /// Evaluates `$body` with `$guard` bound to whichever guard `$held` is.
@@ -41,6 +43,7 @@ macro_rules! each {
             Held::Write($guard) => $body,
             Held::Permit($guard) => $body,
             Held::Multi { guard: $guard, .. } => $body,
+            Held::Leader($guard) => $body,
         }
     };
 }
@@ -62,6 +65,7 @@ impl Held {
             Held::Read(g) => vec![(g.name().to_owned(), g.fence())],
             Held::Write(g) => vec![(g.name().to_owned(), g.fence())],
             Held::Permit(g) => vec![(g.name().to_owned(), g.fence())],
+            Held::Leader(g) => vec![(g.name().to_owned(), g.fence())],
         }
     }
 
@@ -72,6 +76,7 @@ impl Held {
             Held::Read(g) => g.token(),
             Held::Write(g) => g.token(),
             Held::Permit(g) => g.token(),
+            Held::Leader(g) => g.token(),
             Held::Multi { guard, first } => guard.token(first).unwrap_or_default(),
         }
     }
@@ -97,6 +102,7 @@ impl Held {
             Held::Lock(_) | Held::Multi { .. } => "lock",
             Held::Read(_) | Held::Write(_) => "rwlock",
             Held::Permit(_) => "semaphore",
+            Held::Leader(_) => "election",
         }
     }
 
@@ -115,16 +121,49 @@ impl Held {
                     .collect();
                 return format!("locks {}", names.join(", "));
             }
+            Held::Leader(_) => "leadership of election",
         };
         let name = match self {
             Held::Lock(g) => g.name(),
             Held::Read(g) => g.name(),
             Held::Write(g) => g.name(),
             Held::Permit(g) => g.name(),
+            Held::Leader(g) => g.name(),
             Held::Multi { first, .. } => first,
         };
         format!("{kind} {:?}", crate::output::printable(name))
     }
+}
+
+/// Campaigns in the election `name` with `value` until elected, per
+/// `lease` (`--no-wait`: one try; `--wait`: bounded).
+///
+/// # Errors
+///
+/// The conflict code when another candidate leads and `--no-wait` was
+/// given or the wait ran out; the library's errors otherwise.
+pub(crate) async fn take_leadership(
+    client: &Client,
+    name: &str,
+    lease: &LeaseArgs,
+    value: &str,
+) -> Result<Held, Failure> {
+    let election = client.election(name).ttl(lease.ttl);
+    let lead = per_lease(
+        lease,
+        async || election.try_campaign(value).await,
+        // Campaigning is cancel-safe: a wait that runs out leaves nothing.
+        async || match tokio::time::timeout(lease.wait, election.campaign(value)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(leasehold::Error::Timeout {
+                name: name.to_owned(),
+                waited: lease.wait,
+            }),
+        },
+        || format!("election {name:?} has a leader; see it with `leasehold status {name}`"),
+        Watch::lock(client, name),
+    );
+    lead.await.map(Held::Leader)
 }
 
 /// Takes what `mode` names on `name`, per `lease`.

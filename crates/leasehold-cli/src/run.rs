@@ -58,7 +58,7 @@ use tokio::time::Instant;
 use crate::cli::{Global, LeaseArgs, RunArgs};
 use crate::commands::connect;
 use crate::exit::{self, Failure};
-use crate::hold::{Held, take_all, take_hold};
+use crate::hold::{Held, take_all, take_hold, take_leadership};
 use crate::session::catch;
 use watch::Watcher;
 
@@ -91,14 +91,18 @@ async fn run_locked(
         ..LeaseArgs::new(args.ttl, &args.wait, global)
     };
     let started = Instant::now();
-    let guard = if args.more.is_empty() {
-        take_hold(client, &args.name, &lease, args.hold.mode()).await?
-    } else {
-        let names: Vec<String> = std::iter::once(&args.name)
-            .chain(&args.more)
-            .cloned()
-            .collect();
-        take_all(client, &names, &lease).await?
+    let guard = match &args.elect {
+        Some(value) => take_leadership(client, &args.name, &lease, value).await?,
+        None if args.more.is_empty() => {
+            take_hold(client, &args.name, &lease, args.hold.mode()).await?
+        }
+        None => {
+            let names: Vec<String> = std::iter::once(&args.name)
+                .chain(&args.more)
+                .cloned()
+                .collect();
+            take_all(client, &names, &lease).await?
+        }
     };
     let acquired = Instant::now();
     let summary = global.json.then(|| Summary {

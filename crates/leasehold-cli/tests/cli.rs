@@ -1961,3 +1961,78 @@ fn at_least_and_lock_delay_are_checked_before_connecting() {
         );
     }
 }
+
+/// Issue 18, item 2: `leasehold elect` runs its command only while it
+/// leads; `status` shows the leader's value and term; when the leader's
+/// command ends, the waiting candidate is elected, with a higher term.
+#[test]
+fn elect_runs_the_command_while_leading_and_hands_over_on_exit() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = common::temp_dir();
+    let (a_started, a_stop) = (dir.path().join("a"), dir.path().join("a-stop"));
+    let b_started = dir.path().join("b");
+    let a_script = format!(
+        "{WAIT_FOR}touch {}; wait_for {}",
+        a_started.display(),
+        a_stop.display()
+    );
+    let a = spawn_in(
+        dir.path(),
+        std::slice::from_ref(&url),
+        &[
+            "elect", "svc", "--value", "alpha", "--", "sh", "-c", &a_script,
+        ],
+    );
+    wait_for_existence(&a_started);
+    let status = status_json(&url, "svc");
+    assert_eq!(status["leader"]["value"], "alpha", "{status}");
+    let a_term = status["leader"]["term"].as_u64().expect("a term");
+
+    let b_script = format!("echo $LEASEHOLD_FENCE > {}", b_started.display());
+    let b = spawn_in(
+        dir.path(),
+        std::slice::from_ref(&url),
+        &[
+            "elect", "svc", "--value", "beta", "--", "sh", "-c", &b_script,
+        ],
+    );
+    // b campaigns (queued behind alpha) and does not run while alpha leads.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while status_json(&url, "svc")["waiting_clients"] != 1 {
+        assert!(Instant::now() < deadline, "b never queued");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!b_started.exists(), "b ran while alpha led");
+    let busy = run_at(&url, &["elect", "svc", "-n", "--", "true"]);
+    assert_eq!(busy.code(), 75, "{busy:?}");
+
+    std::fs::write(&a_stop, "").unwrap();
+    let a = a.finish();
+    assert_eq!(a.code(), 0, "{a:?}");
+    let b = b.finish();
+    assert_eq!(b.code(), 0, "{b:?}");
+    // b ran once elected, with a term above alpha's (the fence only grows),
+    // and resigned when its command ended: nobody leads.
+    let b_term: u64 = std::fs::read_to_string(&b_started)
+        .expect("b ran once elected")
+        .trim()
+        .parse()
+        .expect("LEASEHOLD_FENCE");
+    assert!(b_term > a_term, "term {b_term} after {a_term}");
+    let after = status_json(&url, "svc");
+    assert_eq!(after["held"], false, "{after}");
+}
+
+/// Waits (bounded) until `path` exists.
+fn wait_for_existence(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

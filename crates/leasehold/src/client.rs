@@ -8,6 +8,7 @@ use crate::acquire::Core;
 #[cfg(feature = "sentinel")]
 use crate::backend::SentinelTarget;
 use crate::backend::{Backend, ConnectOptions, TlsOptions};
+use crate::election::Election;
 use crate::error::{Error, Result};
 use crate::events::{Events, Shared};
 use crate::fair::FairLock;
@@ -435,6 +436,24 @@ impl Client {
     /// ```
     pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
         FairLock::new(self.clone(), name.into())
+    }
+
+    /// A handle to the leader election `name` (see [`Election`]): the lease
+    /// lock `name` with the leader's value beside it.
+    ///
+    /// Cheap: nothing is sent until [`Election::campaign`],
+    /// [`Election::leader`] or [`Election::observe`]. Not on a Redlock
+    /// client ([`Error::Unsupported`](crate::Error::Unsupported)).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let leadership = client.election("scheduler").campaign("host-a").await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn election(&self, name: impl Into<String>) -> Election {
+        Election::new(self.clone(), name.into())
     }
 
     /// The locks currently held under this client's prefix whose names match

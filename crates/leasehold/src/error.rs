@@ -222,12 +222,21 @@ pub enum Error {
 /// The code of the error a script's `redis.call` raised, as Redis 6.2
 /// reports it: inside an `ERR Error running script (call to f_..):
 /// @user_script:12: WRONGTYPE Operation ..`, where Redis 7 answers with the
-/// call's own code (`WRONGTYPE ..`). 6.2 words a refused ACL check without a
-/// code ("The user executing the script can't run this command"): NOPERM.
+/// call's own code (`WRONGTYPE ..`). A refused ACL check inside a script
+/// has no code on either ("The user executing the script can't .."): NOPERM.
 /// `None` for any other error.
 fn script_error_code(err: &redis::RedisError) -> Option<&str> {
     let detail = err.detail()?;
-    if err.code() != Some("ERR") || !detail.starts_with("Error running script") {
+    if err.code() != Some("ERR") {
+        return None;
+    }
+    // An ACL refusal inside a script, worded without a code by 6.2 and 7.0
+    // alike ("can't run this command or subcommand", "can't publish to
+    // the channel", "can't access at least one of the keys").
+    if detail.contains("The user executing the script can't") {
+        return Some("NOPERM");
+    }
+    if !detail.starts_with("Error running script") {
         return None;
     }
     let message = detail
@@ -235,9 +244,6 @@ fn script_error_code(err: &redis::RedisError) -> Option<&str> {
         .next()?
         .trim_start_matches(|c: char| c == ':' || c == ' ' || c.is_ascii_digit())
         .trim_start_matches('-');
-    if message.starts_with("The user executing the script can't run") {
-        return Some("NOPERM");
-    }
     let word = message.split_whitespace().next()?;
     (word.len() > 1 && word.chars().all(|c| c.is_ascii_uppercase())).then_some(word)
 }

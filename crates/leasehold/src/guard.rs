@@ -106,6 +106,12 @@ impl Held {
         self.done = true;
         let inner = &self.client.inner;
         inner.watchdog.untrack(self.lease.id);
+        if self.lease.delays() && self.lease.is_lost() {
+            // lock_delay: the lease ended without a release, so the lock
+            // stays taken for the delay; a release now would cut it short.
+            self.lease.mark_lost(LostReason::Expired);
+            return Err(self.lost_error());
+        }
         let mut pending = ReleaseOnDrop(Some(&self));
         let lease = &self.lease;
         let span =
@@ -159,6 +165,10 @@ impl Held {
     fn release_in_background(&self) {
         let watchdog = &self.client.inner.watchdog;
         watchdog.untrack(self.lease.id);
+        if self.lease.delays() && self.lease.is_lost() {
+            // lock_delay: left to expire with its delay (see release).
+            return;
+        }
         watchdog.release_lease(&self.lease);
     }
 }

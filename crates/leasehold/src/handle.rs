@@ -221,7 +221,11 @@ macro_rules! at_least_api {
             /// reply arrived, so never shorter than asked on the server.
             ///
             /// Waiters are not handed a kept lease: they take it once it
-            /// ends, at their next retry (within about a second).
+            /// ends, at their next retry. A lock's queued waiters retry at
+            /// least every second; waiters that do not queue (RwLock,
+            /// Semaphore, Redlock) retry when the lease they were refused by
+            /// would have ended, so they may take it up to one TTL after
+            /// the refusal (a kept lease ends without a release message).
             ///
             /// Not on [`ReentrantLock`](crate::ReentrantLock): its holds share one
             /// expiry that only grows (an owner's other holds may need it), so a

@@ -117,6 +117,31 @@ impl LockKeys {
     pub(crate) fn alive(&self) -> &str {
         self.name(4)
     }
+
+    /// An election's leader record, next to its lease (see [`leader_key`]).
+    /// Built on demand: only elections use it, and a client holding many
+    /// leases should not carry it in every [`LockKeys`].
+    pub(crate) fn leader(&self) -> String {
+        leader_key(self.lock())
+    }
+
+    /// Where an election's changes of leader are published.
+    pub(crate) fn elected(&self) -> String {
+        beside(self.lock(), ":elected")
+    }
+}
+
+/// The leader record of the election whose lease is `lock_key`:
+/// `<prefix>:{<tag>}...:leader`, under the lease's hash tag. The watchdog
+/// renews it with the lease from the lease's key alone.
+pub(crate) fn leader_key(lock_key: &str) -> String {
+    beside(lock_key, ":leader")
+}
+
+/// The name with `suffix` in place of the lock key's `:lock`.
+fn beside(lock_key: &str, suffix: &str) -> String {
+    let base = lock_key.strip_suffix(":lock").unwrap_or(lock_key);
+    format!("{base}{suffix}")
 }
 
 impl std::fmt::Debug for LockKeys {
@@ -231,6 +256,14 @@ mod tests {
     }
 
     #[test]
+    fn an_election_keeps_its_leader_and_changes_beside_its_lease() {
+        let keys = LockKeys::new("leasehold", "scheduler");
+        assert_eq!(keys.leader(), "leasehold:{scheduler}:leader");
+        assert_eq!(keys.elected(), "leasehold:{scheduler}:elected");
+        assert_eq!(leader_key(keys.lock()), keys.leader());
+    }
+
+    #[test]
     fn glob_escape_escapes_every_glob_character() {
         assert_eq!(glob_escape("a*b?[c]\\d"), "a\\*b\\?\\[c\\]\\\\d");
         assert_eq!(glob_escape("plain:{name}"), "plain:{name}");
@@ -312,6 +345,10 @@ mod tests {
             prop_assert_eq!(hashed_part(k.channel()), tag);
             prop_assert_eq!(hashed_part(k.queue()), tag);
             prop_assert_eq!(hashed_part(k.alive()), tag);
+            let (leader, elected) = (k.leader(), k.elected());
+            prop_assert_eq!(hashed_part(&leader), tag);
+            prop_assert_eq!(hashed_part(&elected), tag);
+            prop_assert!(k.leader().starts_with("leasehold:"));
             prop_assert!(k.lock().starts_with("leasehold:"));
             prop_assert!(k.channel().starts_with("leasehold:"));
         }
@@ -321,6 +358,7 @@ mod tests {
             prop_assume!(a != b);
             let (ka, kb) = (LockKeys::new("p", &a), LockKeys::new("p", &b));
             prop_assert_ne!(ka.lock(), kb.lock());
+            prop_assert_ne!(ka.leader(), kb.leader());
         }
     }
 }

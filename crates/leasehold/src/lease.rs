@@ -33,6 +33,17 @@ pub(crate) fn validity(ttl: Duration, elapsed: Duration) -> Option<Duration> {
 }
 
 /// The end of the validity of a lease of `ttl` whose command was sent at `sent`.
+/// What is left until `until`, in whole ms rounded up (the scripts take
+/// ms; a kept lease must never end sooner than asked); `None` once passed.
+pub(crate) fn rest_until(until: Instant) -> Option<Duration> {
+    let rest = until
+        .checked_duration_since(Instant::now())
+        .filter(|rest| !rest.is_zero())?;
+    Some(Duration::from_millis(
+        u64::try_from(rest.as_micros().div_ceil(1000)).unwrap_or(u64::MAX),
+    ))
+}
+
 pub(crate) fn valid_until(sent: Instant, ttl: Duration) -> Instant {
     sent + ttl.saturating_sub(drift(ttl))
 }
@@ -51,6 +62,9 @@ pub(crate) enum Kind {
     Rw,
     /// [`Semaphore`](crate::Semaphore): one member of the sorted set of permits.
     Semaphore,
+    /// [`Election`](crate::Election): a lease lock whose leader record
+    /// (`:leader`) is renewed and dropped with it.
+    Election,
 }
 
 /// One held lease.
@@ -154,6 +168,12 @@ impl Lease {
         self
     }
 
+    /// Whether the lease has a lock delay: once it has ended without a
+    /// release, a release must not cut the delay short.
+    pub(crate) fn delays(&self) -> bool {
+        !self.delay.is_zero()
+    }
+
     /// What the server is asked to keep the lease for, for a TTL of `ttl`
     /// as the holder counts it.
     pub(crate) fn server_ttl(&self, ttl: Duration) -> Duration {
@@ -170,9 +190,7 @@ impl Lease {
     /// `None` once the time asked by `hold_at_least` has passed, or if none
     /// was asked.
     pub(crate) fn kept_for(&self) -> Option<Duration> {
-        self.kept_until()?
-            .checked_duration_since(Instant::now())
-            .filter(|rest| !rest.is_zero())
+        rest_until(self.kept_until()?)
     }
 
     /// This lease, set on the server for `span` from when its acquisition

@@ -14,6 +14,10 @@
 //! - [`Semaphore`]: up to N holders at once, each [`Permit`] its own lease.
 //! - [`MultiLock`]: several lease locks taken together, all or none, with
 //!   a fence per name ([`Client::multi_lock`]).
+//! - [`Election`]: leader election: [`Election::campaign`] waits until it
+//!   leads and gives a [`Leadership`] (its [`term`](Leadership::term) rises
+//!   with every leader), [`Election::leader`] says who leads with what value,
+//!   [`Election::observe`] streams each change as it is published.
 //! - [`fenced`]: the resource side of fencing, a Redis write refused when
 //!   its fence is lower than one already seen for the key.
 //! - [`blocking`]: the same types and names without async, for threads
@@ -62,6 +66,36 @@
 //! Use [`Semaphore`] to bound how many processes do something at once
 //! (exports, connections to a fragile service) rather than to exclude them
 //! all: a holder that dies takes its permit with it for one TTL at most.
+//!
+//! Use [`Election`] when one of many processes should act for all of them
+//! (a scheduler, a primary) and the others need to know which one: it is
+//! the [`Lock`] of the same name with the leader's value beside it. A
+//! standby leads within a round trip of a resignation, and within the TTL
+//! (plus at most a second) of a leader's crash; pass
+//! [`Leadership::term`] to what the leader writes, as a fence.
+//! [`Election::lead`] runs work only while leading, as [`Lock::run`] does
+//! under a lock.
+//!
+//! ```no_run
+//! # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+//! use futures_util::StreamExt;
+//! use std::time::Duration;
+//!
+//! let election = client.election("scheduler").ttl(Duration::from_secs(10));
+//! // Elsewhere: who leads, and each change as it happens.
+//! let mut leaders = election.observe();
+//! tokio::spawn(async move {
+//!     while let Some(Ok(leader)) = leaders.next().await {
+//!         println!("leader now: {leader:?}");
+//!     }
+//! });
+//! let leadership = election.campaign("host-a:8080").await?; // waits until it leads
+//! tokio::select! {
+//!     () = leadership.lost() => eprintln!("deposed (lease lost): stop acting as leader"),
+//!     () = tokio::time::sleep(Duration::from_secs(60)) => leadership.resign().await?,
+//! }
+//! # Ok(()) }
+//! ```
 //!
 //! One Redis server is one point of failure: if it restarts without
 //! persistence, or fails over to a replica that missed the write, two
@@ -139,8 +173,8 @@
 //! | `leasehold_handoffs_total` | counter | | acquisitions by a lease handed over whole at release |
 //!
 //! `kind` is `lock` (also [`FairLock`], and each name of a [`MultiLock`],
-//! counted as its own acquisition), `reentrant`, `rwlock` or
-//! `semaphore`. Build with `default-features = false` to leave the facade
+//! counted as its own acquisition), `reentrant`, `rwlock`, `semaphore` or
+//! `election` (a campaign's lease). Build with `default-features = false` to leave the facade
 //! out.
 //!
 //! [`tracing`](https://docs.rs/tracing) spans: `leasehold.acquire` (INFO;
@@ -170,6 +204,7 @@ mod backend;
 pub mod blocking;
 mod client;
 mod clock;
+mod election;
 mod error;
 mod events;
 mod fair;
@@ -195,6 +230,7 @@ mod token;
 mod watchdog;
 
 pub use client::{Client, ClientBuilder, DEFAULT_PREFIX};
+pub use election::{Election, Leader, LeaderChanges, Leadership, MAX_VALUE_LEN};
 pub use error::{Error, Result};
 pub use fair::FairLock;
 pub use handle::{DEFAULT_TTL, DEFAULT_WAIT};

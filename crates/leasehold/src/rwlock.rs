@@ -462,7 +462,7 @@ impl WriteGuard {
         self.held.detach();
         match outcome {
             Owned::Done => {
-                let next = Lease::new(
+                let mut next = Lease::new(
                     lease.name.clone(),
                     Arc::clone(&lease.keys),
                     Kind::Rw,
@@ -471,6 +471,10 @@ impl WriteGuard {
                     ttl,
                     sent,
                 );
+                // hold_at_least counts from the write hold's acquisition.
+                if let Some(until) = lease.kept_until() {
+                    next = next.keep_until(until);
+                }
                 Ok(ReadGuard {
                     held: Held::new(&client, next, fence, watchdog),
                 })

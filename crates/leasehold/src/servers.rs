@@ -13,8 +13,8 @@ use crate::key::LockKeys;
 use crate::lease::Kind;
 use crate::redlock::Redlock;
 use crate::scripts::{
-    self, Acquire, Extension, Owned, Queueing, ReentrantState, RwAcquire, RwAttempt, SemAcquire,
-    SetStatus, Spread, Status,
+    self, Acquire, Extension, Leading, Owned, Queueing, ReentrantState, RwAcquire, RwAttempt,
+    SemAcquire, SetStatus, Spread, Status,
 };
 
 /// The servers of one client.
@@ -140,6 +140,21 @@ impl Servers {
                 .unwrap_or(Owned::Missing)),
             Servers::Quorum(redlock) => redlock.extend_one(kind, lease).await,
         }
+    }
+
+    pub(crate) async fn election_announce(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        term: u64,
+        value: &str,
+    ) -> Result<bool> {
+        let backend = self.single("Election")?;
+        scripts::election_announce(backend, keys, token, term, value).await
+    }
+
+    pub(crate) async fn election_leader(&self, keys: &LockKeys) -> Result<Option<Leading>> {
+        scripts::election_leader(self.single("Election")?, keys).await
     }
 
     pub(crate) async fn lock_status(&self, keys: &LockKeys) -> Result<Status> {

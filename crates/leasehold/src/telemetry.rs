@@ -94,6 +94,7 @@ impl Kind {
             Kind::Reentrant => "reentrant",
             Kind::Rw => "rwlock",
             Kind::Semaphore => "semaphore",
+            Kind::Election => "election",
         }
     }
 }

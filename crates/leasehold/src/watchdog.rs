@@ -290,8 +290,13 @@ impl<D: Door> State<D> {
             Command::Close(done) => {
                 self.closed = true;
                 for (_, tracked) in self.leases.drain() {
+                    // lock_delay: a lease that already ended is left to
+                    // expire with its delay, not released.
+                    let ended = tracked.lease.delays() && tracked.lease.is_lost();
                     tracked.lease.mark_closed();
-                    self.backlog.push_back(Release::of(&tracked.lease));
+                    if !ended {
+                        self.backlog.push_back(Release::of(&tracked.lease));
+                    }
                 }
                 self.queue.clear();
                 self.closing.push(done);
@@ -323,9 +328,7 @@ impl<D: Door> State<D> {
                 return;
             };
             let servers = self.servers.clone();
-            let kept_for = keep_until
-                .and_then(|until| until.checked_duration_since(Instant::now()))
-                .filter(|rest| !rest.is_zero());
+            let kept_for = keep_until.and_then(crate::lease::rest_until);
             self.releasing.push(Box::pin(async move {
                 if let Some(ttl) = kept_for {
                     // hold_at_least: the lease stays until then, unrenewed.

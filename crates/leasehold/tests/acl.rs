@@ -60,3 +60,30 @@ async fn a_user_without_evalsha_gets_an_error_naming_it() {
     assert!(message.contains("evalsha"), "{message}");
     assert!(message.contains("ACL"), "{message}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn least_privilege_user_runs_an_election() {
+    use futures_util::StreamExt;
+    let server = server_with_user("elector", LOCK_USER_RULES);
+    let client = Client::connect(&server.url_with_auth(Some("elector"), "pw"))
+        .await
+        .expect("connect as the lock user");
+    let election = client.election("acl-election");
+    let mut changes = election.observe();
+    assert_eq!(
+        changes.next().await.expect("an item").expect("observe"),
+        None
+    );
+    let leadership = election.campaign("a").await.expect("campaign");
+    let leader = election.leader().await.expect("leader").expect("a leader");
+    assert_eq!(
+        (leader.value.as_str(), leader.term),
+        ("a", leadership.term())
+    );
+    leadership
+        .extend(std::time::Duration::from_secs(60))
+        .await
+        .expect("extend");
+    leadership.resign().await.expect("resign");
+    assert_eq!(election.leader().await.expect("leader"), None);
+}

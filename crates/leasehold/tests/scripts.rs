@@ -1741,3 +1741,158 @@ fn release_scripts_publish_by_spublish_when_their_last_argument_is_1() {
         }
     }
 }
+
+// Elections: the leader record beside the lease (election_*.lua).
+
+const LEADER: &str = "t:{n}:leader";
+const ELECTED: &str = "t:{n}:elected";
+
+fn announce(conn: &mut Connection, token: &str, term: u64, value: &str) -> i64 {
+    redis::Script::new(&shipped("election_announce"))
+        .key(LOCK)
+        .key(LEADER)
+        .key(ELECTED)
+        .arg(token)
+        .arg(term)
+        .arg(value)
+        .arg("0")
+        .invoke(conn)
+        .unwrap()
+}
+
+fn leader(conn: &mut Connection) -> Vec<Value> {
+    redis::Script::new(&shipped("election_leader"))
+        .key(LOCK)
+        .key(LEADER)
+        .invoke(conn)
+        .unwrap()
+}
+
+fn vacate(conn: &mut Connection, token: &str) -> i64 {
+    redis::Script::new(&shipped("election_vacate"))
+        .key(LOCK)
+        .key(LEADER)
+        .key(ELECTED)
+        .arg(token)
+        .arg("0")
+        .invoke(conn)
+        .unwrap()
+}
+
+/// election_extend.lua over `(lock key, leader key, token, ttl)` leases.
+fn election_extend(conn: &mut Connection, leases: &[(&str, &str, &str, u64)]) -> Vec<i64> {
+    let script = redis::Script::new(&shipped("election_extend"));
+    let mut call = script.prepare_invoke();
+    for (lock, leader, token, ttl) in leases {
+        call.key(*lock).key(*leader).arg(*token).arg(*ttl);
+    }
+    call.invoke(conn).unwrap()
+}
+
+fn bulk(text: &str) -> Value {
+    Value::BulkString(text.as_bytes().to_vec())
+}
+
+#[test]
+fn announce_records_the_holders_value_for_its_lease_only() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    assert_eq!(announce(&mut conn, "a", 7, "host a"), 0, "nobody holds it");
+    assert!(!conn.exists::<_, bool>(LEADER).unwrap());
+    let (won, fence) = acquire(&mut conn, "a", 10_000);
+    assert_eq!(won, 1);
+    assert_eq!(
+        announce(&mut conn, "b", 9, "host b"),
+        0,
+        "b does not hold it"
+    );
+    assert!(!conn.exists::<_, bool>(LEADER).unwrap());
+
+    assert_eq!(announce(&mut conn, "a", fence as u64, "host a"), 1);
+    let pttl: i64 = conn.pttl(LEADER).unwrap();
+    assert!(
+        pttl > 0 && pttl <= 10_000,
+        "the record lives as the lease: {pttl}"
+    );
+    let reply = leader(&mut conn);
+    assert_eq!(reply[..2], [bulk("host a"), bulk(&fence.to_string())]);
+}
+
+#[test]
+fn leader_believes_a_record_only_while_its_token_holds_the_lease() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    assert!(leader(&mut conn).is_empty(), "nobody leads");
+    acquire(&mut conn, "a", 10_000);
+    assert!(leader(&mut conn).is_empty(), "a has not recorded its value");
+    assert_eq!(announce(&mut conn, "a", 5, "host a"), 1);
+    // A hand-off: the lease is b's, the record still a's.
+    let _: () = conn.set(LOCK, "b").unwrap();
+    assert!(leader(&mut conn).is_empty(), "a's record says nothing of b");
+    let _: () = conn.del(LOCK).unwrap();
+    assert!(leader(&mut conn).is_empty());
+}
+
+#[test]
+fn vacate_drops_only_the_leaders_own_record() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    acquire(&mut conn, "a", 10_000);
+    assert_eq!(announce(&mut conn, "a", 5, "host a"), 1);
+    let before = (
+        common_snapshot(&mut conn, LOCK),
+        common_snapshot(&mut conn, LEADER),
+    );
+    assert_eq!(vacate(&mut conn, "b"), 0, "b does not lead");
+    let after = (
+        common_snapshot(&mut conn, LOCK),
+        common_snapshot(&mut conn, LEADER),
+    );
+    assert_eq!(before.0.0, after.0.0);
+    assert_eq!(before.1.0, after.1.0, "nothing changed");
+    assert_eq!(vacate(&mut conn, "a"), 1);
+    assert!(!conn.exists::<_, bool>(LEADER).unwrap());
+    assert!(
+        conn.exists::<_, bool>(LOCK).unwrap(),
+        "the release frees it"
+    );
+}
+
+#[test]
+fn election_extend_renews_the_lease_and_its_own_record_only() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    acquire(&mut conn, "a", 1_000);
+    assert_eq!(announce(&mut conn, "a", 5, "host a"), 1);
+    let codes = election_extend(
+        &mut conn,
+        &[
+            (LOCK, LEADER, "a", 60_000),
+            (LOCK, LEADER, "b", 60_000),
+            ("t:{n}:other", "t:{n}:x", "c", 60_000),
+        ],
+    );
+    assert_eq!(codes, [1, -1, 0]);
+    assert!(conn.pttl::<_, i64>(LOCK).unwrap() > 1_000);
+    assert!(conn.pttl::<_, i64>(LEADER).unwrap() > 1_000);
+
+    // A record of an earlier leader is left to its own expiry.
+    let _: () = redis::cmd("SET")
+        .arg(LEADER)
+        .arg("4 z old")
+        .arg("PX")
+        .arg(1_000)
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(
+        election_extend(&mut conn, &[(LOCK, LEADER, "a", 60_000)]),
+        [1]
+    );
+    assert!(conn.pttl::<_, i64>(LEADER).unwrap() <= 1_000);
+}
+
+/// `key` as stored (`DUMP`) and its remaining ms.
+fn common_snapshot(conn: &mut Connection, key: &str) -> (Option<Vec<u8>>, i64) {
+    let dump: Option<Vec<u8>> = redis::cmd("DUMP").arg(key).query(conn).unwrap();
+    (dump, conn.pttl(key).unwrap())
+}

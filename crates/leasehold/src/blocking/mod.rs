@@ -343,6 +343,22 @@ impl Client {
         }
     }
 
+    /// A handle to the leader election `name`; see [`crate::Client::election`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn run(client: leasehold::blocking::Client) -> Result<(), leasehold::Error> {
+    /// let leadership = client.election("scheduler").campaign("host-a")?;
+    /// # Ok(()) }
+    /// ```
+    pub fn election(&self, name: impl Into<String>) -> Election {
+        Election {
+            inner: self.inner.election(name),
+            rt: self.rt.clone(),
+        }
+    }
+
     /// A handle to the fair lock `name`; see [`crate::Client::fair_lock`].
     ///
     /// # Example
@@ -1074,6 +1090,191 @@ impl FairLock {
         LockStatus,
         "println!(\"{} waiting\", client.fair_lock(\"payouts\").status()?.waiters);"
     );
+}
+
+/// The blocking twin of [`crate::Election`]; made by
+/// `blocking::Client::election`.
+///
+/// Cheap to clone; holds no leadership itself.
+///
+/// # Example
+///
+/// ```no_run
+/// # fn run(client: leasehold::blocking::Client) -> Result<(), leasehold::Error> {
+/// let election = client.election("scheduler");
+/// for leader in election.observe() {
+///     println!("{:?}", leader?);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Election {
+    inner: crate::Election,
+    rt: Rt,
+}
+
+impl std::fmt::Debug for Election {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("blocking::Election")
+            .field(&self.inner)
+            .finish()
+    }
+}
+
+impl Election {
+    /// The length of a leader's lease; see [`crate::Election::ttl`].
+    ///
+    /// Defaults to 30 s.
+    pub fn ttl(self, ttl: Duration) -> Self {
+        Self {
+            inner: self.inner.ttl(ttl),
+            rt: self.rt,
+        }
+    }
+
+    /// The election's name.
+    pub fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    /// Blocks until this caller leads, then records `value`; see
+    /// [`crate::Election::campaign`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Election::campaign`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn run(client: leasehold::blocking::Client) -> Result<(), leasehold::Error> {
+    /// let leadership = client.election("scheduler").campaign("host-a")?;
+    /// println!("term {}", leadership.term());
+    /// # Ok(()) }
+    /// ```
+    #[track_caller]
+    pub fn campaign(&self, value: impl Into<String>) -> Result<Leadership> {
+        let inner = self.rt.block_on(self.inner.campaign(value))?;
+        Ok(Leadership(Guard {
+            inner,
+            rt: self.rt.clone(),
+        }))
+    }
+
+    /// Leads if nobody does, without waiting: `Ok(None)` when another
+    /// candidate leads; see [`crate::Election::try_campaign`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Election::campaign`].
+    #[track_caller]
+    pub fn try_campaign(&self, value: impl Into<String>) -> Result<Option<Leadership>> {
+        let won = self.rt.block_on(self.inner.try_campaign(value))?;
+        Ok(won.map(|inner| {
+            Leadership(Guard {
+                inner,
+                rt: self.rt.clone(),
+            })
+        }))
+    }
+
+    /// Campaigns, runs `work(term)` on this thread while leading, then
+    /// resigns; see [`crate::Election::lead`]. The work is a future, polled
+    /// on the client's runtime as in the async API.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Election::lead`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn run(client: leasehold::blocking::Client) -> Result<(), leasehold::Error> {
+    /// let term = client.election("scheduler").lead("host-a", |term| async move { term })?;
+    /// # Ok(()) }
+    /// ```
+    #[track_caller]
+    pub fn lead<F, Fut, T>(&self, value: impl Into<String>, work: F) -> Result<T>
+    where
+        F: FnOnce(u64) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        self.rt.block_on(self.inner.lead(value, work))
+    }
+
+    /// Who leads now; see [`crate::Election::leader`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Election::leader`].
+    #[track_caller]
+    pub fn leader(&self) -> Result<Option<crate::Leader>> {
+        self.rt.block_on(self.inner.leader())
+    }
+
+    /// An iterator over the election's leaders: who leads now, then each
+    /// change, blocking for the next; see [`crate::Election::observe`].
+    pub fn observe(&self) -> LeaderChanges {
+        LeaderChanges {
+            inner: self.inner.observe(),
+            rt: self.rt.clone(),
+        }
+    }
+}
+
+/// The iterator of [`Election::observe`]: each `next` blocks until the
+/// leader changes (the first returns who leads now).
+pub struct LeaderChanges {
+    inner: crate::LeaderChanges,
+    rt: Rt,
+}
+
+impl std::fmt::Debug for LeaderChanges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("blocking::LeaderChanges")
+            .finish_non_exhaustive()
+    }
+}
+
+impl Iterator for LeaderChanges {
+    type Item = Result<Option<crate::Leader>>;
+
+    #[track_caller]
+    fn next(&mut self) -> Option<Self::Item> {
+        use futures_util::StreamExt;
+        self.rt.block_on(self.inner.next())
+    }
+}
+
+blocking_guard!(
+    Leadership,
+    Leadership,
+    "leadership",
+    "client.election(\"scheduler\").campaign(\"host-a\")?"
+);
+
+impl Leadership {
+    /// The term: strictly greater than every earlier leader's; see
+    /// [`crate::Leadership::term`].
+    pub fn term(&self) -> u64 {
+        self.0.inner.term()
+    }
+
+    /// The value this leader campaigned with.
+    pub fn value(&self) -> &str {
+        self.0.inner.value()
+    }
+
+    /// Steps down; see [`crate::Leadership::resign`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Leadership::resign`].
+    #[track_caller]
+    pub fn resign(self) -> Result<()> {
+        let Guard { inner, rt } = self.0;
+        rt.block_on(inner.resign())
+    }
 }
 
 /// The blocking twin of [`crate::MultiLock`]; made by

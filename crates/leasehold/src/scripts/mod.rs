@@ -37,6 +37,10 @@ const BODIES: &[(&str, &str)] = &[
     ("rw_downgrade", include_str!("rw_downgrade.lua")),
     ("rw_status", include_str!("rw_status.lua")),
     ("sem_acquire", include_str!("sem_acquire.lua")),
+    ("election_announce", include_str!("election_announce.lua")),
+    ("election_leader", include_str!("election_leader.lua")),
+    ("election_vacate", include_str!("election_vacate.lua")),
+    ("election_extend", include_str!("election_extend.lua")),
 ];
 
 /// The script `name` as it is shipped: its file with [`PRELUDE`] put in at
@@ -69,14 +73,22 @@ static RW_EXTEND: LazyLock<Script> = LazyLock::new(|| load("rw_extend"));
 static RW_DOWNGRADE: LazyLock<Script> = LazyLock::new(|| load("rw_downgrade"));
 static RW_STATUS: LazyLock<Script> = LazyLock::new(|| load("rw_status"));
 static SEM_ACQUIRE: LazyLock<Script> = LazyLock::new(|| load("sem_acquire"));
+static ELECTION_ANNOUNCE: LazyLock<Script> = LazyLock::new(|| load("election_announce"));
+static ELECTION_LEADER: LazyLock<Script> = LazyLock::new(|| load("election_leader"));
+static ELECTION_VACATE: LazyLock<Script> = LazyLock::new(|| load("election_vacate"));
+static ELECTION_EXTEND: LazyLock<Script> = LazyLock::new(|| load("election_extend"));
 
 /// What the core needs to know about one kind of lease, as data. It is the
 /// one place a kind is told apart: the wait loop, the watchdog, background
 /// releases and Redlock read it, and none of them matches on the kind.
 pub(crate) struct Description {
-    /// Renews a batch of its leases (KEYS: each lease's key; ARGV: its hold
-    /// and TTL in ms), answering one code per lease as [`Owned`].
+    /// Renews a batch of its leases (KEYS: each lease's key, followed by
+    /// `renews_too` of it if set; ARGV: its hold and TTL in ms), answering
+    /// one code per lease as [`Owned`].
     extend: &'static LazyLock<Script>,
+    /// A key renewed with each lease, named from the lease's key (an
+    /// election's leader record).
+    renews_too: Option<fn(&str) -> String>,
     /// Gives one lease back by its hold, waking waiters if that frees the
     /// lock: an explicit release, a dropped guard, a cancelled acquire.
     release: for<'a> fn(&'a Backend, &'a LockKeys, &'a str, Spread) -> BoxFuture<'a, Result<Owned>>,
@@ -90,12 +102,23 @@ pub(crate) struct Description {
 
 static LOCK: Description = Description {
     extend: &LOCK_EXTEND,
+    renews_too: None,
     release: |b, k, hold, spread| Box::pin(lock_release(b, k, hold, spread)),
     hands_off: true,
     retakes_on_redlock: true,
 };
+/// A lease lock (its queue, hand-off and fences) whose leader record lives
+/// and ends with the lease.
+static ELECTION: Description = Description {
+    extend: &ELECTION_EXTEND,
+    renews_too: Some(crate::key::leader_key),
+    release: |b, k, hold, spread| Box::pin(election_release(b, k, hold, spread)),
+    hands_off: true,
+    retakes_on_redlock: false,
+};
 static REENTRANT: Description = Description {
     extend: &REENTRANT_EXTEND,
+    renews_too: None,
     // Any owner's hold, by its id.
     release: |b, k, hold, _| Box::pin(reentrant_release(b, k, "", hold)),
     hands_off: false,
@@ -103,6 +126,7 @@ static REENTRANT: Description = Description {
 };
 static RW: Description = Description {
     extend: &RW_EXTEND,
+    renews_too: None,
     release: |b, k, member, _| Box::pin(rw_release(b, k, member)),
     hands_off: false,
     retakes_on_redlock: false,
@@ -110,6 +134,7 @@ static RW: Description = Description {
 /// A permit is an entry of a sorted set, as an RwLock hold.
 static SEMAPHORE: Description = Description {
     extend: &RW_EXTEND,
+    renews_too: None,
     release: |b, k, member, _| Box::pin(sem_release(b, k, member)),
     hands_off: false,
     retakes_on_redlock: false,
@@ -123,6 +148,7 @@ impl Kind {
             Kind::Reentrant => &REENTRANT,
             Kind::Rw => &RW,
             Kind::Semaphore => &SEMAPHORE,
+            Kind::Election => &ELECTION,
         }
     }
 }
@@ -398,8 +424,15 @@ pub(crate) async fn extend(
     kind: Kind,
     leases: &[Extension<'_>],
 ) -> Result<Vec<Owned>> {
-    let script: &Script = kind.describe().extend;
-    let codes = per_lease(backend, script, leases, &format!("{kind:?} renewal")).await?;
+    let description = kind.describe();
+    let codes = per_lease(
+        backend,
+        description.extend,
+        leases,
+        description.renews_too,
+        &format!("{kind:?} renewal"),
+    )
+    .await?;
     Ok(codes.into_iter().map(Owned::from_code).collect())
 }
 
@@ -408,16 +441,18 @@ pub(crate) async fn extend(
 /// only for leases a quorum of the other nodes holds. A key of another type
 /// is left alone. Says, per lease, whether it was set back.
 pub(crate) async fn lock_retake(backend: &Backend, leases: &[Extension<'_>]) -> Result<Vec<bool>> {
-    let codes = per_lease(backend, &LOCK_RETAKE, leases, "lock re-take").await?;
+    let codes = per_lease(backend, &LOCK_RETAKE, leases, None, "lock re-take").await?;
     Ok(codes.into_iter().map(|code| code == 1).collect())
 }
 
-/// Runs `script` over `leases` (KEYS: each lease's key; ARGV: its hold and
-/// TTL), which answers one code per lease.
+/// Runs `script` over `leases` (KEYS: each lease's key, and after it
+/// `renews_too` of it if given; ARGV: its hold and TTL), which answers one
+/// code per lease.
 async fn per_lease(
     backend: &Backend,
     script: &Script,
     leases: &[Extension<'_>],
+    renews_too: Option<fn(&str) -> String>,
     what: &str,
 ) -> Result<Vec<i64>> {
     let Some(first) = leases.first() else {
@@ -425,10 +460,11 @@ async fn per_lease(
     };
     let mut invocation = script.prepare_invoke();
     for lease in leases {
-        invocation
-            .key(lease.key)
-            .arg(lease.hold)
-            .arg(millis(lease.ttl));
+        invocation.key(lease.key);
+        if let Some(beside) = renews_too {
+            invocation.key(beside(lease.key));
+        }
+        invocation.arg(lease.hold).arg(millis(lease.ttl));
     }
     let codes: Vec<i64> = backend.invoke(&invocation, first.key).await?;
     if codes.len() != leases.len() {
@@ -686,6 +722,76 @@ pub(crate) struct Status {
     pub(crate) fence: Option<u64>,
     /// Live waiters in the queue.
     pub(crate) waiters: usize,
+}
+
+/// Steps down from an election (its leader record dropped, observers told)
+/// if `token` leads it, then gives the lease back as [`lock_release`] does,
+/// handing it to the first live standby.
+async fn election_release(
+    backend: &Backend,
+    keys: &LockKeys,
+    token: &str,
+    spread: Spread,
+) -> Result<Owned> {
+    let mut invocation = ELECTION_VACATE.prepare_invoke();
+    invocation
+        .key(keys.lock())
+        .key(keys.leader())
+        .key(keys.elected())
+        .arg(token)
+        .arg(sharded(backend));
+    let _led: i64 = backend.invoke(&invocation, keys.lock()).await?;
+    lock_release(backend, keys, token, spread).await
+}
+
+/// Records `value` and `term` as the leader of the election `keys` if
+/// `token` holds its lease, for as long as the lease lasts, and tells the
+/// observers. Says whether it did.
+pub(crate) async fn election_announce(
+    backend: &Backend,
+    keys: &LockKeys,
+    token: &str,
+    term: u64,
+    value: &str,
+) -> Result<bool> {
+    let mut invocation = ELECTION_ANNOUNCE.prepare_invoke();
+    invocation
+        .key(keys.lock())
+        .key(keys.leader())
+        .key(keys.elected())
+        .arg(token)
+        .arg(term)
+        .arg(value)
+        .arg(sharded(backend));
+    let code: i64 = invoke_typed(backend, &invocation, keys, "string").await?;
+    Ok(code == 1)
+}
+
+/// An election's leader as stored: its value, term and remaining lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Leading {
+    pub(crate) value: String,
+    pub(crate) term: u64,
+    pub(crate) remaining: Option<Duration>,
+}
+
+/// Reads who leads the election `keys`: `None` when nobody holds its lease
+/// or the holder has not recorded its value yet. Changes nothing.
+pub(crate) async fn election_leader(backend: &Backend, keys: &LockKeys) -> Result<Option<Leading>> {
+    let mut invocation = ELECTION_LEADER.prepare_invoke();
+    invocation.key(keys.lock()).key(keys.leader());
+    let reply: Vec<redis::Value> = invoke_typed(backend, &invocation, keys, "string").await?;
+    if reply.is_empty() {
+        return Ok(None);
+    }
+    let (value, term, pttl): (String, u64, i64) =
+        redis::FromRedisValue::from_redis_value(redis::Value::Array(reply))
+            .map_err(|e| Error::Redis(e.into()))?;
+    Ok(Some(Leading {
+        value,
+        term,
+        remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
+    }))
 }
 
 /// Reads a lock's holder, remaining lease and last fence; changes nothing.
