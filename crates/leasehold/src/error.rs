@@ -232,8 +232,11 @@ fn script_error_code(err: &redis::RedisError) -> Option<&str> {
     }
     // An ACL refusal inside a script, worded without a code by 6.2 and 7.0
     // alike ("can't run this command or subcommand", "can't publish to
-    // the channel", "can't access at least one of the keys").
-    if detail.contains("The user executing the script can't") {
+    // the channel", "can't access at least one of the keys"), and by
+    // Valkey 8 as "ACL failure in script: ..".
+    if detail.contains("The user executing the script can't")
+        || detail.starts_with("ACL failure in script")
+    {
         return Some("NOPERM");
     }
     if !detail.starts_with("Error running script") {
@@ -383,6 +386,14 @@ mod tests {
         );
         assert!(matches!(
             Error::from_redis(acl, "a:1", "k"),
+            Error::Auth { .. }
+        ));
+        let valkey = server_error(
+            "ERR ACL failure in script: No permissions to access a channel script: e607, on \
+             @user_script:108.",
+        );
+        assert!(matches!(
+            Error::from_redis(valkey, "a:1", "k"),
             Error::Auth { .. }
         ));
         // A script's own bug stays a plain Redis error.
