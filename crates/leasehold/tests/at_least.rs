@@ -9,18 +9,10 @@ use std::time::{Duration, Instant};
 
 use leasehold::Error;
 use leasehold_testkit::RedisServer;
-use redis::Commands;
 
 const AT_LEAST: Duration = Duration::from_millis(800);
 
 /// The lock key's PTTL on the server (-2: no key).
-fn pttl(server: &RedisServer, name: &str) -> i64 {
-    server
-        .connection()
-        .pttl(format!("leasehold:{{{name}}}:lock"))
-        .expect("PTTL")
-}
-
 /// Tries `try_take` every 20 ms until it succeeds (bounded: 5 s); returns
 /// when it did.
 async fn taken_at<F, Fut, G>(mut try_take: F) -> (Instant, G)
@@ -52,7 +44,7 @@ async fn a_release_before_the_time_keeps_the_lock_until_then() {
         .expect("acquire");
     guard.release().await.expect("release");
     // Kept, for what is left of the 800 ms, not the 30 s TTL.
-    let left = pttl(&server, "job");
+    let left = common::lock_pttl(&server, "job");
     assert!(
         left > 0 && left <= AT_LEAST.as_millis() as i64,
         "PTTL {left} after the release"
@@ -78,7 +70,7 @@ async fn a_release_after_the_time_frees_the_lock_at_once() {
     let guard = lock.acquire().await.expect("acquire");
     tokio::time::sleep(Duration::from_millis(150)).await;
     guard.release().await.expect("release");
-    assert_eq!(pttl(&server, "late"), -2, "freed at once");
+    assert_eq!(common::lock_pttl(&server, "late"), -2, "freed at once");
     assert!(lock.try_acquire().await.expect("try").is_some());
 }
 
@@ -96,7 +88,7 @@ async fn a_dropped_guard_and_close_keep_the_lock_until_then() {
     // The background task sets the lease to what is left: wait (bounded)
     // for it, then check the lock is still taken.
     common::wait_until("the dropped guard's lease shortened", || {
-        let left = pttl(&server, "dropped");
+        let left = common::lock_pttl(&server, "dropped");
         left > 0 && left <= AT_LEAST.as_millis() as i64
     })
     .await;
@@ -115,7 +107,7 @@ async fn a_dropped_guard_and_close_keep_the_lock_until_then() {
         .await
         .expect("acquire");
     client.close().await.expect("close");
-    let left = pttl(&server, "closed");
+    let left = common::lock_pttl(&server, "closed");
     assert!(
         left > 0 && left <= AT_LEAST.as_millis() as i64,
         "PTTL {left} after close"
@@ -195,7 +187,7 @@ async fn a_time_above_the_longest_ttl_is_refused_before_anything_is_sent() {
         }
         other => panic!("expected InvalidArgument, got {other:?}"),
     }
-    assert_eq!(pttl(&server, "too-long"), -2);
+    assert_eq!(common::lock_pttl(&server, "too-long"), -2);
 }
 
 #[test]

@@ -17,13 +17,6 @@ use redis::Commands;
 const TTL: Duration = Duration::from_millis(600);
 const DELAY: Duration = Duration::from_millis(900);
 
-fn pttl(server: &RedisServer, name: &str) -> i64 {
-    server
-        .connection()
-        .pttl(format!("leasehold:{{{name}}}:lock"))
-        .expect("PTTL")
-}
-
 /// A holder cut off from the server (its renewals and release never
 /// arrive): the lock stays taken for its TTL and then the delay, while the
 /// holder reports its lease lost after the TTL alone.
@@ -51,7 +44,7 @@ async fn a_holder_cut_off_blocks_the_lock_for_ttl_and_delay() {
             .expect("the holder saw its lease end at its TTL");
         let lost_at = started.elapsed();
         // ... but the lock is still taken on the server, for the delay.
-        assert!(pttl(&server, "cut") > 0, "kept for the delay");
+        assert!(common::lock_pttl(&server, "cut") > 0, "kept for the delay");
         let deadline = Instant::now() + Duration::from_secs(10);
         let taken = loop {
             let got = if fair {
@@ -87,11 +80,11 @@ async fn a_clean_release_frees_the_lock_at_once() {
     let guard = lock.acquire().await.expect("acquire");
     // The server keeps the key for the TTL and the delay; the watchdog's
     // renewals keep doing so.
-    assert!(pttl(&server, "clean") > TTL.as_millis() as i64);
+    assert!(common::lock_pttl(&server, "clean") > TTL.as_millis() as i64);
     tokio::time::sleep(TTL).await;
     assert!(!guard.is_lost(), "renewed");
     assert!(
-        pttl(&server, "clean") > TTL.as_millis() as i64,
+        common::lock_pttl(&server, "clean") > TTL.as_millis() as i64,
         "renewed with the delay"
     );
 
@@ -122,7 +115,7 @@ async fn a_clean_release_frees_the_lock_at_once() {
     );
     assert!(got.valid_for() <= TTL);
     got.release().await.expect("release");
-    assert_eq!(pttl(&server, "clean"), -2, "freed at once");
+    assert_eq!(common::lock_pttl(&server, "clean"), -2, "freed at once");
 }
 
 #[tokio::test]
@@ -140,5 +133,5 @@ async fn a_delay_above_the_longest_ttl_is_refused_before_anything_is_sent() {
         }
         other => panic!("expected InvalidArgument, got {other:?}"),
     }
-    assert_eq!(pttl(&server, "long"), -2);
+    assert_eq!(common::lock_pttl(&server, "long"), -2);
 }

@@ -9,14 +9,6 @@ use std::time::{Duration, Instant};
 
 use leasehold::{Client, Error};
 use leasehold_testkit::RedisServer;
-use redis::Commands;
-
-fn pttl(server: &RedisServer, name: &str) -> i64 {
-    server
-        .connection()
-        .pttl(format!("leasehold:{{{name}}}:lock"))
-        .expect("PTTL")
-}
 
 /// lock_delay: "when a lease ends without a release (the holder crashed,
 /// paused or was cut off), nobody gets the lock until `delay` has passed as
@@ -45,7 +37,7 @@ async fn lock_delay_a_release_after_the_lease_ended_must_not_free_the_lock_befor
     tokio::time::sleep(TTL + Duration::from_millis(100)).await;
     assert!(guard.is_lost(), "the holder's own view: the lease ended");
     assert!(
-        pttl(&server, "zombie") > 0,
+        common::lock_pttl(&server, "zombie") > 0,
         "the server keeps it for the delay"
     );
     // The zombie wakes up and releases (or drops its guard).

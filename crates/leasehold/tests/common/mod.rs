@@ -18,6 +18,15 @@ pub async fn client(server: &RedisServer) -> Client {
         .expect("connect to the test server")
 }
 
+/// The PTTL of the lock key of `name` (default prefix) on `server`: -2
+/// when there is no key.
+pub fn lock_pttl(server: &RedisServer, name: &str) -> i64 {
+    redis::cmd("PTTL")
+        .arg(format!("leasehold:{{{name}}}:lock"))
+        .query(&mut server.connection())
+        .expect("PTTL")
+}
+
 /// `key` as stored (`DUMP`; `None` when missing) and its remaining time in
 /// ms (`PTTL`), to show that a call left it exactly as it was.
 pub fn snapshot(server: &RedisServer, key: &str) -> (Option<Vec<u8>>, i64) {
