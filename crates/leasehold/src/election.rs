@@ -18,14 +18,12 @@
 //! [`Election::leader`] still says nobody leads.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::stream::{BoxStream, Stream, StreamExt};
 use tokio::sync::Notify;
 
-use crate::acquire::acquire;
 use crate::client::Client;
 use crate::clock::Instant;
 use crate::error::{Error, Result};
@@ -34,7 +32,7 @@ use crate::guard::{Held, guard_api};
 use crate::handle::Handle;
 use crate::key::validate_name;
 use crate::lease::Kind;
-use crate::scripts::{Acquire, Leading, Queueing};
+use crate::scripts::Leading;
 use crate::token::Token;
 
 /// Longest accepted leader value, in bytes.
@@ -345,37 +343,7 @@ impl Election {
     /// The lease lock's acquisition, as [`Lock`](crate::Lock)'s, of kind
     /// [`Kind::Election`] (its renewals and release carry the record).
     async fn win(&self, wait: Option<Duration>) -> Result<Option<Held>> {
-        let servers = &self.h.client.inner.servers;
-        let token = Token::random();
-        let target = self.h.target(Kind::Election, token.as_str());
-        let queued = AtomicBool::new(false);
-        let acquired = acquire(&target, wait, || async {
-            let queueing = match wait {
-                None => Queueing::No,
-                Some(_) => Queueing::Wait {
-                    already: queued.load(Ordering::Relaxed),
-                },
-            };
-            let reply = servers
-                .lock_acquire(
-                    &self.h.keys,
-                    token.as_str(),
-                    self.h.ttl,
-                    queueing,
-                    false,
-                    self.h.fence_memory(),
-                )
-                .await;
-            if queueing != Queueing::No && !matches!(reply, Ok(Acquire::Acquired { .. })) {
-                queued.store(true, Ordering::Relaxed);
-            }
-            reply
-        })
-        .await?;
-        Ok(acquired.map(|won| {
-            let hold = token.as_str().to_owned();
-            self.h.held((Kind::Election, token, hold), won)
-        }))
+        crate::lock::take_lease(&self.h, Kind::Election, false, wait).await
     }
 }
 

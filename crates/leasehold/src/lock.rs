@@ -290,45 +290,57 @@ impl Lock {
     /// (`Ok(None)`); with `None`, tries once.
     async fn acquire_within(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
         self.h.validate()?;
-        let servers = &self.h.client.inner.servers;
-        let token = Token::random();
-        let target = self.h.target(Kind::Lock, token.as_str());
-        // Set once an attempt was refused while waiting: from then on this
-        // caller may be in the queue, and leaves it when it acquires.
-        let queued = AtomicBool::new(false);
-        let acquired = acquire(&target, wait, || async {
-            let queueing = match wait {
-                None => Queueing::No,
-                Some(_) => Queueing::Wait {
-                    already: queued.load(Ordering::Relaxed),
-                },
-            };
-            let reply = servers
-                .lock_acquire(
-                    &self.h.keys,
-                    token.as_str(),
-                    // With a lock delay, the server keeps it that much longer.
-                    self.h.ttl + self.h.delay,
-                    queueing,
-                    self.fair,
-                    self.h.fence_memory(),
-                )
-                .await;
-            // Refused, or no reply (it may have been refused and queued
-            // all the same): from now on, leave the queue on acquiring.
-            if queueing != Queueing::No && !matches!(reply, Ok(Acquire::Acquired { .. })) {
-                queued.store(true, Ordering::Relaxed);
-            }
-            reply
-        })
-        .await?;
-        Ok(acquired.map(|won| {
-            let hold = token.as_str().to_owned();
-            LockGuard {
-                held: self.h.held((Kind::Lock, token, hold), won),
-            }
-        }))
+        let held = take_lease(&self.h, Kind::Lock, self.fair, wait).await?;
+        Ok(held.map(|held| LockGuard { held }))
     }
+}
+
+/// The lease lock's acquisition (lock_acquire.lua, with its queue and
+/// hand-offs) for `h`, as `kind` (a Lock, or an Election's lease): tries
+/// until acquired or, with `wait: Some`, until the wait runs out
+/// (`Ok(None)`); with `None`, tries once.
+pub(crate) async fn take_lease(
+    h: &Handle,
+    kind: Kind,
+    fair: bool,
+    wait: Option<Duration>,
+) -> Result<Option<Held>> {
+    let servers = &h.client.inner.servers;
+    let token = Token::random();
+    let target = h.target(kind, token.as_str());
+    // Set once an attempt was refused while waiting: from then on this
+    // caller may be in the queue, and leaves it when it acquires.
+    let queued = AtomicBool::new(false);
+    let acquired = acquire(&target, wait, || async {
+        let queueing = match wait {
+            None => Queueing::No,
+            Some(_) => Queueing::Wait {
+                already: queued.load(Ordering::Relaxed),
+            },
+        };
+        let reply = servers
+            .lock_acquire(
+                &h.keys,
+                token.as_str(),
+                // With a lock delay, the server keeps it that much longer.
+                h.ttl + h.delay,
+                queueing,
+                fair,
+                h.fence_memory(),
+            )
+            .await;
+        // Refused, or no reply (it may have been refused and queued
+        // all the same): from now on, leave the queue on acquiring.
+        if queueing != Queueing::No && !matches!(reply, Ok(Acquire::Acquired { .. })) {
+            queued.store(true, Ordering::Relaxed);
+        }
+        reply
+    })
+    .await?;
+    Ok(acquired.map(|won| {
+        let hold = token.as_str().to_owned();
+        h.held((kind, token, hold), won)
+    }))
 }
 
 /// A lock's state at one moment, from [`Lock::status`] or [`Client::list`].
