@@ -12,30 +12,43 @@ use leasehold_testkit::RedisCluster;
 /// The replicas a master reports, once it reports any (a replica's link may
 /// be up a moment before its master lists it).
 fn replicas_of(cluster: &RedisCluster, port: u16) -> Vec<u16> {
-    // The master's own cluster view (CLUSTER REPLICAS asked of it), not its
-    // replication link (ROLE): a manual failover needs the master to know
-    // the replica as its own, which gossip tells it only after the link is
-    // up (Redis 6.2 let a CLUSTER FAILOVER sent in between time out).
+    // The cluster's own view (CLUSTER REPLICAS), on every node, not the
+    // master's replication link (ROLE): a manual failover needs the master
+    // to know the replica as its own and the other masters to know it as a
+    // replica (they refuse their vote to "a master node"), which gossip
+    // tells them only after the link is up. Redis 6.2 let a CLUSTER
+    // FAILOVER sent in between time out.
     let id = cluster.node_id(port);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let lines: Vec<String> = redis::cmd("CLUSTER")
-            .arg("REPLICAS")
-            .arg(&id)
-            .query(&mut cluster.node(port).connection())
-            .expect("CLUSTER REPLICAS");
-        // '<id> 127.0.0.1:<port>@<bus> slave <master id> ...'
-        let replicas: Vec<u16> = lines
+        let views: Vec<Vec<u16>> = cluster
+            .nodes()
             .iter()
-            .filter_map(|line| {
-                let addr = line.split(' ').nth(1)?;
-                addr.split(['@', ':']).nth(1)?.parse().ok()
+            .map(|node| {
+                let lines: Vec<String> = redis::cmd("CLUSTER")
+                    .arg("REPLICAS")
+                    .arg(&id)
+                    .query(&mut node.connection())
+                    .unwrap_or_default();
+                // '<id> 127.0.0.1:<port>@<bus> slave <master id> ...'
+                let mut ports: Vec<u16> = lines
+                    .iter()
+                    .filter_map(|line| {
+                        let addr = line.split(' ').nth(1)?;
+                        addr.split(['@', ':']).nth(1)?.parse().ok()
+                    })
+                    .collect();
+                ports.sort_unstable();
+                ports
             })
             .collect();
-        if !replicas.is_empty() {
-            return replicas;
+        if !views[0].is_empty() && views.iter().all(|v| *v == views[0]) {
+            return views[0].clone();
         }
-        assert!(Instant::now() < deadline, "master {port} lists no replica");
+        assert!(
+            Instant::now() < deadline,
+            "the nodes do not agree on the replicas of {port}: {views:?}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
