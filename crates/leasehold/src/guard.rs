@@ -133,11 +133,12 @@ impl Held {
                     .map(|kept| if kept { Owned::Done } else { Owned::Missing })
             }
             None => {
-                inner
-                    .servers
-                    .release(lease.kind, &lease.keys, &lease.hold, None)
-                    .instrument(span)
-                    .await
+                let send = || {
+                    inner
+                        .servers
+                        .release(lease.kind, &lease.keys, &lease.hold, None)
+                };
+                lease.release(send).instrument(span).await
             }
         };
         pending.0 = None;

@@ -287,6 +287,19 @@ impl Lease {
         Ok(true)
     }
 
+    /// A release, sent by `send` once no renewal or extend of this lease is
+    /// in flight (and keeping them out meanwhile). On Redlock a renewal
+    /// re-takes the lease on nodes that lost it; sent beside the release,
+    /// that re-take could reach a node after the release, and after a new
+    /// holder took the node, and set the released lease back over it.
+    pub(crate) async fn release<Fut>(&self, send: impl FnOnce() -> Fut) -> Fut::Output
+    where
+        Fut: std::future::Future,
+    {
+        let _changing = self.change().await;
+        send().await
+    }
+
     /// Changes the timing and wakes [`Lease::lost`], which sleeps until the
     /// validity it read and must read it again.
     fn update(&self, change: impl FnOnce(&mut Timing)) {

@@ -754,6 +754,46 @@ mod tests {
         assert!(sent.lock().unwrap().is_some());
     }
 
+    /// Found by the chaos suite (redlock-rolling-restart): a release sent
+    /// while a renewal of its lease is in flight can reach a Redlock node
+    /// before that renewal's re-take, which then sets the released lease
+    /// back on the node, over whoever took it meanwhile. A release waits
+    /// for the renewal's answer, and goes out once it came.
+    #[tokio::test(start_paused = true)]
+    async fn a_release_waits_for_a_renewal_in_flight() {
+        let fake = Fake::new(false, false);
+        let watchdog = Watchdog::start(fake.clone());
+        let held = lease("held", TTL, Instant::now());
+        watchdog.track(Arc::clone(&held), true);
+        tokio::time::sleep(TTL / 3 + Duration::from_millis(1)).await;
+        assert_eq!(
+            fake.renewals_of("held").len(),
+            1,
+            "the renewal is in flight"
+        );
+        watchdog.untrack(held.id);
+        let sent = Arc::new(Mutex::new(None));
+        let release = |sent: Arc<Mutex<Option<Instant>>>| {
+            let held = Arc::clone(&held);
+            async move {
+                held.release(|| async move {
+                    *sent.lock().unwrap() = Some(Instant::now());
+                })
+                .await;
+            }
+        };
+        let waited = tokio::time::timeout(TTL / 3, release(Arc::clone(&sent))).await;
+        assert!(
+            waited.is_err() && sent.lock().unwrap().is_none(),
+            "a release went out beside a renewal in flight"
+        );
+        fake.renewal_permits.add_permits(1);
+        tokio::time::timeout(Duration::from_secs(1), release(Arc::clone(&sent)))
+            .await
+            .expect("the release goes out once the renewal answered");
+        assert!(sent.lock().unwrap().is_some());
+    }
+
     /// Issue 13, item 4: a renewal falling due while an extend of its lease
     /// is in flight waits, and goes out once the extend is done.
     #[tokio::test(start_paused = true)]
