@@ -80,17 +80,7 @@ impl Redlock {
         futures_util::future::join_all(requests).await
     }
 
-    /// Runs `op` on every node at once, each bounded by `timeout`, until `decided` says the answers so far settle the
-    /// question: a quorum is decided by its fastest nodes, so a dead or slow
-    /// minority costs the caller nothing, while the requests to it still
-    /// run to their end in the background (a release or extend still
-    /// reaches every node that answers in time). Nodes not waited for count
-    /// as not answered.
-    ///
-    /// With `split_is_final` (acquire), once a quorum of nodes has answered
-    /// without settling it, the rest get only as long again as those
-    /// answers took, not the whole node timeout: a split vote with a slow
-    /// minority is better retried than waited out.
+    /// [`until_decided`] on this client's nodes.
     async fn until_decided<T, F, Fut>(
         &self,
         timeout: Duration,
@@ -99,59 +89,19 @@ impl Redlock {
         split_is_final: bool,
     ) -> Vec<Result<T>>
     where
-        T: Send + 'static,
         F: Fn(Backend) -> Fut,
-        Fut: Future<Output = Result<T>> + Send + 'static,
+        Fut: Future<Output = Result<T>>,
     {
-        // Polled here rather than spawned: five spawns per operation cost
-        // more than the requests themselves on a busy machine. Whatever is
-        // still in flight once the quorum is decided goes on in one task.
-        let mut pending: FuturesUnordered<_> = self
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, node)| {
-                let request = tokio::time::timeout(timeout, op(node.clone()));
-                async move { (i, request.await) }
-            })
-            .collect();
-        let mut results: Vec<Option<Result<T>>> = self.nodes.iter().map(|_| None).collect();
-        let started = Instant::now();
-        let mut soft_deadline: Option<Instant> = None;
-        loop {
-            let next = match soft_deadline {
-                Some(at) => match crate::clock::timeout_at(at, pending.next()).await {
-                    Some(next) => next,
-                    None => break,
-                },
-                None => pending.next().await,
-            };
-            let Some((i, answered)) = next else { break };
-            results[i] = Some(answered.unwrap_or_else(|_| {
-                Err(no_answer(&self.nodes[i], "within the Redlock node timeout"))
-            }));
-            let so_far: Vec<&Result<T>> = results.iter().flatten().collect();
-            if decided(&so_far) {
-                break;
-            }
-            let answers = so_far.iter().filter(|r| r.is_ok()).count();
-            if split_is_final && soft_deadline.is_none() && answers >= self.needed() {
-                let took = started.elapsed().max(Duration::from_millis(1));
-                soft_deadline = Some(Instant::now() + took);
-            }
-        }
-        if !pending.is_empty() {
-            // Stragglers finish on their own (each within the node timeout):
-            // a request already sent is not abandoned halfway.
-            tokio::spawn(async move { while pending.next().await.is_some() {} });
-        }
-        self.nodes
-            .iter()
-            .zip(results)
-            .map(|(node, r)| {
-                r.unwrap_or_else(|| Err(no_answer(node, "before the quorum was decided")))
-            })
-            .collect()
+        until_decided(
+            &self.nodes,
+            self.needed(),
+            timeout,
+            op,
+            decided,
+            split_is_final,
+            |node: &Backend, when| no_answer(node, when),
+        )
+        .await
     }
 
     /// `address: error` for each node that failed, for error messages and logs.
@@ -237,6 +187,7 @@ impl Redlock {
         }
         // A node without an answer may have taken the lease.
         let unsettled = !node_errors.is_empty();
+        tracing::trace!(token, ?taken, acquired, refused, fence, elapsed = ?sent.elapsed(), ?node_errors, "Redlock attempt");
         match verdict(self.nodes.len(), acquired, refused) {
             Verdict::Agreed => {
                 // Nodes that refused hold contenders' attempts, which cannot
@@ -332,6 +283,7 @@ impl Redlock {
             )
             .await;
         let decided = self.tally(results.iter().map(|r| r.as_ref().ok().copied()));
+        tracing::trace!(hold, ?results, ?decided, "Redlock release");
         self.decided_or_error(decided, &results, |o| *o == Owned::Done)
     }
 
@@ -428,6 +380,7 @@ impl Redlock {
         match outcome {
             Ok(Ok(taken)) => tracing::debug!(
                 node = node.addr(),
+                hold = leases.first().map(|l| l.hold),
                 taken = taken.iter().filter(|t| **t).count(),
                 of = leases.len(),
                 "Redlock node lacked leases a quorum holds; set them back"
@@ -594,9 +547,150 @@ impl Redlock {
 }
 
 /// The error of a node that gave no answer.
+/// Runs `op` on every node at once, each bounded by `timeout`, until
+/// `decided` says the answers so far settle the question: a quorum is
+/// decided by its fastest nodes, so a dead or slow minority costs the
+/// caller nothing. Nodes not waited for count as not answered
+/// (`no_answer`).
+///
+/// The requests still pending then are dropped, not left to run on: a
+/// request already written to its connection still reaches its node (a
+/// release or extend still lands on a slow node), but none is sent again
+/// after this returns. A pending script call that met NOSCRIPT would
+/// otherwise send its EVALSHA again later, behind the caller's next request
+/// of the same token on that node: a give-back re-sent after the retry's
+/// acquire deleted the lease the retry returned (chaos suite,
+/// redlock-rolling-restart, with cold script caches).
+///
+/// With `split_is_final` (acquire), once `needed` nodes have answered
+/// without settling it, the rest get only as long again as those answers
+/// took, not the whole node timeout: a split vote with a slow minority is
+/// better retried than waited out.
+async fn until_decided<N, T, F, Fut>(
+    nodes: &[N],
+    needed: usize,
+    timeout: Duration,
+    op: F,
+    decided: impl Fn(&[&Result<T>]) -> bool,
+    split_is_final: bool,
+    no_answer: impl Fn(&N, &str) -> Error,
+) -> Vec<Result<T>>
+where
+    N: Clone,
+    F: Fn(N) -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    // Polled here rather than spawned: five spawns per operation cost more
+    // than the requests themselves on a busy machine.
+    let mut pending: FuturesUnordered<_> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| {
+            let request = tokio::time::timeout(timeout, op(node.clone()));
+            async move { (i, request.await) }
+        })
+        .collect();
+    let mut results: Vec<Option<Result<T>>> = nodes.iter().map(|_| None).collect();
+    let started = Instant::now();
+    let mut soft_deadline: Option<Instant> = None;
+    loop {
+        let next = match soft_deadline {
+            Some(at) => match crate::clock::timeout_at(at, pending.next()).await {
+                Some(next) => next,
+                None => break,
+            },
+            None => pending.next().await,
+        };
+        let Some((i, answered)) = next else { break };
+        results[i] = Some(
+            answered
+                .unwrap_or_else(|_| Err(no_answer(&nodes[i], "within the Redlock node timeout"))),
+        );
+        let so_far: Vec<&Result<T>> = results.iter().flatten().collect();
+        if decided(&so_far) {
+            break;
+        }
+        let answers = so_far.iter().filter(|r| r.is_ok()).count();
+        if split_is_final && soft_deadline.is_none() && answers >= needed {
+            let took = started.elapsed().max(Duration::from_millis(1));
+            soft_deadline = Some(Instant::now() + took);
+        }
+    }
+    drop(pending);
+    nodes
+        .iter()
+        .zip(results)
+        .map(|(node, r)| r.unwrap_or_else(|| Err(no_answer(node, "before the quorum was decided"))))
+        .collect()
+}
+
 fn no_answer(node: &Backend, when: &str) -> Error {
     Error::Unreachable {
         addr: node.addr().to_owned(),
         source: redis::RedisError::from((redis::ErrorKind::Io, "no answer", when.to_owned())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use tokio::sync::Notify;
+
+    use super::*;
+
+    fn no_answer(node: &usize, when: &str) -> Error {
+        Error::Unreachable {
+            addr: format!("node {node}"),
+            source: redis::RedisError::from((redis::ErrorKind::Io, "no answer", when.to_owned())),
+        }
+    }
+
+    /// Found by the chaos suite (redlock-rolling-restart, cold script
+    /// caches): a request still pending when the quorum is decided, which
+    /// then meets NOSCRIPT, sends its script again after reloading it. Left
+    /// to run on, that second send went out behind the caller's next
+    /// request of the same token to the node (a give-back's EVALSHA after
+    /// the retry's acquire, deleting the lease the retry returned). Once
+    /// decided, nothing pending is sent again.
+    #[tokio::test(start_paused = true)]
+    async fn requests_pending_when_the_quorum_is_decided_are_never_sent_again() {
+        let sends = Arc::new(Mutex::new(Vec::new()));
+        let reloaded = Arc::new(Notify::new());
+        let op = |node: usize| {
+            let (sends, reloaded) = (Arc::clone(&sends), Arc::clone(&reloaded));
+            async move {
+                sends.lock().unwrap().push(format!("{node}: sent"));
+                // The answer comes over the network.
+                tokio::task::yield_now().await;
+                if node == 2 {
+                    // NOSCRIPT: load the script, then send it again.
+                    reloaded.notified().await;
+                    sends.lock().unwrap().push(format!("{node}: sent again"));
+                }
+                Ok(())
+            }
+        };
+        let results = until_decided(
+            &[0, 1, 2],
+            2,
+            Duration::from_secs(1),
+            op,
+            |so_far| so_far.iter().filter(|r| r.is_ok()).count() >= 2,
+            false,
+            no_answer,
+        )
+        .await;
+        assert!(results[0].is_ok() && results[1].is_ok());
+        assert!(results[2].is_err(), "node 2 did not answer in time");
+        // The caller goes on (its next request to node 2 would go out now);
+        // then node 2's reload completes.
+        reloaded.notify_one();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(
+            *sends.lock().unwrap(),
+            ["0: sent", "1: sent", "2: sent"],
+            "a request pending at the decision was sent again after it"
+        );
     }
 }
