@@ -186,6 +186,7 @@ fn worker(args: WorkerArgs) -> ExitCode {
         }
     };
     let id = config.id;
+    log_to_file(id);
     let result = runtime.block_on(run_worker(config));
     // A release handed to the background must not hold the exit up.
     runtime.shutdown_timeout(Duration::from_millis(100));
@@ -224,5 +225,28 @@ fn command(args: CommandArgs) -> ExitCode {
             eprintln!("command {id}: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// With `LEASEHOLD_CHAOS_LOG=DIR`, the worker writes the library's debug
+/// events (wall-clock times, comparable with fences) to `DIR/worker-ID.log`.
+fn log_to_file(id: u32) {
+    let Some(dir) = std::env::var_os("LEASEHOLD_CHAOS_LOG") else {
+        return;
+    };
+    let path = std::path::Path::new(&dir).join(format!("worker-{id}.log"));
+    match std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+    {
+        Ok(file) => tracing_subscriber::fmt()
+            .with_writer(std::sync::Mutex::new(file))
+            .with_ansi(false)
+            .with_env_filter(tracing_subscriber::EnvFilter::new(
+                "leasehold=trace,leasehold_chaos=debug",
+            ))
+            .init(),
+        Err(e) => eprintln!("worker {id}: cannot open {}: {e}", path.display()),
     }
 }

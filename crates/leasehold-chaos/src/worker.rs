@@ -184,6 +184,7 @@ pub async fn run(config: WorkerConfig) -> Result<(), String> {
         };
         let fence = guard.fence();
         let token = guard.token().to_owned();
+        tracing::debug!(fence, token = %token, "worker acquired");
         let reply = resource
             .call(&Request::Acquired {
                 started,
@@ -221,6 +222,7 @@ pub async fn run(config: WorkerConfig) -> Result<(), String> {
         }
         let result = guard.release().await;
         let released_ok = result.is_ok();
+        tracing::debug!(fence, ok = released_ok, "worker released");
         resource
             .call(&Request::Released {
                 t: now_us(),
