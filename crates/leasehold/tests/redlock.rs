@@ -462,10 +462,16 @@ async fn list_reads_a_quorum_of_nodes_and_finds_leases_on_any_of_them() {
     }
 }
 
+/// An acquisition refused by a minority leaves the contender's attempt
+/// there alone (it may be one that can still win: see
+/// `a_retake_never_replaces_an_attempt_that_can_still_win`), and its first
+/// renewal sets the lease on those nodes once the contender gave them back,
+/// so the lease sits on a bare quorum only until then. (The re-take used to
+/// replace such attempts at once.)
 #[tokio::test]
-async fn an_acquisition_refused_by_a_minority_takes_the_lease_there_at_once() {
+async fn an_acquisition_refused_by_a_minority_takes_those_nodes_once_given_back() {
     let servers = start_servers(5);
-    // Two nodes hold a contender's attempt, which cannot win: three are free.
+    // Two nodes hold a contender's attempt: three are free.
     for server in &servers[..2] {
         let _: () = redis::cmd("SET")
             .arg("leasehold:{quick}:lock")
@@ -476,9 +482,7 @@ async fn an_acquisition_refused_by_a_minority_takes_the_lease_there_at_once() {
             .unwrap();
     }
     // The three free nodes are frozen for a moment, so the two refusals
-    // reach the client before the quorum is decided (on a busy machine
-    // they could come after it, and only the first renewal would re-take
-    // those nodes).
+    // reach the client before the quorum is decided.
     let client = Client::builder()
         .redlock(urls(&servers))
         .node_timeout(Duration::from_secs(5))
@@ -488,8 +492,9 @@ async fn an_acquisition_refused_by_a_minority_takes_the_lease_there_at_once() {
     for server in &servers[2..] {
         server.pause();
     }
+    let ttl = Duration::from_secs(3);
     let acquiring = {
-        let lock = client.lock("quick").ttl(Duration::from_secs(30));
+        let lock = client.lock("quick").ttl(ttl);
         tokio::spawn(async move { lock.acquire().await })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -497,12 +502,27 @@ async fn an_acquisition_refused_by_a_minority_takes_the_lease_there_at_once() {
         server.resume();
     }
     let guard = acquiring.await.expect("join").expect("acquire");
-    // On every node as acquire returns, not at the first renewal (10 s on):
-    // a restart of one of the three would otherwise lose it.
     let ours = Some(guard.token().to_owned());
-    for server in &servers {
+    for server in &servers[..2] {
+        assert_eq!(
+            lock_value(server, "quick").as_deref(),
+            Some("a-contenders-attempt"),
+            "the contender's attempt was replaced"
+        );
+    }
+    for server in &servers[2..] {
         assert_eq!(lock_value(server, "quick"), ours);
     }
+    // The contender gives its attempt back; the first renewal (a third of
+    // the TTL after the acquisition) sets the lease there.
+    for server in &servers[..2] {
+        let _: () = server.connection().del("leasehold:{quick}:lock").unwrap();
+    }
+    common::wait_until("the renewal sets the lease on the freed nodes", || {
+        servers.iter().all(|s| lock_value(s, "quick") == ours)
+    })
+    .await;
+    assert!(!guard.is_lost());
     guard.release().await.unwrap();
 }
 
@@ -580,4 +600,74 @@ fn a_renewal_answer_older_than_half_the_ttl_re_takes_nothing() {
             "a re-take sent on a quorum answer 0.7 TTL old overwrote node 0"
         );
     });
+}
+
+/// Found by the chaos suite (redlock-rolling-restart, worker logs): the
+/// grants of one attempt are not simultaneous. A's attempt is granted on
+/// node X at once and on Y and Z only later; in between, a holder H that X
+/// refused (A's attempt sat there) re-took X over A's token, then released
+/// everything, X with it. A counted X from its grant and held "3 of 5"
+/// while X was free, so B got X, V and W: two holders. A re-take sets only
+/// a key that is missing: another token may belong to an attempt that can
+/// still win.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retake_never_replaces_an_attempt_that_can_still_win() {
+    let servers = start_servers(5);
+    let proxies: Vec<Proxy> = servers.iter().map(|s| Proxy::start(s.port())).collect();
+    let a = Client::builder()
+        .redlock(proxies.iter().map(Proxy::url))
+        .node_timeout(Duration::from_secs(5))
+        .build()
+        .await
+        .unwrap();
+    let (h, b) = (redlock(&servers).await, redlock(&servers).await);
+    // A reaches X at once, Y and Z late, V and W never.
+    let late = Duration::from_millis(800);
+    for proxy in &proxies[1..3] {
+        proxy.set_mode(ProxyMode::Delay(late));
+    }
+    for proxy in &proxies[3..] {
+        proxy.set_mode(ProxyMode::Blackhole);
+    }
+    let ttl = Duration::from_secs(20);
+    let attempt = tokio::spawn(async move { a.lock("split").ttl(ttl).try_acquire().await });
+    common::wait_until("A's attempt is granted on X", || {
+        lock_key_exists(&servers[0], "split")
+    })
+    .await;
+    let a_token = lock_value(&servers[0], "split");
+    // H: refused on X by A's attempt, granted on the other four.
+    let held = h
+        .lock("split")
+        .ttl(ttl)
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("H gets Y, Z, V and W");
+    held.release().await.unwrap();
+    assert!(
+        servers[1..3]
+            .iter()
+            .all(|s| lock_value(s, "split") != a_token),
+        "A's request reached Y or Z before H released: the ordering was not forced"
+    );
+    let a_guard = attempt
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("A gets X, then Y and Z");
+    assert_eq!(
+        lock_value(&servers[0], "split").as_deref(),
+        Some(a_guard.token()),
+        "A counts X, so X must still hold A's lease"
+    );
+    let b_guard = b.lock("split").ttl(ttl).try_acquire().await.unwrap();
+    assert!(
+        b_guard.is_none(),
+        "B acquired while A holds: two holders at once"
+    );
+    for proxy in &proxies {
+        proxy.set_mode(ProxyMode::Pass);
+    }
+    a_guard.release().await.unwrap();
 }

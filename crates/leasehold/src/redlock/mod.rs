@@ -147,7 +147,14 @@ impl Redlock {
                         .iter()
                         .filter(|r| matches!(r, Ok(Acquire::Held { .. })))
                         .count();
-                    verdict(n, acquired, refused) != Verdict::Undecided
+                    // A refusal waits for the other nodes' answers too (up to
+                    // the soft deadline): what they took must be given back,
+                    // or it stays there, renewed by each retry of this hold.
+                    match verdict(n, acquired, refused) {
+                        Verdict::Agreed => true,
+                        Verdict::Refused => so_far.len() == n,
+                        Verdict::Undecided => false,
+                    }
                 },
                 true,
             )
@@ -160,6 +167,8 @@ impl Redlock {
         let mut fatal = None;
         let mut taken = vec![false; self.nodes.len()];
         let mut held_by_others = Vec::new();
+        // Nodes that granted the attempt, or may have: a failed attempt gives
+        // them back.
         for ((node, result), taken) in self.nodes.iter().zip(results).zip(&mut taken) {
             match result {
                 Ok(Acquire::Acquired { fence: f }) => {
@@ -178,11 +187,16 @@ impl Redlock {
                 // A key of the wrong type, or refused credentials, is not
                 // something a retry on other nodes mends.
                 Err(e) if !e.is_transient() => fatal = fatal.or(Some(e)),
-                Err(e) => node_errors.push(format!("{}: {}", node.addr(), e.reason())),
+                // No answer: the request may still have taken the lease.
+                Err(e) => {
+                    node_errors.push(format!("{}: {}", node.addr(), e.reason()));
+                    *taken = true;
+                }
             }
         }
         if let Some(e) = fatal {
-            self.give_back(&taken, keys, token, ttl).await;
+            self.give_back(&taken, keys, token, ttl, Spread::Quorum)
+                .await;
             return Err(e);
         }
         // A node without an answer may have taken the lease.
@@ -190,11 +204,12 @@ impl Redlock {
         tracing::trace!(token, ?taken, acquired, refused, fence, elapsed = ?sent.elapsed(), ?node_errors, "Redlock attempt");
         match verdict(self.nodes.len(), acquired, refused) {
             Verdict::Agreed => {
-                // Nodes that refused hold contenders' attempts, which cannot
-                // succeed while this lease is on a quorum: set it there at
-                // once, so it does not sit on a bare quorum until its first
-                // renewal (an empty restart of one of those nodes would
-                // lose it). A failed re-take is left to the renewals.
+                // Nodes that refused held contenders' attempts, which give
+                // them back at once when a quorum refused them: set the lease
+                // there where they already did (a re-take sets only a missing
+                // key), so it does not sit on a bare quorum until its first
+                // renewal (an empty restart of one of those nodes would lose
+                // it). A failed re-take is left to the renewals.
                 let lease = Extension {
                     key: keys.lock(),
                     hold: token,
@@ -209,8 +224,16 @@ impl Redlock {
                 Ok(Acquire::Acquired { fence })
             }
             Verdict::Refused => {
-                if acquired > 0 {
-                    self.give_back(&taken, keys, token, ttl).await;
+                if taken.contains(&true) {
+                    // Quietly: see Spread::QuorumQuiet. Nodes this attempt
+                    // took were free, so the holder, if any, is not on all
+                    // of them, or contenders split them (and also give back
+                    // quietly): look again within a short, random while
+                    // rather than at the end of a lease.
+                    self.give_back(&taken, keys, token, ttl, Spread::QuorumQuiet)
+                        .await;
+                    let poll = quiet_poll(ttl);
+                    remaining = Some(remaining.map_or(poll, |r| r.min(poll)));
                 }
                 Ok(Acquire::Held {
                     remaining,
@@ -223,7 +246,8 @@ impl Redlock {
             // not split again in step. (With fewer than a quorum answering,
             // the nodes are the problem, not the contention.)
             Verdict::Undecided if refused > 0 && acquired + refused >= self.needed() => {
-                self.give_back(&taken, keys, token, ttl).await;
+                self.give_back(&taken, keys, token, ttl, Spread::Quorum)
+                    .await;
                 let spread = Duration::from_micros(rand::random_range(0..2000));
                 tokio::time::sleep(spread).await;
                 Ok(Acquire::Held {
@@ -233,7 +257,8 @@ impl Redlock {
                 })
             }
             Verdict::Undecided => {
-                self.give_back(&taken, keys, token, ttl).await;
+                self.give_back(&taken, keys, token, ttl, Spread::Quorum)
+                    .await;
                 Err(Error::QuorumNotReached {
                     acquired,
                     needed: self.needed(),
@@ -243,16 +268,24 @@ impl Redlock {
         }
     }
 
-    /// Releases `token`'s lease on the nodes that said they took it, after
-    /// a failed attempt. Nodes that did not answer may have taken it too:
-    /// the caller's retries find it already theirs there (a retry with the
-    /// same token is idempotent), and when the caller gives up it releases
-    /// on every node in the background, so waiting for slow nodes here
-    /// would only slow every contended attempt down.
-    async fn give_back(&self, taken: &[bool], keys: &LockKeys, token: &str, ttl: Duration) {
+    /// Releases `token`'s lease on the nodes marked in `taken`, after a
+    /// failed attempt: those that said they took it and those that did not
+    /// answer, which may have. Left there, such a copy would last its TTL,
+    /// renewed by each retry of the same token, and keep the node from the
+    /// holder's re-take (which sets only a missing key). Each release is
+    /// bounded by the node timeout and dropped after it, so none is sent
+    /// after the caller's next attempt.
+    async fn give_back(
+        &self,
+        taken: &[bool],
+        keys: &LockKeys,
+        token: &str,
+        ttl: Duration,
+        spread: Spread,
+    ) {
         let timeout = self.timeout_for(ttl);
         let releases = self.nodes.iter().zip(taken).filter(|(_, t)| **t).map(|(node, _)| async move {
-            match tokio::time::timeout(timeout, scripts::lock_release(node, keys, token, Spread::Quorum)).await {
+            match tokio::time::timeout(timeout, scripts::lock_release(node, keys, token, spread)).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => tracing::debug!(node = node.addr(), error = %e, "giving back a failed Redlock attempt"),
                 Err(_) => tracing::debug!(node = node.addr(), "giving back a failed Redlock attempt timed out"),
@@ -323,20 +356,22 @@ impl Redlock {
     /// Restores the redundancy of lock leases a quorum has just renewed: each
     /// node that answered that it no longer has one (it restarted without
     /// persistence, or its copy expired early) or that another token holds
-    /// it there gets it back. Without this a holder loses a node's copy at
-    /// every such restart, and the lease at the restart that leaves less
-    /// than a quorum, after which the nodes it lost are a quorum for others.
+    /// it there gets it back where the key is missing. Without this a
+    /// holder loses a node's copy at every such restart, and the lease at
+    /// the restart that leaves less than a quorum, after which the nodes it
+    /// lost are a quorum for others.
     ///
-    /// Another token on such a node is a waiter's attempt that cannot
-    /// succeed (no one else reaches a quorum while this one holds), and
-    /// waiters keep free nodes busy with those attempts, so the re-take
-    /// replaces them (a key of another type is left alone). Decided by the
-    /// holds that existed before the renewal only: a lease the quorum did
-    /// not renew is never taken anew, since it may have lapsed while another
-    /// owner held the lock. A failed re-take changes nothing; the next
-    /// renewal tries again. Nothing is re-taken on stale information: when
-    /// the renewal was sent (`sent`) more than half a TTL ago, or the
-    /// lease's validity is gone ([`retake_in_time`]).
+    /// Another token is never replaced (lock_retake.lua): it may be an
+    /// attempt granted there before this renewal that wins a quorum after
+    /// this lease is released, and counts this node from its grant. Waiters
+    /// a quorum refuses give their attempts back without waking each other
+    /// (`Spread::QuorumQuiet`), so such a node is mostly free for the
+    /// re-take. Decided by the holds that existed before the renewal only:
+    /// a lease the quorum did not renew is never taken anew, since it may
+    /// have lapsed while another owner held the lock. A failed re-take
+    /// changes nothing; the next renewal tries again. Nothing is re-taken on
+    /// stale information: when the renewal was sent (`sent`) more than half
+    /// a TTL ago, or the lease's validity is gone ([`retake_in_time`]).
     async fn retake_missing(
         &self,
         kind: Kind,
@@ -622,6 +657,15 @@ where
         .zip(results)
         .map(|(node, r)| r.unwrap_or_else(|| Err(no_answer(node, "before the quorum was decided"))))
         .collect()
+}
+
+/// When an attempt that a quorum refused, and that gave back the nodes it
+/// took without waking anyone, looks again at the latest: a random moment
+/// in the second half of a tenth of the TTL (at most 100 ms), so that
+/// contenders who split the nodes do not retry in step.
+fn quiet_poll(ttl: Duration) -> Duration {
+    let most = (ttl / 10).clamp(Duration::from_millis(2), Duration::from_millis(100));
+    most.mul_f64(0.5 + rand::random::<f64>() * 0.5)
 }
 
 fn no_answer(node: &Backend, when: &str) -> Error {

@@ -1,27 +1,26 @@
--- lock_retake.lua: on one Redlock node, set leases back to their owner: leases a quorum of
--- the other nodes holds right now (it has just renewed them) but this node lost (it
--- restarted without persistence, or its copy expired early) or holds for another token.
--- While a quorum holds the lease, no other token can belong to a holder (no one else can
--- reach a quorum), so another token here is a waiter's attempt that cannot succeed; waiters
--- keep the free nodes busy with such attempts, so only replacing them restores the copy.
--- A key of another type is never touched.
+-- lock_retake.lua: on one Redlock node, set leases back to their owner where the key is
+-- missing: leases a quorum of the other nodes holds right now (it has just renewed them)
+-- but this node lost (it restarted without persistence, or its copy expired early).
+-- A key that holds another token is never replaced: it may be an attempt that can still
+-- win. An attempt's grants are not simultaneous: one granted on this node before the
+-- holder's renewal and on others only after the holder's release counts this node from
+-- its grant, so replacing its token here (and the holder's release then deleting it)
+-- would leave it counting a node that is free (tests/redlock.rs,
+-- a_retake_never_replaces_an_attempt_that_can_still_win). A key of another type is never
+-- touched either.
 -- Sent only on fresh information (the caller's rule, redlock::quorum::retake_in_time): at
 -- most half a TTL after the renewal or acquisition whose quorum it relies on was sent, and
--- while that lease's validity lasts. Later, the lease may have lapsed and been taken by a
--- new holder meanwhile, whose token this script would overwrite: it is then left to the
--- next renewal, which asks the quorum afresh.
+-- while that lease's validity lasts.
 -- KEYS[i] lock key of lease i
 -- ARGV[2i-1] owner token of lease i   ARGV[2i] its ttl in ms
--- Returns a list with, for each lease: 1 if set back, 0 if left alone (ours already, or a
--- key of another type).
+-- Returns a list with, for each lease: 1 if set back, 0 if left alone (ours already,
+-- another token's, or a key of another type).
 local out = {}
 for i, key in ipairs(KEYS) do
-  local holder = redis.pcall('GET', key)
-  if type(holder) == 'table' or holder == ARGV[2 * i - 1] then
-    out[i] = 0
-  else
-    redis.call('SET', key, ARGV[2 * i - 1], 'PX', ARGV[2 * i])
+  if redis.call('SET', key, ARGV[2 * i - 1], 'NX', 'PX', ARGV[2 * i]) then
     out[i] = 1
+  else
+    out[i] = 0
   end
 end
 return out

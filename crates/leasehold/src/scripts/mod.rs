@@ -238,6 +238,13 @@ pub(crate) enum Spread {
     /// One of several Redlock nodes: fences at least the server clock (so the
     /// nodes' fences are comparable), and releases wake non-queued waiters.
     Quorum,
+    /// A Redlock node, giving back what an attempt a quorum refused took:
+    /// wakes nobody, since a quorum still refuses. Waking waiters there
+    /// made them retry at once, take the node again and give it back
+    /// again, so a node that restarted empty under a holder stayed busy
+    /// with attempts and the holder's re-take (which sets only a missing
+    /// key) rarely found it free.
+    QuorumQuiet,
 }
 
 /// Takes the lease `keys.lock()` for `token` if it is free or already
