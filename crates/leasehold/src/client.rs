@@ -119,6 +119,16 @@ impl Core for Inner {
         self.servers.release(kind, keys, hold, queued)
     }
 
+    fn give_back(
+        &self,
+        kind: Kind,
+        keys: &LockKeys,
+        hold: &str,
+        queued: Option<Duration>,
+    ) -> impl Future<Output = Result<Owned>> + Send {
+        self.servers.give_back(kind, keys, hold, queued)
+    }
+
     fn release_in_background(
         &self,
         kind: Kind,

@@ -113,6 +113,21 @@ impl Servers {
         }
     }
 
+    /// [`Servers::release`] before a retry with the same hold: on Redlock
+    /// it waits for every node (see [`crate::acquire::Core::give_back`]).
+    pub(crate) async fn give_back(
+        &self,
+        kind: Kind,
+        keys: &LockKeys,
+        hold: &str,
+        queued: Option<Duration>,
+    ) -> Result<Owned> {
+        match self {
+            Servers::One(_) => self.release(kind, keys, hold, queued).await,
+            Servers::Quorum(redlock) => redlock.release_everywhere(kind, keys, hold).await,
+        }
+    }
+
     /// Renews many leases of one kind; `None` where Redlock's nodes did
     /// not answer enough to tell.
     pub(crate) async fn extend(

@@ -62,22 +62,13 @@ impl Redlock {
         self.node_timeout.min(ttl / 2).max(Duration::from_millis(1))
     }
 
-    /// Runs `op` on every node at once, each bounded by `timeout`, and
-    /// waits for all of them.
+    /// [`on_every_node`] on this client's nodes.
     async fn on_all<'a, T, F, Fut>(&'a self, timeout: Duration, op: F) -> Vec<Result<T>>
     where
         F: Fn(&'a Backend) -> Fut,
         Fut: Future<Output = Result<T>> + 'a,
     {
-        let requests = self.nodes.iter().map(|node| {
-            let request = tokio::time::timeout(timeout, op(node));
-            async move {
-                request
-                    .await
-                    .unwrap_or_else(|_| Err(no_answer(node, "within the Redlock node timeout")))
-            }
-        });
-        futures_util::future::join_all(requests).await
+        on_every_node(&self.nodes, timeout, op, no_answer).await
     }
 
     /// [`until_decided`] on this client's nodes.
@@ -89,8 +80,9 @@ impl Redlock {
         split_is_final: bool,
     ) -> Vec<Result<T>>
     where
+        T: Send + 'static,
         F: Fn(Backend) -> Fut,
-        Fut: Future<Output = Result<T>>,
+        Fut: Future<Output = Result<T>> + Send + 'static,
     {
         until_decided(
             &self.nodes,
@@ -317,6 +309,30 @@ impl Redlock {
             .await;
         let decided = self.tally(results.iter().map(|r| r.as_ref().ok().copied()));
         tracing::trace!(hold, ?results, ?decided, "Redlock release");
+        self.decided_or_error(decided, &results, |o| *o == Owned::Done)
+    }
+
+    /// [`Redlock::release`] that waits for every node (each up to the
+    /// release timeout) and leaves nothing running: the give-back of a late
+    /// grant, after which the caller tries again with the same hold
+    /// ([`crate::acquire::Core::give_back`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::release`].
+    pub(crate) async fn release_everywhere(
+        &self,
+        kind: Kind,
+        keys: &LockKeys,
+        hold: &str,
+    ) -> Result<Owned> {
+        let results = self
+            .on_all(self.release_timeout, |node| {
+                scripts::release(node, kind, keys, hold, Spread::Quorum)
+            })
+            .await;
+        let decided = self.tally(results.iter().map(|r| r.as_ref().ok().copied()));
+        tracing::trace!(hold, ?results, ?decided, "Redlock give-back");
         self.decided_or_error(decided, &results, |o| *o == Owned::Done)
     }
 
@@ -582,20 +598,47 @@ impl Redlock {
 }
 
 /// The error of a node that gave no answer.
+/// Runs `op` on every node at once, each bounded by `timeout`, and waits
+/// for all of them. A request still pending at its timeout is dropped:
+/// one already written to its connection still reaches its node, but none
+/// is sent after this returns (a script call that met NOSCRIPT is not
+/// re-sent, an unwritten one is never written), so a request that follows
+/// it on a node cannot be overtaken by it.
+async fn on_every_node<'a, N, T, F, Fut>(
+    nodes: &'a [N],
+    timeout: Duration,
+    op: F,
+    no_answer: impl Fn(&N, &str) -> Error,
+) -> Vec<Result<T>>
+where
+    F: Fn(&'a N) -> Fut,
+    Fut: Future<Output = Result<T>> + 'a,
+{
+    let requests = nodes.iter().map(|node| {
+        let request = tokio::time::timeout(timeout, op(node));
+        let no_answer = &no_answer;
+        async move {
+            request
+                .await
+                .unwrap_or_else(|_| Err(no_answer(node, "within the Redlock node timeout")))
+        }
+    });
+    futures_util::future::join_all(requests).await
+}
+
 /// Runs `op` on every node at once, each bounded by `timeout`, until
 /// `decided` says the answers so far settle the question: a quorum is
 /// decided by its fastest nodes, so a dead or slow minority costs the
-/// caller nothing. Nodes not waited for count as not answered
-/// (`no_answer`).
+/// caller nothing, while the requests to it run on to their end in the
+/// background (a release or extend still reaches every node that answers
+/// in time; a request the driver has not written yet would be dropped
+/// unsent). Nodes not waited for count as not answered (`no_answer`).
 ///
-/// The requests still pending then are dropped, not left to run on: a
-/// request already written to its connection still reaches its node (a
-/// release or extend still lands on a slow node), but none is sent again
-/// after this returns. A pending script call that met NOSCRIPT would
-/// otherwise send its EVALSHA again later, behind the caller's next request
-/// of the same token on that node: a give-back re-sent after the retry's
-/// acquire deleted the lease the retry returned (chaos suite,
-/// redlock-rolling-restart, with cold script caches).
+/// Such a request may still be sent after this returns, e.g. a script call
+/// re-sent after a NOSCRIPT reload, behind the caller's next request to the
+/// node: never follow it with a request of the same hold that it must not
+/// overtake. A give-back before a retry with the same hold goes through
+/// [`on_every_node`] instead.
 ///
 /// With `split_is_final` (acquire), once `needed` nodes have answered
 /// without settling it, the rest get only as long again as those answers
@@ -612,11 +655,13 @@ async fn until_decided<N, T, F, Fut>(
 ) -> Vec<Result<T>>
 where
     N: Clone,
+    T: Send + 'static,
     F: Fn(N) -> Fut,
-    Fut: Future<Output = Result<T>>,
+    Fut: Future<Output = Result<T>> + Send + 'static,
 {
     // Polled here rather than spawned: five spawns per operation cost more
-    // than the requests themselves on a busy machine.
+    // than the requests themselves on a busy machine. Whatever is still in
+    // flight once it is decided goes on in one task.
     let mut pending: FuturesUnordered<_> = nodes
         .iter()
         .enumerate()
@@ -651,7 +696,9 @@ where
             soft_deadline = Some(Instant::now() + took);
         }
     }
-    drop(pending);
+    if !pending.is_empty() {
+        tokio::spawn(async move { while pending.next().await.is_some() {} });
+    }
     nodes
         .iter()
         .zip(results)
@@ -691,18 +738,19 @@ mod tests {
     }
 
     /// Found by the chaos suite (redlock-rolling-restart, cold script
-    /// caches): a request still pending when the quorum is decided, which
-    /// then meets NOSCRIPT, sends its script again after reloading it. Left
-    /// to run on, that second send went out behind the caller's next
-    /// request of the same token to the node (a give-back's EVALSHA after
-    /// the retry's acquire, deleting the lease the retry returned). Once
-    /// decided, nothing pending is sent again.
+    /// caches): a late grant is given back and then tried again with the
+    /// same hold. Given back through `until_decided`, a release still
+    /// pending at the decision ran on in the background; one that met
+    /// NOSCRIPT sent its script again after reloading it, behind the
+    /// retry's acquire to that node, and deleted the lease the retry
+    /// returned. A give-back goes through `on_every_node`, after which
+    /// nothing is sent again.
     #[tokio::test(start_paused = true)]
-    async fn requests_pending_when_the_quorum_is_decided_are_never_sent_again() {
+    async fn a_give_back_sends_nothing_after_it_returns() {
         let sends = Arc::new(Mutex::new(Vec::new()));
         let reloaded = Arc::new(Notify::new());
-        let op = |node: usize| {
-            let (sends, reloaded) = (Arc::clone(&sends), Arc::clone(&reloaded));
+        let op = |node: &usize| {
+            let (node, sends, reloaded) = (*node, Arc::clone(&sends), Arc::clone(&reloaded));
             async move {
                 sends.lock().unwrap().push(format!("{node}: sent"));
                 // The answer comes over the network.
@@ -715,26 +763,17 @@ mod tests {
                 Ok(())
             }
         };
-        let results = until_decided(
-            &[0, 1, 2],
-            2,
-            Duration::from_secs(1),
-            op,
-            |so_far| so_far.iter().filter(|r| r.is_ok()).count() >= 2,
-            false,
-            no_answer,
-        )
-        .await;
+        let results = on_every_node(&[0, 1, 2], Duration::from_secs(1), op, no_answer).await;
         assert!(results[0].is_ok() && results[1].is_ok());
         assert!(results[2].is_err(), "node 2 did not answer in time");
-        // The caller goes on (its next request to node 2 would go out now);
+        // The caller retries (its next request to node 2 would go out now);
         // then node 2's reload completes.
         reloaded.notify_one();
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert_eq!(
             *sends.lock().unwrap(),
             ["0: sent", "1: sent", "2: sent"],
-            "a request pending at the decision was sent again after it"
+            "a give-back request was sent again after the give-back returned"
         );
     }
 }
