@@ -290,8 +290,10 @@ impl Lease {
     /// A release, sent by `send` once no renewal or extend of this lease is
     /// in flight (and keeping them out meanwhile). On Redlock a renewal
     /// re-takes the lease on nodes that lost it; sent beside the release,
-    /// that re-take could reach a node after the release, and after a new
-    /// holder took the node, and set the released lease back over it.
+    /// that re-take could reach a node after the release and leave a copy
+    /// of the released lease there for its TTL, keeping the next holder's
+    /// re-take out of the node (it replaced the next holder's copy while a
+    /// re-take still replaced other tokens).
     pub(crate) async fn release<Fut>(&self, send: impl FnOnce() -> Fut) -> Fut::Output
     where
         Fut: std::future::Future,

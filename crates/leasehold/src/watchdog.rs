@@ -757,8 +757,9 @@ mod tests {
     /// Found by the chaos suite (redlock-rolling-restart): a release sent
     /// while a renewal of its lease is in flight can reach a Redlock node
     /// before that renewal's re-take, which then sets the released lease
-    /// back on the node, over whoever took it meanwhile. A release waits
-    /// for the renewal's answer, and goes out once it came.
+    /// back on the node (over whoever took it meanwhile, while a re-take
+    /// still replaced other tokens; now a copy left for its TTL). A release
+    /// waits for the renewal's answer, and goes out once it came.
     #[tokio::test(start_paused = true)]
     async fn a_release_waits_for_a_renewal_in_flight() {
         let fake = Fake::new(false, false);

@@ -671,3 +671,44 @@ async fn a_retake_never_replaces_an_attempt_that_can_still_win() {
     }
     a_guard.release().await.unwrap();
 }
+
+/// Found in review: attempts a quorum refuses give back without waking
+/// anyone, so a waiter refused by other attempts (here: three
+/// `try_acquire` callers that split the nodes and gave up) must not sleep
+/// until those keys' TTL: it looks again within a tenth of its TTL (at most
+/// 100 ms), and gets the lock once they are gone.
+#[tokio::test]
+async fn a_waiter_refused_by_attempts_given_back_quietly_gets_the_lock_soon() {
+    let servers = start_servers(3);
+    let client = redlock(&servers).await;
+    for (i, server) in servers.iter().enumerate() {
+        let _: () = redis::cmd("SET")
+            .arg("leasehold:{quiet}:lock")
+            .arg(format!("try-acquire-caller-{i}"))
+            .arg("PX")
+            .arg(30_000)
+            .query(&mut server.connection())
+            .unwrap();
+    }
+    let waiting = {
+        let lock = client
+            .lock("quiet")
+            .ttl(Duration::from_secs(2))
+            .wait(Duration::from_secs(10));
+        tokio::spawn(async move { lock.acquire().await })
+    };
+    // Refused by all three; then each caller gives its attempt back, with
+    // no message (as a refused attempt does).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let freed = Instant::now();
+    for server in &servers {
+        let _: () = server.connection().del("leasehold:{quiet}:lock").unwrap();
+    }
+    let guard = waiting.await.unwrap().expect("the waiter gets the lock");
+    let took = freed.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "the waiter slept {took:?} on a free lock"
+    );
+    guard.release().await.unwrap();
+}

@@ -5,10 +5,12 @@
 //! timeout far below the TTL; the answers are tallied by the pure maths in
 //! [`quorum`]. An acquisition counts only if a quorum agreed within the
 //! lease's validity (the generic wait loop checks `ttl - elapsed - drift`,
-//! measured from before the first request). A failed attempt gives back
-//! whatever it may have taken, on every node, including those that did not
-//! answer. This module knows nothing of how the nodes are connected: it
-//! calls the typed script functions on each [`Backend`].
+//! measured from before the first request). A failed attempt drops its
+//! requests still pending and gives back whatever it may have taken,
+//! including on the nodes that did not answer; an attempt that won lets its
+//! pending requests finish (more copies). This module knows nothing of how
+//! the nodes are connected: it calls the typed script functions on each
+//! [`Backend`].
 
 pub(crate) mod quorum;
 
@@ -78,7 +80,7 @@ impl Redlock {
         op: F,
         decided: impl Fn(&[&Result<T>]) -> bool,
         split_is_final: bool,
-    ) -> Vec<Result<T>>
+    ) -> (Vec<Result<T>>, Stragglers)
     where
         T: Send + 'static,
         F: Fn(Backend) -> Fut,
@@ -151,6 +153,7 @@ impl Redlock {
                 true,
             )
             .await;
+        let (results, stragglers) = results;
         let mut acquired = 0;
         let mut refused = 0;
         let mut fence = 0;
@@ -158,10 +161,17 @@ impl Redlock {
         let mut node_errors = Vec::new();
         let mut fatal = None;
         let mut taken = vec![false; self.nodes.len()];
+        let mut silent = vec![false; self.nodes.len()];
         let mut held_by_others = Vec::new();
-        // Nodes that granted the attempt, or may have: a failed attempt gives
-        // them back.
-        for ((node, result), taken) in self.nodes.iter().zip(results).zip(&mut taken) {
+        // Nodes that granted the attempt (taken), or did not answer and may
+        // have (silent): a failed attempt gives both back.
+        for (((node, result), taken), silent) in self
+            .nodes
+            .iter()
+            .zip(results)
+            .zip(&mut taken)
+            .zip(&mut silent)
+        {
             match result {
                 Ok(Acquire::Acquired { fence: f }) => {
                     acquired += 1;
@@ -182,12 +192,19 @@ impl Redlock {
                 // No answer: the request may still have taken the lease.
                 Err(e) => {
                     node_errors.push(format!("{}: {}", node.addr(), e.reason()));
-                    *taken = true;
+                    *silent = true;
                 }
             }
         }
+        if verdict(self.nodes.len(), acquired, refused) == Verdict::Agreed {
+            // More copies of the lease, or "already ours" refreshes.
+            stragglers.run_on();
+        } else {
+            // Before the give-back, which they must not overtake.
+            drop(stragglers);
+        }
         if let Some(e) = fatal {
-            self.give_back(&taken, keys, token, ttl, Spread::Quorum)
+            self.give_back(&taken, &silent, keys, token, ttl, Spread::Quorum)
                 .await;
             return Err(e);
         }
@@ -216,17 +233,16 @@ impl Redlock {
                 Ok(Acquire::Acquired { fence })
             }
             Verdict::Refused => {
-                if taken.contains(&true) {
-                    // Quietly: see Spread::QuorumQuiet. Nodes this attempt
-                    // took were free, so the holder, if any, is not on all
-                    // of them, or contenders split them (and also give back
-                    // quietly): look again within a short, random while
-                    // rather than at the end of a lease.
-                    self.give_back(&taken, keys, token, ttl, Spread::QuorumQuiet)
-                        .await;
-                    let poll = quiet_poll(ttl);
-                    remaining = Some(remaining.map_or(poll, |r| r.min(poll)));
-                }
+                // Quietly: see Spread::QuorumQuiet.
+                self.give_back(&taken, &silent, keys, token, ttl, Spread::QuorumQuiet)
+                    .await;
+                // The keys that refused may be other attempts, given back
+                // just as quietly (contenders that split the nodes, or
+                // try_acquire callers): look again within a short, random
+                // while rather than at the end of their leases. A holder's
+                // release still wakes waiters at once.
+                let poll = quiet_poll(ttl);
+                remaining = Some(remaining.map_or(poll, |r| r.min(poll)));
                 Ok(Acquire::Held {
                     remaining,
                     unsettled,
@@ -238,7 +254,7 @@ impl Redlock {
             // not split again in step. (With fewer than a quorum answering,
             // the nodes are the problem, not the contention.)
             Verdict::Undecided if refused > 0 && acquired + refused >= self.needed() => {
-                self.give_back(&taken, keys, token, ttl, Spread::Quorum)
+                self.give_back(&taken, &silent, keys, token, ttl, Spread::Quorum)
                     .await;
                 let spread = Duration::from_micros(rand::random_range(0..2000));
                 tokio::time::sleep(spread).await;
@@ -249,7 +265,7 @@ impl Redlock {
                 })
             }
             Verdict::Undecided => {
-                self.give_back(&taken, keys, token, ttl, Spread::Quorum)
+                self.give_back(&taken, &silent, keys, token, ttl, Spread::Quorum)
                     .await;
                 Err(Error::QuorumNotReached {
                     acquired,
@@ -260,29 +276,42 @@ impl Redlock {
         }
     }
 
-    /// Releases `token`'s lease on the nodes marked in `taken`, after a
-    /// failed attempt: those that said they took it and those that did not
-    /// answer, which may have. Left there, such a copy would last its TTL,
-    /// renewed by each retry of the same token, and keep the node from the
-    /// holder's re-take (which sets only a missing key). Each release is
-    /// bounded by the node timeout and dropped after it, so none is sent
-    /// after the caller's next attempt.
+    /// Releases `token`'s lease after a failed attempt on the nodes that
+    /// said they took it (`taken`) and on those that did not answer and may
+    /// have (`silent`): left there, such a copy would last its TTL, renewed
+    /// by each retry of the same token, and keep the node from the holder's
+    /// re-take (which sets only a missing key). The attempt's own pending
+    /// requests were dropped before this, so none of them is sent after the
+    /// give-back. Each release is dropped at its timeout, so none is sent
+    /// after the caller's next attempt either: the node timeout where the
+    /// node answered, a few ms where it did not (enough to write the
+    /// request; a frozen or dead node must not cost every refused attempt
+    /// the node timeout).
     async fn give_back(
         &self,
         taken: &[bool],
+        silent: &[bool],
         keys: &LockKeys,
         token: &str,
         ttl: Duration,
         spread: Spread,
     ) {
-        let timeout = self.timeout_for(ttl);
-        let releases = self.nodes.iter().zip(taken).filter(|(_, t)| **t).map(|(node, _)| async move {
-            match tokio::time::timeout(timeout, scripts::lock_release(node, keys, token, spread)).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => tracing::debug!(node = node.addr(), error = %e, "giving back a failed Redlock attempt"),
-                Err(_) => tracing::debug!(node = node.addr(), "giving back a failed Redlock attempt timed out"),
-            }
-        });
+        let answered = self.timeout_for(ttl);
+        let unanswered = answered.min(SILENT_GIVE_BACK);
+        let releases = self
+            .nodes
+            .iter()
+            .zip(taken.iter().zip(silent))
+            .filter(|(_, (t, s))| **t || **s)
+            .map(|(node, (t, _))| async move {
+                let timeout = if *t { answered } else { unanswered };
+                let release = scripts::lock_release(node, keys, token, spread);
+                match tokio::time::timeout(timeout, release).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => tracing::debug!(node = node.addr(), error = %e, "giving back a failed Redlock attempt"),
+                    Err(_) => tracing::debug!(node = node.addr(), "giving back a failed Redlock attempt timed out"),
+                }
+            });
         futures_util::future::join_all(releases).await;
     }
 
@@ -307,6 +336,9 @@ impl Redlock {
                 false,
             )
             .await;
+        let (results, stragglers) = results;
+        // The lease is gone from a quorum; the rest follow in the background.
+        stragglers.run_on();
         let decided = self.tally(results.iter().map(|r| r.as_ref().ok().copied()));
         tracing::trace!(hold, ?results, ?decided, "Redlock release");
         self.decided_or_error(decided, &results, |o| *o == Owned::Done)
@@ -475,6 +507,9 @@ impl Redlock {
                 false,
             )
             .await;
+        let (results, stragglers) = results;
+        // An extend of a held lease: more copies renewed is only better.
+        stragglers.run_on();
         let decided = self.tally(
             results
                 .iter()
@@ -629,16 +664,17 @@ where
 /// Runs `op` on every node at once, each bounded by `timeout`, until
 /// `decided` says the answers so far settle the question: a quorum is
 /// decided by its fastest nodes, so a dead or slow minority costs the
-/// caller nothing, while the requests to it run on to their end in the
-/// background (a release or extend still reaches every node that answers
-/// in time; a request the driver has not written yet would be dropped
-/// unsent). Nodes not waited for count as not answered (`no_answer`).
+/// caller nothing. Nodes not waited for count as not answered
+/// (`no_answer`); their requests come back as [`Stragglers`].
 ///
-/// Such a request may still be sent after this returns, e.g. a script call
-/// re-sent after a NOSCRIPT reload, behind the caller's next request to the
-/// node: never follow it with a request of the same hold that it must not
-/// overtake. A give-back before a retry with the same hold goes through
-/// [`on_every_node`] instead.
+/// Run on ([`Stragglers::run_on`]), a release or extend still reaches every
+/// node that answers in time (a request the driver has not written yet
+/// would otherwise be dropped unsent), but such a request may also be sent
+/// after this returns, e.g. a script call re-sent after a NOSCRIPT reload,
+/// behind the caller's next request to the node: drop them instead before
+/// any request of the same hold that they must not overtake (a failed
+/// attempt's give-back), and give back through [`on_every_node`] before a
+/// retry with the same hold.
 ///
 /// With `split_is_final` (acquire), once `needed` nodes have answered
 /// without settling it, the rest get only as long again as those answers
@@ -652,7 +688,7 @@ async fn until_decided<N, T, F, Fut>(
     decided: impl Fn(&[&Result<T>]) -> bool,
     split_is_final: bool,
     no_answer: impl Fn(&N, &str) -> Error,
-) -> Vec<Result<T>>
+) -> (Vec<Result<T>>, Stragglers)
 where
     N: Clone,
     T: Send + 'static,
@@ -696,20 +732,41 @@ where
             soft_deadline = Some(Instant::now() + took);
         }
     }
-    if !pending.is_empty() {
-        tokio::spawn(async move { while pending.next().await.is_some() {} });
-    }
-    nodes
+    let stragglers = Stragglers((!pending.is_empty()).then(|| {
+        Box::pin(async move { while pending.next().await.is_some() {} }) as StragglerFuture
+    }));
+    let results = nodes
         .iter()
         .zip(results)
         .map(|(node, r)| r.unwrap_or_else(|| Err(no_answer(node, "before the quorum was decided"))))
-        .collect()
+        .collect();
+    (results, stragglers)
 }
 
-/// When an attempt that a quorum refused, and that gave back the nodes it
-/// took without waking anyone, looks again at the latest: a random moment
-/// in the second half of a tenth of the TTL (at most 100 ms), so that
-/// contenders who split the nodes do not retry in step.
+type StragglerFuture = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The requests of an [`until_decided`] call still pending when it was
+/// decided: [`Stragglers::run_on`] lets them finish in the background;
+/// dropping them drops them (one already written still reaches its node,
+/// none is sent later).
+#[must_use = "run_on() or drop explicitly"]
+struct Stragglers(Option<StragglerFuture>);
+
+impl Stragglers {
+    fn run_on(self) {
+        if let Some(rest) = self.0 {
+            tokio::spawn(rest);
+        }
+    }
+}
+
+/// How long a give-back waits on a node that did not answer the attempt.
+const SILENT_GIVE_BACK: Duration = Duration::from_millis(20);
+
+/// When an attempt that a quorum refused looks again at the latest (a
+/// release wakes it sooner): a random moment between 5% and 10% of the TTL,
+/// at most 100 ms, so that contenders who split the nodes do not retry in
+/// step.
 fn quiet_poll(ttl: Duration) -> Duration {
     let most = (ttl / 10).clamp(Duration::from_millis(2), Duration::from_millis(100));
     most.mul_f64(0.5 + rand::random::<f64>() * 0.5)
@@ -734,6 +791,52 @@ mod tests {
         Error::Unreachable {
             addr: format!("node {node}"),
             source: redis::RedisError::from((redis::ErrorKind::Io, "no answer", when.to_owned())),
+        }
+    }
+
+    /// Found in review: a refused attempt's requests still pending at the
+    /// decision ran on in the background, so one re-sent after a NOSCRIPT
+    /// reload could set the key behind the attempt's own give-back to that
+    /// node, leaving a copy that kept the holder's re-take out. Dropped,
+    /// they send nothing more; run on (an attempt that won, a release, an
+    /// extend), they finish.
+    #[tokio::test(start_paused = true)]
+    async fn stragglers_dropped_send_nothing_more_and_run_on_finish() {
+        for run_on in [false, true] {
+            let sends = Arc::new(Mutex::new(Vec::new()));
+            let reloaded = Arc::new(Notify::new());
+            let op = |node: usize| {
+                let (sends, reloaded) = (Arc::clone(&sends), Arc::clone(&reloaded));
+                async move {
+                    sends.lock().unwrap().push(format!("{node}: sent"));
+                    tokio::task::yield_now().await;
+                    if node == 2 {
+                        reloaded.notified().await;
+                        sends.lock().unwrap().push(format!("{node}: sent again"));
+                    }
+                    Ok(())
+                }
+            };
+            let (results, stragglers) = until_decided(
+                &[0, 1, 2],
+                2,
+                Duration::from_secs(1),
+                op,
+                |so_far| so_far.iter().filter(|r| r.is_ok()).count() >= 2,
+                false,
+                no_answer,
+            )
+            .await;
+            assert!(results[2].is_err(), "node 2 did not answer in time");
+            if run_on {
+                stragglers.run_on();
+            } else {
+                drop(stragglers);
+            }
+            reloaded.notify_one();
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let again = sends.lock().unwrap().iter().any(|e| e == "2: sent again");
+            assert_eq!(again, run_on, "run_on: {run_on}");
         }
     }
 
