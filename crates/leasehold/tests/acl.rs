@@ -10,7 +10,7 @@ use leasehold_testkit::RedisServer;
 /// commands the scripts call, exact-channel pub/sub for release events,
 /// WAIT for `min_replicas`; keys and channels under the prefix only.
 const LOCK_USER_RULES: &str = "+evalsha +eval +script|load +subscribe +unsubscribe +ping \
-    +hello +wait +get +set +del +exists +pexpire +pttl +time +publish +hget +hset +hdel \
+    +hello +wait +get +mget +set +del +exists +pexpire +pttl +time +publish +hget +hset +hdel \
     +hexists +hkeys +hlen +zadd +zrem +zrange +zrangebyscore +zremrangebyscore \
     +zscore +zcard +zcount +zpopmin ~leasehold:* &leasehold:*";
 

@@ -255,6 +255,36 @@ fn release_dropping_the_fence(conn: &mut Connection, token: &str) -> i64 {
     release_call(token, false, true).invoke(conn).unwrap()
 }
 
+/// The release reads the lease and its fence with one MGET, which answers
+/// nil for a key of another type: a lock key of another type is still
+/// reported (WRONGTYPE) and left alone, and a fence key of another type is
+/// left alone while the lease is released.
+#[test]
+fn a_release_reports_a_lock_key_of_another_type_and_leaves_a_foreign_fence_key_alone() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let _: () = conn.hset(LOCK, "field", "value").unwrap();
+    for drop_fence in [true, false] {
+        let refused: redis::RedisResult<i64> =
+            release_call("a", false, drop_fence).invoke(&mut conn);
+        let error = refused.expect_err("a hash under the lock key");
+        assert!(
+            error.to_string().contains("WRONGTYPE"),
+            "drop_fence {drop_fence}: {error}"
+        );
+    }
+    let value: String = conn.hget(LOCK, "field").unwrap();
+    assert_eq!(value, "value", "the foreign lock key is untouched");
+    let _: () = conn.del(LOCK).unwrap();
+    let _: () = conn.set(LOCK, "a").unwrap();
+    let _: () = conn.hset(FENCE, "field", "value").unwrap();
+    assert_eq!(release_dropping_the_fence(&mut conn, "a"), 1);
+    let exists: bool = conn.exists(LOCK).unwrap();
+    assert!(!exists, "the lease is released");
+    let value: String = conn.hget(FENCE, "field").unwrap();
+    assert_eq!(value, "value", "the foreign fence key is untouched");
+}
+
 /// Issue 15, item 3: the last fence lives no longer than its lease, except
 /// one ahead of the clock (the clock stepped back), which is kept until the
 /// clock passes it, so fences still rise.

@@ -32,7 +32,19 @@
 -- last attempt keeps the lock idle until its deadline, at most a window. A waiter whose
 -- deadline passed is skipped. A member not of that form (written by hand) is a bare token,
 -- announced on the release channel itself.
-local holder = redis.call('GET', KEYS[1])
+-- The holder, and the name's last fence when the release may drop it, in one command (MGET
+-- answers nil for a fence key of another type, which is then left alone).
+local holder, last
+if ARGV[8] == '1' then
+  local both = redis.call('MGET', KEYS[1], KEYS[5])
+  holder, last = both[1], tonumber(both[2])
+  if not holder then
+    -- MGET answers nil for a lock key of another type too: GET raises WRONGTYPE for it.
+    redis.call('GET', KEYS[1])
+  end
+else
+  holder = redis.call('GET', KEYS[1])
+end
 if holder ~= ARGV[1] then
   if ARGV[6] ~= '' then
     local member = ARGV[4] .. ':' .. ARGV[6] .. ':' .. ARGV[1]
@@ -94,10 +106,9 @@ end
 -- fences longer, ARGV[8] ~= '1'), so a name used once leaves nothing behind; a fence ahead
 -- of the clock (it stepped back) is kept until the clock passes it (prelude.lua).
 local dropped = false
-if ARGV[8] == '1' then
+if last then
   local _, now_us = now_both()
-  local last = tonumber(redis.pcall('GET', KEYS[5]))
-  if last and last < now_us then
+  if last < now_us then
     redis.call('DEL', KEYS[1], KEYS[5])
     dropped = true
   end

@@ -124,7 +124,7 @@ pub async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 /// client publishes and subscribes the plain way, as every cluster client
 /// did before sharded pub/sub.
 pub const PLAIN_PUBSUB_RULES: &str = "+evalsha +eval +script|load +subscribe +unsubscribe +ping \
-    +hello +wait +get +set +del +exists +pexpire +pttl +time +publish +hget +hset +hdel \
+    +hello +wait +get +mget +set +del +exists +pexpire +pttl +time +publish +hget +hset +hdel \
     +hexists +hkeys +hlen +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscore \
     +zcard +zcount +zpopmin +cluster|slots +cluster|shards ~leasehold:* &leasehold:*";
 
