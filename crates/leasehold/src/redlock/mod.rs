@@ -787,6 +787,22 @@ mod tests {
 
     use super::*;
 
+    /// A fake request to `node`: sent at once, answered over the network;
+    /// node 2's meets NOSCRIPT, and is sent again once `reloaded` fires.
+    async fn request(
+        node: usize,
+        sends: Arc<Mutex<Vec<String>>>,
+        reloaded: Arc<Notify>,
+    ) -> Result<()> {
+        sends.lock().unwrap().push(format!("{node}: sent"));
+        tokio::task::yield_now().await;
+        if node == 2 {
+            reloaded.notified().await;
+            sends.lock().unwrap().push(format!("{node}: sent again"));
+        }
+        Ok(())
+    }
+
     fn no_answer(node: &usize, when: &str) -> Error {
         Error::Unreachable {
             addr: format!("node {node}"),
@@ -805,18 +821,7 @@ mod tests {
         for run_on in [false, true] {
             let sends = Arc::new(Mutex::new(Vec::new()));
             let reloaded = Arc::new(Notify::new());
-            let op = |node: usize| {
-                let (sends, reloaded) = (Arc::clone(&sends), Arc::clone(&reloaded));
-                async move {
-                    sends.lock().unwrap().push(format!("{node}: sent"));
-                    tokio::task::yield_now().await;
-                    if node == 2 {
-                        reloaded.notified().await;
-                        sends.lock().unwrap().push(format!("{node}: sent again"));
-                    }
-                    Ok(())
-                }
-            };
+            let op = |node: usize| request(node, Arc::clone(&sends), Arc::clone(&reloaded));
             let (results, stragglers) = until_decided(
                 &[0, 1, 2],
                 2,
@@ -852,20 +857,7 @@ mod tests {
     async fn a_give_back_sends_nothing_after_it_returns() {
         let sends = Arc::new(Mutex::new(Vec::new()));
         let reloaded = Arc::new(Notify::new());
-        let op = |node: &usize| {
-            let (node, sends, reloaded) = (*node, Arc::clone(&sends), Arc::clone(&reloaded));
-            async move {
-                sends.lock().unwrap().push(format!("{node}: sent"));
-                // The answer comes over the network.
-                tokio::task::yield_now().await;
-                if node == 2 {
-                    // NOSCRIPT: load the script, then send it again.
-                    reloaded.notified().await;
-                    sends.lock().unwrap().push(format!("{node}: sent again"));
-                }
-                Ok(())
-            }
-        };
+        let op = |node: &usize| request(*node, Arc::clone(&sends), Arc::clone(&reloaded));
         let results = on_every_node(&[0, 1, 2], Duration::from_secs(1), op, no_answer).await;
         assert!(results[0].is_ok() && results[1].is_ok());
         assert!(results[2].is_err(), "node 2 did not answer in time");
