@@ -121,7 +121,7 @@ impl Redlock {
     ) -> Result<Acquire> {
         let n = self.nodes.len();
         let sent = Instant::now();
-        let results = self
+        let (results, stragglers) = self
             .until_decided(
                 self.timeout_for(ttl),
                 |node| {
@@ -153,7 +153,6 @@ impl Redlock {
                 true,
             )
             .await;
-        let (results, stragglers) = results;
         let mut acquired = 0;
         let mut refused = 0;
         let mut fence = 0;
@@ -162,7 +161,6 @@ impl Redlock {
         let mut fatal = None;
         let mut taken = vec![false; self.nodes.len()];
         let mut silent = vec![false; self.nodes.len()];
-        let mut held_by_others = Vec::new();
         // Nodes that granted the attempt (taken), or did not answer and may
         // have (silent): a failed attempt gives both back.
         for (((node, result), taken), silent) in self
@@ -180,7 +178,6 @@ impl Redlock {
                 }
                 Ok(Acquire::Held { remaining: r, .. }) => {
                     refused += 1;
-                    held_by_others.push(node);
                     remaining = match (remaining, r) {
                         (Some(a), Some(b)) => Some(a.min(b)),
                         (a, b) => a.or(b),
@@ -212,26 +209,12 @@ impl Redlock {
         let unsettled = !node_errors.is_empty();
         tracing::trace!(token, ?taken, acquired, refused, fence, elapsed = ?sent.elapsed(), ?node_errors, "Redlock attempt");
         match verdict(self.nodes.len(), acquired, refused) {
-            Verdict::Agreed => {
-                // Nodes that refused held contenders' attempts, which give
-                // them back at once when a quorum refused them: set the lease
-                // there where they already did (a re-take sets only a missing
-                // key), so it does not sit on a bare quorum until its first
-                // renewal (an empty restart of one of those nodes would lose
-                // it). A failed re-take is left to the renewals.
-                let lease = Extension {
-                    key: keys.lock(),
-                    hold: token,
-                    ttl,
-                };
-                if retake_in_time(ttl, sent.elapsed()) {
-                    let retakes = held_by_others
-                        .into_iter()
-                        .map(|node| self.retake_on(node, std::slice::from_ref(&lease)));
-                    futures_util::future::join_all(retakes).await;
-                }
-                Ok(Acquire::Acquired { fence })
-            }
+            // Nodes that refused hold contenders' attempts, which they give
+            // back only once they heard from every node: the first renewal
+            // (a third of the TTL in) sets the lease there once they did. A
+            // re-take sent now would nearly always find them still there (it
+            // sets only a missing key) and cost a round trip per acquisition.
+            Verdict::Agreed => Ok(Acquire::Acquired { fence }),
             Verdict::Refused => {
                 // Quietly: see Spread::QuorumQuiet.
                 self.give_back(&taken, &silent, keys, token, ttl, Spread::QuorumQuiet)
@@ -322,7 +305,7 @@ impl Redlock {
     /// [`Error::QuorumNotReached`] (with each node's error) when too few
     /// nodes answered to tell whether the lease was still held.
     pub(crate) async fn release(&self, kind: Kind, keys: &LockKeys, hold: &str) -> Result<Owned> {
-        let results = self
+        let (results, stragglers) = self
             .until_decided(
                 self.release_timeout,
                 |node| {
@@ -336,12 +319,16 @@ impl Redlock {
                 false,
             )
             .await;
-        let (results, stragglers) = results;
         // The lease is gone from a quorum; the rest follow in the background.
         stragglers.run_on();
+        self.released(hold, &results)
+    }
+
+    /// The outcome of a release by `hold` from each node's answer.
+    fn released(&self, hold: &str, results: &[Result<Owned>]) -> Result<Owned> {
         let decided = self.tally(results.iter().map(|r| r.as_ref().ok().copied()));
         tracing::trace!(hold, ?results, ?decided, "Redlock release");
-        self.decided_or_error(decided, &results, |o| *o == Owned::Done)
+        self.decided_or_error(decided, results, |o| *o == Owned::Done)
     }
 
     /// [`Redlock::release`] that waits for every node (each up to the
@@ -363,9 +350,7 @@ impl Redlock {
                 scripts::release(node, kind, keys, hold, Spread::Quorum)
             })
             .await;
-        let decided = self.tally(results.iter().map(|r| r.as_ref().ok().copied()));
-        tracing::trace!(hold, ?results, ?decided, "Redlock give-back");
-        self.decided_or_error(decided, &results, |o| *o == Owned::Done)
+        self.released(hold, &results)
     }
 
     /// Renews leases of one kind on every node. Each lease's outcome is
@@ -482,7 +467,7 @@ impl Redlock {
     pub(crate) async fn extend_one(&self, kind: Kind, lease: Extension<'_>) -> Result<Owned> {
         let sent = Instant::now();
         let shortest = lease.ttl;
-        let results = self
+        let (results, stragglers) = self
             .until_decided(
                 self.timeout_for(shortest),
                 |node| {
@@ -507,7 +492,6 @@ impl Redlock {
                 false,
             )
             .await;
-        let (results, stragglers) = results;
         // An extend of a held lease: more copies renewed is only better.
         stragglers.run_on();
         let decided = self.tally(

@@ -10,7 +10,7 @@ pub(crate) fn quorum(n: usize) -> usize {
 }
 
 /// Whether a re-take may still be sent for a lease of `ttl` whose renewal
-/// (or acquisition) was sent `elapsed` ago: only while the quorum's answer
+/// was sent `elapsed` ago: only while the quorum's answer
 /// is fresh, at most half the TTL old and with validity left. A client
 /// starved longer may be acting on a lease that lapsed meanwhile, and its
 /// re-take would overwrite a new holder's token on the nodes it is sent to.

@@ -9,7 +9,7 @@
 -- a_retake_never_replaces_an_attempt_that_can_still_win). A key of another type is never
 -- touched either.
 -- Sent only on fresh information (the caller's rule, redlock::quorum::retake_in_time): at
--- most half a TTL after the renewal or acquisition whose quorum it relies on was sent, and
+-- most half a TTL after the renewal whose quorum it relies on was sent, and
 -- while that lease's validity lasts.
 -- KEYS[i] lock key of lease i
 -- ARGV[2i-1] owner token of lease i   ARGV[2i] its ttl in ms
