@@ -119,13 +119,17 @@ impl FairLock {
     /// Releases the lease held under `token`, for holders that kept only
     /// the token (for example across processes); see
     /// [`Lock::release_by_token`]. As with [`LockGuard::release`], the lock
-    /// is handed straight to the first live waiter in the queue.
+    /// is handed straight to the first live waiter in the queue. Refused on
+    /// a handle with [`hold_at_least`](Self::hold_at_least), as
+    /// [`Lock::release_by_token`] explains.
     ///
     /// # Errors
     ///
     /// [`Error::NotOwner`](crate::Error::NotOwner) when another owner holds
     /// the lock (nothing is changed); [`Error::Lost`](crate::Error::Lost)
-    /// when nobody holds it; connection errors.
+    /// when nobody holds it;
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad
+    /// name or a handle with `hold_at_least`; connection errors.
     ///
     /// # Example
     ///

@@ -179,10 +179,19 @@ impl Lock {
     /// Releases the lease held under `token`, for holders that kept only
     /// the token (for example across processes, as `leasehold release` does).
     ///
+    /// A release by token frees the lock at once: it cannot honour
+    /// [`hold_at_least`](Self::hold_at_least), which counts from an
+    /// acquisition it never saw, so on a handle that asks for it the call
+    /// is refused and nothing is sent. To keep the lock until a time, move
+    /// the lease's end there with [`extend_by_token`](Self::extend_by_token)
+    /// instead of releasing.
+    ///
     /// # Errors
     ///
     /// [`Error::NotOwner`] when another owner holds the lock (nothing is
-    /// changed); [`Error::Lost`] when nobody holds it; connection errors.
+    /// changed); [`Error::Lost`] when nobody holds it;
+    /// [`Error::InvalidArgument`] for a bad name or a handle with
+    /// `hold_at_least`; connection errors.
     ///
     /// # Example
     ///
@@ -193,6 +202,13 @@ impl Lock {
     /// ```
     pub async fn release_by_token(&self, token: &str) -> Result<()> {
         validate_name(&self.h.name)?;
+        if let Some(at_least) = self.h.at_least {
+            return Err(Error::InvalidArgument(format!(
+                "release_by_token cannot keep the lock for hold_at_least ({at_least:?}): \
+                 it does not know when the lease was taken; release through the guard, \
+                 or call extend_by_token with the time left"
+            )));
+        }
         let outcome = self
             .h
             .client

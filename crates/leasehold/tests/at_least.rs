@@ -214,3 +214,47 @@ fn the_blocking_api_keeps_the_lock_until_then() {
     assert!(started.elapsed() >= AT_LEAST);
     again.release().expect("release");
 }
+
+/// `release_by_token` does not know when the lease was taken, so it cannot
+/// keep it until `hold_at_least` after: on a handle that asks for it, the
+/// call is refused before anything is sent, and the lease stays as it was.
+#[tokio::test]
+async fn release_by_token_on_a_handle_that_holds_at_least_is_refused_and_changes_nothing() {
+    let server = RedisServer::start();
+    let client = common::client(&server).await;
+    let guard = client.lock("by-token").acquire().await.expect("acquire");
+    let token = guard.token().to_owned();
+    let fair = client
+        .fair_lock("by-token-fair")
+        .acquire()
+        .await
+        .expect("acquire");
+    let fair_token = fair.token().to_owned();
+    let refused = [
+        client
+            .lock("by-token")
+            .hold_at_least(AT_LEAST)
+            .release_by_token(&token)
+            .await,
+        client
+            .fair_lock("by-token-fair")
+            .hold_at_least(AT_LEAST)
+            .release_by_token(&fair_token)
+            .await,
+    ];
+    for outcome in refused {
+        match outcome {
+            Err(Error::InvalidArgument(message)) => assert!(
+                message.contains("release_by_token") && message.contains("hold_at_least"),
+                "{message}"
+            ),
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
+    for name in ["by-token", "by-token-fair"] {
+        let left = common::lock_pttl(&server, name);
+        assert!(left > 20_000, "{name}: PTTL {left}: the lease was changed");
+    }
+    guard.release().await.expect("release");
+    fair.release().await.expect("release");
+}
