@@ -712,3 +712,54 @@ async fn a_waiter_refused_by_attempts_given_back_quietly_gets_the_lock_soon() {
     );
     guard.release().await.unwrap();
 }
+
+/// A renewal round that waits on a silent node must not hold up a release
+/// for the node timeout: the round is decided by the nodes that answer (a
+/// quorum, then as long again for the rest), and the silent node's request
+/// is left to finish or time out on its own. Before, the round waited for
+/// every node (up to the node timeout) while holding each lease's change
+/// lock, and a release waited behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_is_not_held_up_by_a_renewal_waiting_on_a_silent_node() {
+    let servers = start_servers(5);
+    let silent = Proxy::start(servers[4].port());
+    let mut nodes = urls(&servers[..4]);
+    nodes.push(silent.url());
+    let node_timeout = Duration::from_secs(2);
+    let client = Client::builder()
+        .redlock(nodes)
+        .node_timeout(node_timeout)
+        .build()
+        .await
+        .expect("connect");
+    let key = "leasehold:{renewing}:lock";
+    // Renewed every 2 s; each renewal's requests wait up to 2 s per node.
+    let guard = client
+        .lock("renewing")
+        .ttl(Duration::from_secs(6))
+        .acquire()
+        .await
+        .expect("acquire");
+    silent.set_mode(ProxyMode::Blackhole);
+    // The first renewal (2 s in) reached node 0: it is in flight now, and
+    // its request to the silent node stays unanswered for 2 s.
+    // 1.5 s in, node 0's copy has ~4.5 s left; the renewal sets it to ~6 s.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    common::wait_until("the first renewal reached node 0", || {
+        servers[0].connection().pttl::<_, i64>(key).unwrap() > 5000
+    })
+    .await;
+    let started = Instant::now();
+    guard.release().await.expect("release");
+    let took = started.elapsed();
+    assert!(
+        took < node_timeout / 2,
+        "the release waited {took:?} behind a renewal round (node timeout {node_timeout:?})"
+    );
+    for server in &servers[..4] {
+        assert!(
+            !lock_key_exists(server, "renewing"),
+            "released on every answering node"
+        );
+    }
+}

@@ -15,6 +15,7 @@
 pub(crate) mod quorum;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::Instant;
@@ -355,13 +356,55 @@ impl Redlock {
 
     /// Renews leases of one kind on every node. Each lease's outcome is
     /// decided by quorum; `None` where too few nodes answered to tell.
+    ///
+    /// Returns once every node answered, or, once a quorum has, after as
+    /// long again as that took ([`until_decided`] with `split_is_final`):
+    /// the watchdog holds each lease's change lock for the whole call, so
+    /// a silent node must not keep a release waiting for the node timeout.
+    /// The requests of the nodes not waited for run on: they still renew
+    /// those copies, and one landing after the lease's release finds
+    /// nothing of its hold to extend. Only their re-takes wait for a later
+    /// renewal they answer in time.
     pub(crate) async fn extend(
         &self,
         kind: Kind,
         leases: &[Extension<'_>],
     ) -> Result<Vec<Option<Owned>>> {
         let sent = Instant::now();
-        let results = self.extend_on_all(kind, leases).await;
+        let n = self.nodes.len();
+        let owned: Arc<Vec<(String, String, Duration)>> = Arc::new(
+            leases
+                .iter()
+                .map(|l| (l.key.to_owned(), l.hold.to_owned(), l.ttl))
+                .collect(),
+        );
+        let shortest = leases
+            .iter()
+            .map(|l| l.ttl)
+            .min()
+            .unwrap_or(self.node_timeout);
+        let (results, stragglers) = self
+            .until_decided(
+                self.timeout_for(shortest),
+                |node| {
+                    let owned = Arc::clone(&owned);
+                    async move {
+                        let leases: Vec<Extension<'_>> = owned
+                            .iter()
+                            .map(|(key, hold, ttl)| Extension {
+                                key,
+                                hold,
+                                ttl: *ttl,
+                            })
+                            .collect();
+                        scripts::extend(&node, kind, &leases).await
+                    }
+                },
+                |so_far| so_far.len() == n,
+                true,
+            )
+            .await;
+        stragglers.run_on();
         if results.iter().all(Result::is_err) {
             return Err(Error::QuorumNotReached {
                 acquired: 0,
@@ -369,8 +412,20 @@ impl Redlock {
                 node_errors: self.node_errors(&results),
             });
         }
-        for error in self.node_errors(&results) {
-            tracing::warn!(%error, "Redlock renewal failed on a node");
+        for (node, result) in self.nodes.iter().zip(&results) {
+            match result {
+                Err(e) if is_not_waited_for(e) => {
+                    tracing::debug!(
+                        node = node.addr(),
+                        "Redlock renewal decided without this node"
+                    );
+                }
+                Err(e) => {
+                    let error = format!("{}: {}", node.addr(), e.reason());
+                    tracing::warn!(%error, "Redlock renewal failed on a node");
+                }
+                Ok(_) => {}
+            }
         }
         let verdicts: Vec<Option<Owned>> = (0..leases.len())
             .map(|i| {
@@ -502,18 +557,6 @@ impl Redlock {
         self.retake_missing(kind, &[lease], sent, &results, &[decided])
             .await;
         self.decided_or_error(decided, &results, |v| v.first() == Some(&Owned::Done))
-    }
-
-    async fn extend_on_all(&self, kind: Kind, leases: &[Extension<'_>]) -> Vec<Result<Vec<Owned>>> {
-        let shortest = leases
-            .iter()
-            .map(|l| l.ttl)
-            .min()
-            .unwrap_or(self.node_timeout);
-        self.on_all(self.timeout_for(shortest), |node| {
-            scripts::extend(node, kind, leases)
-        })
-        .await
     }
 
     fn decided_or_error<T>(
@@ -722,9 +765,18 @@ where
     let results = nodes
         .iter()
         .zip(results)
-        .map(|(node, r)| r.unwrap_or_else(|| Err(no_answer(node, "before the quorum was decided"))))
+        .map(|(node, r)| r.unwrap_or_else(|| Err(no_answer(node, NOT_WAITED_FOR))))
         .collect();
     (results, stragglers)
+}
+
+/// Why [`until_decided`] has no answer from a node it stopped waiting for.
+const NOT_WAITED_FOR: &str = "before the quorum was decided";
+
+/// Whether `e` stands for a node [`until_decided`] stopped waiting for (its
+/// request may still be answered), rather than one that failed.
+fn is_not_waited_for(e: &Error) -> bool {
+    matches!(e, Error::Unreachable { source, .. } if source.detail() == Some(NOT_WAITED_FOR))
 }
 
 type StragglerFuture = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
