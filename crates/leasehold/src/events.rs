@@ -340,9 +340,16 @@ async fn run(shared: Arc<Shared>, servers: impl Channels, mut rx: mpsc::Unbounde
                         .collect()
                 };
                 for channel in idle {
-                    match servers.unsubscribe(&channel).await {
-                        Ok(()) => { on_server.remove(&channel); }
-                        Err(e) => tracing::debug!(%channel, error = %e, "unsubscribe failed; will retry"),
+                    // Subscribed or not, it is no longer counted as subscribed:
+                    // after a failure the server may or may not still have it
+                    // (a timed-out UNSUBSCRIBE may yet run; a reconnect does
+                    // not subscribe it again), so the next waiter of the
+                    // channel subscribes anew (SUBSCRIBE is idempotent). One
+                    // the server kept costs only messages nobody is woken by,
+                    // until the connection is replaced.
+                    on_server.remove(&channel);
+                    if let Err(e) = servers.unsubscribe(&channel).await {
+                        tracing::debug!(%channel, error = %e, "unsubscribe failed");
                     }
                 }
             }

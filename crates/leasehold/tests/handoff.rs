@@ -226,3 +226,106 @@ async fn a_contended_acquisition_costs_a_dozen_commands() {
         client.close().await.expect("close");
     }
 }
+
+fn acl_setuser(server: &RedisServer, rules: &[&str]) {
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(rules)
+        .query(&mut server.connection())
+        .expect("ACL SETUSER");
+}
+
+/// Subscribers of `channel` on the server (PUBSUB NUMSUB).
+fn subscribers(server: &RedisServer, channel: &str) -> i64 {
+    let (_, n): (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query(&mut server.connection())
+        .expect("PUBSUB NUMSUB");
+    n
+}
+
+/// Found by review: a channel left idle is unsubscribed by a sweep; when
+/// that UNSUBSCRIBE fails (here refused by ACL; a timeout does the same),
+/// the client counted the channel as still subscribed, and a waiter that
+/// queued next sent no SUBSCRIBE, while the channel was no longer among
+/// those a reconnect subscribes again. After a reconnect its hand-offs were
+/// published to nobody, and the waiter took each one only at its next
+/// heartbeat attempt. A failed UNSUBSCRIBE must leave the channel to be
+/// subscribed again by the next waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_after_a_failed_unsubscribe_subscribes_again_and_gets_hand_offs() {
+    let server = RedisServer::start();
+    acl_setuser(&server, &["b", "on", ">pw", "~*", "&*", "+@all"]);
+    let a = common::client(&server).await;
+    let b = Client::connect(&server.url_with_auth(Some("b"), "pw"))
+        .await
+        .expect("connect as b");
+    let waiter = b.lock("x").ttl(TTL);
+
+    // B waits once: its hand-off channel for x is subscribed.
+    let held = a.lock("x").ttl(TTL).acquire().await.expect("acquire");
+    let first = tokio::spawn({
+        let waiter = waiter.clone();
+        async move { waiter.acquire().await }
+    });
+    queued(&a, "x", 1).await;
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg("leasehold:{x}:released:*")
+        .query(&mut server.connection())
+        .expect("PUBSUB CHANNELS");
+    let [channel] = channels.as_slice() else {
+        panic!("one hand-off channel expected, found {channels:?}");
+    };
+    held.release().await.expect("release");
+    first
+        .await
+        .expect("join")
+        .expect("acquire")
+        .release()
+        .await
+        .expect("release");
+
+    // Once idle, the sweep's UNSUBSCRIBE is refused.
+    acl_setuser(&server, &["b", "-unsubscribe"]);
+    let started = Instant::now();
+    loop {
+        let log: Vec<redis::Value> = redis::cmd("ACL")
+            .arg("LOG")
+            .query(&mut server.connection())
+            .expect("ACL LOG");
+        if format!("{log:?}").contains("unsubscribe") {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the sweep never tried to unsubscribe"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    acl_setuser(&server, &["b", "+unsubscribe"]);
+
+    // B waits again; then its connection drops and comes back.
+    let held = a.lock("x").ttl(TTL).acquire().await.expect("acquire");
+    let waiting = tokio::spawn(async move { waiter.acquire().await });
+    queued(&a, "x", 1).await;
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("USER")
+        .arg("b")
+        .query(&mut server.connection())
+        .expect("CLIENT KILL");
+    common::wait_until("B's hand-off channel is subscribed while B waits", || {
+        subscribers(&server, channel) >= 1
+    })
+    .await;
+    held.release().await.expect("release");
+    waiting
+        .await
+        .expect("join")
+        .expect("the waiter acquires")
+        .release()
+        .await
+        .expect("release");
+}
