@@ -120,10 +120,18 @@ impl ReentrantLock {
     /// that owner still lives, the hold may be its own: it will find it
     /// lost at its next renewal or release.
     ///
+    /// Two steps: it reads which holds the owner has, then gives back one
+    /// of them by its id, so one call never gives back two holds, even when
+    /// a cluster's driver runs the second step twice (it re-sends a call
+    /// whose connection dropped before the reply came back).
+    ///
     /// # Errors
     ///
     /// [`Error::NotOwner`] when another owner holds the lock (nothing is
-    /// changed); [`Error::Lost`] when nobody holds it; connection errors.
+    /// changed); [`Error::Lost`] when nobody holds it, or when the hold it
+    /// chose was gone by the time it gave it back (given back or expired
+    /// meanwhile; on a cluster, also given back by the first run of a call
+    /// the driver re-sent); connection errors.
     ///
     /// # Example
     ///
@@ -136,11 +144,26 @@ impl ReentrantLock {
         validate_name(&self.h.name)?;
         validate_owner(owner)?;
         let servers = &self.h.client.inner.servers;
-        match servers.reentrant_release(&self.h.keys, owner, "").await? {
+        let lost = || Error::Lost {
+            name: self.h.name.clone(),
+        };
+        let state = servers.reentrant_status(&self.h.keys).await?;
+        match state.owner {
+            None => return Err(lost()),
+            Some(holder) if holder != owner => {
+                return Err(Error::NotOwner {
+                    name: self.h.name.clone(),
+                });
+            }
+            Some(_) => {}
+        }
+        let hold = state.any_hold.ok_or_else(lost)?;
+        match servers
+            .reentrant_release(&self.h.keys, owner, &hold)
+            .await?
+        {
             Owned::Done => Ok(()),
-            Owned::Missing => Err(Error::Lost {
-                name: self.h.name.clone(),
-            }),
+            Owned::Missing => Err(lost()),
             Owned::OtherOwner => Err(Error::NotOwner {
                 name: self.h.name.clone(),
             }),

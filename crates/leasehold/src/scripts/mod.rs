@@ -884,6 +884,8 @@ pub(crate) struct ReentrantState {
     pub(crate) remaining: Option<Duration>,
     /// The owner's fence while held, else the last one issued.
     pub(crate) fence: Option<u64>,
+    /// The id of one of the owner's holds.
+    pub(crate) any_hold: Option<String>,
 }
 
 /// Reads a reentrant lock's owner, holds, remaining lease and fence;
@@ -891,13 +893,19 @@ pub(crate) struct ReentrantState {
 pub(crate) async fn reentrant_status(backend: &Backend, keys: &LockKeys) -> Result<ReentrantState> {
     let mut invocation = REENTRANT_STATUS.prepare_invoke();
     invocation.key(keys.lock()).key(keys.fence());
-    let (owner, holds, pttl, fence): (Option<String>, usize, i64, Option<u64>) =
-        invoke_typed(backend, &invocation, keys, "hash").await?;
+    let (owner, holds, pttl, fence, any_hold): (
+        Option<String>,
+        usize,
+        i64,
+        Option<u64>,
+        Option<String>,
+    ) = invoke_typed(backend, &invocation, keys, "hash").await?;
     Ok(ReentrantState {
         owner,
         holds,
         remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
         fence,
+        any_hold,
     })
 }
 

@@ -4,8 +4,15 @@
 -- ARGV[4] '1' to publish by SPUBLISH (see publish in prelude.lua)
 -- Returns 1 if done, 0 if the write hold was missing or expired (nothing is changed).
 -- Publishes 'all' so waiting readers enter.
+-- Safe to run twice (a cluster driver re-sends a call whose connection dropped before the
+-- reply): the read hold's member is new to each downgrade, so finding it live means this
+-- call has already done it.
 local key = KEYS[1]
 local now = now_ms()
+local done = redis.call('ZSCORE', key, ARGV[2])
+if done and tonumber(done) > now then
+  return 1
+end
 local score = redis.call('ZSCORE', key, ARGV[1])
 if not score or tonumber(score) <= now then
   return 0
