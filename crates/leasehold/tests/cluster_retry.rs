@@ -249,3 +249,53 @@ async fn a_release_by_token_the_driver_runs_twice_gives_back_one_hold_only() {
     assert!(theirs.is_none(), "job-8 took the lock while job-7 holds it");
     drop((first, second));
 }
+
+/// A lock release the driver runs twice: the first run frees the lock, the
+/// second finds it gone. Nothing is held twice and nothing is left; the
+/// caller is told `Lost`, as the README says (the reply of the first run
+/// never came back, and a gone lease cannot tell who removed it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_the_driver_runs_twice_frees_the_lock_and_reports_lost() {
+    let (cluster, proxies) = proxied_cluster();
+    let client = cluster_client(&proxies).await;
+    let other = cluster_client(&proxies).await;
+    let name = "released-twice";
+    let key = format!("leasehold:{{{name}}}:lock");
+    let (server, proxy) = master_of(&cluster, &proxies, &key);
+    let exists = || -> bool {
+        redis::cmd("EXISTS")
+            .arg(&key)
+            .query::<i64>(&mut server.connection())
+            .expect("EXISTS")
+            == 1
+    };
+    let lock = client.lock(name).ttl(Duration::from_secs(60));
+    // The node caches the scripts first.
+    lock.acquire()
+        .await
+        .expect("acquire")
+        .release()
+        .await
+        .expect("release");
+    let guard = lock.acquire().await.expect("acquire");
+    let (outcome, runs) =
+        with_the_reply_lost(
+            server,
+            proxy,
+            || !exists(),
+            async move { guard.release().await },
+        )
+        .await;
+    assert!(
+        runs >= 2,
+        "the driver did not run it again ({runs} script calls)"
+    );
+    assert!(matches!(outcome, Err(Error::Lost { .. })), "{outcome:?}");
+    let again = other
+        .lock(name)
+        .try_acquire()
+        .await
+        .expect("try_acquire")
+        .expect("the lock is free");
+    again.release().await.expect("release");
+}
