@@ -607,6 +607,25 @@ fn status_reads_without_writing() {
     assert_eq!(waiters, 1);
 }
 
+/// Found by review: an attempt of a waiter that may be queued ('2') took
+/// the lease, then failed on a queue key of another type as it left the
+/// queue: the caller got WRONGTYPE while the lease was written, and it
+/// stayed taken for its TTL. A caller cannot be queued in a key that is
+/// not a queue, so the attempt holds the lease and says so.
+#[test]
+fn an_attempt_that_takes_the_lease_is_not_undone_by_a_queue_key_of_another_type() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let _: () = conn.rpush(QUEUE, "x").unwrap();
+    let _: () = conn.rpush(ALIVE, "x").unwrap();
+    let (acquired, fence) = lock_acquire(&mut conn, "a", 10_000, 3000, true).unwrap();
+    assert_eq!((acquired, fence > 0), (1, true));
+    let holder: String = conn.get(LOCK).unwrap();
+    assert_eq!(holder, "a");
+    let len: i64 = conn.llen(QUEUE).unwrap();
+    assert_eq!(len, 1, "the foreign key is left alone");
+}
+
 #[test]
 fn a_foreign_key_of_another_type_is_refused_untouched() {
     let server = RedisServer::start();

@@ -87,9 +87,10 @@ if not fence then
   end
   return refused
 end
--- A queued caller leaves the queue once it holds the lease.
+-- A queued caller leaves the queue once it holds the lease. pcall: a caller cannot be queued
+-- in a key of another type, and failing here would leave the lease taken with an error.
 if ARGV[5] == '2' then
-  redis.call('ZREM', KEYS[3], member)
-  redis.call('ZREM', KEYS[4], member)
+  redis.pcall('ZREM', KEYS[3], member)
+  redis.pcall('ZREM', KEYS[4], member)
 end
 return {1, fence}
