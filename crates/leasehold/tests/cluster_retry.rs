@@ -7,6 +7,12 @@
 //! master delays every chunk by 300 ms, the test waits until the script's
 //! effect shows on the server (its reply is then still held by the proxy),
 //! resets the connection, and lets the driver's re-sent request through.
+//!
+//! The nodes announce their proxies (`cluster-announce-port`, set at run
+//! time). Redis 6.2 then announces the proxy to the other nodes but still
+//! gives its own port for itself, so the clients here learn the cluster
+//! from a node other than the key's master: that node names the master by
+//! its proxy, on every version.
 
 mod common;
 
@@ -16,8 +22,8 @@ use leasehold::{Client, Error};
 use leasehold_testkit::{Proxy, ProxyMode, RedisCluster, RedisServer};
 
 /// A 3-master cluster whose nodes announce a proxy each
-/// (cluster-announce-port), so every connection a client opens to a node
-/// goes through that node's proxy.
+/// (cluster-announce-port), so every connection a client opens to another
+/// node than the one it asked goes through that node's proxy.
 fn proxied_cluster() -> (RedisCluster, Vec<Proxy>) {
     let cluster = RedisCluster::start(3, 0);
     let proxies: Vec<Proxy> = cluster
@@ -36,6 +42,7 @@ fn proxied_cluster() -> (RedisCluster, Vec<Proxy>) {
     let wanted: Vec<u16> = proxies.iter().map(Proxy::port).collect();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
+        // Every node names every other master by its proxy.
         let announced = cluster.nodes().iter().all(|node| {
             let slots: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER")
                 .arg("SLOTS")
@@ -44,7 +51,8 @@ fn proxied_cluster() -> (RedisCluster, Vec<Proxy>) {
             slots.len() == 3
                 && slots.iter().all(|range| match range.get(2) {
                     Some(redis::Value::Array(master)) => matches!(master.get(1),
-                        Some(redis::Value::Int(p)) if wanted.contains(&(*p as u16))),
+                        Some(redis::Value::Int(p))
+                            if wanted.contains(&(*p as u16)) || *p as u16 == node.port()),
                     _ => false,
                 })
         });
@@ -60,19 +68,15 @@ fn proxied_cluster() -> (RedisCluster, Vec<Proxy>) {
     (cluster, proxies)
 }
 
-/// The master serving `key`, and the proxy in front of it.
-fn master_of<'a>(
-    cluster: &'a RedisCluster,
-    proxies: &'a [Proxy],
-    key: &str,
-) -> (&'a RedisServer, &'a Proxy) {
-    // The announced port: the proxy's.
+/// The index of the master serving `key`.
+fn master_of(cluster: &RedisCluster, proxies: &[Proxy], key: &str) -> usize {
+    // Its proxy's port, or its own where it answered for itself (6.2).
     let port = cluster.master_of(key);
-    let i = proxies
+    proxies
         .iter()
         .position(|p| p.port() == port)
-        .expect("a proxy serves the key");
-    (&cluster.nodes()[i], &proxies[i])
+        .or_else(|| cluster.nodes().iter().position(|n| n.port() == port))
+        .expect("a node serves the key")
 }
 
 /// Script calls the server has run (EVALSHA and EVAL, as INFO counts them).
@@ -126,9 +130,11 @@ async fn with_the_reply_lost<T: Send + 'static>(
     (outcome, script_calls(server) - before)
 }
 
-async fn cluster_client(proxies: &[Proxy]) -> Client {
+/// A client that learns the cluster from another node than master `i`
+/// (see the module's doc).
+async fn cluster_client(proxies: &[Proxy], i: usize) -> Client {
     Client::builder()
-        .cluster(proxies.iter().map(Proxy::url))
+        .cluster([proxies[(i + 1) % proxies.len()].url()])
         .command_timeout(Duration::from_secs(4))
         .build()
         .await
@@ -142,10 +148,11 @@ async fn cluster_client(proxies: &[Proxy]) -> Client {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_downgrade_the_driver_runs_twice_still_returns_the_read_guard() {
     let (cluster, proxies) = proxied_cluster();
-    let client = cluster_client(&proxies).await;
     let name = "downgrade";
     let key = format!("leasehold:{{{name}}}:lock");
-    let (server, proxy) = master_of(&cluster, &proxies, &key);
+    let i = master_of(&cluster, &proxies, &key);
+    let (server, proxy) = (&cluster.nodes()[i], &proxies[i]);
+    let client = cluster_client(&proxies, i).await;
     let members = || -> Vec<String> {
         redis::cmd("ZRANGE")
             .arg(&key)
@@ -199,11 +206,14 @@ async fn a_downgrade_the_driver_runs_twice_still_returns_the_read_guard() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_by_token_the_driver_runs_twice_gives_back_one_hold_only() {
     let (cluster, proxies) = proxied_cluster();
-    let client = cluster_client(&proxies).await;
-    let other = cluster_client(&proxies).await;
     let name = "by-token";
     let key = format!("leasehold:{{{name}}}:lock");
-    let (server, proxy) = master_of(&cluster, &proxies, &key);
+    let i = master_of(&cluster, &proxies, &key);
+    let (server, proxy) = (&cluster.nodes()[i], &proxies[i]);
+    let (client, other) = (
+        cluster_client(&proxies, i).await,
+        cluster_client(&proxies, i).await,
+    );
     let holds = || -> usize {
         let fields: Vec<String> = redis::cmd("HKEYS")
             .arg(&key)
@@ -257,11 +267,14 @@ async fn a_release_by_token_the_driver_runs_twice_gives_back_one_hold_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_the_driver_runs_twice_frees_the_lock_and_reports_lost() {
     let (cluster, proxies) = proxied_cluster();
-    let client = cluster_client(&proxies).await;
-    let other = cluster_client(&proxies).await;
     let name = "released-twice";
     let key = format!("leasehold:{{{name}}}:lock");
-    let (server, proxy) = master_of(&cluster, &proxies, &key);
+    let i = master_of(&cluster, &proxies, &key);
+    let (server, proxy) = (&cluster.nodes()[i], &proxies[i]);
+    let (client, other) = (
+        cluster_client(&proxies, i).await,
+        cluster_client(&proxies, i).await,
+    );
     let exists = || -> bool {
         redis::cmd("EXISTS")
             .arg(&key)
