@@ -373,3 +373,46 @@ async fn a_release_reaches_only_its_shard_and_wakes_its_waiter() {
         );
     }
 }
+
+/// Found by review: each cluster client's pub/sub maintenance task waited
+/// for a repair that never came once the client was dropped, so every
+/// cluster client created and dropped left a task running for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_cluster_client_leaves_no_task_running() {
+    let cluster = RedisCluster::start(3, 0);
+    let alive = || {
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    };
+    let before = alive();
+    for _ in 0..3 {
+        let (holder, waiter) = (
+            Client::cluster(cluster.urls()).await.expect("connect"),
+            Client::cluster(cluster.urls()).await.expect("connect"),
+        );
+        let guard = holder.lock("leak").acquire().await.expect("acquire");
+        // A wait subscribes the waiter's client to the lock's channel.
+        let waited = waiter
+            .lock("leak")
+            .wait(Duration::from_millis(100))
+            .acquire()
+            .await;
+        assert!(
+            matches!(waited, Err(leasehold::Error::Timeout { .. })),
+            "{waited:?}"
+        );
+        guard.release().await.expect("release");
+        holder.close().await.expect("close");
+        waiter.close().await.expect("close");
+    }
+    let started = Instant::now();
+    while alive() > before {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "6 cluster clients dropped, {} tasks still running",
+            alive() - before
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -643,6 +643,14 @@ fn note(pushed: &std::sync::Mutex<Pushed>, repair: &Notify, info: &PushInfo) -> 
     true
 }
 
+impl Drop for Subscriber {
+    /// Ends the maintenance task, which waits for a repair to do and then
+    /// finds the subscriber gone.
+    fn drop(&mut self) {
+        self.repair.notify_one();
+    }
+}
+
 /// Whether `reply` is the confirmation `kind` of `channel`.
 fn confirms(reply: &Value, kind: &PushKind, channel: &str) -> bool {
     matches!(
