@@ -292,12 +292,24 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        if let Some(entry) = self.shared.channels().get_mut(&self.channel) {
-            entry.waiters.remove(&self.waiter);
-            entry.refs -= 1;
-            if entry.refs == 0 {
-                entry.idle_since = Instant::now();
-            }
+        let mut channels = self.shared.channels();
+        let Some(entry) = channels.get_mut(&self.channel) else {
+            return;
+        };
+        entry.waiters.remove(&self.waiter);
+        entry.refs -= 1;
+        if entry.refs > 0 {
+            return;
+        }
+        if entry.subscribed {
+            // Left to linger, then to the sweep.
+            entry.idle_since = Instant::now();
+        } else {
+            // Never subscribed (it failed, or the caller gave up first):
+            // the sweep only looks at subscribed channels. A subscribe
+            // still in flight finds no entry to mark and leaves the
+            // channel to the sweep.
+            channels.remove(&self.channel);
         }
     }
 }
@@ -614,5 +626,21 @@ mod tests {
         );
         let _a = events.subscribe("ch", "a").await.expect("the retry");
         assert_eq!(fake.calls(), ["subscribe ch", "subscribe ch"]);
+    }
+
+    /// Found by review: the registry entry of a channel whose subscribe
+    /// failed stayed for good (the sweep only looks at subscribed ones),
+    /// one per lock name that met an outage.
+    #[tokio::test(start_paused = true)]
+    async fn a_channel_never_subscribed_leaves_no_entry_once_unused() {
+        let fake = Fake::answering();
+        *fake.failures.lock().unwrap() = 1;
+        let (shared, events) = start(&fake);
+        assert!(events.subscribe("once", "a").await.is_err());
+        tokio::time::sleep(LINGER * 4).await;
+        assert!(
+            shared.channels().get("once").is_none(),
+            "the entry of a channel never subscribed is still in the registry"
+        );
     }
 }
