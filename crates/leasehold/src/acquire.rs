@@ -318,15 +318,29 @@ where
                     return Ok(None);
                 }
                 if subscription.is_none() {
-                    match core.events().subscribe(&target.channel, target.hold).await {
-                        Ok(s) => {
+                    // Bounded by the wait and by a close: a subscription can
+                    // be held up (a cluster subscriber reconnecting to a
+                    // silent node), and the timers below do without it.
+                    let subscribing = core.events().subscribe(&target.channel, target.hold);
+                    let outcome = tokio::select! {
+                        outcome = subscribing => Some(outcome),
+                        () = crate::clock::sleep_until(deadline) => None,
+                        () = &mut closing => None,
+                    };
+                    match outcome {
+                        Some(Ok(s)) => {
                             subscription = Some(s);
                             continue;
                         }
-                        Err(e) if e.is_transient() => {
+                        Some(Err(e)) if e.is_transient() => {
                             tracing::debug!(error = %e, "cannot subscribe; falling back to timers");
                         }
-                        Err(e) => return Err(e),
+                        Some(Err(e)) => return Err(e),
+                        None => {
+                            tracing::debug!(
+                                "subscribing took the whole wait; falling back to timers"
+                            );
+                        }
                     }
                 }
                 // Fallback when no release event comes: the holder's lease
@@ -554,6 +568,20 @@ mod tests {
         }
     }
 
+    /// Never answers a subscription (a cluster subscriber stuck
+    /// reconnecting to a silent node).
+    struct Silent;
+
+    impl Channels for Silent {
+        fn subscribe(&self, _channel: &str) -> impl Future<Output = Result<()>> + Send {
+            std::future::pending()
+        }
+
+        fn unsubscribe(&self, _channel: &str) -> impl Future<Output = Result<()>> + Send {
+            std::future::pending()
+        }
+    }
+
     /// A client whose events are real (on a server that confirms every
     /// subscription), and whose releases and replica counts are faked and
     /// logged with their time since `start`.
@@ -573,10 +601,17 @@ mod tests {
         }
 
         fn with_replicas(min_replicas: Option<(usize, Duration)>) -> Arc<FakeCore> {
+            FakeCore::with(min_replicas, Confirming)
+        }
+
+        fn with(
+            min_replicas: Option<(usize, Duration)>,
+            channels: impl Channels + 'static,
+        ) -> Arc<FakeCore> {
             let shared = Arc::new(Shared::default());
             Arc::new(FakeCore {
                 start: Instant::now(),
-                events: Events::start(Arc::clone(&shared), Confirming),
+                events: Events::start(Arc::clone(&shared), channels),
                 shared,
                 log: Arc::default(),
                 closed: AtomicBool::new(false),
@@ -858,6 +893,24 @@ mod tests {
         // The first refusal subscribes and tries again at once; then each
         // retry comes when the holder's lease (700 ms) would end.
         assert_eq!(core.attempts(), [ms(0), ms(0), ms(701), ms(1402)]);
+    }
+
+    /// Found by review: a waiter awaited its subscription without its
+    /// deadline, so a subscription held up (a cluster subscriber
+    /// reconnecting to a silent node) held the wait up with it.
+    #[tokio::test(start_paused = true)]
+    async fn a_subscription_held_up_does_not_hold_the_wait_past_its_deadline() {
+        let core = FakeCore::with(None, Silent);
+        let wait = ms(200);
+        let started = Instant::now();
+        let steps = [Step::Held(LONG), Step::Held(LONG)];
+        let waited = tokio::time::timeout(ms(10_000), run(&core, true, Some(wait), &steps)).await;
+        assert!(
+            matches!(waited, Ok(Ok(None))),
+            "the wait did not end at its deadline: {waited:?}"
+        );
+        // The deadline, then leaving the queue (one answer of the server).
+        assert_eq!(started.elapsed(), wait + RELEASE_RTT);
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,8 +1,10 @@
-//! Scripts the cluster driver runs twice. redis-rs's cluster connection
+//! Faults between a cluster client and one of its nodes, through a proxy
+//! in front of each node.
+//!
+//! Scripts the cluster driver runs twice: redis-rs's cluster connection
 //! re-sends a request whose connection dropped before its reply came back
 //! (it cannot tell whether the server ran it), so on a cluster every script
 //! call may run twice. Found by review: two calls were not safe to repeat.
-//!
 //! The ordering is forced, not timed: the proxy in front of the key's
 //! master delays every chunk by 300 ms, the test waits until the script's
 //! effect shows on the server (its reply is then still held by the proxy),
