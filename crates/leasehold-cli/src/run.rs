@@ -318,13 +318,13 @@ impl Supervisor<'_> {
             match event {
                 Event::Child => {}
                 Event::Forward(sig) => group::signal(self.leader, sig),
-                Event::Stop => self.job_stop(),
-                Event::Continue => self.resume(),
+                Event::Stop => self.job_stop(watcher),
+                Event::Continue => self.resume(watcher),
                 Event::WatcherStopped => {
                     // Stopped by the watcher after leasehold was continued
                     // (it looks every few ms): decide again.
                     if !self.job_stopped {
-                        self.resume();
+                        self.resume(watcher);
                     }
                 }
                 Event::Lost => self.start_lost(),
@@ -381,7 +381,7 @@ impl Supervisor<'_> {
 
     /// SIGTSTP to leasehold: stops the command's group first, takes the
     /// terminal back, stops leasehold; once continued, [`Self::resume`].
-    fn job_stop(&mut self) {
+    fn job_stop(&mut self, watcher: &mut Watcher) {
         self.job_stopped = true;
         group::signal(self.leader, Signal::SIGSTOP);
         self.take_terminal();
@@ -389,12 +389,12 @@ impl Supervisor<'_> {
             exit::warning(format!("cannot stop leasehold: {e}"));
         }
         // Here only once continued.
-        self.resume();
+        self.resume(watcher);
     }
 
     /// leasehold was continued (or the watcher stopped the command): the
     /// command runs again only if the lease is still held.
-    fn resume(&mut self) {
+    fn resume(&mut self, watcher: &mut Watcher) {
         self.job_stopped = false;
         if self.kill_at.is_some() {
             // Lost: a stopped command is never continued (see start_lost).
@@ -404,6 +404,10 @@ impl Supervisor<'_> {
             self.start_lost();
             return;
         }
+        // Before the command runs again: a stop of leasehold from now on is
+        // a new one, which the watcher must act on even if it never saw
+        // leasehold running in between.
+        watcher.continuing();
         self.give_terminal();
         group::signal(self.leader, Signal::SIGCONT);
     }

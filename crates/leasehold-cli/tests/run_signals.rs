@@ -490,6 +490,51 @@ fn sigstop_of_leasehold_stops_the_command_too() {
     assert_no_overlap(dir.path(), hold);
 }
 
+/// The watcher process (`leasehold run-watch`) of `leasehold`.
+fn watcher_of(leasehold: Pid) -> Pid {
+    children_of(leasehold)
+        .into_iter()
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains("run-watch"))
+        })
+        .expect("leasehold has a watcher")
+}
+
+/// Found by review: the watcher stopped the command when it saw leasehold
+/// go from running to stopped. A second stop of leasehold that came after
+/// a continue, before the watcher looked again, looked like the same stop:
+/// the command, continued by leasehold, ran on unleased while leasehold
+/// stayed stopped. The watcher is itself stopped here between its looks,
+/// so it sees leasehold stopped, continued and stopped again as one stop.
+#[test]
+fn a_second_stop_of_leasehold_before_the_watcher_looks_again_stops_the_command_too() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = temp_dir();
+    let first = start_first(dir.path(), &url, "stop-twice", FIRST_TTL);
+    let second = start_run(dir.path(), &url, "stop-twice", "30s", SECOND);
+    let watcher = Grandchild(watcher_of(first.proc.pid()));
+
+    first.proc.signal(Signal::SIGSTOP);
+    wait_all_stopped(&first);
+    kill(watcher.0, Signal::SIGSTOP).expect("stop the watcher");
+    wait_until("the watcher is stopped", || stopped(watcher.0));
+    first.proc.signal(Signal::SIGCONT);
+    wait_until("leasehold continued its command", || {
+        running(first.grandchild.0)
+    });
+    first.proc.signal(Signal::SIGSTOP);
+    wait_until("leasehold is stopped again", || stopped(first.proc.pid()));
+    kill(watcher.0, Signal::SIGCONT).expect("continue the watcher");
+
+    let hold = second_hold(dir.path(), second, &first);
+    first.proc.signal(Signal::SIGCONT);
+    let out = first.proc.finish();
+    assert_eq!(out.status.code(), Some(70), "{out:?}");
+    assert_no_overlap(dir.path(), hold);
+}
+
 #[test]
 fn processes_the_command_leaves_behind_are_stopped_before_the_release() {
     let server = RedisServer::start();

@@ -14,6 +14,10 @@
 //!   `--poll-ms`): the watcher SIGSTOPs the command's group and tells `run`
 //!   on its stdout; `run`, once continued, decides whether the command
 //!   may go on (the lease still held) or must end (lost).
+//! - `run` writes `cont` before it continues the command: a stop of `run`
+//!   seen after that is a new one, even if the watcher never saw `run`
+//!   running in between (stopped, continued and stopped again between two
+//!   of its looks), and stops the command again.
 //! - `run` writes `done` (the command ended and nothing of its group is
 //!   left): the watcher exits without touching anything.
 
@@ -120,6 +124,15 @@ impl Watcher {
         }
     }
 
+    /// Tells the watcher that this process is about to continue the
+    /// command, so that its next stop is acted on as a new one.
+    pub(crate) fn continuing(&mut self) {
+        if let Some(orders) = self.orders.as_mut() {
+            // A watcher already gone cannot be told (see warn_if_gone).
+            let _ = orders.write_all(b"cont\n").and_then(|()| orders.flush());
+        }
+    }
+
     /// Tells the watcher the command's group is gone, closes its pipe and
     /// reaps it (it exits at once; waits 2 s at most).
     pub(crate) async fn done(&mut self) {
@@ -170,6 +183,9 @@ pub(crate) fn watch(args: &RunWatchArgs) -> u8 {
             Ok(Order::Line(line)) => {
                 if line == "done" {
                     return 0;
+                }
+                if line == "cont" {
+                    run_was_stopped = false;
                 }
                 if let Some(group) = line.strip_prefix("group ") {
                     command = group.trim().parse().ok().map(Pid::from_raw);
