@@ -154,12 +154,16 @@ impl MultiLock {
         }
     }
 
-    /// Takes every name, waiting up to [`MultiLock::wait`] in all.
+    /// Takes every name, waiting up to [`MultiLock::wait`] in all. If the
+    /// lease of a name taken first is lost while the next are waited for
+    /// (it expired, another owner took it), the set is not all held: it is
+    /// given back and taken again, within the wait.
     ///
     /// # Errors
     ///
     /// [`Error::Timeout`] naming the first name that could not be had in
-    /// time (every name taken before it is given back first);
+    /// time, or whose lease was lost as the wait ran out (every name taken
+    /// is given back first);
     /// [`Error::InvalidArgument`] for no names, a bad name or TTL (nothing
     /// is sent then); otherwise as [`Lock::acquire`], again with nothing
     /// left held.
@@ -183,30 +187,46 @@ impl MultiLock {
     pub async fn acquire(&self) -> Result<MultiLockGuard> {
         self.validate()?;
         let deadline = Instant::now().checked_add(self.wait);
-        let mut guards = Vec::with_capacity(self.locks.len());
-        for lock in &self.locks {
-            let left = deadline.map_or(Duration::MAX, |d| {
-                d.saturating_duration_since(Instant::now())
-            });
-            match lock.clone().wait(left).acquire().await {
-                Ok(guard) => guards.push(guard),
-                Err(e) => {
-                    give_back(guards).await;
-                    return Err(match e {
-                        Error::Timeout { name, .. } => Error::Timeout {
-                            name,
-                            waited: self.wait,
-                        },
-                        e => e,
-                    });
+        loop {
+            let mut guards = Vec::with_capacity(self.locks.len());
+            for lock in &self.locks {
+                let left = deadline.map_or(Duration::MAX, |d| {
+                    d.saturating_duration_since(Instant::now())
+                });
+                match lock.clone().wait(left).acquire().await {
+                    Ok(guard) => guards.push(guard),
+                    Err(e) => {
+                        give_back(guards).await;
+                        return Err(match e {
+                            Error::Timeout { name, .. } => Error::Timeout {
+                                name,
+                                waited: self.wait,
+                            },
+                            e => e,
+                        });
+                    }
                 }
             }
+            // A lease taken first may have been lost while the next were
+            // waited for: then the set is not all held. Give it back and
+            // take it again, within the wait.
+            let Some(lost) = first_lost(&guards) else {
+                return Ok(self.held(guards));
+            };
+            tracing::debug!(lock = %lost, "a lease of the set was lost while taking the rest; taking the set again");
+            give_back(guards).await;
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(Error::Timeout {
+                    name: lost,
+                    waited: self.wait,
+                });
+            }
         }
-        Ok(self.held(guards))
     }
 
     /// Takes every name if all are free, without waiting: `Ok(None)` (with
-    /// nothing left held) when another owner holds any of them.
+    /// nothing left held) when another owner holds any of them, or the
+    /// lease of one was lost before the last was taken.
     ///
     /// # Errors
     ///
@@ -241,6 +261,11 @@ impl MultiLock {
                     return Err(e);
                 }
             }
+        }
+        // As in acquire: a lease lost meanwhile means not all are held.
+        if first_lost(&guards).is_some() {
+            give_back(guards).await;
+            return Ok(None);
         }
         Ok(Some(self.held(guards)))
     }
@@ -311,6 +336,14 @@ impl MultiLock {
             .collect();
         MultiLockGuard { guards, fences }
     }
+}
+
+/// The name of the first of `guards` whose lease is known lost.
+fn first_lost(guards: &[LockGuard]) -> Option<String> {
+    guards
+        .iter()
+        .find(|g| g.is_lost())
+        .map(|g| g.name().to_owned())
 }
 
 /// Releases `guards` together, after a name could not be had. Each release

@@ -444,3 +444,54 @@ async fn on_redlock_every_name_is_a_quorum_lease() {
         assert!(!held(server, "q1") && !held(server, "q2"));
     }
 }
+
+/// Found by review: `acquire` took the names one by one and returned the
+/// set without looking at the leases taken first. One lost while it waited
+/// for the next (here taken by another owner) came back in an `Ok` guard:
+/// not all of them held. A set with a lost lease is given back and taken
+/// again, within the wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_never_returns_a_set_with_a_lease_already_lost() {
+    let server = RedisServer::start();
+    let (ours, other) = (client(&server).await, client(&server).await);
+    let b = other
+        .lock("b")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("b");
+    let multi = ours
+        .multi_lock(["a", "b"])
+        .ttl(Duration::from_millis(600))
+        .wait(Duration::from_secs(20));
+    let task = tokio::spawn(async move { multi.acquire().await });
+    wait_until("our multi-lock holds a", || held(&server, "a")).await;
+    // Our lease on a goes; another owner takes a; our renewals (every
+    // 200 ms) find it so, many times over, while we wait for b.
+    let _: () = server.connection().del("leasehold:{a}:lock").expect("DEL");
+    let a = other
+        .lock("a")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("a");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    b.release().await.expect("release b");
+    a.release().await.expect("release a");
+    let guard = tokio::time::timeout(Duration::from_secs(15), task)
+        .await
+        .expect("acquire ends")
+        .expect("join")
+        .expect("acquire");
+    assert!(
+        guard.lost_names().is_empty(),
+        "acquire returned a set with {:?} already lost",
+        guard.lost_names()
+    );
+    assert!(
+        other.lock("a").try_acquire().await.expect("try").is_none()
+            && other.lock("b").try_acquire().await.expect("try").is_none(),
+        "the set is not held"
+    );
+    guard.release().await.expect("release");
+}
