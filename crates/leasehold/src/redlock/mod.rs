@@ -80,7 +80,7 @@ impl Redlock {
         timeout: Duration,
         op: F,
         decided: impl Fn(&[&Result<T>]) -> bool,
-        split_is_final: bool,
+        settled: impl Fn(&[&Result<T>]) -> bool,
     ) -> (Vec<Result<T>>, Stragglers)
     where
         T: Send + 'static,
@@ -89,14 +89,19 @@ impl Redlock {
     {
         until_decided(
             &self.nodes,
-            self.needed(),
             timeout,
             op,
             decided,
-            split_is_final,
+            settled,
             |node: &Backend, when| no_answer(node, when),
         )
         .await
+    }
+
+    /// Whether a quorum of nodes has answered (rather than failed): for
+    /// [`until_decided`]'s `settled`, where a split vote is final.
+    fn quorum_answered<T>(&self, so_far: &[&Result<T>]) -> bool {
+        so_far.iter().filter(|r| r.is_ok()).count() >= self.needed()
     }
 
     /// `address: error` for each node that failed, for error messages and logs.
@@ -151,7 +156,7 @@ impl Redlock {
                         Verdict::Undecided => false,
                     }
                 },
-                true,
+                |so_far| self.quorum_answered(so_far),
             )
             .await;
         let mut acquired = 0;
@@ -317,7 +322,7 @@ impl Redlock {
                     self.tally(so_far.iter().map(|r| r.as_ref().ok().copied()))
                         .is_some()
                 },
-                false,
+                |_| false,
             )
             .await;
         // The lease is gone from a quorum; the rest follow in the background.
@@ -357,10 +362,13 @@ impl Redlock {
     /// Renews leases of one kind on every node. Each lease's outcome is
     /// decided by quorum; `None` where too few nodes answered to tell.
     ///
-    /// Returns once every node answered, or, once a quorum has, after as
-    /// long again as that took ([`until_decided`] with `split_is_final`):
-    /// the watchdog holds each lease's change lock for the whole call, so
-    /// a silent node must not keep a release waiting for the node timeout.
+    /// Returns once every node answered, or, once the answers so far
+    /// decide every lease, after as long again as they took
+    /// ([`until_decided`]'s `settled`): the watchdog holds each lease's
+    /// change lock for the whole call, so a silent node must not keep a
+    /// release waiting for the node timeout. A renewal the fast answers do
+    /// not decide (one node lost its copy, another is slow) waits for more,
+    /// up to the node timeout.
     /// The requests of the nodes not waited for run on: they still renew
     /// those copies, and one landing after the lease's release finds
     /// nothing of its hold to extend. Only their re-takes wait for a later
@@ -401,7 +409,19 @@ impl Redlock {
                     }
                 },
                 |so_far| so_far.len() == n,
-                true,
+                // Every lease decided by the answers so far: a renewal
+                // that is not (a node that lost its copy, another slow)
+                // waits for more answers, up to the node timeout.
+                |so_far| {
+                    (0..leases.len()).all(|i| {
+                        self.tally(
+                            so_far
+                                .iter()
+                                .map(|r| r.as_ref().ok().and_then(|v| v.get(i).copied())),
+                        )
+                        .is_some()
+                    })
+                },
             )
             .await;
         stragglers.run_on();
@@ -544,7 +564,7 @@ impl Redlock {
                     )
                     .is_some()
                 },
-                false,
+                |_| false,
             )
             .await;
         // An extend of a held lease: more copies renewed is only better.
@@ -703,17 +723,16 @@ where
 /// attempt's give-back), and give back through [`on_every_node`] before a
 /// retry with the same hold.
 ///
-/// With `split_is_final` (acquire), once `needed` nodes have answered
-/// without settling it, the rest get only as long again as those answers
-/// took, not the whole node timeout: a split vote with a slow minority is
-/// better retried than waited out.
+/// Once `settled` says the answers so far are enough (e.g. an acquisition's
+/// split vote among a quorum: better retried than waited out; a renewal
+/// whose every lease a quorum decided), the rest get only as long again as
+/// those answers took, not the whole node timeout.
 async fn until_decided<N, T, F, Fut>(
     nodes: &[N],
-    needed: usize,
     timeout: Duration,
     op: F,
     decided: impl Fn(&[&Result<T>]) -> bool,
-    split_is_final: bool,
+    settled: impl Fn(&[&Result<T>]) -> bool,
     no_answer: impl Fn(&N, &str) -> Error,
 ) -> (Vec<Result<T>>, Stragglers)
 where
@@ -753,8 +772,7 @@ where
         if decided(&so_far) {
             break;
         }
-        let answers = so_far.iter().filter(|r| r.is_ok()).count();
-        if split_is_final && soft_deadline.is_none() && answers >= needed {
+        if soft_deadline.is_none() && settled(&so_far) {
             let took = started.elapsed().max(Duration::from_millis(1));
             soft_deadline = Some(Instant::now() + took);
         }
@@ -860,11 +878,10 @@ mod tests {
             let op = |node: usize| request(node, Arc::clone(&sends), Arc::clone(&reloaded));
             let (results, stragglers) = until_decided(
                 &[0, 1, 2],
-                2,
                 Duration::from_secs(1),
                 op,
                 |so_far| so_far.iter().filter(|r| r.is_ok()).count() >= 2,
-                false,
+                |_| false,
                 no_answer,
             )
             .await;
