@@ -108,6 +108,14 @@ impl LockKeys {
         format!("{}:{connection}", self.channel())
     }
 
+    /// The record of one call `id` whose second run must not do more (a
+    /// cluster driver re-sends a call whose connection dropped before the
+    /// reply): `<prefix>:{<tag>}:call:<id>`, in the lock's slot.
+    pub(crate) fn call(&self, id: &str) -> String {
+        let lock = self.lock();
+        format!("{}:call:{id}", &lock[..lock.len() - ":lock".len()])
+    }
+
     /// Waiters of a lease lock in arrival order (a sorted set).
     pub(crate) fn queue(&self) -> &str {
         self.name(3)
@@ -252,6 +260,8 @@ mod tests {
     fn handoff_channels_are_the_release_channel_and_the_connection() {
         let keys = LockKeys::new("t", "n");
         assert_eq!(keys.handoff_channel("conn1"), "t:{n}:released:conn1");
+        assert_eq!(keys.call("c1"), "t:{n}:call:c1");
+        assert_eq!(slot(&keys.call("c1")), slot(keys.lock()));
         assert_eq!(slot(&keys.handoff_channel("conn1")), slot(keys.lock()));
     }
 

@@ -120,18 +120,15 @@ impl ReentrantLock {
     /// that owner still lives, the hold may be its own: it will find it
     /// lost at its next renewal or release.
     ///
-    /// Two steps: it reads which holds the owner has, then gives back one
-    /// of them by its id, so one call never gives back two holds, even when
-    /// a cluster's driver runs the second step twice (it re-sends a call
-    /// whose connection dropped before the reply came back).
+    /// One call gives back one hold, also when a cluster's driver runs it
+    /// twice (it re-sends a call whose connection dropped before the reply
+    /// came back): the call leaves a record of its outcome, in the lock's
+    /// slot, that expires after a minute, and a second run answers from it.
     ///
     /// # Errors
     ///
     /// [`Error::NotOwner`] when another owner holds the lock (nothing is
-    /// changed); [`Error::Lost`] when nobody holds it, or when the hold it
-    /// chose was gone by the time it gave it back (given back or expired
-    /// meanwhile; on a cluster, also given back by the first run of a call
-    /// the driver re-sent); connection errors.
+    /// changed); [`Error::Lost`] when nobody holds it; connection errors.
     ///
     /// # Example
     ///
@@ -143,27 +140,16 @@ impl ReentrantLock {
     pub async fn release_by_token(&self, owner: &str) -> Result<()> {
         validate_name(&self.h.name)?;
         validate_owner(owner)?;
+        let call = Token::random();
         let servers = &self.h.client.inner.servers;
-        let lost = || Error::Lost {
-            name: self.h.name.clone(),
-        };
-        let state = servers.reentrant_status(&self.h.keys).await?;
-        match state.owner {
-            None => return Err(lost()),
-            Some(holder) if holder != owner => {
-                return Err(Error::NotOwner {
-                    name: self.h.name.clone(),
-                });
-            }
-            Some(_) => {}
-        }
-        let hold = state.any_hold.ok_or_else(lost)?;
         match servers
-            .reentrant_release(&self.h.keys, owner, &hold)
+            .reentrant_release_any(&self.h.keys, owner, call.as_str())
             .await?
         {
             Owned::Done => Ok(()),
-            Owned::Missing => Err(lost()),
+            Owned::Missing => Err(Error::Lost {
+                name: self.h.name.clone(),
+            }),
             Owned::OtherOwner => Err(Error::NotOwner {
                 name: self.h.name.clone(),
             }),

@@ -194,14 +194,14 @@ impl Servers {
         scripts::reentrant_acquire(backend, keys, owner, hold, ttl, fence_memory).await
     }
 
-    /// Gives back the hold `hold` of `owner` (any one of its holds when empty).
-    pub(crate) async fn reentrant_release(
+    /// Gives back any one hold of `owner`, once for the call `call`.
+    pub(crate) async fn reentrant_release_any(
         &self,
         keys: &LockKeys,
         owner: &str,
-        hold: &str,
+        call: &str,
     ) -> Result<Owned> {
-        scripts::reentrant_release(self.single("ReentrantLock")?, keys, owner, hold).await
+        scripts::reentrant_release_any(self.single("ReentrantLock")?, keys, owner, call).await
     }
 
     pub(crate) async fn rw_acquire(

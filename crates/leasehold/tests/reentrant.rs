@@ -393,3 +393,31 @@ async fn status_of_a_key_of_another_type_is_wrong_type_and_changes_nothing() {
         other => panic!("expected WrongType, got {other:?}"),
     }
 }
+
+/// Found by review: when release_by_token picked the hold on the client
+/// (to be safe when run twice), two calls at once picked the same hold and
+/// one failed with Lost while the owner still held the other. Each call
+/// gives back one hold, whichever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_release_by_token_calls_at_once_give_back_two_holds() {
+    let server = RedisServer::start();
+    let client = common::client(&server).await;
+    let lock = client
+        .reentrant_lock("two-jobs")
+        .owner("job-7")
+        .ttl(Duration::from_secs(60));
+    let first = lock.acquire().await.expect("first hold");
+    let second = lock.acquire().await.expect("second hold");
+    let (a, b) = tokio::join!(
+        lock.release_by_token("job-7"),
+        lock.release_by_token("job-7")
+    );
+    assert!(a.is_ok() && b.is_ok(), "{a:?} {b:?}");
+    let status = client
+        .reentrant_lock("two-jobs")
+        .status()
+        .await
+        .expect("status");
+    assert_eq!(status.owner, None, "both holds given back: {status:?}");
+    drop((first, second));
+}

@@ -517,28 +517,54 @@ pub(crate) async fn reentrant_acquire(
     acquire_reply(backend, &invocation, keys, "hash").await
 }
 
-/// Gives back one hold of a reentrant lock: hold `hold` (or any, if empty)
-/// of `owner` (or of whoever holds it, if empty). Frees the lock and wakes
-/// waiters when no hold is left.
+/// Gives back one hold of a reentrant lock: hold `hold` of `owner` (or of
+/// whoever holds it, if empty). Frees the lock and wakes waiters when no
+/// hold is left.
 pub(crate) async fn reentrant_release(
     backend: &Backend,
     keys: &LockKeys,
     owner: &str,
     hold: &str,
 ) -> Result<Owned> {
-    let code: i64 = backend
-        .invoke(
-            REENTRANT_RELEASE
-                .key(keys.lock())
-                .key(keys.channel())
-                .key(keys.fence())
-                .arg(owner)
-                .arg(hold)
-                .arg(sharded(backend))
-                .arg(drops_fence(backend)),
-            keys.lock(),
-        )
-        .await?;
+    let mut invocation = REENTRANT_RELEASE.prepare_invoke();
+    invocation
+        .key(keys.lock())
+        .key(keys.channel())
+        .key(keys.fence());
+    reentrant_release_with(backend, keys, invocation, owner, hold).await
+}
+
+/// Gives back any one hold of `owner`, once for the call `call` (a unique
+/// id): run twice, the script answers what its first run did.
+pub(crate) async fn reentrant_release_any(
+    backend: &Backend,
+    keys: &LockKeys,
+    owner: &str,
+    call: &str,
+) -> Result<Owned> {
+    let record = keys.call(call);
+    let mut invocation = REENTRANT_RELEASE.prepare_invoke();
+    invocation
+        .key(keys.lock())
+        .key(keys.channel())
+        .key(keys.fence())
+        .key(&record);
+    reentrant_release_with(backend, keys, invocation, owner, "").await
+}
+
+async fn reentrant_release_with(
+    backend: &Backend,
+    keys: &LockKeys,
+    mut invocation: redis::ScriptInvocation<'_>,
+    owner: &str,
+    hold: &str,
+) -> Result<Owned> {
+    invocation
+        .arg(owner)
+        .arg(hold)
+        .arg(sharded(backend))
+        .arg(drops_fence(backend));
+    let code: i64 = backend.invoke(&invocation, keys.lock()).await?;
     Ok(Owned::from_code(code))
 }
 
@@ -884,8 +910,6 @@ pub(crate) struct ReentrantState {
     pub(crate) remaining: Option<Duration>,
     /// The owner's fence while held, else the last one issued.
     pub(crate) fence: Option<u64>,
-    /// The id of one of the owner's holds.
-    pub(crate) any_hold: Option<String>,
 }
 
 /// Reads a reentrant lock's owner, holds, remaining lease and fence;
@@ -893,19 +917,13 @@ pub(crate) struct ReentrantState {
 pub(crate) async fn reentrant_status(backend: &Backend, keys: &LockKeys) -> Result<ReentrantState> {
     let mut invocation = REENTRANT_STATUS.prepare_invoke();
     invocation.key(keys.lock()).key(keys.fence());
-    let (owner, holds, pttl, fence, any_hold): (
-        Option<String>,
-        usize,
-        i64,
-        Option<u64>,
-        Option<String>,
-    ) = invoke_typed(backend, &invocation, keys, "hash").await?;
+    let (owner, holds, pttl, fence): (Option<String>, usize, i64, Option<u64>) =
+        invoke_typed(backend, &invocation, keys, "hash").await?;
     Ok(ReentrantState {
         owner,
         holds,
         remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
         fence,
-        any_hold,
     })
 }
 
