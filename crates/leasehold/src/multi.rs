@@ -107,6 +107,11 @@ impl MultiLock {
     /// Whether the client's watchdog renews the leases; see
     /// [`Lock::watchdog`].
     ///
+    /// Without renewal, a name taken first can expire while a later one is
+    /// waited for; [`MultiLock::acquire`] then gives the set back and takes
+    /// it again, so keep the TTL well above the wait (with a wait longer
+    /// than the TTL under contention, it may never get the whole set).
+    ///
     /// Defaults to `true`.
     pub fn watchdog(self, renew: bool) -> MultiLock {
         self.each(|lock| lock.watchdog(renew))
