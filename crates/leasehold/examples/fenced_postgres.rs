@@ -1,7 +1,12 @@
 //! Fencing an SQL `UPDATE`: the row keeps the fence of the last lock
-//! holder that wrote it, and an update carrying a lower fence changes
+//! holder that claimed it, and an update carrying a lower fence changes
 //! nothing. So a holder that was paused past its TTL (GC, a frozen VM) and
 //! writes after the next holder cannot overwrite that holder's work.
+//!
+//! A holder claims the row with its fence *before* it reads it ([`claim`]),
+//! not only when it writes: checked only at the write, a stale holder's
+//! write could still land between the next holder's read and write, and
+//! both would add to the same total (a lost update).
 //!
 //! ```sh
 //! LEASEHOLD_URL=redis://127.0.0.1:6379 \
@@ -33,6 +38,26 @@ pub async fn create_ledger(db: &tokio_postgres::Client, id: i32) -> Result<(), B
     )
     .await?;
     Ok(())
+}
+
+/// Claims the row for the holder of `fence` and reads its total: records
+/// `fence` if it is at least the last one (equal fences pass, so a holder
+/// may claim again), and answers `None` (0 rows) when a newer holder has
+/// claimed it: this holder's lease is gone and its work must stop. From
+/// then on every write of an older fence is refused.
+pub async fn claim(
+    db: &tokio_postgres::Client,
+    id: i32,
+    fence: u64,
+) -> Result<Option<i64>, Box<dyn Error>> {
+    let fence = i64::try_from(fence)?;
+    let row = db
+        .query_opt(
+            "UPDATE ledger SET last_fence = $2 WHERE id = $1 AND last_fence <= $2 RETURNING total",
+            &[&id, &fence],
+        )
+        .await?;
+    Ok(row.map(|row| row.get(0)))
 }
 
 /// Sets the row's total if `fence` is at least the last fence that wrote
@@ -74,12 +99,12 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .run(|fence| {
             let db = &db;
             async move {
-                let row = db
-                    .query_one("SELECT total FROM ledger WHERE id = 1", &[])
-                    .await?;
-                let total: i64 = row.get(0);
+                let lost = || "a newer holder claimed the ledger: this lease was lost".into();
+                let Some(total) = claim(db, 1, fence).await? else {
+                    return Err(lost());
+                };
                 if !fenced_update(db, 1, total + 1, fence).await? {
-                    return Err("a newer holder wrote the ledger: this lease was lost".into());
+                    return Err(lost());
                 }
                 Ok::<_, Box<dyn Error>>((total + 1, fence))
             }

@@ -26,6 +26,11 @@
 //!
 //! (`leasehold run` passes the fence to its command as `LEASEHOLD_FENCE`.)
 //!
+//! For a read-modify-write, read with [`get`]: it claims the key with the
+//! reader's fence before reading, so that a stale holder's write cannot
+//! land between this holder's read and its write ([`set`] alone checks the
+//! fence only when writing).
+//!
 //! The fence key must live as long as the value and as long as a stale
 //! writer might still write: it has no expiry unless one is asked for, and
 //! then both keys get the same one. Writers of one key must all go through
@@ -56,6 +61,21 @@ use crate::error::{Error, Result};
 pub const SET_SCRIPT: &str = include_str!("scripts/fenced_set.lua");
 
 static SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SET_SCRIPT));
+
+/// The fenced read as a standalone Lua script, for any Redis client:
+/// `EVAL <script> 2 <key> <fence key> <fence>`.
+///
+/// If `<fence>` is at least the number stored at `<fence key>` (or none
+/// is), it stores `<fence>` there (keeping that key's expiry) and returns
+/// `<key>`'s value; otherwise it changes nothing and replies with an error
+/// that starts with `STALE`. See [`get`].
+///
+/// ```
+/// assert!(leasehold::fenced::GET_SCRIPT.contains("KEYS[2]"));
+/// ```
+pub const GET_SCRIPT: &str = include_str!("scripts/fenced_get.lua");
+
+static GET: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(GET_SCRIPT));
 
 /// Where [`set`] keeps the highest fence seen for `key`: in the same
 /// cluster slot as `key`.
@@ -150,18 +170,70 @@ where
         .arg(expiry_ms)
         .invoke_async(conn)
         .await;
-    match reply {
-        Ok(_) => Ok(()),
-        Err(e) if e.code() == Some("STALE") => Err(Error::StaleFence {
+    reply
+        .map(drop)
+        .map_err(|e| stale_or(e, key, fence, "the connection given to fenced::set"))
+}
+
+/// Reads `key` for the holder of `fence`, claiming it first: `fence`
+/// becomes the highest seen for `key` (at [`fence_key`]`(key)`), so every
+/// later [`set`] with a lower fence is refused. One atomic script
+/// ([`GET_SCRIPT`]) on `conn`, as for [`set`].
+///
+/// Use it for a read-modify-write under the lock. [`set`] alone checks
+/// the fence only when writing: a stale holder's write could then land
+/// between this holder's read and its write, and both would build on the
+/// same value (a lost update). Read with `get`, and that stale write is
+/// refused.
+///
+/// ```no_run
+/// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+/// use leasehold::{Error, fenced};
+///
+/// let redis = leasehold::redis::Client::open("redis://127.0.0.1:6379").map_err(Error::Redis)?;
+/// let mut conn = redis.get_multiplexed_async_connection().await.map_err(Error::Redis)?;
+/// let guard = client.lock("ledger").acquire().await?;
+/// let fence = guard.fence();
+/// let total: u64 = fenced::get(&mut conn, "ledger:total", fence).await?.unwrap_or(0);
+/// fenced::set(&mut conn, "ledger:total", fence, total + 1, None).await?;
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// [`Error::StaleFence`] when a higher fence has been seen for `key`
+/// (nothing is changed); [`Error::WrongType`] when either key holds
+/// another type; other Redis and connection errors.
+///
+/// # Cancel safety
+///
+/// If dropped, the claim may or may not have happened.
+pub async fn get<C, T>(conn: &mut C, key: &str, fence: u64) -> Result<Option<T>>
+where
+    C: redis::aio::ConnectionLike,
+    T: redis::FromRedisValue,
+{
+    let reply: redis::RedisResult<Option<T>> = GET
+        .key(key)
+        .key(fence_key(key))
+        .arg(fence)
+        .invoke_async(conn)
+        .await;
+    reply.map_err(|e| stale_or(e, key, fence, "the connection given to fenced::get"))
+}
+
+/// `e` as [`Error::StaleFence`] when it is a `STALE` reply, else as a Redis
+/// error of the call `what`.
+fn stale_or(e: redis::RedisError, key: &str, fence: u64, what: &str) -> Error {
+    if e.code() == Some("STALE") {
+        Error::StaleFence {
             key: key.to_owned(),
             fence,
             highest: highest_in(&e.to_string()).unwrap_or(u64::MAX),
-        }),
-        Err(e) => Err(Error::from_redis(
-            e,
-            "the connection given to fenced::set",
-            key,
-        )),
+        }
+    } else {
+        Error::from_redis(e, what, key)
     }
 }
 

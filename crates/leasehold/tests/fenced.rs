@@ -180,3 +180,75 @@ async fn a_paused_holders_late_write_is_rejected() {
     proxy.set_mode(ProxyMode::Pass);
     drop(guard_a);
 }
+
+/// Found by review: with `set` alone, a stale holder's write could land
+/// between the next holder's read and its write, and both increments of
+/// the same value were accepted. `get` claims the key with the reader's
+/// fence before reading, so that write is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_write_between_a_newer_holders_fenced_read_and_write_is_refused() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let a = leasehold::Client::connect(&proxy.url()).await.unwrap();
+    let b = common::client(&server).await;
+    let ttl = Duration::from_millis(600);
+    let mut resource_a = resource(&server).await;
+    let mut resource_b = resource(&server).await;
+    fenced::set(&mut resource_b, "ledger:total", 1, 100, None)
+        .await
+        .unwrap();
+
+    let guard_a = a.lock("ledger").ttl(ttl).acquire().await.unwrap();
+    let read_by_a: u64 = fenced::get(&mut resource_a, "ledger:total", guard_a.fence())
+        .await
+        .unwrap()
+        .expect("a value");
+    proxy.set_mode(ProxyMode::Blackhole);
+    let guard_b = b
+        .lock("ledger")
+        .ttl(ttl)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    let read_by_b: u64 = fenced::get(&mut resource_b, "ledger:total", guard_b.fence())
+        .await
+        .unwrap()
+        .expect("a value");
+    // A's late write lands between B's read and B's write.
+    let late = fenced::set(
+        &mut resource_a,
+        "ledger:total",
+        guard_a.fence(),
+        read_by_a + 1,
+        None,
+    )
+    .await;
+    assert!(
+        matches!(late, Err(Error::StaleFence { highest, .. }) if highest == guard_b.fence()),
+        "{late:?}"
+    );
+    fenced::set(
+        &mut resource_b,
+        "ledger:total",
+        guard_b.fence(),
+        read_by_b + 1,
+        None,
+    )
+    .await
+    .expect("B writes");
+    assert_eq!(get(&server, "ledger:total").as_deref(), Some("101"));
+    // A stale reader is refused too, and a key never written reads None.
+    assert!(matches!(
+        fenced::get::<_, u64>(&mut resource_a, "ledger:total", guard_a.fence()).await,
+        Err(Error::StaleFence { .. })
+    ));
+    assert_eq!(
+        fenced::get::<_, u64>(&mut resource_b, "ledger:none", guard_b.fence())
+            .await
+            .unwrap(),
+        None
+    );
+    guard_b.release().await.unwrap();
+    drop(guard_a);
+}

@@ -91,3 +91,54 @@ async fn a_holder_paused_past_its_ttl_has_its_late_update_rejected() {
     proxy.set_mode(ProxyMode::Pass);
     drop(guard_a);
 }
+
+/// Found by review: with the fence checked only when writing, a stale
+/// holder's write could land between a newer holder's read and its write,
+/// and both increments of the same read were accepted (a lost update).
+/// Claiming the row with the fence before reading it closes that: once
+/// the newer holder has claimed it, the stale write is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_write_between_a_newer_holders_read_and_write_is_refused() {
+    let pg = PostgresServer::start();
+    let server = RedisServer::start();
+    let db = database(&pg).await;
+    let proxy = Proxy::start(server.port());
+    let a = leasehold::Client::connect(&proxy.url()).await.unwrap();
+    let b = common::client(&server).await;
+    let ttl = Duration::from_millis(600);
+
+    let guard_a = a.lock("ledger").ttl(ttl).acquire().await.unwrap();
+    let read_by_a = example::claim(&db, 1, guard_a.fence())
+        .await
+        .unwrap()
+        .expect("A claims the row");
+    // A is cut off past its TTL; B takes the lock and reads.
+    proxy.set_mode(ProxyMode::Blackhole);
+    let guard_b = b
+        .lock("ledger")
+        .ttl(ttl)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    let read_by_b = example::claim(&db, 1, guard_b.fence())
+        .await
+        .unwrap()
+        .expect("B claims the row");
+    // A's late write lands between B's read and B's write.
+    let late = example::fenced_update(&db, 1, read_by_a + 1, guard_a.fence())
+        .await
+        .unwrap();
+    assert!(
+        !late,
+        "A's late write was applied between B's read and write"
+    );
+    assert!(
+        example::fenced_update(&db, 1, read_by_b + 1, guard_b.fence())
+            .await
+            .unwrap()
+    );
+    assert_eq!(total(&db).await.0, read_by_b + 1);
+    guard_b.release().await.unwrap();
+    drop(guard_a);
+}

@@ -1,0 +1,32 @@
+-- fenced_get.lua: read a key for the holder of a fence, claiming it first: the fence becomes the
+-- highest seen for the key (leasehold::fenced), so every later write of a lower fence is refused,
+-- also one that a stale holder sends between this read and this holder's write. Stands alone
+-- (no prelude): any Redis client may send it as it is.
+-- KEYS[1] the key to read   KEYS[2] the highest fence seen for it (same slot)
+-- ARGV[1] the reader's fence: a decimal integer, 0 to 18446744073709551615
+-- Returns the key's value (nil if it has none) when the fence is at least the highest seen (the
+-- fence key keeps its expiry, if any); a "STALE" error reply, changing nothing, when a higher
+-- fence was seen.
+local fence = ARGV[1]
+-- Compared as decimal strings, as in fenced_set.lua.
+if not string.match(fence, '^[0-9]+$') or #fence > 20
+    or (#fence > 1 and string.sub(fence, 1, 1) == '0')
+    or (#fence == 20 and fence > '18446744073709551615') then
+  return redis.error_reply('ERR fence must be a decimal integer from 0 to 18446744073709551615 ' ..
+    'without leading zeros, got "' .. fence .. '"')
+end
+local highest = redis.call('GET', KEYS[2])
+if highest and (#highest > #fence or (#highest == #fence and highest > fence)) then
+  return redis.error_reply('STALE fence ' .. fence .. ' is below ' .. highest ..
+    ', the highest seen for this key: a newer lock holder has claimed it; ' ..
+    'this reader lost its lease')
+end
+local value = redis.call('GET', KEYS[1])
+if highest ~= fence then
+  if highest then
+    redis.call('SET', KEYS[2], fence, 'KEEPTTL')
+  else
+    redis.call('SET', KEYS[2], fence)
+  end
+end
+return value
