@@ -450,6 +450,12 @@ impl<C: Core> PendingAttempt<'_, '_, C> {
             return Ok(());
         };
         let acked = t.core.wait_replicas(t.keys.lock(), needed, timeout).await?;
+        if t.core.is_closed() {
+            // Closed while the replicas were waited for: the client's
+            // watchdog takes no new lease now, so give it back here.
+            self.give_back().await?;
+            return Err(Error::Closed);
+        }
         if acked >= needed {
             return Ok(());
         }

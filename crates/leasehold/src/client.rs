@@ -524,7 +524,9 @@ impl Client {
     ///
     /// Afterwards the client takes no more locks ([`Error::Closed`]): callers
     /// waiting to acquire get that error at once, and an attempt in flight
-    /// gives back what it took. The guards still alive report
+    /// gives back what it took and fails with it once its request is
+    /// answered (with [`ClientBuilder::min_replicas`], once the replicas'
+    /// WAIT is); `close` does not wait for that. The guards still alive report
     /// [`is_lost`](crate::LockGuard::is_lost). Calling it again is harmless.
     ///
     /// Against a server that does not answer, each release waits out the

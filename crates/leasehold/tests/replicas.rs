@@ -77,3 +77,48 @@ async fn a_blackholed_replica_fails_the_acquisition_and_frees_the_lock() {
     let guard = plain.lock("unreplicated").try_acquire().await.unwrap();
     assert!(guard.is_some(), "the lock is free");
 }
+
+/// Found by review: a close while an acquisition waited for its replica
+/// acks (WAIT) let the acquisition return a guard after `close()` had
+/// returned, instead of `Error::Closed`; the watchdog then gave the lease
+/// back in the background. Once the acks come, the acquisition sees the
+/// close, gives the lease back and fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_during_the_replica_wait_fails_the_acquisition_and_gives_the_lock_back() {
+    let (master, proxy, _replica) = master_and_replica();
+    let client = Client::builder()
+        .url(master.url())
+        .min_replicas(1, Duration::from_secs(10))
+        .build()
+        .await
+        .unwrap();
+    // The replica acknowledges late: the acquisition waits in WAIT.
+    proxy.set_mode(ProxyMode::Delay(Duration::from_millis(500)));
+    let acquiring = tokio::spawn({
+        let client = client.clone();
+        async move { client.lock("closing").acquire().await }
+    });
+    let started = Instant::now();
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("clients")
+            .query(&mut master.connection())
+            .unwrap();
+        if info.contains("blocked_clients:1") {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "WAIT never started"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    client.close().await.expect("close");
+    let outcome = acquiring.await.expect("join");
+    assert!(matches!(outcome, Err(Error::Closed)), "{outcome:?}");
+    let held: bool = redis::cmd("EXISTS")
+        .arg("leasehold:{closing}:lock")
+        .query(&mut master.connection())
+        .unwrap();
+    assert!(!held, "the lock was left held");
+}
