@@ -26,6 +26,12 @@
 //!
 //! (`leasehold run` passes the fence to its command as `LEASEHOLD_FENCE`.)
 //!
+//! Fences from a Redlock client are comparable across holders only as far
+//! as its nodes' clocks are (each node issues its own, the guard keeps the
+//! highest of a quorum), and an equal fence passes: two Redlock holders
+//! that met equal fences would both be let through. On one server,
+//! Sentinel or a cluster every acquisition's fence is strictly greater.
+//!
 //! For a read-modify-write, read with [`get`]: it claims the key with the
 //! reader's fence before reading, so that a stale holder's write cannot
 //! land between this holder's read and its write ([`set`] alone checks the
