@@ -132,6 +132,42 @@ async fn with_the_reply_lost<T: Send + 'static>(
     (outcome, script_calls(server) - before)
 }
 
+/// A proxied cluster, and the master of lock `name`'s key.
+struct Proxied {
+    cluster: RedisCluster,
+    proxies: Vec<Proxy>,
+    /// The index of the key's master.
+    master: usize,
+    /// The lock key.
+    key: String,
+}
+
+impl Proxied {
+    fn start(name: &str) -> Proxied {
+        let (cluster, proxies) = proxied_cluster();
+        let key = format!("leasehold:{{{name}}}:lock");
+        let master = master_of(&cluster, &proxies, &key);
+        Proxied {
+            cluster,
+            proxies,
+            master,
+            key,
+        }
+    }
+
+    fn server(&self) -> &RedisServer {
+        &self.cluster.nodes()[self.master]
+    }
+
+    fn proxy(&self) -> &Proxy {
+        &self.proxies[self.master]
+    }
+
+    async fn client(&self) -> Client {
+        cluster_client(&self.proxies, self.master).await
+    }
+}
+
 /// A client that learns the cluster from another node than master `i`
 /// (see the module's doc).
 async fn cluster_client(proxies: &[Proxy], i: usize) -> Client {
@@ -149,15 +185,13 @@ async fn cluster_client(proxies: &[Proxy], i: usize) -> Client {
 /// release it, shutting writers out for a TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_downgrade_the_driver_runs_twice_still_returns_the_read_guard() {
-    let (cluster, proxies) = proxied_cluster();
     let name = "downgrade";
-    let key = format!("leasehold:{{{name}}}:lock");
-    let i = master_of(&cluster, &proxies, &key);
-    let (server, proxy) = (&cluster.nodes()[i], &proxies[i]);
-    let client = cluster_client(&proxies, i).await;
+    let p = Proxied::start(name);
+    let (server, proxy, key) = (p.server(), p.proxy(), &p.key);
+    let client = p.client().await;
     let members = || -> Vec<String> {
         redis::cmd("ZRANGE")
-            .arg(&key)
+            .arg(key)
             .arg(0)
             .arg(-1)
             .query(&mut server.connection())
@@ -207,18 +241,13 @@ async fn a_downgrade_the_driver_runs_twice_still_returns_the_read_guard() {
 /// of job-7 still said they held it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_by_token_the_driver_runs_twice_gives_back_one_hold_only() {
-    let (cluster, proxies) = proxied_cluster();
     let name = "by-token";
-    let key = format!("leasehold:{{{name}}}:lock");
-    let i = master_of(&cluster, &proxies, &key);
-    let (server, proxy) = (&cluster.nodes()[i], &proxies[i]);
-    let (client, other) = (
-        cluster_client(&proxies, i).await,
-        cluster_client(&proxies, i).await,
-    );
+    let p = Proxied::start(name);
+    let (server, proxy, key) = (p.server(), p.proxy(), &p.key);
+    let (client, other) = (p.client().await, p.client().await);
     let holds = || -> usize {
         let fields: Vec<String> = redis::cmd("HKEYS")
-            .arg(&key)
+            .arg(key)
             .query(&mut server.connection())
             .expect("HKEYS");
         fields.iter().filter(|f| f.starts_with("h:")).count()
@@ -268,18 +297,13 @@ async fn a_release_by_token_the_driver_runs_twice_gives_back_one_hold_only() {
 /// never came back, and a gone lease cannot tell who removed it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_the_driver_runs_twice_frees_the_lock_and_reports_lost() {
-    let (cluster, proxies) = proxied_cluster();
     let name = "released-twice";
-    let key = format!("leasehold:{{{name}}}:lock");
-    let i = master_of(&cluster, &proxies, &key);
-    let (server, proxy) = (&cluster.nodes()[i], &proxies[i]);
-    let (client, other) = (
-        cluster_client(&proxies, i).await,
-        cluster_client(&proxies, i).await,
-    );
+    let p = Proxied::start(name);
+    let (server, proxy, key) = (p.server(), p.proxy(), &p.key);
+    let (client, other) = (p.client().await, p.client().await);
     let exists = || -> bool {
         redis::cmd("EXISTS")
-            .arg(&key)
+            .arg(key)
             .query::<i64>(&mut server.connection())
             .expect("EXISTS")
             == 1
