@@ -282,12 +282,6 @@ where
                     // for the lease just given back.
                     deadlines = Deadlines::default();
                     Instant::now()
-                } else if core.is_closed() {
-                    // Closed while the attempt was in flight: the client's
-                    // watchdog gives back nothing it is told of from now
-                    // on but in the background, so give it back here.
-                    pending.give_back().await?;
-                    return Err(Error::Closed);
                 } else {
                     pending.replicated().await?;
                     pending.armed = false;
@@ -444,17 +438,22 @@ impl<C: Core> PendingAttempt<'_, '_, C> {
     /// With `min_replicas`, waits for the replicas to acknowledge the
     /// acquisition just made; too few release it (at once, or in the
     /// background if that fails) and fail.
+    ///
+    /// Closed meanwhile (while the attempt or the replicas' WAIT was in
+    /// flight), it gives the lease back and fails with [`Error::Closed`]:
+    /// the client's watchdog gives back what it is told of from then on only
+    /// in the background, after `close` returned.
     async fn replicated(&mut self) -> Result<()> {
         let t = self.target;
+        if t.core.is_closed() {
+            return Err(self.closed().await);
+        }
         let Some((needed, timeout)) = t.core.min_replicas() else {
             return Ok(());
         };
         let acked = t.core.wait_replicas(t.keys.lock(), needed, timeout).await?;
         if t.core.is_closed() {
-            // Closed while the replicas were waited for: the client's
-            // watchdog takes no new lease now, so give it back here.
-            self.give_back().await?;
-            return Err(Error::Closed);
+            return Err(self.closed().await);
         }
         if acked >= needed {
             return Ok(());
@@ -481,6 +480,17 @@ impl<C: Core> PendingAttempt<'_, '_, C> {
     /// when the caller tries again with the same hold. If the answer does
     /// not come, the release goes on in the background and the acquire
     /// fails: a retry with this hold could race it.
+    /// Gives the attempt back after the client was closed; the error to
+    /// fail with ([`Error::Closed`], whatever became of the give-back: one
+    /// that failed goes on in the background).
+    async fn closed(&mut self) -> Error {
+        if let Err(e) = self.give_back().await {
+            tracing::debug!(lock = %self.target.name, error = %e,
+                "giving back an acquisition made as the client closed failed; retrying in the background");
+        }
+        Error::Closed
+    }
+
     async fn give_back(&mut self) -> Result<()> {
         let t = self.target;
         match t.core.give_back(t.kind, t.keys, t.hold, t.queued()).await {

@@ -390,3 +390,64 @@ async fn close_ends_the_waits_of_its_callers() {
     })
     .await;
 }
+
+/// Found by review: the last try at a waiter's deadline took the lease
+/// and returned a guard even when the client had been closed while that
+/// try was in flight (the close check covered the other attempts only).
+/// It gives the lease back and fails with `Closed`, as `close` says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_during_the_last_try_at_the_deadline_fails_it_and_frees_the_lock() {
+    let server = RedisServer::start();
+    let proxy = leasehold_testkit::Proxy::start(server.port());
+    let holder = client(&server).await;
+    let waiter = Client::connect(&proxy.url()).await.expect("connect");
+    let key = "leasehold:{last-try}:lock";
+    let held = holder
+        .lock("last-try")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("hold");
+    let wait = Duration::from_millis(800);
+    let acquiring = tokio::spawn({
+        let lock = waiter.lock("last-try").wait(wait);
+        async move { lock.acquire().await }
+    });
+    wait_until("the waiter queued", || {
+        server
+            .connection()
+            .zcard::<_, i64>("leasehold:{last-try}:queue")
+            .unwrap()
+            == 1
+    })
+    .await;
+    // The lock frees without a release message (nobody is woken), and
+    // the waiter's requests now take 2 x 600 ms: its last try, at the
+    // deadline, takes the lease and its reply is still on the way when
+    // the client closes.
+    proxy.set_mode(leasehold_testkit::ProxyMode::Delay(Duration::from_millis(
+        600,
+    )));
+    let _: () = server.connection().del(key).unwrap();
+    let started = Instant::now();
+    loop {
+        let holder_now: Option<String> = server.connection().get(key).unwrap();
+        if holder_now.is_some() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the last try never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    waiter.close().await.expect("close");
+    let outcome = acquiring.await.expect("join");
+    assert!(
+        matches!(outcome, Err(leasehold::Error::Closed)),
+        "{outcome:?}"
+    );
+    let left: bool = server.connection().exists(key).unwrap();
+    assert!(!left, "the lock was left held");
+    drop(held);
+}
