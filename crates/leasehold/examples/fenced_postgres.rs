@@ -43,8 +43,9 @@ pub async fn create_ledger(db: &tokio_postgres::Client, id: i32) -> Result<(), B
 /// Claims the row for the holder of `fence` and reads its total: records
 /// `fence` if it is at least the last one (equal fences pass, so a holder
 /// may claim again), and answers `None` (0 rows) when a newer holder has
-/// claimed it: this holder's lease is gone and its work must stop. From
-/// then on every write of an older fence is refused.
+/// claimed it (or there is no row `id`): this holder's lease is gone and
+/// its work must stop. From then on every write of an older fence is
+/// refused.
 pub async fn claim(
     db: &tokio_postgres::Client,
     id: i32,

@@ -30,7 +30,10 @@
 //! as its nodes' clocks are (each node issues its own, the guard keeps the
 //! highest of a quorum), and an equal fence passes: two Redlock holders
 //! that met equal fences would both be let through. On one server,
-//! Sentinel or a cluster every acquisition's fence is strictly greater.
+//! Sentinel or a cluster every acquisition's fence is strictly greater
+//! than the ones before as long as the server's clock does not step back
+//! (see `scripts/prelude.lua`); the holds of one reentrant owner share one
+//! fence.
 //!
 //! For a read-modify-write, read with [`get`]: it claims the key with the
 //! reader's fence before reading, so that a stale holder's write cannot
@@ -71,10 +74,13 @@ static SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SET
 /// The fenced read as a standalone Lua script, for any Redis client:
 /// `EVAL <script> 2 <key> <fence key> <fence>`.
 ///
-/// If `<fence>` is at least the number stored at `<fence key>` (or none
-/// is), it stores `<fence>` there (keeping that key's expiry) and returns
-/// `<key>`'s value; otherwise it changes nothing and replies with an error
-/// that starts with `STALE`. See [`get`].
+/// `EVAL <script> 2 <key> <fence key> <fence> [<claim ms>]`: if `<fence>`
+/// is at least the number stored at `<fence key>` (or none is), it stores
+/// `<fence>` there and returns `<key>`'s value; otherwise it changes
+/// nothing and replies with an error that starts with `STALE`. With
+/// `<claim ms>`, the fence key expires no sooner than that (nor sooner than
+/// it would have); without, it has no expiry. See [`get`]. Redis 6.0 or
+/// later.
 ///
 /// ```
 /// assert!(leasehold::fenced::GET_SCRIPT.contains("KEYS[2]"));
@@ -159,21 +165,12 @@ where
     C: redis::aio::ConnectionLike,
     V: ToRedisArgs,
 {
-    let expiry_ms = match expiry {
-        None => String::new(),
-        Some(d) if d.as_millis() == 0 => {
-            return Err(Error::InvalidArgument(format!(
-                "expiry of fenced key {key:?} must be at least 1 ms, got {d:?}"
-            )));
-        }
-        Some(d) => d.as_millis().to_string(),
-    };
     let reply: redis::RedisResult<String> = SCRIPT
         .key(key)
         .key(fence_key(key))
         .arg(fence)
         .arg(value)
-        .arg(expiry_ms)
+        .arg(expiry_ms(key, expiry)?)
         .invoke_async(conn)
         .await;
     reply
@@ -183,8 +180,14 @@ where
 
 /// Reads `key` for the holder of `fence`, claiming it first: `fence`
 /// becomes the highest seen for `key` (at [`fence_key`]`(key)`), so every
-/// later [`set`] with a lower fence is refused. One atomic script
-/// ([`GET_SCRIPT`]) on `conn`, as for [`set`].
+/// later [`set`] with a lower fence is refused for as long as the claim
+/// lasts. One atomic script ([`GET_SCRIPT`]) on `conn`, as for [`set`].
+///
+/// `expiry`: how long the claim lasts at least (the fence key expires no
+/// sooner, nor sooner than it would have); `None` keeps the fence with no
+/// expiry. Where the keys are written with an expiry, claim for at least as
+/// long as a stale writer could still write: a claim that expired lets a
+/// stale write through again.
 ///
 /// Use it for a read-modify-write under the lock. [`set`] alone checks
 /// the fence only when writing: a stale holder's write could then land
@@ -200,7 +203,7 @@ where
 /// let mut conn = redis.get_multiplexed_async_connection().await.map_err(Error::Redis)?;
 /// let guard = client.lock("ledger").acquire().await?;
 /// let fence = guard.fence();
-/// let total: u64 = fenced::get(&mut conn, "ledger:total", fence).await?.unwrap_or(0);
+/// let total: u64 = fenced::get(&mut conn, "ledger:total", fence, None).await?.unwrap_or(0);
 /// fenced::set(&mut conn, "ledger:total", fence, total + 1, None).await?;
 /// guard.release().await?;
 /// # Ok(()) }
@@ -209,13 +212,19 @@ where
 /// # Errors
 ///
 /// [`Error::StaleFence`] when a higher fence has been seen for `key`
-/// (nothing is changed); [`Error::WrongType`] when either key holds
-/// another type; other Redis and connection errors.
+/// (nothing is changed); [`Error::InvalidArgument`] for an expiry under a
+/// millisecond; [`Error::WrongType`] when either key holds another type;
+/// other Redis and connection errors.
 ///
 /// # Cancel safety
 ///
 /// If dropped, the claim may or may not have happened.
-pub async fn get<C, T>(conn: &mut C, key: &str, fence: u64) -> Result<Option<T>>
+pub async fn get<C, T>(
+    conn: &mut C,
+    key: &str,
+    fence: u64,
+    expiry: Option<Duration>,
+) -> Result<Option<T>>
 where
     C: redis::aio::ConnectionLike,
     T: redis::FromRedisValue,
@@ -224,9 +233,21 @@ where
         .key(key)
         .key(fence_key(key))
         .arg(fence)
+        .arg(expiry_ms(key, expiry)?)
         .invoke_async(conn)
         .await;
     reply.map_err(|e| stale_or(e, key, fence, "the connection given to fenced::get"))
+}
+
+/// `expiry` in milliseconds for the scripts ('' for none).
+fn expiry_ms(key: &str, expiry: Option<Duration>) -> Result<String> {
+    match expiry {
+        None => Ok(String::new()),
+        Some(d) if d.as_millis() == 0 => Err(Error::InvalidArgument(format!(
+            "expiry of fenced key {key:?} must be at least 1 ms, got {d:?}"
+        ))),
+        Some(d) => Ok(d.as_millis().to_string()),
+    }
 }
 
 /// `e` as [`Error::StaleFence`] when it is a `STALE` reply, else as a Redis

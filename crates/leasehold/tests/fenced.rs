@@ -199,7 +199,7 @@ async fn a_stale_write_between_a_newer_holders_fenced_read_and_write_is_refused(
         .unwrap();
 
     let guard_a = a.lock("ledger").ttl(ttl).acquire().await.unwrap();
-    let read_by_a: u64 = fenced::get(&mut resource_a, "ledger:total", guard_a.fence())
+    let read_by_a: u64 = fenced::get(&mut resource_a, "ledger:total", guard_a.fence(), None)
         .await
         .unwrap()
         .expect("a value");
@@ -211,7 +211,7 @@ async fn a_stale_write_between_a_newer_holders_fenced_read_and_write_is_refused(
         .acquire()
         .await
         .unwrap();
-    let read_by_b: u64 = fenced::get(&mut resource_b, "ledger:total", guard_b.fence())
+    let read_by_b: u64 = fenced::get(&mut resource_b, "ledger:total", guard_b.fence(), None)
         .await
         .unwrap()
         .expect("a value");
@@ -240,15 +240,58 @@ async fn a_stale_write_between_a_newer_holders_fenced_read_and_write_is_refused(
     assert_eq!(get(&server, "ledger:total").as_deref(), Some("101"));
     // A stale reader is refused too, and a key never written reads None.
     assert!(matches!(
-        fenced::get::<_, u64>(&mut resource_a, "ledger:total", guard_a.fence()).await,
+        fenced::get::<_, u64>(&mut resource_a, "ledger:total", guard_a.fence(), None).await,
         Err(Error::StaleFence { .. })
     ));
     assert_eq!(
-        fenced::get::<_, u64>(&mut resource_b, "ledger:none", guard_b.fence())
+        fenced::get::<_, u64>(&mut resource_b, "ledger:none", guard_b.fence(), None)
             .await
             .unwrap(),
         None
     );
     guard_b.release().await.unwrap();
     drop(guard_a);
+}
+
+/// Found by review: a claim kept the expiry the last write gave the fence
+/// key, so it could lapse before the claimant wrote, and a stale writer's
+/// write got through again. A claim lasts at least as long as asked.
+#[tokio::test]
+async fn a_claim_lasts_as_long_as_asked_not_as_the_last_write_said() {
+    let server = RedisServer::start();
+    let mut conn = resource(&server).await;
+    let short = Duration::from_millis(300);
+    fenced::set(&mut conn, "ledger:total", 1, 100, Some(short))
+        .await
+        .unwrap();
+    let read: u64 = fenced::get(&mut conn, "ledger:total", 2, Some(Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .expect("a value");
+    assert_eq!(read, 100);
+    // Past the expiry the last write gave: the claim still holds.
+    tokio::time::sleep(short + Duration::from_millis(200)).await;
+    let stale = fenced::set(&mut conn, "ledger:total", 1, 1000, Some(short)).await;
+    assert!(
+        matches!(stale, Err(Error::StaleFence { highest: 2, .. })),
+        "{stale:?}"
+    );
+    // A claim never shortens the fence key's life, and without an expiry
+    // it has none.
+    let _: Option<u64> = fenced::get(&mut conn, "ledger:total", 2, Some(short))
+        .await
+        .unwrap();
+    let left: i64 = redis::cmd("PTTL")
+        .arg(fenced::fence_key("ledger:total"))
+        .query(&mut server.connection())
+        .unwrap();
+    assert!(left > 20_000, "shortened to {left} ms");
+    let _: Option<u64> = fenced::get(&mut conn, "ledger:total", 2, None)
+        .await
+        .unwrap();
+    let left: i64 = redis::cmd("PTTL")
+        .arg(fenced::fence_key("ledger:total"))
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(left, -1, "no expiry");
 }
