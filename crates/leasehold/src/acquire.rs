@@ -250,6 +250,10 @@ where
         tokio::pin!(closing);
         closing.as_mut().enable();
         if core.is_closed() {
+            // What an attempt may have taken, or a place in the queue, is
+            // given back before failing: after close the client's watchdog
+            // gives back only in the background, which close does not wait for.
+            pending.leave().await;
             return Err(Error::Closed);
         }
         // Register for the wake-ups before trying, so a release that lands
@@ -475,22 +479,23 @@ impl<C: Core> PendingAttempt<'_, '_, C> {
         })
     }
 
-    /// Releases a grant that came too late to use, and waits for the
-    /// server's answer, so that no release of this hold is left in flight
-    /// when the caller tries again with the same hold. If the answer does
-    /// not come, the release goes on in the background and the acquire
-    /// fails: a retry with this hold could race it.
     /// Gives the attempt back after the client was closed; the error to
     /// fail with ([`Error::Closed`], whatever became of the give-back: one
     /// that failed goes on in the background).
     async fn closed(&mut self) -> Error {
         if let Err(e) = self.give_back().await {
             tracing::debug!(lock = %self.target.name, error = %e,
-                "giving back an acquisition made as the client closed failed; retrying in the background");
+                "giving back an acquisition made as the client closed failed");
         }
         Error::Closed
     }
 
+    /// Releases a grant that came too late to use (or was made as the
+    /// client closed), and waits for the server's answer, so that no
+    /// release of this hold is left in flight when the caller tries again
+    /// with the same hold. If the answer does not come, the release goes on
+    /// in the background and the acquire fails: a retry with this hold
+    /// could race it.
     async fn give_back(&mut self) -> Result<()> {
         let t = self.target;
         match t.core.give_back(t.kind, t.keys, t.hold, t.queued()).await {
@@ -501,7 +506,7 @@ impl<C: Core> PendingAttempt<'_, '_, C> {
             }
             Err(e) => {
                 tracing::warn!(lock = %t.name, error = %e,
-                    "giving back a grant that came too late failed; retrying in the background");
+                    "giving back a grant failed; retrying in the background");
                 self.release_in_background();
                 Err(e)
             }
@@ -781,6 +786,9 @@ mod tests {
         Hang,
         /// The client is closed while the attempt is in flight; granted.
         GrantedAfterClose(u64),
+        /// The client is closed while the attempt is in flight; no answer
+        /// (it may have been granted).
+        TransientAfterClose,
     }
 
     type Attempt<'a> = Pin<Box<dyn Future<Output = Result<Acquire>> + 'a>>;
@@ -825,6 +833,13 @@ mod tests {
                     Step::GrantedAfterClose(fence) => {
                         core.close();
                         Ok(Acquire::Acquired { fence })
+                    }
+                    Step::TransientAfterClose => {
+                        core.close();
+                        Err(Error::Unreachable {
+                            addr: "fake".into(),
+                            source: std::io::Error::other("connection reset").into(),
+                        })
                     }
                 }
             })
@@ -1283,6 +1298,20 @@ mod tests {
         assert_eq!(
             core.entries(),
             ["attempt", "give-back sent", "give-back answered"]
+        );
+    }
+
+    /// Found by review: closed while an attempt got no answer (it may have
+    /// been granted), the acquisition failed with `Closed` and left the
+    /// give-back to the background, which `close` does not wait for.
+    #[tokio::test(start_paused = true)]
+    async fn a_close_after_an_unanswered_attempt_gives_it_back_before_failing() {
+        let core = FakeCore::new();
+        let result = run(&core, false, WAIT, &[Step::TransientAfterClose]).await;
+        assert!(matches!(result, Err(Error::Closed)), "{result:?}");
+        assert_eq!(
+            core.entries(),
+            ["attempt", "release sent", "release answered"]
         );
     }
 

@@ -523,7 +523,8 @@ impl Client {
     /// until the TTL runs out.
     ///
     /// Afterwards the client takes no more locks ([`Error::Closed`]): callers
-    /// waiting to acquire get that error at once, and an attempt in flight
+    /// waiting to acquire get that error at once (after leaving the queue
+    /// they waited in, one round trip), and an attempt in flight
     /// gives back what it took and fails with it once its request is
     /// answered (with [`ClientBuilder::min_replicas`], once the replicas'
     /// WAIT is); `close` does not wait for that. The guards still alive report

@@ -41,9 +41,13 @@
 //! fence only when writing).
 //!
 //! The fence key must live as long as the value and as long as a stale
-//! writer might still write: it has no expiry unless one is asked for, and
-//! then both keys get the same one. Writers of one key must all go through
-//! the fence check; a plain `SET` bypasses it.
+//! writer might still write: it has no expiry unless one is asked for. A
+//! [`set`] with an expiry gives both keys that one; a [`get`] with one makes
+//! the fence key last at least that long (never shorter than it would
+//! have); a [`get`] without one leaves the fence key with no expiry, so
+//! where the values expire, claim with an expiry too, or one fence key per
+//! value stays behind. Writers of one key must all go through the fence
+//! check; a plain `SET` bypasses it.
 //!
 //! For SQL the same idea is a condition on the row; see the README's
 //! fencing recipe and `examples/fenced_postgres.rs`.
@@ -72,9 +76,7 @@ pub const SET_SCRIPT: &str = include_str!("scripts/fenced_set.lua");
 static SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SET_SCRIPT));
 
 /// The fenced read as a standalone Lua script, for any Redis client:
-/// `EVAL <script> 2 <key> <fence key> <fence>`.
-///
-/// `EVAL <script> 2 <key> <fence key> <fence> [<claim ms>]`: if `<fence>`
+/// `EVAL <script> 2 <key> <fence key> <fence> [<claim ms>]`. If `<fence>`
 /// is at least the number stored at `<fence key>` (or none is), it stores
 /// `<fence>` there and returns `<key>`'s value; otherwise it changes
 /// nothing and replies with an error that starts with `STALE`. With
