@@ -413,14 +413,7 @@ impl Redlock {
                 // that is not (a node that lost its copy, another slow)
                 // waits for more answers, up to the node timeout.
                 |so_far| {
-                    (0..leases.len()).all(|i| {
-                        self.tally(
-                            so_far
-                                .iter()
-                                .map(|r| r.as_ref().ok().and_then(|v| v.get(i).copied())),
-                        )
-                        .is_some()
-                    })
+                    (0..leases.len()).all(|i| self.lease_tally(so_far.iter().copied(), i).is_some())
                 },
             )
             .await;
@@ -448,13 +441,7 @@ impl Redlock {
             }
         }
         let verdicts: Vec<Option<Owned>> = (0..leases.len())
-            .map(|i| {
-                self.tally(
-                    results
-                        .iter()
-                        .map(|r| r.as_ref().ok().and_then(|v| v.get(i).copied())),
-                )
-            })
+            .map(|i| self.lease_tally(&results, i))
             .collect();
         self.retake_missing(kind, leases, sent, &results, &verdicts)
             .await;
@@ -556,24 +543,13 @@ impl Redlock {
                         scripts::extend(&node, kind, &[lease]).await
                     }
                 },
-                |so_far| {
-                    self.tally(
-                        so_far
-                            .iter()
-                            .map(|r| r.as_ref().ok().and_then(|v| v.first().copied())),
-                    )
-                    .is_some()
-                },
+                |so_far| self.lease_tally(so_far.iter().copied(), 0).is_some(),
                 |_| false,
             )
             .await;
         // An extend of a held lease: more copies renewed is only better.
         stragglers.run_on();
-        let decided = self.tally(
-            results
-                .iter()
-                .map(|r| r.as_ref().ok().and_then(|v| v.first().copied())),
-        );
+        let decided = self.lease_tally(&results, 0);
         self.retake_missing(kind, &[lease], sent, &results, &[decided])
             .await;
         self.decided_or_error(decided, &results, |v| v.first() == Some(&Owned::Done))
@@ -597,6 +573,20 @@ impl Redlock {
 
     /// The quorum's view of one owner-checked change, from each node's
     /// outcome (`None`: no answer); `None` if undecided.
+    /// [`Redlock::tally`] of lease `i` of a batch, from each node's answer
+    /// to the batch (an error counts as no answer).
+    fn lease_tally<'r>(
+        &self,
+        answers: impl IntoIterator<Item = &'r Result<Vec<Owned>>>,
+        i: usize,
+    ) -> Option<Owned> {
+        self.tally(
+            answers
+                .into_iter()
+                .map(|r| r.as_ref().ok().and_then(|v| v.get(i).copied())),
+        )
+    }
+
     fn tally(&self, outcomes: impl Iterator<Item = Option<Owned>>) -> Option<Owned> {
         let (mut done, mut missing, mut other) = (0, 0, 0);
         for outcome in outcomes {
