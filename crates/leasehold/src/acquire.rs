@@ -794,6 +794,14 @@ mod tests {
     type Attempt<'a> = Pin<Box<dyn Future<Output = Result<Acquire>> + 'a>>;
 
     /// Attempts that follow `steps`, the last one repeated.
+    /// A transient error: the attempt's outcome is unknown.
+    fn connection_reset() -> Error {
+        Error::Unreachable {
+            addr: "fake".into(),
+            source: std::io::Error::other("connection reset").into(),
+        }
+    }
+
     fn script<'a>(core: &'a FakeCore, steps: &[Step]) -> impl FnMut() -> Attempt<'a> + 'a {
         let mut steps = VecDeque::from(steps.to_vec());
         move || {
@@ -825,10 +833,7 @@ mod tests {
                         tokio::time::sleep(TTL + Duration::from_millis(10)).await;
                         Ok(Acquire::Acquired { fence })
                     }
-                    Step::Transient => Err(Error::Unreachable {
-                        addr: "fake".into(),
-                        source: std::io::Error::other("connection reset").into(),
-                    }),
+                    Step::Transient => Err(connection_reset()),
                     Step::Hang => std::future::pending().await,
                     Step::GrantedAfterClose(fence) => {
                         core.close();
@@ -836,10 +841,7 @@ mod tests {
                     }
                     Step::TransientAfterClose => {
                         core.close();
-                        Err(Error::Unreachable {
-                            addr: "fake".into(),
-                            source: std::io::Error::other("connection reset").into(),
-                        })
+                        Err(connection_reset())
                     }
                 }
             })

@@ -201,7 +201,7 @@ impl Servers {
         owner: &str,
         call: &str,
     ) -> Result<Owned> {
-        scripts::reentrant_release_any(self.single("ReentrantLock")?, keys, owner, call).await
+        scripts::reentrant_release(self.single("ReentrantLock")?, keys, owner, "", Some(call)).await
     }
 
     pub(crate) async fn rw_acquire(

@@ -120,7 +120,7 @@ static REENTRANT: Description = Description {
     extend: &REENTRANT_EXTEND,
     renews_too: None,
     // Any owner's hold, by its id.
-    release: |b, k, hold, _| Box::pin(reentrant_release(b, k, "", hold)),
+    release: |b, k, hold, _| Box::pin(reentrant_release(b, k, "", hold, None)),
     hands_off: false,
     retakes_on_redlock: false,
 };
@@ -518,47 +518,25 @@ pub(crate) async fn reentrant_acquire(
 }
 
 /// Gives back one hold of a reentrant lock: hold `hold` of `owner` (or of
-/// whoever holds it, if empty). Frees the lock and wakes waiters when no
-/// hold is left.
+/// whoever holds it, if `owner` is empty); or, with `hold` empty, any one
+/// hold of `owner`, once for the call `call` (a unique id, required then):
+/// run twice, the script answers what its first run did. Frees the lock and
+/// wakes waiters when no hold is left.
 pub(crate) async fn reentrant_release(
     backend: &Backend,
     keys: &LockKeys,
     owner: &str,
     hold: &str,
+    call: Option<&str>,
 ) -> Result<Owned> {
     let mut invocation = REENTRANT_RELEASE.prepare_invoke();
     invocation
         .key(keys.lock())
         .key(keys.channel())
         .key(keys.fence());
-    reentrant_release_with(backend, keys, invocation, owner, hold).await
-}
-
-/// Gives back any one hold of `owner`, once for the call `call` (a unique
-/// id): run twice, the script answers what its first run did.
-pub(crate) async fn reentrant_release_any(
-    backend: &Backend,
-    keys: &LockKeys,
-    owner: &str,
-    call: &str,
-) -> Result<Owned> {
-    let record = keys.call(call);
-    let mut invocation = REENTRANT_RELEASE.prepare_invoke();
-    invocation
-        .key(keys.lock())
-        .key(keys.channel())
-        .key(keys.fence())
-        .key(&record);
-    reentrant_release_with(backend, keys, invocation, owner, "").await
-}
-
-async fn reentrant_release_with(
-    backend: &Backend,
-    keys: &LockKeys,
-    mut invocation: redis::ScriptInvocation<'_>,
-    owner: &str,
-    hold: &str,
-) -> Result<Owned> {
+    if let Some(call) = call {
+        invocation.key(keys.call(call));
+    }
     invocation
         .arg(owner)
         .arg(hold)
