@@ -5,9 +5,10 @@
 //! runtime would then stop the clock that lease validity is measured on,
 //! while Redis keeps expiring keys in real time.)
 
-#[cfg(not(test))]
+#[cfg(not(any(test, leasehold_sim)))]
 pub(crate) use std::time::Instant;
-#[cfg(test)]
+// The simulator (`--cfg leasehold_sim`, never a user's build) runs on a paused clock too.
+#[cfg(any(test, leasehold_sim))]
 pub(crate) use tokio::time::Instant;
 
 /// Waits until `at`.
@@ -25,12 +26,12 @@ pub(crate) async fn timeout_at<F: std::future::Future>(
         .ok()
 }
 
-#[cfg(not(test))]
+#[cfg(not(any(test, leasehold_sim)))]
 fn tokio_instant(at: Instant) -> tokio::time::Instant {
     tokio::time::Instant::from_std(at)
 }
 
-#[cfg(test)]
+#[cfg(any(test, leasehold_sim))]
 fn tokio_instant(at: Instant) -> tokio::time::Instant {
     at
 }

@@ -21,7 +21,11 @@
 //! while after their last waiter leaves, so a hot lock does not pay a
 //! SUBSCRIBE and UNSUBSCRIBE per contended acquisition.
 
+#[cfg(not(leasehold_sim))]
 use std::collections::{HashMap, HashSet};
+
+#[cfg(leasehold_sim)]
+use crate::sim::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -244,7 +248,7 @@ impl Events {
             let entry = channels.entry(channel.to_owned()).or_insert_with(|| Entry {
                 refs: 0,
                 notify: Arc::new(Notify::new()),
-                waiters: HashMap::new(),
+                waiters: HashMap::default(),
                 subscribed: false,
                 idle_since: Instant::now(),
             });
@@ -316,7 +320,7 @@ impl Drop for Subscription {
 
 /// Makes the server's subscriptions follow the registry, one call at a time.
 async fn run(shared: Arc<Shared>, servers: impl Channels, mut rx: mpsc::UnboundedReceiver<Ensure>) {
-    let mut on_server: HashSet<String> = HashSet::new();
+    let mut on_server: HashSet<String> = HashSet::default();
     let mut sweep = tokio::time::interval(LINGER / 2);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -225,6 +225,9 @@ mod rwlock;
 mod scripts;
 mod semaphore;
 mod servers;
+#[cfg(leasehold_sim)]
+#[doc(hidden)]
+pub mod sim;
 mod telemetry;
 mod token;
 mod watchdog;

@@ -19,7 +19,12 @@
 //! The task knows every lease its client holds, renewed or not, so that
 //! [`Watchdog::close`] can give them all back.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+#[cfg(not(leasehold_sim))]
+use std::collections::HashMap;
+use std::collections::{BTreeMap, VecDeque};
+
+#[cfg(leasehold_sim)]
+use crate::sim::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -217,7 +222,7 @@ struct State<D> {
 async fn run<D: Door>(servers: D, mut rx: mpsc::UnboundedReceiver<Command>) {
     let mut state = State {
         servers,
-        leases: HashMap::new(),
+        leases: HashMap::default(),
         queue: BTreeMap::new(),
         backlog: VecDeque::new(),
         releasing: FuturesUnordered::new(),

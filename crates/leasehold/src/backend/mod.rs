@@ -144,6 +144,10 @@ enum Conn {
     Cluster(ClusterConnection, Arc<subscriber::Subscriber>),
     #[cfg(feature = "sentinel")]
     Sentinel(Arc<sentinel::Followed>),
+    /// A simulated connection (`--cfg leasehold_sim` only): commands and
+    /// subscriptions cross the simulator's wire.
+    #[cfg(leasehold_sim)]
+    Sim(Arc<dyn crate::sim::Wire>),
 }
 
 /// The connection one command goes out on.
@@ -151,6 +155,8 @@ enum Live {
     Single(ConnectionManager),
     #[cfg(feature = "cluster")]
     Cluster(ClusterConnection),
+    #[cfg(leasehold_sim)]
+    Sim(Arc<dyn crate::sim::Wire>),
 }
 
 impl ConnectionLike for Live {
@@ -159,6 +165,11 @@ impl ConnectionLike for Live {
             Live::Single(c) => c.req_packed_command(cmd),
             #[cfg(feature = "cluster")]
             Live::Cluster(c) => c.req_packed_command(cmd),
+            #[cfg(leasehold_sim)]
+            Live::Sim(w) => {
+                let reply = w.request(cmd);
+                Box::pin(async move { reply.await?.extract_error() })
+            }
         }
     }
 
@@ -172,6 +183,15 @@ impl ConnectionLike for Live {
             Live::Single(c) => c.req_packed_commands(pipeline, offset, count),
             #[cfg(feature = "cluster")]
             Live::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            #[cfg(leasehold_sim)]
+            Live::Sim(w) => {
+                assert!(
+                    offset == 0 && count == pipeline.len(),
+                    "the simulator models plain pipelines, not MULTI"
+                );
+                let replies = w.pipeline(pipeline.cmd_iter().cloned().collect());
+                Box::pin(replies)
+            }
         }
     }
 
@@ -180,6 +200,8 @@ impl ConnectionLike for Live {
             Live::Single(c) => c.get_db(),
             #[cfg(feature = "cluster")]
             Live::Cluster(c) => c.get_db(),
+            #[cfg(leasehold_sim)]
+            Live::Sim(_) => 0,
         }
     }
 }
@@ -220,7 +242,12 @@ impl Backend {
         options: &ConnectOptions,
         on_push: impl Fn(PushInfo) + Send + Sync + 'static,
     ) -> Result<Backend> {
-        let (client, pushes, addr) = prepare(url, options, Arc::new(on_push))?;
+        let on_push: OnPush = Arc::new(on_push);
+        #[cfg(leasehold_sim)]
+        if let Some(wire) = crate::sim::dial(url, options.command_timeout, Arc::clone(&on_push)) {
+            return Backend::simulated(url, wire, options).await;
+        }
+        let (client, pushes, addr) = prepare(url, options, on_push)?;
         let manager = ConnectionManager::new_with_config(client, pushes.config(options))
             .await
             .map_err(|e| Error::from_redis(e, &addr, ""))?;
@@ -237,7 +264,14 @@ impl Backend {
         options: &ConnectOptions,
         on_push: impl Fn(PushInfo) + Send + Sync + 'static,
     ) -> Result<(Backend, Option<Error>)> {
-        let (client, pushes, addr) = prepare(url, options, Arc::new(on_push))?;
+        let on_push: OnPush = Arc::new(on_push);
+        #[cfg(leasehold_sim)]
+        if let Some(wire) = crate::sim::dial(url, options.command_timeout, Arc::clone(&on_push)) {
+            return Backend::simulated(url, wire, options)
+                .await
+                .map(|b| (b, None));
+        }
+        let (client, pushes, addr) = prepare(url, options, on_push)?;
         let config = pushes.config(options);
         match ConnectionManager::new_with_config(client.clone(), config.clone()).await {
             Ok(manager) => {
@@ -336,6 +370,19 @@ impl Backend {
         Ok(backend)
     }
 
+    /// A backend on the simulator's wire (`--cfg leasehold_sim` only).
+    #[cfg(leasehold_sim)]
+    async fn simulated(
+        url: &str,
+        wire: std::result::Result<Arc<dyn crate::sim::Wire>, redis::RedisError>,
+        options: &ConnectOptions,
+    ) -> Result<Backend> {
+        let wire = wire.map_err(|e| Error::from_redis(e, url, ""))?;
+        let backend = Backend::new(Conn::Sim(wire), url.to_owned(), options);
+        backend.check_server().await?;
+        Ok(backend)
+    }
+
     /// The server's address, for messages (never includes credentials).
     pub(crate) fn addr(&self) -> &str {
         &self.addr
@@ -348,6 +395,8 @@ impl Backend {
             Conn::Cluster(c, _) => Live::Cluster(c.clone()),
             #[cfg(feature = "sentinel")]
             Conn::Sentinel(f) => Live::Single(f.current()),
+            #[cfg(leasehold_sim)]
+            Conn::Sim(w) => Live::Sim(Arc::clone(w)),
         }
     }
 
@@ -587,6 +636,11 @@ impl Backend {
             Conn::Cluster(_, s) => s.subscribe(channel).await,
             #[cfg(feature = "sentinel")]
             Conn::Sentinel(f) => f.subscribe(channel).await,
+            #[cfg(leasehold_sim)]
+            Conn::Sim(w) => w
+                .subscribe(channel)
+                .await
+                .map_err(|e| Error::from_redis(e, &self.addr, "")),
         }
         .inspect_err(|e| self.note(e))
     }
@@ -599,6 +653,11 @@ impl Backend {
             Conn::Cluster(_, s) => s.unsubscribe(channel).await,
             #[cfg(feature = "sentinel")]
             Conn::Sentinel(f) => f.unsubscribe(channel).await,
+            #[cfg(leasehold_sim)]
+            Conn::Sim(w) => w
+                .unsubscribe(channel)
+                .await
+                .map_err(|e| Error::from_redis(e, &self.addr, "")),
         }
         .inspect_err(|e| self.note(e))
     }

@@ -1,0 +1,345 @@
+//! The command line of `leasehold-sim`.
+//!
+//! ```text
+//! leasehold-sim --seed N [--trace] [--set key=value ...]   replay one schedule
+//! leasehold-sim --seeds K [--from S] [--jobs J]            run K schedules
+//! leasehold-sim --minutes M [--from S] [--jobs J]          run schedules for M minutes
+//! ```
+//!
+//! Exit status: 0 when no SAFE schedule broke an invariant, 1 otherwise,
+//! 2 for bad arguments.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use leasehold_sim::schedule::{self, Config, Outcome};
+
+struct Args {
+    seed: Option<u64>,
+    seeds: Option<u64>,
+    minutes: Option<f64>,
+    from: u64,
+    jobs: usize,
+    trace: bool,
+    shrink: bool,
+    sets: Vec<(String, String)>,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut args = Args {
+        seed: None,
+        seeds: None,
+        minutes: None,
+        from: 1,
+        jobs: 1,
+        trace: false,
+        shrink: true,
+        sets: Vec::new(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = |flag: &str| it.next().ok_or(format!("{flag} needs a value"));
+        match arg.as_str() {
+            "--seed" => args.seed = Some(number(&value("--seed")?, "--seed")?),
+            "--seeds" => args.seeds = Some(number(&value("--seeds")?, "--seeds")?),
+            "--minutes" => {
+                let v = value("--minutes")?;
+                args.minutes = Some(
+                    v.parse()
+                        .map_err(|_| format!("--minutes: not a number: {v}"))?,
+                );
+            }
+            "--from" => args.from = number(&value("--from")?, "--from")?,
+            "--jobs" => args.jobs = number(&value("--jobs")?, "--jobs")?.max(1) as usize,
+            "--trace" => args.trace = true,
+            "--no-shrink" => args.shrink = false,
+            "--set" => {
+                let v = value("--set")?;
+                let (k, val) = v
+                    .split_once('=')
+                    .ok_or(format!("--set takes key=value, got {v}"))?;
+                args.sets.push((k.to_owned(), val.to_owned()));
+            }
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    if args.seed.is_none() && args.seeds.is_none() && args.minutes.is_none() {
+        return Err("give --seed N, --seeds K or --minutes M".into());
+    }
+    Ok(args)
+}
+
+fn number(v: &str, flag: &str) -> Result<u64, String> {
+    v.parse().map_err(|_| format!("{flag}: not a number: {v}"))
+}
+
+const USAGE: &str = "usage: leasehold-sim --seed N [--trace] [--set key=value ...] [--no-shrink]
+       leasehold-sim --seeds K [--from S] [--jobs J]
+       leasehold-sim --minutes M [--from S] [--jobs J]
+keys for --set: processes tasks names ops ttl_ms length_ms delay_ms slow reset_before reset_after injected (count kept)";
+
+/// The configuration of `seed` with the `--set` changes.
+fn config(seed: u64, sets: &[(String, String)]) -> Result<Config, String> {
+    let mut c = Config::draw(seed);
+    for (k, v) in sets {
+        let n = || {
+            v.parse::<u64>()
+                .map_err(|_| format!("--set {k}: not a number: {v}"))
+        };
+        let f = || {
+            v.parse::<f64>()
+                .map_err(|_| format!("--set {k}: not a number: {v}"))
+        };
+        match k.as_str() {
+            "processes" => c.processes = n()? as usize,
+            "tasks" => c.tasks = n()? as usize,
+            "names" => c.names = n()? as usize,
+            "ops" => c.ops = n()? as usize,
+            "ttl_ms" => c.ttl = Duration::from_millis(n()?),
+            "length_ms" => c.length = Duration::from_millis(n()?),
+            "delay_ms" => c.faults.max_delay_ms = n()?,
+            "slow" => c.faults.slow = f()?,
+            "reset_before" => c.faults.reset_before = f()?,
+            "reset_after" => c.faults.reset_after = f()?,
+            "injected" => {
+                let keep: Vec<usize> = if v.is_empty() {
+                    Vec::new()
+                } else {
+                    v.split(',')
+                        .map(|i| {
+                            i.parse()
+                                .map_err(|_| format!("--set injected: indexes, got {v}"))
+                        })
+                        .collect::<Result<_, _>>()?
+                };
+                c.injected = keep
+                    .iter()
+                    .filter_map(|&i| c.injected.get(i).cloned())
+                    .collect();
+            }
+            other => return Err(format!("--set: unknown key {other}")),
+        }
+    }
+    Ok(c)
+}
+
+pub(crate) fn main() -> i32 {
+    let args = match parse() {
+        Ok(args) => args,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("leasehold-sim: {e}");
+            }
+            eprintln!("{USAGE}");
+            return 2;
+        }
+    };
+    if let Some(seed) = args.seed {
+        return replay(seed, &args);
+    }
+    many(&args)
+}
+
+fn replay(seed: u64, args: &Args) -> i32 {
+    let config = match config(seed, &args.sets) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("leasehold-sim: {e}");
+            return 2;
+        }
+    };
+    let started = Instant::now();
+    let outcome = schedule::run(&config, args.trace);
+    if let Some(full) = &outcome.full {
+        for line in full {
+            println!("{line}");
+        }
+    }
+    println!("config: {:?}", outcome.config);
+    println!(
+        "seed {seed}: {} acquisitions, {} operations, {} server commands, {} events in {:.2?}",
+        outcome.acquisitions,
+        outcome.operations,
+        outcome.commands,
+        outcome.events,
+        started.elapsed()
+    );
+    println!("history digest {:016x}", outcome.digest);
+    if outcome.violations.is_empty() {
+        println!("no violations");
+        return 0;
+    }
+    report(&outcome);
+    if args.shrink {
+        shrink(seed, args, &outcome);
+    }
+    i32::from(config.unsafe_label().is_none())
+}
+
+fn report(outcome: &Outcome) {
+    if outcome.full.is_none() {
+        println!("--- the last {} events:", outcome.recent.len());
+        for line in &outcome.recent {
+            println!("{line}");
+        }
+    }
+    let label = outcome
+        .config
+        .unsafe_label()
+        .map_or("SAFE".to_owned(), |l| format!("UNSAFE ({l}, documented)"));
+    println!(
+        "--- {} violations in a {label} schedule:",
+        outcome.violations.len()
+    );
+    for v in &outcome.violations {
+        println!("{}: {}", v.invariant, v.detail);
+    }
+}
+
+/// Tries smaller versions of a failing schedule and prints the smallest
+/// that still breaks the same invariant, with the command to replay it.
+fn shrink(seed: u64, args: &Args, failed: &Outcome) {
+    let invariant = failed.violations[0].invariant;
+    let fails = |sets: &[(String, String)]| -> bool {
+        config(seed, sets).is_ok_and(|c| {
+            schedule::run(&c, false)
+                .violations
+                .iter()
+                .any(|v| v.invariant == invariant)
+        })
+    };
+    let mut sets = args.sets.clone();
+    let base = &failed.config;
+    let mut candidates: Vec<(&str, Vec<String>)> = vec![
+        ("injected", {
+            let mut v = vec![String::new()];
+            for i in 0..base.injected.len() {
+                v.push(i.to_string());
+            }
+            v
+        }),
+        ("reset_before", vec!["0".into()]),
+        ("reset_after", vec!["0".into()]),
+        ("slow", vec!["0".into()]),
+    ];
+    for (key, max) in [
+        ("processes", base.processes),
+        ("tasks", base.tasks),
+        ("names", base.names),
+        ("ops", base.ops),
+    ] {
+        candidates.push((key, (1..max).map(|n| n.to_string()).collect()));
+    }
+    for (key, values) in candidates {
+        for value in values {
+            let mut trial = sets.clone();
+            trial.retain(|(k, _)| k != key);
+            trial.push((key.to_owned(), value));
+            if fails(&trial) {
+                sets = trial;
+                break;
+            }
+        }
+    }
+    let flags: Vec<String> = sets.iter().map(|(k, v)| format!("--set {k}={v}")).collect();
+    println!(
+        "--- shrunk: still breaks '{invariant}' with: leasehold-sim --seed {seed} --trace {}",
+        flags.join(" ")
+    );
+}
+
+fn many(args: &Args) -> i32 {
+    let started = Instant::now();
+    let budget = args.minutes.map(|m| Duration::from_secs_f64(m * 60.0));
+    let limit = args.seeds.unwrap_or(u64::MAX);
+    let next = std::sync::atomic::AtomicU64::new(0);
+    let results = std::sync::Mutex::new(Vec::<Outcome>::new());
+    std::thread::scope(|scope| {
+        for _ in 0..args.jobs {
+            scope.spawn(|| {
+                loop {
+                    if budget.is_some_and(|b| started.elapsed() >= b) {
+                        return;
+                    }
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= limit {
+                        return;
+                    }
+                    let seed = args.from + i;
+                    let outcome = schedule::run(&Config::draw(seed), false);
+                    if !outcome.violations.is_empty() {
+                        println!(
+                            "seed {seed}: {} ({})",
+                            outcome.violations[0].invariant, outcome.violations[0].detail
+                        );
+                    }
+                    let mut light = outcome;
+                    light.recent.clear();
+                    results
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(light);
+                }
+            });
+        }
+    });
+    let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+    let wall = started.elapsed().as_secs_f64();
+    let acquisitions: u64 = results.iter().map(|o| o.acquisitions).sum();
+    let operations: u64 = results.iter().map(|o| o.operations).sum();
+    let commands: u64 = results.iter().map(|o| o.commands).sum();
+    let mut safe: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    let mut unsafe_: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+    let mut unsafe_runs = 0;
+    for o in &results {
+        match o.config.unsafe_label() {
+            None => {
+                for v in &o.violations {
+                    let seeds = safe.entry(v.invariant).or_default();
+                    if seeds.last() != Some(&o.config.seed) {
+                        seeds.push(o.config.seed);
+                    }
+                }
+            }
+            Some(label) => {
+                unsafe_runs += 1;
+                for v in &o.violations {
+                    *unsafe_.entry((label, v.invariant)).or_default() += 1;
+                }
+            }
+        }
+    }
+    println!(
+        "schedules run: {} ({} with documented-unsafe faults)",
+        results.len(),
+        unsafe_runs
+    );
+    println!(
+        "simulated acquisitions: {acquisitions}; lock operations: {operations}; server commands: {commands}"
+    );
+    println!(
+        "wall {wall:.1} s on {} thread(s): {:.1} schedules/s, {:.0} operations/s, {:.0} acquisitions/s",
+        args.jobs,
+        results.len() as f64 / wall,
+        operations as f64 / wall,
+        acquisitions as f64 / wall
+    );
+    if safe.is_empty() {
+        println!("violations in SAFE schedules: 0");
+    } else {
+        println!("violations in SAFE schedules, by invariant:");
+        for (inv, seeds) in &safe {
+            let shown: Vec<String> = seeds.iter().take(10).map(u64::to_string).collect();
+            println!(
+                "  {inv}: {} schedules (seeds {})",
+                seeds.len(),
+                shown.join(" ")
+            );
+        }
+    }
+    for ((label, inv), n) in &unsafe_ {
+        println!("  documented unsafe ({label}): {inv}: {n}");
+    }
+    i32::from(!safe.is_empty())
+}

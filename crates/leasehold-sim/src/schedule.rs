@@ -1,0 +1,661 @@
+//! One schedule: a world drawn from a seed, simulated processes running the
+//! shipped client against it, faults, and the checker's verdict.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold::{Client, Error};
+use tokio::time::Instant;
+
+use crate::history::{Hold, Sharing, Violation, check_holds};
+use crate::rng::Rng;
+use crate::server::{DumpValue, Flavor};
+use crate::world::{Faults, World};
+
+/// Which servers the clients use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topology {
+    /// One server.
+    Single,
+    /// Redlock over this many independent masters.
+    Redlock(usize),
+}
+
+/// The primitive a schedule's names are used as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `Client::lock`.
+    Lock,
+    /// `Client::fair_lock`.
+    FairLock,
+    /// `Client::reentrant_lock`, one owner per process.
+    Reentrant,
+    /// `Client::rw_lock`: readers and writers.
+    RwLock,
+    /// `Client::semaphore` with this many permits.
+    Semaphore(u32),
+}
+
+impl Kind {
+    fn sharing(self) -> Sharing {
+        match self {
+            Kind::Lock | Kind::FairLock => Sharing::Exclusive,
+            Kind::Reentrant => Sharing::PerOwner,
+            Kind::RwLock => Sharing::ReadWrite,
+            Kind::Semaphore(n) => Sharing::Permits(n),
+        }
+    }
+}
+
+/// A fault the schedule injects at a drawn moment.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Injected {
+    /// A node runs nothing for a while.
+    Pause(String, Duration),
+    /// SCRIPT FLUSH.
+    FlushScripts(String),
+    /// A restart from an AOF written with appendfsync always.
+    RestartAof(String),
+    /// A restart with no data (no persistence): UNSAFE, documented.
+    RestartEmpty(String),
+    /// The server clock steps by µs: UNSAFE beyond the documented bound.
+    ClockStep(String, i64),
+}
+
+impl Injected {
+    /// The documented unsafety this fault brings, if any: violations in a
+    /// schedule with one are counted apart, never as failures.
+    pub fn unsafe_label(&self) -> Option<&'static str> {
+        match self {
+            Injected::RestartEmpty(_) => Some("restart without persistence"),
+            Injected::ClockStep(..) => Some("server clock step"),
+            _ => None,
+        }
+    }
+}
+
+/// Everything a seed decides before the schedule runs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The seed.
+    pub seed: u64,
+    /// Servers.
+    pub topology: Topology,
+    /// The primitive.
+    pub kind: Kind,
+    /// Simulated client processes (one `Client` each).
+    pub processes: usize,
+    /// Tasks per process, each a loop of operations.
+    pub tasks: usize,
+    /// Lock names shared by all.
+    pub names: usize,
+    /// Lease TTL.
+    pub ttl: Duration,
+    /// Operations per task, at most.
+    pub ops: usize,
+    /// The clients' command timeout.
+    pub command_timeout: Duration,
+    /// Network faults.
+    pub faults: Faults,
+    /// Node faults and when (from the start).
+    pub injected: Vec<(Duration, Injected)>,
+    /// Simulated time the workload runs for.
+    pub length: Duration,
+}
+
+impl Config {
+    /// The configuration `seed` draws.
+    pub fn draw(seed: u64) -> Config {
+        let mut r = Rng::new(seed);
+        let topology = match r.below(10) {
+            0..=5 => Topology::Single,
+            6..=8 => Topology::Redlock(3),
+            _ => Topology::Redlock(5),
+        };
+        let kind = if topology == Topology::Single {
+            match r.below(6) {
+                0 | 1 => Kind::Lock,
+                2 => Kind::FairLock,
+                3 => Kind::Reentrant,
+                4 => Kind::RwLock,
+                _ => Kind::Semaphore(r.range(1, 3) as u32),
+            }
+        } else {
+            // Redlock serves Lock only.
+            Kind::Lock
+        };
+        let ttl = Duration::from_millis(*r.pick(&[100, 300, 1000, 3000]));
+        let slow_network = r.chance(0.5);
+        let faults = Faults {
+            max_delay_ms: if slow_network {
+                r.range(1, ttl.as_millis() as u64 * 2)
+            } else {
+                2
+            },
+            slow: if slow_network {
+                r.range(1, 20) as f64 / 100.0
+            } else {
+                0.0
+            },
+            reset_before: if r.chance(0.4) { 0.01 } else { 0.0 },
+            reset_after: if r.chance(0.4) { 0.01 } else { 0.0 },
+        };
+        let length = Duration::from_secs(r.range(3, 12));
+        let nodes = node_names(topology);
+        let mut injected = Vec::new();
+        for _ in 0..r.below(4) {
+            let at = Duration::from_millis(r.below(length.as_millis() as u64));
+            let node = r.pick(&nodes).clone();
+            let fault = match r.below(10) {
+                0..=3 => Injected::Pause(
+                    node,
+                    Duration::from_millis(r.range(1, ttl.as_millis() as u64 * 3)),
+                ),
+                4..=5 => Injected::FlushScripts(node),
+                6..=7 => Injected::RestartAof(node),
+                8 => Injected::RestartEmpty(node),
+                _ => Injected::ClockStep(node, r.range(1, 2_000_000) as i64 - 1_000_000),
+            };
+            injected.push((at, fault));
+        }
+        Config {
+            seed,
+            topology,
+            kind,
+            processes: r.range(2, 4) as usize,
+            tasks: r.range(1, 3) as usize,
+            names: r.range(1, 2) as usize,
+            ttl,
+            ops: 40,
+            command_timeout: Duration::from_millis(*r.pick(&[500, 2000])),
+            faults,
+            injected,
+            length,
+        }
+    }
+
+    /// The documented unsafety of this schedule's faults, if any.
+    pub fn unsafe_label(&self) -> Option<&'static str> {
+        self.injected.iter().find_map(|(_, f)| f.unsafe_label())
+    }
+}
+
+fn node_names(topology: Topology) -> Vec<String> {
+    match topology {
+        Topology::Single => vec!["redis".to_owned()],
+        Topology::Redlock(n) => (0..n).map(|i| format!("node{i}")).collect(),
+    }
+}
+
+/// What one schedule did and found.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The configuration run.
+    pub config: Config,
+    /// The history's digest: equal for equal histories.
+    pub digest: u64,
+    /// Events in the history.
+    pub events: u64,
+    /// Guards handed out.
+    pub acquisitions: u64,
+    /// Lock operations (acquire, try, extend, release) completed.
+    pub operations: u64,
+    /// Server commands run.
+    pub commands: u64,
+    /// Broken invariants.
+    pub violations: Vec<Violation>,
+    /// The last lines of the history (for a report).
+    pub recent: Vec<String>,
+    /// The whole history, when traced.
+    pub full: Option<Vec<String>>,
+}
+
+/// The record the tasks of one schedule share.
+#[derive(Default)]
+struct Record {
+    holds: BTreeMap<String, Vec<Hold>>,
+    acquisitions: u64,
+    operations: u64,
+    violations: Vec<Violation>,
+    /// Fences of accepted fenced writes, per resource key, in order.
+    writes: BTreeMap<String, Vec<(u64, String)>>,
+}
+
+type Shared = Arc<Mutex<Record>>;
+
+fn record(shared: &Shared) -> std::sync::MutexGuard<'_, Record> {
+    shared.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs the schedule of `config` on a runtime of its own (current thread,
+/// paused clock, seeded).
+pub fn run(config: &Config, trace: bool) -> Outcome {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .rng_seed(tokio::runtime::RngSeed::from_bytes(
+            &config.seed.to_le_bytes(),
+        ))
+        .build()
+        .expect("a current-thread runtime");
+    leasehold::sim::seed_random(Some(config.seed.wrapping_mul(0x2545_f491_4f6c_dd1d)));
+    let outcome = runtime.block_on(schedule(config.clone(), trace));
+    leasehold::sim::install(None);
+    leasehold::sim::seed_random(None);
+    outcome
+}
+
+async fn schedule(config: Config, trace: bool) -> Outcome {
+    let mut rng = Rng::new(config.seed ^ 0xa076_1d64_78bd_642f);
+    let names = node_names(config.topology);
+    let mut nodes: Vec<(&str, Flavor)> =
+        names.iter().map(|n| (n.as_str(), Flavor::Redis7)).collect();
+    nodes.push(("resource", Flavor::Redis7));
+    let world = World::new(rng.fork(), config.faults.clone(), &nodes);
+    if trace {
+        world.with_history(|h| h.full = Some(Vec::new()));
+    }
+    world.log(|| format!("CONFIG {config:?}"));
+    let shared: Shared = Arc::default();
+
+    let mut clients = Vec::new();
+    for p in 0..config.processes {
+        leasehold::sim::install(Some(world.dialer(p)));
+        let builder = Client::builder()
+            .command_timeout(config.command_timeout)
+            .ttl_bounds(Duration::from_millis(10), Duration::from_secs(3600));
+        let builder = match config.topology {
+            Topology::Single => builder.url("sim://redis"),
+            Topology::Redlock(_) => builder.redlock(names.iter().map(|n| format!("sim://{n}"))),
+        };
+        match builder.build().await {
+            Ok(client) => clients.push(client),
+            Err(e) => {
+                world.log(|| format!("p{p} could not connect: {e}"));
+            }
+        }
+    }
+    leasehold::sim::install(None);
+
+    let start = Instant::now();
+    let end = start + config.length;
+    let mut tasks = tokio::task::JoinSet::new();
+    for (p, client) in clients.iter().enumerate() {
+        for t in 0..config.tasks {
+            let task = Task {
+                who: format!("p{p}t{t}"),
+                owner: format!("owner-p{p}"),
+                client: client.clone(),
+                world: world.clone(),
+                shared: Arc::clone(&shared),
+                rng: rng.fork(),
+                config: config.clone(),
+                end,
+                resource: world.plain("resource"),
+            };
+            tasks.spawn(task.run());
+        }
+    }
+    for (at, fault) in config.injected.clone() {
+        let world = world.clone();
+        tasks.spawn(async move {
+            tokio::time::sleep_until(start + at).await;
+            inject(&world, &fault);
+        });
+    }
+    // Keys stay bounded by their live holders and waiters.
+    let bound = (config.processes * config.tasks + config.processes) as u64 + 2;
+    {
+        let world = world.clone();
+        let shared = Arc::clone(&shared);
+        let names = names.clone();
+        tasks.spawn(async move {
+            while Instant::now() < end {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                for node in &names {
+                    for key in world.dump(node) {
+                        let size = match &key.value {
+                            DumpValue::Hash(h) => h.len() as u64,
+                            DumpValue::ZSet(z) => z.len() as u64,
+                            DumpValue::String(_) => 0,
+                        };
+                        if size > bound {
+                            record(&shared).violations.push(Violation {
+                                invariant: "a key grows beyond its live holders and waiters",
+                                detail: format!(
+                                    "{node} {}: {size} members, bound {bound}",
+                                    key.key
+                                ),
+                            });
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+    }
+    // Every task ends by itself: its operations are bounded by their
+    // waits and the command timeout; one still running long after is stuck.
+    let stuck_after =
+        config.length + config.ttl * 8 + config.command_timeout * 8 + Duration::from_secs(15);
+    let all_done = tokio::time::timeout(stuck_after, async {
+        while let Some(done) = tasks.join_next().await {
+            if let Err(e) = done
+                && e.is_panic()
+            {
+                std::panic::resume_unwind(e.into_panic());
+            }
+        }
+    })
+    .await;
+    if all_done.is_err() {
+        record(&shared).violations.push(Violation {
+            invariant: "an operation never ended",
+            detail: format!("tasks still running {stuck_after:?} after the start"),
+        });
+    }
+    for (p, client) in clients.iter().enumerate() {
+        let closing = tokio::time::timeout(
+            config.command_timeout * 4 + Duration::from_secs(1),
+            client.close(),
+        )
+        .await;
+        world.log(|| format!("p{p} close: {closing:?}"));
+        if closing.is_err() {
+            record(&shared).violations.push(Violation {
+                invariant: "close() never ended",
+                detail: format!("p{p}"),
+            });
+        }
+    }
+    drop(clients);
+    // Nothing left behind: once every lease and queue window has passed.
+    tokio::time::sleep(config.ttl * 2 + config.command_timeout + Duration::from_secs(8)).await;
+    for node in &names {
+        let left = world.dump(node);
+        if !left.is_empty() {
+            let keys: Vec<String> = left
+                .iter()
+                .map(|k| format!("{} (pttl {:?})", k.key, k.pttl_ms))
+                .collect();
+            record(&shared).violations.push(Violation {
+                invariant: "keys left behind",
+                detail: format!("{node}: {}", keys.join(", ")),
+            });
+        }
+    }
+
+    let mut rec = std::mem::take(&mut *record(&shared));
+    let mut violations = std::mem::take(&mut rec.violations);
+    for (name, holds) in &rec.holds {
+        violations.extend(check_holds(name, config.kind.sharing(), holds));
+    }
+    for (key, writes) in &rec.writes {
+        for pair in writes.windows(2) {
+            if pair[1].0 < pair[0].0 {
+                violations.push(Violation {
+                    invariant: "a fenced resource accepted a stale write",
+                    detail: format!(
+                        "{key}: fence {} ({}) after {} ({})",
+                        pair[1].0, pair[1].1, pair[0].0, pair[0].1
+                    ),
+                });
+            }
+        }
+    }
+    for v in &violations {
+        world.log(|| format!("VIOLATION {}: {}", v.invariant, v.detail));
+    }
+    let (digest, events, recent, full) = world.with_history(|h| {
+        (
+            h.digest(),
+            h.events(),
+            h.recent().cloned().collect(),
+            h.full.take(),
+        )
+    });
+    Outcome {
+        config,
+        digest,
+        events,
+        acquisitions: rec.acquisitions,
+        operations: rec.operations,
+        commands: world.commands(),
+        violations,
+        recent,
+        full,
+    }
+}
+
+fn inject(world: &World, fault: &Injected) {
+    match fault {
+        Injected::Pause(node, length) => world.pause(node, *length),
+        Injected::FlushScripts(node) => world.flush_scripts(node),
+        Injected::RestartAof(node) => world.restart(node, true),
+        Injected::RestartEmpty(node) => world.restart(node, false),
+        Injected::ClockStep(node, us) => world.step_clock(node, *us),
+    }
+}
+
+/// A guard of any primitive.
+enum Guard {
+    Lock(leasehold::LockGuard),
+    Reentrant(leasehold::ReentrantGuard),
+    Read(leasehold::ReadGuard),
+    Write(leasehold::WriteGuard),
+    Permit(leasehold::Permit),
+}
+
+macro_rules! each {
+    ($g:expr, $x:ident => $body:expr) => {
+        match $g {
+            Guard::Lock($x) => $body,
+            Guard::Reentrant($x) => $body,
+            Guard::Read($x) => $body,
+            Guard::Write($x) => $body,
+            Guard::Permit($x) => $body,
+        }
+    };
+}
+
+impl Guard {
+    fn fence(&self) -> u64 {
+        each!(self, g => g.fence())
+    }
+    fn token(&self) -> String {
+        each!(self, g => g.token().to_owned())
+    }
+    fn believes(&self) -> bool {
+        each!(self, g => !g.is_lost() && !g.valid_for().is_zero())
+    }
+    async fn extend(&self, ttl: Duration) -> leasehold::Result<()> {
+        each!(self, g => g.extend(ttl).await)
+    }
+    async fn release(self) -> leasehold::Result<()> {
+        each!(self, g => g.release().await)
+    }
+}
+
+/// One task of a simulated process: a loop of random operations.
+struct Task {
+    who: String,
+    owner: String,
+    client: Client,
+    world: World,
+    shared: Shared,
+    rng: Rng,
+    config: Config,
+    end: Instant,
+    resource: crate::world::SimWire,
+}
+
+fn now_us(start: Instant) -> u64 {
+    Instant::now().duration_since(start).as_micros() as u64
+}
+
+impl Task {
+    async fn run(mut self) {
+        let origin = self.end - self.config.length;
+        for _ in 0..self.config.ops {
+            if Instant::now() >= self.end {
+                break;
+            }
+            let name = format!("n{}", self.rng.below(self.config.names as u64));
+            let ttl = self.config.ttl;
+            let wait = Duration::from_millis(self.rng.below(ttl.as_millis() as u64 * 3));
+            let watchdog = self.rng.chance(0.8);
+            let read = self.config.kind == Kind::RwLock && self.rng.chance(0.5);
+            let try_only = self.rng.chance(0.2);
+            // A caller that gives up: the acquisition's future is dropped
+            // at whatever await point it has reached.
+            let cancel_after = self
+                .rng
+                .chance(0.1)
+                .then(|| Duration::from_micros(self.rng.below(wait.as_micros() as u64 + 5000)));
+            let who = self.who.clone();
+            self.world
+                .log(|| format!("{who} acquire {name} wait {wait:?} try {try_only} read {read}"));
+            let attempt = self.acquire(&name, ttl, wait, watchdog, read, try_only);
+            let result = match cancel_after {
+                Some(after) => match tokio::time::timeout(after, attempt).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        self.world.log(|| format!("{who} cancelled acquire {name}"));
+                        continue;
+                    }
+                },
+                None => attempt.await,
+            };
+            record(&self.shared).operations += 1;
+            let guard = match result {
+                Ok(Some(guard)) => guard,
+                Ok(None) => {
+                    self.world.log(|| format!("{who} {name} busy"));
+                    continue;
+                }
+                Err(e) => {
+                    self.world.log(|| format!("{who} acquire {name}: {e}"));
+                    if matches!(e, Error::Closed) {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            let from_us = now_us(origin);
+            let fence = guard.fence();
+            let token = guard.token();
+            let mut hold = Hold {
+                who: who.clone(),
+                owner: if self.config.kind == Kind::Reentrant {
+                    self.owner.clone()
+                } else {
+                    token.clone()
+                },
+                read,
+                fence,
+                from_us,
+                last_us: from_us,
+            };
+            {
+                let mut r = record(&self.shared);
+                r.acquisitions += 1;
+            }
+            self.world.log(|| {
+                format!(
+                    "{who} HOLDS {name} fence {fence} token {}",
+                    &token[..8.min(token.len())]
+                )
+            });
+            let steps = self.rng.range(1, 3);
+            for _ in 0..steps {
+                let nap = Duration::from_micros(self.rng.below(ttl.as_micros() as u64 * 3 / 2));
+                tokio::time::sleep(nap).await;
+                if !guard.believes() {
+                    self.world.log(|| format!("{who} {name} lost"));
+                    break;
+                }
+                hold.last_us = now_us(origin);
+                if !read && self.rng.chance(0.5) {
+                    self.fenced_write(&name, fence).await;
+                }
+                if self.rng.chance(0.15) {
+                    let ttl2 = Duration::from_millis(
+                        self.rng
+                            .range(ttl.as_millis() as u64 / 2 + 10, ttl.as_millis() as u64 * 2),
+                    );
+                    let extended = guard.extend(ttl2).await;
+                    record(&self.shared).operations += 1;
+                    self.world
+                        .log(|| format!("{who} extend {name} {ttl2:?}: {extended:?}"));
+                }
+            }
+            record(&self.shared)
+                .holds
+                .entry(name.clone())
+                .or_default()
+                .push(hold);
+            if self.rng.chance(0.8) {
+                let released = guard.release().await;
+                record(&self.shared).operations += 1;
+                self.world
+                    .log(|| format!("{who} release {name}: {released:?}"));
+            } else {
+                drop(guard);
+                self.world.log(|| format!("{who} dropped {name}"));
+            }
+        }
+    }
+
+    async fn acquire(
+        &self,
+        name: &str,
+        ttl: Duration,
+        wait: Duration,
+        watchdog: bool,
+        read: bool,
+        try_only: bool,
+    ) -> leasehold::Result<Option<Guard>> {
+        let c = &self.client;
+        macro_rules! go {
+            ($handle:expr, $variant:ident, $acquire:ident, $try:ident) => {{
+                let h = $handle.ttl(ttl).wait(wait).watchdog(watchdog);
+                if try_only {
+                    Ok(h.$try().await?.map(Guard::$variant))
+                } else {
+                    Ok(Some(Guard::$variant(h.$acquire().await?)))
+                }
+            }};
+        }
+        match self.config.kind {
+            Kind::Lock => go!(c.lock(name), Lock, acquire, try_acquire),
+            Kind::FairLock => go!(c.fair_lock(name), Lock, acquire, try_acquire),
+            Kind::Reentrant => go!(
+                c.reentrant_lock(name).owner(self.owner.clone()),
+                Reentrant,
+                acquire,
+                try_acquire
+            ),
+            Kind::RwLock if read => go!(c.rw_lock(name), Read, read, try_read),
+            Kind::RwLock => go!(c.rw_lock(name), Write, write, try_write),
+            Kind::Semaphore(n) => go!(c.semaphore(name, n), Permit, acquire, try_acquire),
+        }
+    }
+
+    /// A write to the fenced resource under the lock, as a holder would.
+    async fn fenced_write(&mut self, name: &str, fence: u64) {
+        let key = format!("res:{name}");
+        let written =
+            leasehold::fenced::set(&mut self.resource, &key, fence, self.who.as_str(), None).await;
+        let who = self.who.clone();
+        self.world
+            .log(|| format!("{who} fenced write {key} fence {fence}: {written:?}"));
+        if written.is_ok() {
+            record(&self.shared)
+                .writes
+                .entry(key)
+                .or_default()
+                .push((fence, who));
+        }
+    }
+}

@@ -1,0 +1,556 @@
+//! The simulated world under the shipped client: servers, the network
+//! between them and the client processes, clocks and faults.
+//!
+//! Every connection of a `sim://<node>` URL is a [`SimWire`]: a request is
+//! carried to its node after a delay drawn from the seed (a connection is
+//! FIFO both ways, as TCP is), run there by the simulated server at the
+//! node's own clock, and its reply carried back after another delay. A
+//! request outlives a caller that gave up on it: it still runs on the
+//! server, as on a real network. Faults come from the [`Faults`] of the
+//! schedule: a connection reset before or after the server ran the
+//! request (the connection then reconnects, subscribes its channels again
+//! and tells the client with a disconnection push, as the library's
+//! `backend/managed.rs` does over redis-rs), a node paused, restarted empty
+//! or from its AOF, its script cache flushed, its clock stepped.
+//!
+//! Everything runs on one current-thread runtime with the paused clock:
+//! time advances only when every task waits, and the order of events is a
+//! function of the seed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use leasehold::sim::{Dialer, OnPush, Wire, WireFuture};
+use redis::{Cmd, PushInfo, PushKind, RedisError, Value};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::history::History;
+use crate::rng::Rng;
+use crate::server::{Flavor, Server};
+
+/// The server clock at the simulation's start: 2026-11-27, in µs.
+const EPOCH_US: u64 = 1_795_000_000_000_000;
+
+/// How often faults and delays happen in one schedule.
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    /// Longest one-way delay of a message, in ms (0: none).
+    pub max_delay_ms: u64,
+    /// Chance that a message is slow (its delay drawn up to the maximum);
+    /// the others take 0-1 ms.
+    pub slow: f64,
+    /// Chance per request of a connection reset before the server runs it.
+    pub reset_before: f64,
+    /// Chance per request of a connection reset after the server ran it
+    /// (the reply is lost).
+    pub reset_after: f64,
+}
+
+/// A server the world holds, with what faults do to it.
+struct Node {
+    server: Server,
+    flavor: Flavor,
+    /// The node's clock minus the world's, in µs (a step moves it).
+    clock_offset_us: i64,
+    /// Until when the node runs nothing (SIGSTOP).
+    paused_until: Option<Instant>,
+}
+
+/// The world's state, behind one lock (one thread runs it all).
+struct State {
+    start: Instant,
+    rng: Rng,
+    faults: Faults,
+    nodes: BTreeMap<String, Node>,
+    conns: BTreeMap<u64, Weak<Conn>>,
+    next_conn: u64,
+    history: History,
+    /// Server commands run, over all nodes.
+    commands: u64,
+}
+
+/// The simulated world; cheap to clone.
+#[derive(Clone)]
+pub struct World(Arc<Mutex<State>>);
+
+/// What happens to one request on the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Delivered,
+    ResetBefore,
+    ResetAfter,
+}
+
+impl World {
+    /// A world of `nodes` (name and flavor), its choices from `rng`.
+    pub fn new(rng: Rng, faults: Faults, nodes: &[(&str, Flavor)]) -> World {
+        let nodes = nodes
+            .iter()
+            .map(|&(name, flavor)| {
+                let node = Node {
+                    server: Server::new(flavor),
+                    flavor,
+                    clock_offset_us: 0,
+                    paused_until: None,
+                };
+                (name.to_owned(), node)
+            })
+            .collect();
+        World(Arc::new(Mutex::new(State {
+            start: Instant::now(),
+            rng,
+            faults,
+            nodes,
+            conns: BTreeMap::new(),
+            next_conn: 1,
+            history: History::default(),
+            commands: 0,
+        })))
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Simulated ms since the start (for the history).
+    pub fn now_ms(&self) -> f64 {
+        let start = self.state().start;
+        Instant::now().duration_since(start).as_secs_f64() * 1000.0
+    }
+
+    /// Appends a line to the history (and its digest).
+    pub fn log(&self, line: impl FnOnce() -> String) {
+        let mut s = self.state();
+        let at = Instant::now().duration_since(s.start);
+        s.history.push(at, line());
+    }
+
+    /// Runs `f` on the history.
+    pub fn with_history<T>(&self, f: impl FnOnce(&mut History) -> T) -> T {
+        f(&mut self.state().history)
+    }
+
+    /// Server commands run so far, over all nodes.
+    pub fn commands(&self) -> u64 {
+        self.state().commands
+    }
+
+    /// A dialer for the library's `sim://<node>` URLs, for the process `process`.
+    pub fn dialer(&self, process: usize) -> Arc<dyn Dialer> {
+        Arc::new(ProcessDialer {
+            world: self.clone(),
+            process,
+        })
+    }
+
+    /// A direct connection to `node` for the workload's own commands (the
+    /// fenced resource); no faults.
+    pub fn plain(&self, node: &str) -> SimWire {
+        let conn = self.connect(
+            node,
+            usize::MAX,
+            Duration::from_secs(3600),
+            Arc::new(|_| {}),
+        );
+        SimWire {
+            conn,
+            faultless: true,
+        }
+    }
+
+    fn connect(&self, node: &str, process: usize, timeout: Duration, on_push: OnPush) -> Arc<Conn> {
+        let mut s = self.state();
+        assert!(s.nodes.contains_key(node), "no simulated node {node:?}");
+        let id = s.next_conn;
+        s.next_conn += 1;
+        let now = Instant::now();
+        let conn = Arc::new(Conn {
+            world: self.clone(),
+            id,
+            node: node.to_owned(),
+            process,
+            timeout,
+            on_push,
+            lines: Mutex::new(Lines {
+                subscribed: BTreeSet::new(),
+                to_server: now,
+                to_client: now,
+            }),
+        });
+        s.conns.insert(id, Arc::downgrade(&conn));
+        conn
+    }
+
+    /// The server time of `node` now, in µs.
+    fn node_now_us(s: &State, node: &Node) -> u64 {
+        let elapsed = Instant::now().duration_since(s.start).as_micros() as i64;
+        (EPOCH_US as i64 + elapsed + node.clock_offset_us) as u64
+    }
+
+    /// Draws one message's delay.
+    fn delay(s: &mut State) -> Duration {
+        let f = &s.faults;
+        let (slow, max) = (f.slow, f.max_delay_ms);
+        let us = if max > 0 && s.rng.chance(slow) {
+            s.rng.below(max * 1000)
+        } else {
+            s.rng.below(1000)
+        };
+        Duration::from_micros(us)
+    }
+
+    fn fate(s: &mut State) -> Fate {
+        let (before, after) = (s.faults.reset_before, s.faults.reset_after);
+        if s.rng.chance(before) {
+            Fate::ResetBefore
+        } else if s.rng.chance(after) {
+            Fate::ResetAfter
+        } else {
+            Fate::Delivered
+        }
+    }
+
+    /// Until when `node` is paused, if it is now.
+    fn paused_until(&self, node: &str) -> Option<Instant> {
+        let s = self.state();
+        let until = s.nodes.get(node)?.paused_until?;
+        (until > Instant::now()).then_some(until)
+    }
+
+    /// Runs `args` on `node` for connection `conn` now, and carries what it
+    /// published to the subscribers.
+    fn exec(&self, node: &str, conn: u64, args: &[Vec<u8>]) -> Value {
+        let mut s = self.state();
+        s.commands += 1;
+        let n = s.nodes.get(node).expect("a node of the world");
+        let now_us = World::node_now_us(&s, n);
+        let n = s.nodes.get_mut(node).expect("a node of the world");
+        let reply = n.server.exec(conn, now_us, args);
+        let deliveries = n.server.take_deliveries();
+        let mut pushes = Vec::new();
+        for d in deliveries {
+            if let Some(target) = s.conns.get(&d.conn).and_then(Weak::upgrade) {
+                let delay = World::delay(&mut s);
+                pushes.push((target, d.push, delay));
+            }
+        }
+        drop(s);
+        for (target, push, delay) in pushes {
+            target.push_later(push, delay);
+        }
+        reply
+    }
+
+    /// Fault: `node` runs nothing for `length` (requests wait, as on a
+    /// SIGSTOPped server).
+    pub fn pause(&self, node: &str, length: Duration) {
+        let mut s = self.state();
+        if let Some(n) = s.nodes.get_mut(node) {
+            n.paused_until = Some(Instant::now() + length);
+        }
+        drop(s);
+        self.log(|| format!("FAULT pause {node} for {length:?}"));
+    }
+
+    /// Fault: `node`'s clock jumps by `step_us` (negative: back).
+    pub fn step_clock(&self, node: &str, step_us: i64) {
+        if let Some(n) = self.state().nodes.get_mut(node) {
+            n.clock_offset_us += step_us;
+        }
+        self.log(|| format!("FAULT clock of {node} steps {step_us} us"));
+    }
+
+    /// Fault: SCRIPT FLUSH on `node`.
+    pub fn flush_scripts(&self, node: &str) {
+        if let Some(n) = self.state().nodes.get_mut(node) {
+            n.server.flush_scripts();
+        }
+        self.log(|| format!("FAULT script cache of {node} flushed"));
+    }
+
+    /// Fault: `node` restarts, from its AOF (every write kept: appendfsync
+    /// always) or empty; every connection to it drops.
+    pub fn restart(&self, node: &str, from_aof: bool) {
+        let mut s = self.state();
+        let conns: Vec<Arc<Conn>> = s
+            .conns
+            .values()
+            .filter_map(Weak::upgrade)
+            .filter(|c| c.node == node)
+            .collect();
+        if let Some(n) = s.nodes.get_mut(node) {
+            n.server = if from_aof {
+                n.server.data_copy()
+            } else {
+                Server::new(n.flavor)
+            };
+        }
+        drop(s);
+        self.log(|| {
+            format!(
+                "FAULT restart {node} {}",
+                if from_aof { "from AOF" } else { "empty" }
+            )
+        });
+        for conn in conns {
+            conn.reset();
+        }
+    }
+
+    /// Every live key of `node` now.
+    pub fn dump(&self, node: &str) -> Vec<crate::server::KeyDump> {
+        let s = self.state();
+        let n = s.nodes.get(node).expect("a node of the world");
+        let now = World::node_now_us(&s, n);
+        n.server.dump(now)
+    }
+
+    /// The names of the world's nodes.
+    pub fn nodes(&self) -> Vec<String> {
+        self.state().nodes.keys().cloned().collect()
+    }
+}
+
+struct ProcessDialer {
+    world: World,
+    process: usize,
+}
+
+impl Dialer for ProcessDialer {
+    fn dial(
+        &self,
+        name: &str,
+        command_timeout: Duration,
+        on_push: OnPush,
+    ) -> Result<Arc<dyn Wire>, RedisError> {
+        let conn = self
+            .world
+            .connect(name, self.process, command_timeout, on_push);
+        Ok(Arc::new(SimWire {
+            conn,
+            faultless: false,
+        }))
+    }
+}
+
+/// One simulated connection.
+struct Conn {
+    world: World,
+    id: u64,
+    node: String,
+    process: usize,
+    timeout: Duration,
+    on_push: OnPush,
+    lines: Mutex<Lines>,
+}
+
+/// The connection's two directions (FIFO each) and its subscriptions.
+struct Lines {
+    subscribed: BTreeSet<String>,
+    /// When the last request sent reaches the server.
+    to_server: Instant,
+    /// When the last reply or push sent reaches the client.
+    to_client: Instant,
+}
+
+impl Conn {
+    fn lines(&self) -> MutexGuard<'_, Lines> {
+        self.lines.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// When a message sent now after `delay` arrives, after every earlier
+    /// one in that direction.
+    fn arrival(&self, delay: Duration, to_server: bool) -> Instant {
+        let mut lines = self.lines();
+        let line = if to_server {
+            &mut lines.to_server
+        } else {
+            &mut lines.to_client
+        };
+        *line = (*line).max(Instant::now() + delay);
+        *line
+    }
+
+    fn push_later(self: Arc<Self>, push: PushInfo, delay: Duration) {
+        let at = self.arrival(delay, false);
+        tokio::spawn(async move {
+            tokio::time::sleep_until(at).await;
+            (self.on_push)(push);
+        });
+    }
+
+    /// The connection drops: the server forgets its subscriptions; the
+    /// client reconnects, subscribes every channel again, then is told of
+    /// the disconnection (which wakes its waiters), as `Managed` does.
+    fn reset(self: &Arc<Self>) {
+        let node = self.node.clone();
+        {
+            let mut s = self.world.state();
+            if let Some(n) = s.nodes.get_mut(&node) {
+                n.server.disconnect(self.id);
+            }
+        }
+        let (id, process) = (self.id, self.process);
+        self.world
+            .log(|| format!("NET p{process} conn {id} to {node} reset"));
+        let conn = Arc::clone(self);
+        tokio::spawn(async move {
+            let delay = {
+                let mut s = conn.world.state();
+                Duration::from_millis(s.rng.range(5, 60))
+            };
+            tokio::time::sleep(delay).await;
+            while let Some(until) = conn.world.paused_until(&conn.node) {
+                tokio::time::sleep_until(until).await;
+            }
+            let channels: Vec<String> = conn.lines().subscribed.iter().cloned().collect();
+            for channel in channels {
+                let args = vec![b"SUBSCRIBE".to_vec(), channel.into_bytes()];
+                conn.world.exec(&conn.node, conn.id, &args);
+            }
+            (conn.on_push)(PushInfo {
+                kind: PushKind::Disconnection,
+                data: vec![],
+            });
+        });
+    }
+}
+
+/// The library's side of a simulated connection.
+pub struct SimWire {
+    conn: Arc<Conn>,
+    faultless: bool,
+}
+
+fn args_of(cmd: &Cmd) -> Vec<Vec<u8>> {
+    cmd.args_iter()
+        .map(|arg| match arg {
+            redis::Arg::Simple(bytes) => bytes.to_vec(),
+            other => panic!("the simulator does not model the argument {other:?}"),
+        })
+        .collect()
+}
+
+fn io_error(kind: std::io::ErrorKind, what: &str) -> RedisError {
+    RedisError::from(std::io::Error::new(kind, what.to_owned()))
+}
+
+impl SimWire {
+    /// Sends `args` and gives the reply, with the network's delays and
+    /// faults; the request runs on the server even if the caller drops the
+    /// future or times out.
+    fn send(&self, args: Vec<Vec<u8>>) -> WireFuture<Result<Value, RedisError>> {
+        let conn = Arc::clone(&self.conn);
+        let (out, fate) = {
+            let mut s = conn.world.state();
+            let delay = World::delay(&mut s);
+            let fate = if self.faultless {
+                Fate::Delivered
+            } else {
+                World::fate(&mut s)
+            };
+            (delay, fate)
+        };
+        let arrive = conn.arrival(out, true);
+        let (tx, rx) = oneshot::channel();
+        let server_side = Arc::clone(&conn);
+        tokio::spawn(async move {
+            let conn = server_side;
+            tokio::time::sleep_until(arrive).await;
+            while let Some(until) = conn.world.paused_until(&conn.node) {
+                tokio::time::sleep_until(until).await;
+            }
+            if fate == Fate::ResetBefore {
+                conn.reset();
+                let _ = tx.send(Err(io_error(std::io::ErrorKind::ConnectionReset, "reset")));
+                return;
+            }
+            let reply = conn.world.exec(&conn.node, conn.id, &args);
+            if fate == Fate::ResetAfter {
+                conn.reset();
+                let _ = tx.send(Err(io_error(std::io::ErrorKind::ConnectionReset, "reset")));
+                return;
+            }
+            let back = {
+                let mut s = conn.world.state();
+                World::delay(&mut s)
+            };
+            let at = conn.arrival(back, false);
+            tokio::time::sleep_until(at).await;
+            let _ = tx.send(Ok(reply));
+        });
+        let timeout = conn.timeout;
+        Box::pin(async move {
+            match tokio::time::timeout(timeout, rx).await {
+                Ok(Ok(reply)) => reply,
+                Ok(Err(_)) => Err(io_error(std::io::ErrorKind::ConnectionReset, "dropped")),
+                Err(_) => Err(io_error(std::io::ErrorKind::TimedOut, "timed out")),
+            }
+        })
+    }
+}
+
+impl Wire for SimWire {
+    fn request(&self, cmd: &Cmd) -> WireFuture<Result<Value, RedisError>> {
+        self.send(args_of(cmd))
+    }
+
+    fn pipeline(&self, cmds: Vec<Cmd>) -> WireFuture<Result<Vec<Value>, RedisError>> {
+        let replies: Vec<_> = cmds.iter().map(|c| self.send(args_of(c))).collect();
+        Box::pin(async move {
+            let mut out = Vec::with_capacity(replies.len());
+            for reply in replies {
+                out.push(reply.await?);
+            }
+            Ok(out)
+        })
+    }
+
+    fn subscribe(&self, channel: &str) -> WireFuture<Result<(), RedisError>> {
+        let reply = self.send(vec![b"SUBSCRIBE".to_vec(), channel.as_bytes().to_vec()]);
+        let conn = Arc::clone(&self.conn);
+        let channel = channel.to_owned();
+        Box::pin(async move {
+            conn.lines().subscribed.insert(channel.clone());
+            match reply.await? {
+                Value::ServerError(e) => Err(e.into()),
+                _ => Ok(()),
+            }
+        })
+    }
+
+    fn unsubscribe(&self, channel: &str) -> WireFuture<Result<(), RedisError>> {
+        let reply = self.send(vec![b"UNSUBSCRIBE".to_vec(), channel.as_bytes().to_vec()]);
+        let conn = Arc::clone(&self.conn);
+        let channel = channel.to_owned();
+        Box::pin(async move {
+            conn.lines().subscribed.remove(&channel);
+            match reply.await? {
+                Value::ServerError(e) => Err(e.into()),
+                _ => Ok(()),
+            }
+        })
+    }
+}
+
+impl redis::aio::ConnectionLike for SimWire {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> redis::RedisFuture<'a, Value> {
+        let reply = self.send(args_of(cmd));
+        Box::pin(async move { reply.await?.extract_error() })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        _offset: usize,
+        _count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        Wire::pipeline(self, pipeline.cmd_iter().cloned().collect())
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
