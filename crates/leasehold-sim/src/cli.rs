@@ -22,6 +22,7 @@ struct Args {
     jobs: usize,
     trace: bool,
     shrink: bool,
+    first: bool,
     sets: Vec<(String, String)>,
 }
 
@@ -34,6 +35,7 @@ fn parse() -> Result<Args, String> {
         jobs: 1,
         trace: false,
         shrink: true,
+        first: false,
         sets: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
@@ -53,6 +55,7 @@ fn parse() -> Result<Args, String> {
             "--jobs" => args.jobs = number(&value("--jobs")?, "--jobs")?.max(1) as usize,
             "--trace" => args.trace = true,
             "--no-shrink" => args.shrink = false,
+            "--first" => args.first = true,
             "--set" => {
                 let v = value("--set")?;
                 let (k, val) = v
@@ -77,6 +80,7 @@ fn number(v: &str, flag: &str) -> Result<u64, String> {
 const USAGE: &str = "usage: leasehold-sim --seed N [--trace] [--set key=value ...] [--no-shrink]
        leasehold-sim --seeds K [--from S] [--jobs J]
        leasehold-sim --minutes M [--from S] [--jobs J]
+       --first: stop at the first violation in a SAFE schedule (prints its seed and the time taken)
 keys for --set: processes tasks names ops ttl_ms length_ms delay_ms slow reset_before reset_after injected (count kept)";
 
 /// The configuration of `seed` with the `--set` changes.
@@ -254,12 +258,15 @@ fn many(args: &Args) -> i32 {
     let budget = args.minutes.map(|m| Duration::from_secs_f64(m * 60.0));
     let limit = args.seeds.unwrap_or(u64::MAX);
     let next = std::sync::atomic::AtomicU64::new(0);
+    let found = std::sync::atomic::AtomicBool::new(false);
     let results = std::sync::Mutex::new(Vec::<Outcome>::new());
     std::thread::scope(|scope| {
         for _ in 0..args.jobs {
             scope.spawn(|| {
                 loop {
-                    if budget.is_some_and(|b| started.elapsed() >= b) {
+                    if budget.is_some_and(|b| started.elapsed() >= b)
+                        || found.load(std::sync::atomic::Ordering::Relaxed)
+                    {
                         return;
                     }
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
