@@ -20,6 +20,8 @@ pub enum Topology {
     Single,
     /// Redlock over this many independent masters.
     Redlock(usize),
+    /// One master with a replica; clients ask for `min_replicas(1, ..)`.
+    Replicated,
 }
 
 /// The primitive a schedule's names are used as.
@@ -61,6 +63,13 @@ pub enum Injected {
     RestartEmpty(String),
     /// The server clock steps by µs: UNSAFE beyond the documented bound.
     ClockStep(String, i64),
+    /// The replica takes over, missing the writes since the last
+    /// replication: UNSAFE, documented.
+    Failover(String),
+    /// Nothing this process sends or receives moves for a while.
+    Stall(usize, Duration),
+    /// `Client::close()` of this process, whatever its tasks are doing.
+    Close(usize),
 }
 
 impl Injected {
@@ -70,6 +79,7 @@ impl Injected {
         match self {
             Injected::RestartEmpty(_) => Some("restart without persistence"),
             Injected::ClockStep(..) => Some("server clock step"),
+            Injected::Failover(_) => Some("failover to a replica missing writes"),
             _ => None,
         }
     }
@@ -108,8 +118,9 @@ impl Config {
     /// The configuration `seed` draws.
     pub fn draw(seed: u64) -> Config {
         let mut r = Rng::new(seed);
-        let topology = match r.below(10) {
+        let topology = match r.below(11) {
             0..=5 => Topology::Single,
+            10 => Topology::Replicated,
             6..=8 => Topology::Redlock(3),
             _ => Topology::Redlock(5),
         };
@@ -147,7 +158,11 @@ impl Config {
         for _ in 0..r.below(4) {
             let at = Duration::from_millis(r.below(length.as_millis() as u64));
             let node = r.pick(&nodes).clone();
-            let fault = match r.below(10) {
+            let fault = match r.below(if topology == Topology::Replicated {
+                11
+            } else {
+                10
+            }) {
                 0..=3 => Injected::Pause(
                     node,
                     Duration::from_millis(r.range(1, ttl.as_millis() as u64 * 3)),
@@ -155,15 +170,27 @@ impl Config {
                 4..=5 => Injected::FlushScripts(node),
                 6..=7 => Injected::RestartAof(node),
                 8 => Injected::RestartEmpty(node),
-                _ => Injected::ClockStep(node, r.range(1, 2_000_000) as i64 - 1_000_000),
+                9 => Injected::ClockStep(node, r.range(1, 2_000_000) as i64 - 1_000_000),
+                _ => Injected::Failover(node),
             };
             injected.push((at, fault));
+        }
+        let processes = r.range(2, 4) as usize;
+        if r.chance(0.2) {
+            let at = Duration::from_millis(r.below(length.as_millis() as u64));
+            injected.push((at, Injected::Close(r.below(processes as u64) as usize)));
+        }
+        if r.chance(0.3) {
+            let at = Duration::from_millis(r.below(length.as_millis() as u64));
+            let p = r.below(processes as u64) as usize;
+            let stall = Duration::from_millis(r.range(1, ttl.as_millis() as u64 * 3));
+            injected.push((at, Injected::Stall(p, stall)));
         }
         Config {
             seed,
             topology,
             kind,
-            processes: r.range(2, 4) as usize,
+            processes,
             tasks: r.range(1, 3) as usize,
             names: r.range(1, 2) as usize,
             ttl,
@@ -183,7 +210,7 @@ impl Config {
 
 fn node_names(topology: Topology) -> Vec<String> {
     match topology {
-        Topology::Single => vec!["redis".to_owned()],
+        Topology::Single | Topology::Replicated => vec!["redis".to_owned()],
         Topology::Redlock(n) => (0..n).map(|i| format!("node{i}")).collect(),
     }
 }
@@ -253,6 +280,9 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
         names.iter().map(|n| (n.as_str(), Flavor::Redis7)).collect();
     nodes.push(("resource", Flavor::Redis7));
     let world = World::new(rng.fork(), config.faults.clone(), &nodes);
+    if config.topology == Topology::Replicated {
+        world.add_replica("redis");
+    }
     if trace {
         world.with_history(|h| h.full = Some(Vec::new()));
     }
@@ -267,6 +297,9 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
             .ttl_bounds(Duration::from_millis(10), Duration::from_secs(3600));
         let builder = match config.topology {
             Topology::Single => builder.url("sim://redis"),
+            Topology::Replicated => builder
+                .url("sim://redis")
+                .min_replicas(1, Duration::from_millis(100)),
             Topology::Redlock(_) => builder.redlock(names.iter().map(|n| format!("sim://{n}"))),
         };
         match builder.build().await {
@@ -281,6 +314,16 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
     let start = Instant::now();
     let end = start + config.length;
     let mut tasks = tokio::task::JoinSet::new();
+    if config.topology == Topology::Replicated {
+        let world = world.clone();
+        let mut r = rng.fork();
+        tasks.spawn(async move {
+            while Instant::now() < end {
+                tokio::time::sleep(Duration::from_millis(r.range(1, 200))).await;
+                world.replicate("redis");
+            }
+        });
+    }
     for (p, client) in clients.iter().enumerate() {
         for t in 0..config.tasks {
             let task = Task {
@@ -299,9 +342,17 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
     }
     for (at, fault) in config.injected.clone() {
         let world = world.clone();
+        let client = match fault {
+            Injected::Close(p) => clients.get(p).cloned(),
+            _ => None,
+        };
         tasks.spawn(async move {
             tokio::time::sleep_until(start + at).await;
             inject(&world, &fault);
+            if let Some(client) = client {
+                let closed = client.close().await;
+                world.log(|| format!("close() returned {closed:?}"));
+            }
         });
     }
     // Keys stay bounded by their live holders and waiters.
@@ -435,6 +486,9 @@ fn inject(world: &World, fault: &Injected) {
         Injected::RestartAof(node) => world.restart(node, true),
         Injected::RestartEmpty(node) => world.restart(node, false),
         Injected::ClockStep(node, us) => world.step_clock(node, *us),
+        Injected::Failover(node) => world.failover(node),
+        Injected::Stall(p, length) => world.stall_process(*p, *length),
+        Injected::Close(p) => world.log(|| format!("FAULT p{p} closes its client")),
     }
 }
 

@@ -56,6 +56,8 @@ struct Node {
     clock_offset_us: i64,
     /// Until when the node runs nothing (SIGSTOP).
     paused_until: Option<Instant>,
+    /// Its replica's copy of the data, as of the last replication.
+    replica: Option<Server>,
 }
 
 /// The world's state, behind one lock (one thread runs it all).
@@ -69,6 +71,8 @@ struct State {
     history: History,
     /// Server commands run, over all nodes.
     commands: u64,
+    /// Until when a process's messages are held (its sockets stall).
+    stalled: BTreeMap<usize, Instant>,
 }
 
 /// The simulated world; cheap to clone.
@@ -94,6 +98,7 @@ impl World {
                     flavor,
                     clock_offset_us: 0,
                     paused_until: None,
+                    replica: None,
                 };
                 (name.to_owned(), node)
             })
@@ -107,6 +112,7 @@ impl World {
             next_conn: 1,
             history: History::default(),
             commands: 0,
+            stalled: BTreeMap::new(),
         })))
     }
 
@@ -227,6 +233,22 @@ impl World {
         let n = s.nodes.get(node).expect("a node of the world");
         let now_us = World::node_now_us(&s, n);
         let n = s.nodes.get_mut(node).expect("a node of the world");
+        if args
+            .first()
+            .is_some_and(|a| a.eq_ignore_ascii_case(b"WAIT"))
+        {
+            // One replica, which acknowledges nine WAITs in ten at once
+            // (then it has every write so far) and misses the others.
+            let Some(_) = n.replica else {
+                return Value::Int(0);
+            };
+            let acked = s.rng.chance(0.9);
+            let n = s.nodes.get_mut(node).expect("a node of the world");
+            if acked {
+                n.replica = Some(n.server.data_copy());
+            }
+            return Value::Int(i64::from(acked));
+        }
         let reply = n.server.exec(conn, now_us, args);
         let deliveries = n.server.take_deliveries();
         let mut pushes = Vec::new();
@@ -252,6 +274,23 @@ impl World {
         }
         drop(s);
         self.log(|| format!("FAULT pause {node} for {length:?}"));
+    }
+
+    /// Fault: nothing process `process` sends or is sent moves for
+    /// `length` (a process stopped, or its host's network stalled; its
+    /// timers still run, so the library sees the time pass as it would).
+    pub fn stall_process(&self, process: usize, length: Duration) {
+        self.state()
+            .stalled
+            .insert(process, Instant::now() + length);
+        self.log(|| format!("FAULT process p{process} stalls for {length:?}"));
+    }
+
+    /// Until when `process`'s messages are held, if they are now.
+    fn stalled_until(&self, process: usize) -> Option<Instant> {
+        let s = self.state();
+        let until = *s.stalled.get(&process)?;
+        (until > Instant::now()).then_some(until)
     }
 
     /// Fault: `node`'s clock jumps by `step_us` (negative: back).
@@ -294,6 +333,44 @@ impl World {
                 if from_aof { "from AOF" } else { "empty" }
             )
         });
+        for conn in conns {
+            conn.reset();
+        }
+    }
+
+    /// Gives `node` a replica (empty until the first replication).
+    pub fn add_replica(&self, node: &str) {
+        if let Some(n) = self.state().nodes.get_mut(node) {
+            n.replica = Some(Server::new(n.flavor));
+        }
+    }
+
+    /// Asynchronous replication: the replica catches up with every write so far.
+    pub fn replicate(&self, node: &str) {
+        if let Some(n) = self.state().nodes.get_mut(node)
+            && n.replica.is_some()
+        {
+            n.replica = Some(n.server.data_copy());
+        }
+    }
+
+    /// Fault: the replica of `node` takes over, without the writes it had
+    /// not received yet; every connection drops.
+    pub fn failover(&self, node: &str) {
+        let mut s = self.state();
+        let conns: Vec<Arc<Conn>> = s
+            .conns
+            .values()
+            .filter_map(Weak::upgrade)
+            .filter(|c| c.node == node)
+            .collect();
+        if let Some(n) = s.nodes.get_mut(node)
+            && let Some(replica) = &n.replica
+        {
+            n.server = replica.data_copy();
+        }
+        drop(s);
+        self.log(|| format!("FAULT failover of {node} to its replica"));
         for conn in conns {
             conn.reset();
         }
@@ -363,6 +440,7 @@ impl Conn {
     /// When a message sent now after `delay` arrives, after every earlier
     /// one in that direction.
     fn arrival(&self, delay: Duration, to_server: bool) -> Instant {
+        let stalled = self.world.stalled_until(self.process);
         let mut lines = self.lines();
         let line = if to_server {
             &mut lines.to_server
@@ -370,6 +448,9 @@ impl Conn {
             &mut lines.to_client
         };
         *line = (*line).max(Instant::now() + delay);
+        if let Some(until) = stalled {
+            *line = (*line).max(until + delay);
+        }
         *line
     }
 
