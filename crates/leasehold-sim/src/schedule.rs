@@ -262,6 +262,11 @@ struct Record {
     violations: Vec<Violation>,
     /// Fences of accepted fenced writes, per resource key, in order.
     writes: BTreeMap<String, Vec<(u64, String)>>,
+    /// Fenced read-modify-writes (`fenced::get`, then `fenced::set` of the
+    /// value + 1) accepted, per counter key.
+    increments: BTreeMap<String, u64>,
+    /// When each process's `close()` returned (µs from the start).
+    closed: BTreeMap<usize, u64>,
 }
 
 type Shared = Arc<Mutex<Record>>;
@@ -343,6 +348,7 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
         for t in 0..config.tasks {
             let task = Task {
                 who: format!("p{p}t{t}"),
+                process: p,
                 owner: format!("owner-p{p}"),
                 client: client.clone(),
                 world: world.clone(),
@@ -357,6 +363,7 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
     }
     for (at, fault) in config.injected.clone() {
         let world = world.clone();
+        let shared = Arc::clone(&shared);
         let client = match fault {
             Injected::Close(p) => clients.get(p).cloned(),
             _ => None,
@@ -364,9 +371,10 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
         tasks.spawn(async move {
             tokio::time::sleep_until(start + at).await;
             inject(&world, &fault);
-            if let Some(client) = client {
+            if let (Some(client), Injected::Close(p)) = (client, &fault) {
                 let closed = client.close().await;
-                world.log(|| format!("close() returned {closed:?}"));
+                world.log(|| format!("p{p} close() returned {closed:?}"));
+                record(&shared).closed.insert(*p, now_us(start));
             }
         });
     }
@@ -422,6 +430,9 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
         });
     }
     for (p, client) in clients.iter().enumerate() {
+        if record(&shared).closed.contains_key(&p) {
+            continue;
+        }
         let closing = tokio::time::timeout(
             config.command_timeout * 4 + Duration::from_secs(1),
             client.close(),
@@ -452,6 +463,27 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
         }
     }
 
+    if all_done.is_ok() {
+        let counters = world.dump("resource");
+        let increments = record(&shared).increments.clone();
+        for (key, accepted) in increments {
+            let value = counters
+                .iter()
+                .find(|k| k.key == key)
+                .and_then(|k| match &k.value {
+                    DumpValue::String(v) => std::str::from_utf8(v).ok()?.parse::<u64>().ok(),
+                    _ => None,
+                });
+            if value != Some(accepted) {
+                record(&shared).violations.push(Violation {
+                    invariant: "a fenced read-modify-write lost an update",
+                    detail: format!(
+                        "{key}: {accepted} increments accepted, the value is {value:?}"
+                    ),
+                });
+            }
+        }
+    }
     let mut rec = std::mem::take(&mut *record(&shared));
     let mut violations = std::mem::take(&mut rec.violations);
     for (name, holds) in &rec.holds {
@@ -549,6 +581,7 @@ impl Guard {
 /// One task of a simulated process: a loop of random operations.
 struct Task {
     who: String,
+    process: usize,
     owner: String,
     client: Client,
     world: World,
@@ -612,6 +645,15 @@ impl Task {
                 }
             };
             let from_us = now_us(origin);
+            let closed = record(&self.shared).closed.get(&self.process).copied();
+            if let Some(closed) = closed {
+                record(&self.shared).violations.push(Violation {
+                    invariant: "a guard handed out after close() returned",
+                    detail: format!(
+                        "{who} got {name} at {from_us} us; close() returned at {closed} us"
+                    ),
+                });
+            }
             let fence = guard.fence();
             let token = guard.token();
             let mut hold = Hold {
@@ -645,7 +687,9 @@ impl Task {
                     break;
                 }
                 hold.last_us = now_us(origin);
-                if !read && self.rng.chance(0.5) {
+                let exclusive =
+                    matches!(self.config.kind, Kind::Lock | Kind::FairLock | Kind::RwLock);
+                if !read && exclusive && self.rng.chance(0.5) {
                     self.fenced_write(&name, fence).await;
                 }
                 if self.rng.chance(0.15) {
@@ -714,17 +758,22 @@ impl Task {
     /// A write to the fenced resource under the lock, as a holder would.
     async fn fenced_write(&mut self, name: &str, fence: u64) {
         let key = format!("res:{name}");
-        let written =
-            leasehold::fenced::set(&mut self.resource, &key, fence, self.who.as_str(), None).await;
         let who = self.who.clone();
+        // A read-modify-write under the lock, as the README's recipe does
+        // it: claim and read, then write the value + 1.
+        let read: leasehold::Result<Option<u64>> =
+            leasehold::fenced::get(&mut self.resource, &key, fence, None).await;
         self.world
-            .log(|| format!("{who} fenced write {key} fence {fence}: {written:?}"));
+            .log(|| format!("{who} fenced read {key} fence {fence}: {read:?}"));
+        let Ok(value) = read else { return };
+        let next = value.unwrap_or(0) + 1;
+        let written = leasehold::fenced::set(&mut self.resource, &key, fence, next, None).await;
+        self.world
+            .log(|| format!("{who} fenced write {key} = {next} fence {fence}: {written:?}"));
         if written.is_ok() {
-            record(&self.shared)
-                .writes
-                .entry(key)
-                .or_default()
-                .push((fence, who));
+            let mut r = record(&self.shared);
+            *r.increments.entry(key.clone()).or_default() += 1;
+            r.writes.entry(key).or_default().push((fence, who));
         }
     }
 }
