@@ -505,6 +505,8 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
     for v in &violations {
         world.log(|| format!("VIOLATION {}: {}", v.invariant, v.detail));
     }
+    let (commands, wire) = (world.commands(), world.wire_digest());
+    world.log(|| format!("END {commands} server commands, wire digest {wire:016x}"));
     let (digest, events, recent, full) = world.with_history(|h| {
         (
             h.digest(),

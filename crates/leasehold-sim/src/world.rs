@@ -71,6 +71,8 @@ struct State {
     history: History,
     /// Server commands run, over all nodes.
     commands: u64,
+    /// FNV-1a over every command run: when, where, what.
+    wire_digest: u64,
     /// Until when a process's messages are held (its sockets stall).
     stalled: BTreeMap<usize, Instant>,
 }
@@ -112,6 +114,7 @@ impl World {
             next_conn: 1,
             history: History::default(),
             commands: 0,
+            wire_digest: 0xcbf2_9ce4_8422_2325,
             stalled: BTreeMap::new(),
         })))
     }
@@ -141,6 +144,11 @@ impl World {
     /// Server commands run so far, over all nodes.
     pub fn commands(&self) -> u64 {
         self.state().commands
+    }
+
+    /// A digest of every command run so far (node, server time, connection, arguments).
+    pub fn wire_digest(&self) -> u64 {
+        self.state().wire_digest
     }
 
     /// A dialer for the library's `sim://<node>` URLs, for the process `process`.
@@ -232,6 +240,20 @@ impl World {
         s.commands += 1;
         let n = s.nodes.get(node).expect("a node of the world");
         let now_us = World::node_now_us(&s, n);
+        let mut h = s.wire_digest;
+        let at = now_us.to_le_bytes();
+        let id = conn.to_le_bytes();
+        for part in [node.as_bytes(), &at, &id]
+            .into_iter()
+            .chain(args.iter().map(Vec::as_slice))
+        {
+            for &b in part {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+            h = (h ^ 0xff).wrapping_mul(0x0100_0000_01b3);
+        }
+        s.wire_digest = h;
         let n = s.nodes.get_mut(node).expect("a node of the world");
         if args
             .first()
@@ -251,6 +273,18 @@ impl World {
         }
         let reply = n.server.exec(conn, now_us, args);
         let deliveries = n.server.take_deliveries();
+        if s.history.full.is_some() && std::env::var_os("LEASEHOLD_SIM_WIRE").is_some() {
+            let at = Instant::now().duration_since(s.start);
+            let shown: Vec<String> = args
+                .iter()
+                .take(4)
+                .map(|a| String::from_utf8_lossy(&a[..a.len().min(24)]).into_owned())
+                .collect();
+            s.history.push(
+                at,
+                format!("WIRE {node} conn {conn} {shown:?} -> {reply:?}"),
+            );
+        }
         let mut pushes = Vec::new();
         for d in deliveries {
             if let Some(target) = s.conns.get(&d.conn).and_then(Weak::upgrade) {

@@ -426,11 +426,7 @@ where
 
 /// Up to 50% random extra, so retrying clients do not march in step.
 fn jitter(d: Duration) -> Duration {
-    #[cfg(leasehold_sim)]
-    if let Some(unit) = crate::sim::unit() {
-        return d + d.mul_f64(unit * 0.5);
-    }
-    d + d.mul_f64(rand::random::<f64>() * 0.5)
+    d + d.mul_f64(crate::token::jitter_unit() * 0.5)
 }
 
 /// An acquire attempt whose outcome may be unknown: if the future is dropped

@@ -44,6 +44,16 @@ fn hex(bytes: &[u8]) -> String {
     out
 }
 
+/// A random number in `[0, 1)` for jitter (not security relevant): from
+/// `rand`, or from the simulator's seed in a simulation build.
+pub(crate) fn jitter_unit() -> f64 {
+    #[cfg(leasehold_sim)]
+    if let Some(unit) = crate::sim::unit() {
+        return unit;
+    }
+    rand::random::<f64>()
+}
+
 /// Shows only a prefix: a whole token in a log is a capability handed out.
 impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -245,7 +245,7 @@ impl Redlock {
             Verdict::Undecided if refused > 0 && acquired + refused >= self.needed() => {
                 self.give_back(&taken, &silent, keys, token, ttl, Spread::Quorum)
                     .await;
-                let spread = Duration::from_micros(rand::random_range(0..2000));
+                let spread = Duration::from_micros((crate::token::jitter_unit() * 2000.0) as u64);
                 tokio::time::sleep(spread).await;
                 Ok(Acquire::Held {
                     remaining,
@@ -813,7 +813,7 @@ const SILENT_GIVE_BACK: Duration = Duration::from_millis(20);
 /// step.
 fn quiet_poll(ttl: Duration) -> Duration {
     let most = (ttl / 10).clamp(Duration::from_millis(2), Duration::from_millis(100));
-    most.mul_f64(0.5 + rand::random::<f64>() * 0.5)
+    most.mul_f64(0.5 + crate::token::jitter_unit() * 0.5)
 }
 
 fn no_answer(node: &Backend, when: &str) -> Error {
