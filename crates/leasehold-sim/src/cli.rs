@@ -23,6 +23,7 @@ struct Args {
     trace: bool,
     shrink: bool,
     first: bool,
+    regressions: Option<String>,
     sets: Vec<(String, String)>,
 }
 
@@ -36,6 +37,7 @@ fn parse() -> Result<Args, String> {
         trace: false,
         shrink: true,
         first: false,
+        regressions: None,
         sets: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
@@ -56,6 +58,7 @@ fn parse() -> Result<Args, String> {
             "--trace" => args.trace = true,
             "--no-shrink" => args.shrink = false,
             "--first" => args.first = true,
+            "--regressions" => args.regressions = Some(value("--regressions")?),
             "--set" => {
                 let v = value("--set")?;
                 let (k, val) = v
@@ -67,7 +70,11 @@ fn parse() -> Result<Args, String> {
             other => return Err(format!("unknown argument {other}")),
         }
     }
-    if args.seed.is_none() && args.seeds.is_none() && args.minutes.is_none() {
+    if args.seed.is_none()
+        && args.seeds.is_none()
+        && args.minutes.is_none()
+        && args.regressions.is_none()
+    {
         return Err("give --seed N, --seeds K or --minutes M".into());
     }
     Ok(args)
@@ -80,6 +87,7 @@ fn number(v: &str, flag: &str) -> Result<u64, String> {
 const USAGE: &str = "usage: leasehold-sim --seed N [--trace] [--set key=value ...] [--no-shrink]
        leasehold-sim --seeds K [--from S] [--jobs J]
        leasehold-sim --minutes M [--from S] [--jobs J]
+       leasehold-sim --regressions FILE                      replay the seeds of FILE (one per line: seed, then why)
        --first: stop at the first violation in a SAFE schedule (prints its seed and the time taken)
 keys for --set: processes tasks names ops ttl_ms length_ms delay_ms slow reset_before reset_after injected (count kept)";
 
@@ -141,6 +149,9 @@ pub(crate) fn main() -> i32 {
     };
     if let Some(seed) = args.seed {
         return replay(seed, &args);
+    }
+    if let Some(file) = &args.regressions {
+        return regressions(file);
     }
     many(&args)
 }
@@ -349,4 +360,38 @@ fn many(args: &Args) -> i32 {
         println!("  documented unsafe ({label}): {inv}: {n}");
     }
     i32::from(!safe.is_empty())
+}
+
+/// Replays every seed of `file` (a line: the seed, then what it found;
+/// `#` starts a comment); fails if any breaks an invariant again.
+fn regressions(file: &str) -> i32 {
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(e) => {
+            eprintln!("leasehold-sim: --regressions {file}: {e}");
+            return 2;
+        }
+    };
+    let mut failed = 0;
+    let mut run = 0;
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some(Ok(seed)) = line.split_whitespace().next().map(str::parse::<u64>) else {
+            eprintln!("leasehold-sim: --regressions {file}: not a seed: {line}");
+            return 2;
+        };
+        run += 1;
+        let outcome = schedule::run(&Config::draw(seed), false);
+        if outcome.violations.is_empty() {
+            println!("seed {seed}: ok ({line})");
+        } else {
+            failed += 1;
+            println!("seed {seed}: FAILS AGAIN ({line})");
+            report(&outcome);
+        }
+    }
+    println!("{run} regression seeds replayed, {failed} failing");
+    i32::from(failed > 0)
 }

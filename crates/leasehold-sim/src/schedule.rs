@@ -656,6 +656,13 @@ impl Task {
                     ),
                 });
             }
+            let believed = guard.believes();
+            if !believed {
+                record(&self.shared).violations.push(Violation {
+                    invariant: "acquire returned a guard already lost",
+                    detail: format!("{who} {name} at {from_us} us"),
+                });
+            }
             let fence = guard.fence();
             let token = guard.token();
             let mut hold = Hold {
@@ -705,11 +712,13 @@ impl Task {
                         .log(|| format!("{who} extend {name} {ttl2:?}: {extended:?}"));
                 }
             }
-            record(&self.shared)
-                .holds
-                .entry(name.clone())
-                .or_default()
-                .push(hold);
+            if believed {
+                record(&self.shared)
+                    .holds
+                    .entry(name.clone())
+                    .or_default()
+                    .push(hold);
+            }
             if self.rng.chance(0.8) {
                 let released = guard.release().await;
                 record(&self.shared).operations += 1;

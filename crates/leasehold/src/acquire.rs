@@ -274,20 +274,15 @@ where
         pending.armed = true;
         let retry_at = match attempt().await {
             Ok(Acquire::Acquired { fence }) => {
-                if validity(target.ttl, sent.elapsed()).is_none() {
-                    // The reply came too late to be sure of any validity:
-                    // give it back before trying again. The give-back is
-                    // awaited here, never queued: the retry uses the same
-                    // hold, would find the lease "already ours", and a
-                    // give-back still queued behind it would then delete
-                    // the lease of the guard the retry returns.
-                    pending.give_back().await?;
-                    // A grant naming an attempt before the give-back is
-                    // for the lease just given back.
-                    deadlines = Deadlines::default();
-                    Instant::now()
-                } else {
-                    pending.replicated().await?;
+                // With min_replicas, the replicas' WAIT must also answer
+                // while the lease is still valid.
+                let in_time = validity(target.ttl, sent.elapsed()).is_some()
+                    && pending
+                        .replicated()
+                        .await
+                        .map(|()| validity(target.ttl, sent.elapsed()))?
+                        .is_some();
+                if in_time {
                     pending.armed = false;
                     pending.queued = false;
                     return Ok(Some(Won {
@@ -296,6 +291,17 @@ where
                         span: target.ttl,
                     }));
                 }
+                // The reply (or the WAIT after it) came too late to be sure
+                // of any validity: give it back before trying again. The
+                // give-back is awaited here, never queued: the retry uses
+                // the same hold, would find the lease "already ours", and a
+                // give-back still queued behind it would then delete the
+                // lease of the guard the retry returns.
+                pending.give_back().await?;
+                // A grant naming an attempt before the give-back is for the
+                // lease just given back.
+                deadlines = Deadlines::default();
+                Instant::now()
             }
             Ok(Acquire::Held {
                 remaining,
@@ -401,12 +407,15 @@ where
             let won = match reply {
                 Acquire::Acquired { fence } if validity(target.ttl, sent.elapsed()).is_some() => {
                     pending.replicated().await?;
-                    pending.armed = false;
-                    pending.queued = false;
-                    Some(Won {
-                        fence,
-                        sent,
-                        span: target.ttl,
+                    // A WAIT that outlasted the lease: given back below.
+                    validity(target.ttl, sent.elapsed()).map(|_| {
+                        pending.armed = false;
+                        pending.queued = false;
+                        Won {
+                            fence,
+                            sent,
+                            span: target.ttl,
+                        }
                     })
                 }
                 // Too late to be of use: given back below.
@@ -614,6 +623,8 @@ mod tests {
         closed: AtomicBool,
         closing: Notify,
         min_replicas: Option<(usize, Duration)>,
+        /// Each WAIT's time to answer and acks, the last repeated.
+        replica_answers: Mutex<VecDeque<(Duration, usize)>>,
     }
 
     impl FakeCore {
@@ -638,6 +649,7 @@ mod tests {
                 closed: AtomicBool::new(false),
                 closing: Notify::new(),
                 min_replicas,
+                replica_answers: Mutex::new(VecDeque::from([(Duration::ZERO, 0)])),
             })
         }
 
@@ -719,7 +731,16 @@ mod tests {
             _timeout: Duration,
         ) -> impl Future<Output = Result<usize>> + Send {
             self.log("wait replicas");
-            std::future::ready(Ok(0))
+            let mut answers = self.replica_answers.lock().unwrap();
+            let (after, acks) = if answers.len() > 1 {
+                answers.pop_front().expect("answers")
+            } else {
+                answers[0]
+            };
+            async move {
+                tokio::time::sleep(after).await;
+                Ok(acks)
+            }
         }
 
         fn release(
@@ -1314,6 +1335,30 @@ mod tests {
         assert_eq!(
             core.entries(),
             ["attempt", "release sent", "release answered"]
+        );
+    }
+
+    /// Found by the simulator (seed 116): the replicas' WAIT answered after
+    /// the lease's TTL had run out (counted from the attempt's send), and
+    /// the guard came back already expired while another owner held the
+    /// lock.
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_whose_replica_wait_outlasts_the_ttl_is_given_back_and_tried_again() {
+        let core = FakeCore::with_replicas(Some((1, ms(100))));
+        *core.replica_answers.lock().unwrap() =
+            VecDeque::from([(TTL + ms(10), 1), (Duration::ZERO, 1)]);
+        let result = run(&core, false, WAIT, &[Step::Granted(7), Step::Granted(8)]).await;
+        assert_eq!(result.ok().flatten(), Some(8));
+        assert_eq!(
+            core.entries(),
+            [
+                "attempt",
+                "wait replicas",
+                "give-back sent",
+                "give-back answered",
+                "attempt",
+                "wait replicas"
+            ]
         );
     }
 
