@@ -260,8 +260,6 @@ struct Record {
     acquisitions: u64,
     operations: u64,
     violations: Vec<Violation>,
-    /// Fences of accepted fenced writes, per resource key, in order.
-    writes: BTreeMap<String, Vec<(u64, String)>>,
     /// Fenced read-modify-writes (`fenced::get`, then `fenced::set` of the
     /// value + 1) accepted, per counter key.
     increments: BTreeMap<String, u64>,
@@ -489,18 +487,18 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
     for (name, holds) in &rec.holds {
         violations.extend(check_holds(name, config.kind.sharing(), holds));
     }
-    for (key, writes) in &rec.writes {
-        for pair in writes.windows(2) {
-            if pair[1].0 < pair[0].0 {
-                violations.push(Violation {
-                    invariant: "a fenced resource accepted a stale write",
-                    detail: format!(
-                        "{key}: fence {} ({}) after {} ({})",
-                        pair[1].0, pair[1].1, pair[0].0, pair[0].1
-                    ),
-                });
-            }
+    // In the order the resource ran them, each key's accepted fences
+    // never go down.
+    let mut highest: BTreeMap<String, u64> = BTreeMap::new();
+    for (key, fence) in world.accepted_writes() {
+        let top = highest.entry(key.clone()).or_insert(0);
+        if fence < *top {
+            violations.push(Violation {
+                invariant: "a fenced resource accepted a stale write",
+                detail: format!("{key}: fence {fence} accepted after {top}"),
+            });
         }
+        *top = (*top).max(fence);
     }
     for v in &violations {
         world.log(|| format!("VIOLATION {}: {}", v.invariant, v.detail));
@@ -782,9 +780,7 @@ impl Task {
         self.world
             .log(|| format!("{who} fenced write {key} = {next} fence {fence}: {written:?}"));
         if written.is_ok() {
-            let mut r = record(&self.shared);
-            *r.increments.entry(key.clone()).or_default() += 1;
-            r.writes.entry(key).or_default().push((fence, who));
+            *record(&self.shared).increments.entry(key).or_default() += 1;
         }
     }
 }

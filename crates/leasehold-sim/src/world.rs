@@ -73,6 +73,9 @@ struct State {
     commands: u64,
     /// FNV-1a over every command run: when, where, what.
     wire_digest: u64,
+    /// Writes the fenced resource (the node "resource") accepted, in the
+    /// order it ran them: key and fence of each `fenced::set` answered OK.
+    accepted: Vec<(String, u64)>,
     /// Until when a process's messages are held (its sockets stall).
     stalled: BTreeMap<usize, Instant>,
 }
@@ -116,6 +119,7 @@ impl World {
             commands: 0,
             wire_digest: 0xcbf2_9ce4_8422_2325,
             stalled: BTreeMap::new(),
+            accepted: Vec::new(),
         })))
     }
 
@@ -144,6 +148,11 @@ impl World {
     /// Server commands run so far, over all nodes.
     pub fn commands(&self) -> u64 {
         self.state().commands
+    }
+
+    /// The fenced writes the resource accepted, in the order it ran them.
+    pub fn accepted_writes(&self) -> Vec<(String, u64)> {
+        self.state().accepted.clone()
     }
 
     /// A digest of every command run so far (node, server time, connection, arguments).
@@ -273,6 +282,19 @@ impl World {
         }
         let reply = n.server.exec(conn, now_us, args);
         let deliveries = n.server.take_deliveries();
+        // EVALSHA sha 2 key fence_key fence value expiry: fenced::set.
+        if node == "resource"
+            && args.len() == 8
+            && matches!(&reply, Value::Okay)
+            && let (Ok(key), Some(fence)) = (
+                std::str::from_utf8(&args[3]),
+                std::str::from_utf8(&args[5])
+                    .ok()
+                    .and_then(|f| f.parse().ok()),
+            )
+        {
+            s.accepted.push((key.to_owned(), fence));
+        }
         if s.history.full.is_some() && std::env::var_os("LEASEHOLD_SIM_WIRE").is_some() {
             let at = Instant::now().duration_since(s.start);
             let shown: Vec<String> = args
