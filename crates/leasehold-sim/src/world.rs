@@ -275,8 +275,8 @@ impl World {
             };
             let acked = s.rng.chance(0.9);
             let n = s.nodes.get_mut(node).expect("a node of the world");
-            if acked {
-                n.replica = Some(n.server.data_copy());
+            if acked && let Some(replica) = &mut n.replica {
+                replica.copy_data_from(&n.server);
             }
             return Value::Int(i64::from(acked));
         }
@@ -404,9 +404,9 @@ impl World {
     /// Asynchronous replication: the replica catches up with every write so far.
     pub fn replicate(&self, node: &str) {
         if let Some(n) = self.state().nodes.get_mut(node)
-            && n.replica.is_some()
+            && let Some(replica) = &mut n.replica
         {
-            n.replica = Some(n.server.data_copy());
+            replica.copy_data_from(&n.server);
         }
     }
 
