@@ -37,12 +37,14 @@ pub enum Kind {
     RwLock,
     /// `Client::semaphore` with this many permits.
     Semaphore(u32),
+    /// `Client::election`: campaigns; a leadership is a hold.
+    Election,
 }
 
 impl Kind {
     fn sharing(self) -> Sharing {
         match self {
-            Kind::Lock | Kind::FairLock => Sharing::Exclusive,
+            Kind::Lock | Kind::FairLock | Kind::Election => Sharing::Exclusive,
             Kind::Reentrant => Sharing::PerOwner,
             Kind::RwLock => Sharing::ReadWrite,
             Kind::Semaphore(n) => Sharing::Permits(n),
@@ -125,11 +127,12 @@ impl Config {
             _ => Topology::Redlock(5),
         };
         let kind = if topology == Topology::Single {
-            match r.below(6) {
+            match r.below(7) {
                 0 | 1 => Kind::Lock,
                 2 => Kind::FairLock,
                 3 => Kind::Reentrant,
                 4 => Kind::RwLock,
+                5 => Kind::Election,
                 _ => Kind::Semaphore(r.range(1, 3) as u32),
             }
         } else {
@@ -546,6 +549,8 @@ enum Guard {
     Read(leasehold::ReadGuard),
     Write(leasehold::WriteGuard),
     Permit(leasehold::Permit),
+    Multi(leasehold::MultiLockGuard),
+    Leader(leasehold::Leadership),
 }
 
 macro_rules! each {
@@ -556,16 +561,40 @@ macro_rules! each {
             Guard::Read($x) => $body,
             Guard::Write($x) => $body,
             Guard::Permit($x) => $body,
+            Guard::Multi($x) => $body,
+            Guard::Leader($x) => $body,
         }
     };
 }
 
 impl Guard {
-    fn fence(&self) -> u64 {
-        each!(self, g => g.fence())
+    /// Each name held, with its fence.
+    fn fences(&self) -> Vec<(String, u64)> {
+        match self {
+            Guard::Multi(g) => g.fences().to_vec(),
+            Guard::Lock(g) => vec![(g.name().to_owned(), g.fence())],
+            Guard::Reentrant(g) => vec![(g.name().to_owned(), g.fence())],
+            Guard::Read(g) => vec![(g.name().to_owned(), g.fence())],
+            Guard::Write(g) => vec![(g.name().to_owned(), g.fence())],
+            Guard::Permit(g) => vec![(g.name().to_owned(), g.fence())],
+            Guard::Leader(g) => vec![(g.name().to_owned(), g.fence())],
+        }
     }
     fn token(&self) -> String {
-        each!(self, g => g.token().to_owned())
+        match self {
+            Guard::Multi(g) => g
+                .names()
+                .first()
+                .and_then(|n| g.token(n))
+                .unwrap_or_default()
+                .to_owned(),
+            Guard::Lock(g) => g.token().to_owned(),
+            Guard::Reentrant(g) => g.token().to_owned(),
+            Guard::Read(g) => g.token().to_owned(),
+            Guard::Write(g) => g.token().to_owned(),
+            Guard::Permit(g) => g.token().to_owned(),
+            Guard::Leader(g) => g.token().to_owned(),
+        }
     }
     fn believes(&self) -> bool {
         each!(self, g => !g.is_lost() && !g.valid_for().is_zero())
@@ -576,6 +605,21 @@ impl Guard {
     async fn release(self) -> leasehold::Result<()> {
         each!(self, g => g.release().await)
     }
+}
+
+/// How one acquisition is asked for.
+struct Ask {
+    ttl: Duration,
+    wait: Duration,
+    watchdog: bool,
+    read: bool,
+    try_only: bool,
+    /// MultiLock over every name (Kind::Lock on one server).
+    multi: bool,
+    /// `hold_at_least`, where the handle has it.
+    at_least: Option<Duration>,
+    /// `lock_delay` (Lock, FairLock).
+    delay: Option<Duration>,
 }
 
 /// One task of a simulated process: a loop of random operations.
@@ -605,20 +649,49 @@ impl Task {
             }
             let name = format!("n{}", self.rng.below(self.config.names as u64));
             let ttl = self.config.ttl;
-            let wait = Duration::from_millis(self.rng.below(ttl.as_millis() as u64 * 3));
-            let watchdog = self.rng.chance(0.8);
-            let read = self.config.kind == Kind::RwLock && self.rng.chance(0.5);
-            let try_only = self.rng.chance(0.2);
+            let kind = self.config.kind;
+            let ask = Ask {
+                ttl,
+                wait: Duration::from_millis(self.rng.below(ttl.as_millis() as u64 * 3)),
+                watchdog: self.rng.chance(0.8),
+                read: kind == Kind::RwLock && self.rng.chance(0.5),
+                try_only: self.rng.chance(0.2),
+                multi: kind == Kind::Lock
+                    && self.config.topology == Topology::Single
+                    && self.config.names > 1
+                    && self.rng.chance(0.15),
+                at_least: self
+                    .rng
+                    .chance(0.1)
+                    .then(|| Duration::from_millis(self.rng.range(1, ttl.as_millis() as u64 * 2))),
+                delay: self
+                    .rng
+                    .chance(0.1)
+                    .then(|| Duration::from_millis(self.rng.range(1, ttl.as_millis() as u64))),
+            };
             // A caller that gives up: the acquisition's future is dropped
             // at whatever await point it has reached.
             let cancel_after = self
                 .rng
                 .chance(0.1)
-                .then(|| Duration::from_micros(self.rng.below(wait.as_micros() as u64 + 5000)));
+                .then(|| Duration::from_micros(self.rng.below(ask.wait.as_micros() as u64 + 5000)));
             let who = self.who.clone();
-            self.world
-                .log(|| format!("{who} acquire {name} wait {wait:?} try {try_only} read {read}"));
-            let attempt = self.acquire(&name, ttl, wait, watchdog, read, try_only);
+            self.world.log(|| {
+                format!(
+                    "{who} acquire {} wait {:?} try {} read {} at_least {:?} delay {:?}",
+                    if ask.multi {
+                        "every name".to_owned()
+                    } else {
+                        name.clone()
+                    },
+                    ask.wait,
+                    ask.try_only,
+                    ask.read,
+                    ask.at_least,
+                    ask.delay
+                )
+            });
+            let attempt = self.acquire(&name, &ask);
             let result = match cancel_after {
                 Some(after) => match tokio::time::timeout(after, attempt).await {
                     Ok(r) => r,
@@ -661,27 +734,18 @@ impl Task {
                     detail: format!("{who} {name} at {from_us} us"),
                 });
             }
-            let fence = guard.fence();
+            let fences = guard.fences();
             let token = guard.token();
-            let mut hold = Hold {
-                who: who.clone(),
-                owner: if self.config.kind == Kind::Reentrant {
-                    self.owner.clone()
-                } else {
-                    token.clone()
-                },
-                read,
-                fence,
-                from_us,
-                last_us: from_us,
+            let owner = if kind == Kind::Reentrant {
+                self.owner.clone()
+            } else {
+                token.clone()
             };
-            {
-                let mut r = record(&self.shared);
-                r.acquisitions += 1;
-            }
+            let mut last_us = from_us;
+            record(&self.shared).acquisitions += 1;
             self.world.log(|| {
                 format!(
-                    "{who} HOLDS {name} fence {fence} token {}",
+                    "{who} HOLDS {fences:?} token {}",
                     &token[..8.min(token.len())]
                 )
             });
@@ -690,14 +754,18 @@ impl Task {
                 let nap = Duration::from_micros(self.rng.below(ttl.as_micros() as u64 * 3 / 2));
                 tokio::time::sleep(nap).await;
                 if !guard.believes() {
-                    self.world.log(|| format!("{who} {name} lost"));
+                    self.world.log(|| format!("{who} {fences:?} lost"));
                     break;
                 }
-                hold.last_us = now_us(origin);
-                let exclusive =
-                    matches!(self.config.kind, Kind::Lock | Kind::FairLock | Kind::RwLock);
-                if !read && exclusive && self.rng.chance(0.5) {
-                    self.fenced_write(&name, fence).await;
+                last_us = now_us(origin);
+                let exclusive = matches!(
+                    kind,
+                    Kind::Lock | Kind::FairLock | Kind::RwLock | Kind::Election
+                );
+                if !ask.read && exclusive && self.rng.chance(0.5) {
+                    for (name, fence) in &fences {
+                        self.fenced_write(name, *fence).await;
+                    }
                 }
                 if self.rng.chance(0.15) {
                     let ttl2 = Duration::from_millis(
@@ -711,56 +779,131 @@ impl Task {
                 }
             }
             if believed {
-                record(&self.shared)
-                    .holds
-                    .entry(name.clone())
-                    .or_default()
-                    .push(hold);
+                let mut r = record(&self.shared);
+                for (name, fence) in &fences {
+                    r.holds.entry(name.clone()).or_default().push(Hold {
+                        who: who.clone(),
+                        owner: owner.clone(),
+                        read: ask.read,
+                        fence: *fence,
+                        from_us,
+                        last_us,
+                    });
+                }
             }
-            if self.rng.chance(0.8) {
-                let released = guard.release().await;
-                record(&self.shared).operations += 1;
-                self.world
-                    .log(|| format!("{who} release {name}: {released:?}"));
-            } else {
-                drop(guard);
-                self.world.log(|| format!("{who} dropped {name}"));
+            match self.rng.below(10) {
+                0..=6 => {
+                    let released = guard.release().await;
+                    record(&self.shared).operations += 1;
+                    self.world
+                        .log(|| format!("{who} release {name}: {released:?}"));
+                }
+                7 => {
+                    // A release whose caller gives up at some await point.
+                    let after =
+                        Duration::from_micros(self.rng.below(ttl.as_micros() as u64 / 4 + 1));
+                    let released = tokio::time::timeout(after, guard.release()).await;
+                    self.world.log(|| {
+                        format!("{who} release {name} given up after {after:?}: {released:?}")
+                    });
+                }
+                _ => {
+                    drop(guard);
+                    self.world.log(|| format!("{who} dropped {name}"));
+                }
             }
         }
     }
 
-    async fn acquire(
-        &self,
-        name: &str,
-        ttl: Duration,
-        wait: Duration,
-        watchdog: bool,
-        read: bool,
-        try_only: bool,
-    ) -> leasehold::Result<Option<Guard>> {
+    async fn acquire(&self, name: &str, ask: &Ask) -> leasehold::Result<Option<Guard>> {
         let c = &self.client;
         macro_rules! go {
             ($handle:expr, $variant:ident, $acquire:ident, $try:ident) => {{
-                let h = $handle.ttl(ttl).wait(wait).watchdog(watchdog);
-                if try_only {
+                let h = $handle;
+                if ask.try_only {
                     Ok(h.$try().await?.map(Guard::$variant))
                 } else {
                     Ok(Some(Guard::$variant(h.$acquire().await?)))
                 }
             }};
         }
+        macro_rules! common {
+            ($handle:expr) => {
+                $handle.ttl(ask.ttl).wait(ask.wait).watchdog(ask.watchdog)
+            };
+        }
+        macro_rules! at_least {
+            ($handle:expr) => {{
+                let h = $handle;
+                match ask.at_least {
+                    Some(d) => h.hold_at_least(d),
+                    None => h,
+                }
+            }};
+        }
+        macro_rules! delay {
+            ($handle:expr) => {{
+                let h = $handle;
+                match ask.delay {
+                    Some(d) => h.lock_delay(d),
+                    None => h,
+                }
+            }};
+        }
         match self.config.kind {
-            Kind::Lock => go!(c.lock(name), Lock, acquire, try_acquire),
-            Kind::FairLock => go!(c.fair_lock(name), Lock, acquire, try_acquire),
+            Kind::Lock if ask.multi => {
+                let names: Vec<String> = (0..self.config.names).map(|i| format!("n{i}")).collect();
+                go!(
+                    delay!(at_least!(common!(c.multi_lock(names)))),
+                    Multi,
+                    acquire,
+                    try_acquire
+                )
+            }
+            Kind::Lock => go!(
+                delay!(at_least!(common!(c.lock(name)))),
+                Lock,
+                acquire,
+                try_acquire
+            ),
+            Kind::FairLock => go!(
+                delay!(at_least!(common!(c.fair_lock(name)))),
+                Lock,
+                acquire,
+                try_acquire
+            ),
             Kind::Reentrant => go!(
-                c.reentrant_lock(name).owner(self.owner.clone()),
+                common!(c.reentrant_lock(name).owner(self.owner.clone())),
                 Reentrant,
                 acquire,
                 try_acquire
             ),
-            Kind::RwLock if read => go!(c.rw_lock(name), Read, read, try_read),
-            Kind::RwLock => go!(c.rw_lock(name), Write, write, try_write),
-            Kind::Semaphore(n) => go!(c.semaphore(name, n), Permit, acquire, try_acquire),
+            Kind::RwLock if ask.read => {
+                go!(at_least!(common!(c.rw_lock(name))), Read, read, try_read)
+            }
+            Kind::RwLock => go!(at_least!(common!(c.rw_lock(name))), Write, write, try_write),
+            Kind::Semaphore(n) => go!(
+                at_least!(common!(c.semaphore(name, n))),
+                Permit,
+                acquire,
+                try_acquire
+            ),
+            Kind::Election => {
+                let election = c.election(name).ttl(ask.ttl);
+                if ask.try_only {
+                    Ok(election
+                        .try_campaign(self.who.clone())
+                        .await?
+                        .map(Guard::Leader))
+                } else {
+                    // campaign() waits until it leads: the caller's wait bounds it.
+                    match tokio::time::timeout(ask.wait, election.campaign(self.who.clone())).await
+                    {
+                        Ok(led) => Ok(Some(Guard::Leader(led?))),
+                        Err(_) => Ok(None),
+                    }
+                }
+            }
         }
     }
 

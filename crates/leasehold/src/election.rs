@@ -158,7 +158,9 @@ impl Election {
     }
 
     /// Leads the election if nobody does, without waiting; `Ok(None)` when
-    /// another candidate leads it.
+    /// another candidate leads it (or when the lease this call won ran out
+    /// before the leader was recorded: a leadership is never returned
+    /// already lost).
     ///
     /// # Errors
     ///
@@ -333,6 +335,14 @@ impl Election {
             .election_announce(&self.h.keys, token, term, value)
             .await?
         {
+            if leadership.held.is_lost() {
+                // The record was written, but the answer came after the
+                // lease's validity (counted from the acquisition's send):
+                // a leadership already lost is no leadership. Dropping it
+                // gives the lease back; a campaign tries again.
+                tracing::debug!(election = %self.h.name, "the lease ran out while the leader was recorded");
+                return Ok(None);
+            }
             Ok(Some(leadership))
         } else {
             tracing::debug!(election = %self.h.name, "lost the lease before recording the leader");
