@@ -13,6 +13,10 @@ use crate::rng::Rng;
 use crate::server::{DumpValue, Flavor};
 use crate::world::{Faults, World};
 
+/// How long a waiter stays queued without trying again (the library's
+/// queue window, `lock_acquire.lua` ARGV[4]).
+const QUEUE_WINDOW: Duration = Duration::from_secs(3);
+
 /// Which servers the clients use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Topology {
@@ -379,8 +383,13 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
             }
         });
     }
-    // Keys stay bounded by their live holders and waiters.
-    let bound = (config.processes * config.tasks + config.processes) as u64 + 2;
+    // Keys stay bounded by their live holders and waiters: no waiter's
+    // entry outlives its deadline by more than a queue window and a TTL
+    // (cleaning up is lazy, but bounded), and no key holds more members
+    // than every task of every process waiting at once, four times over
+    // (those that gave up within the last window may still be there).
+    let bound = (config.processes * config.tasks * 4) as u64 + 8;
+    let stale_after_ms = (QUEUE_WINDOW * 2 + config.ttl * 2).as_millis() as i64;
     {
         let world = world.clone();
         let shared = Arc::clone(&shared);
@@ -389,19 +398,36 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
             while Instant::now() < end {
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 for node in &names {
+                    let now_ms = world.node_now_ms(node);
                     for key in world.dump(node) {
                         let size = match &key.value {
                             DumpValue::Hash(h) => h.len() as u64,
                             DumpValue::ZSet(z) => z.len() as u64,
                             DumpValue::String(_) => 0,
                         };
+                        let stale = match &key.value {
+                            // Heartbeats: waiter -> deadline (ms).
+                            DumpValue::ZSet(z) if key.key.ends_with(":alive") => z
+                                .iter()
+                                .find(|(_, deadline)| (*deadline as i64) < now_ms - stale_after_ms)
+                                .map(|(m, d)| (String::from_utf8_lossy(m).into_owned(), *d as i64)),
+                            _ => None,
+                        };
+                        if let Some((member, deadline)) = stale {
+                            record(&shared).violations.push(Violation {
+                                invariant: "a dead waiter's entry outlives its deadline",
+                                detail: format!(
+                                    "{node} {}: {member} (deadline {deadline}, {} ms ago; {size} members)",
+                                    key.key,
+                                    now_ms - deadline
+                                ),
+                            });
+                            return;
+                        }
                         if size > bound {
                             record(&shared).violations.push(Violation {
                                 invariant: "a key grows beyond its live holders and waiters",
-                                detail: format!(
-                                    "{node} {}: {size} members, bound {bound}",
-                                    key.key
-                                ),
+                                detail: format!("{node} {}: {size} members, bound {bound}", key.key),
                             });
                             return;
                         }

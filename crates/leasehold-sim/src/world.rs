@@ -432,6 +432,13 @@ impl World {
         }
     }
 
+    /// `node`'s server time now, in ms.
+    pub fn node_now_ms(&self, node: &str) -> i64 {
+        let s = self.state();
+        let n = s.nodes.get(node).expect("a node of the world");
+        (World::node_now_us(&s, n) / 1000) as i64
+    }
+
     /// Every live key of `node` now.
     pub fn dump(&self, node: &str) -> Vec<crate::server::KeyDump> {
         let s = self.state();
