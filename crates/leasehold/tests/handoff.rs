@@ -3,6 +3,8 @@
 
 mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::contract::Deployment;
@@ -328,4 +330,82 @@ async fn a_waiter_after_a_failed_unsubscribe_subscribes_again_and_gets_hand_offs
         .release()
         .await
         .expect("release");
+}
+
+/// Issue 24, item 3: under sustained contention every key of a lock stays
+/// bounded by its live holders and waiters, and nothing is left once the
+/// contention ends. Each round is a new client, as each `leasehold run` is
+/// a new process: its first attempt is refused, it subscribes and tries
+/// again at once (a heartbeat, which writes `:alive`), and it is handed the
+/// lease well before its first deadline. Before the fix every such
+/// hand-off left its `:alive` entry, kept by the others' heartbeats.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_keys_of_a_busy_lock_stay_bounded_by_its_waiters() {
+    const LOOPS: usize = 8;
+    const ROUNDS: usize = 150;
+    const FOR: Duration = Duration::from_secs(4);
+    let server = RedisServer::start();
+    let url = server.url();
+    let started = Instant::now();
+    let loops: Vec<_> = (0..LOOPS)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let mut rounds = 0;
+                while rounds < ROUNDS && started.elapsed() < FOR {
+                    let client = Client::connect(&url).await.expect("connect");
+                    let guard = client
+                        .lock("busy")
+                        .ttl(Duration::from_secs(5))
+                        .wait(Duration::from_secs(60))
+                        .acquire()
+                        .await
+                        .expect("acquire");
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    guard.release().await.expect("release");
+                    client.close().await.expect("close");
+                    rounds += 1;
+                }
+                rounds
+            })
+        })
+        .collect();
+    // Sampled from a connection of its own until every loop is done.
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = std::thread::spawn({
+        let mut conn = server.connection();
+        let done = done.clone();
+        move || {
+            let (mut samples, mut largest) = (0_usize, (0_usize, 0_usize));
+            let until = Instant::now() + FOR + Duration::from_secs(60);
+            while !done.load(Ordering::Relaxed) && Instant::now() < until {
+                let queue: usize = conn.zcard("leasehold:{busy}:queue").unwrap();
+                let alive: usize = conn.zcard("leasehold:{busy}:alive").unwrap();
+                largest = (largest.0.max(queue), largest.1.max(alive));
+                samples += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            (samples, largest)
+        }
+    });
+    let mut rounds = 0;
+    for task in loops {
+        rounds += task.await.expect("join");
+    }
+    done.store(true, Ordering::Relaxed);
+    let (samples, (queue, alive)) = sampler.join().expect("sampler");
+    assert!(
+        rounds >= 2 * LOOPS && samples >= 10,
+        "too little contention to judge: {rounds} rounds, {samples} samples"
+    );
+    // At most every loop's waiter, whatever the number of hand-offs.
+    assert!(
+        queue <= LOOPS && alive <= LOOPS,
+        "after {rounds} rounds the largest queue had {queue} members, \
+         the largest :alive {alive}"
+    );
+    // Nobody holds or waits: nothing of the lock is left, at once.
+    let keys: Vec<String> = server.connection().keys("leasehold:{busy}:*").unwrap();
+    assert!(keys.is_empty(), "left after {rounds} rounds: {keys:?}");
+    eprintln!("{rounds} rounds, {samples} samples: queue <= {queue}, :alive <= {alive}");
 }
