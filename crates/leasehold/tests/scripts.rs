@@ -582,6 +582,39 @@ fn a_waiter_handed_the_lease_early_leaves_no_heartbeat_entry() {
     }
 }
 
+/// Issue 24, item 4: a first attempt (mark '1') the cluster driver sends
+/// again after its connection dropped runs twice: refused (so queued),
+/// then granted once the lease expired. The holder must not stay queued,
+/// or it is later handed the lease it no longer waits for (and a fair lock
+/// refuses everyone meanwhile).
+#[test]
+fn a_first_attempt_run_twice_refused_then_granted_leaves_the_queue() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    for fair in [false, true] {
+        acquire(&mut conn, "a", 10_000);
+        let refused = lock_attempt(&mut conn, "b", 10_000, WINDOW, false, fair).unwrap();
+        assert_eq!(refused[0], 0);
+        assert_eq!(queued(&mut conn), ["b"]);
+        // a's lease expires; the same first attempt runs again.
+        let _: () = conn.del(LOCK).unwrap();
+        let granted = lock_attempt(&mut conn, "b", 10_000, WINDOW, false, fair).unwrap();
+        assert_eq!(granted[0], 1, "fair: {fair}");
+        assert!(
+            queued(&mut conn).is_empty(),
+            "the holder left the queue (fair: {fair})"
+        );
+        // So when b's lease ends without a release, a newcomer takes it.
+        let _: () = conn.del(LOCK).unwrap();
+        assert_eq!(
+            lock_attempt(&mut conn, "c", 10_000, WINDOW, false, fair).unwrap()[0],
+            1,
+            "fair: {fair}"
+        );
+        assert_eq!(release(&mut conn, "c"), 1);
+    }
+}
+
 #[test]
 fn try_acquire_does_not_queue() {
     let server = RedisServer::start();

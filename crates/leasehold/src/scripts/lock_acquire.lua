@@ -109,10 +109,12 @@ if not fence then
   end
   return refused
 end
--- A queued caller leaves the queue once it holds the lease. pcall: a caller cannot be queued
--- in a key of another type, and failing here would leave the lease taken with an error.
-if ARGV[5] == '2' then
-  redis.pcall('ZREM', KEYS[3], member)
+-- A waiting caller leaves the queue once it holds the lease, whatever its mark: a first
+-- attempt run twice (the cluster driver sends a call again when its connection dropped
+-- before the reply) may have been refused, and so queued, by its first run. pcall: a caller
+-- cannot be queued in a key of another type, and failing here would leave the lease taken
+-- with an error.
+if ARGV[5] ~= '0' and redis.pcall('ZREM', KEYS[3], member) == 1 then
   redis.pcall('ZREM', KEYS[4], member)
 end
 return {1, fence}
