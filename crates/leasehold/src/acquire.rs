@@ -83,6 +83,55 @@ pub(crate) trait Core: Sync {
         hold: String,
         queued: Option<Duration>,
     );
+
+    /// The client's acquisitions and releases in flight, which
+    /// [`Client::close`] waits for.
+    fn flights(&self) -> &Arc<Flights>;
+}
+
+/// What [`Client::close`] waits for besides the watchdog: every acquisition
+/// in flight, until its lease is on the watchdog's books (which `close`
+/// then gives back) or given back by the acquisition itself, and every
+/// explicit release in flight. Without them, a program that closes and
+/// ends at once left the grants of its acquisitions in flight, and the
+/// releases already off the watchdog's books, held until their TTL.
+///
+/// [`Client::close`]: crate::Client::close
+#[derive(Debug)]
+pub(crate) struct Flights(tokio::sync::watch::Sender<usize>);
+
+impl Flights {
+    pub(crate) fn new() -> Arc<Flights> {
+        Arc::new(Flights(tokio::sync::watch::Sender::new(0)))
+    }
+
+    /// One more in flight, until the [`Flight`] is dropped.
+    pub(crate) fn begin(self: &Arc<Self>) -> Flight {
+        self.0.send_modify(|n| *n += 1);
+        Flight(Arc::clone(self))
+    }
+
+    /// Resolves once none is in flight.
+    pub(crate) async fn landed(&self) {
+        let mut in_flight = self.0.subscribe();
+        // The sender lives in `self`: the channel cannot close meanwhile.
+        let _ = in_flight.wait_for(|n| *n == 0).await;
+    }
+
+    /// How many are in flight now.
+    pub(crate) fn count(&self) -> usize {
+        *self.0.borrow()
+    }
+}
+
+/// One acquisition or release in flight (see [`Flights`]).
+#[derive(Debug)]
+pub(crate) struct Flight(Arc<Flights>);
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        self.0.0.send_modify(|n| *n -= 1);
+    }
 }
 
 /// What the attempts try to take.
@@ -127,11 +176,15 @@ impl<C: Core> Target<'_, C> {
 /// An acquisition: its fence, when the attempt that took the lease was
 /// sent, and how long the lease lasts on the server from then at least
 /// (the TTL, or a lease handed over whole: until the waiter's deadline).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) struct Won {
     pub(crate) fence: u64,
     pub(crate) sent: Instant,
     pub(crate) span: Duration,
+    /// The acquisition is in flight until its lease is on the watchdog's
+    /// books (`Handle::held` drops this then), so that `Client::close`
+    /// either waits for it or finds the lease there to give back.
+    pub(crate) flight: Option<Flight>,
 }
 
 /// What the server's time of a waiter's attempt may have lost to rounding
@@ -162,6 +215,7 @@ impl Deadlines {
             fence: grant.fence,
             sent: *sent,
             span,
+            flight: None,
         })
     }
 }
@@ -194,6 +248,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Acquire>>,
 {
+    let flight = target.core.flights().begin();
     let started = Instant::now();
     let span = tracing::info_span!(
         "leasehold.acquire",
@@ -215,7 +270,12 @@ where
     span.record("outcome", outcome.label());
     span.record("waited", tracing::field::debug(waited));
     telemetry::acquisition(target.kind, outcome, waited);
-    result
+    result.map(|won| {
+        won.map(|won| Won {
+            flight: Some(flight),
+            ..won
+        })
+    })
 }
 
 /// [`acquire`]'s loop.
@@ -294,6 +354,7 @@ where
                         fence,
                         sent,
                         span: target.ttl,
+                        flight: None,
                     }));
                 }
             }
@@ -407,6 +468,7 @@ where
                         fence,
                         sent,
                         span: target.ttl,
+                        flight: None,
                     })
                 }
                 // Too late to be of use: given back below.
@@ -614,6 +676,7 @@ mod tests {
         closed: AtomicBool,
         closing: Notify,
         min_replicas: Option<(usize, Duration)>,
+        flights: Arc<Flights>,
     }
 
     impl FakeCore {
@@ -638,6 +701,7 @@ mod tests {
                 closed: AtomicBool::new(false),
                 closing: Notify::new(),
                 min_replicas,
+                flights: Flights::new(),
             })
         }
 
@@ -765,6 +829,10 @@ mod tests {
         ) {
             assert_eq!(hold, HOLD);
             self.log("background release");
+        }
+
+        fn flights(&self) -> &Arc<Flights> {
+            &self.flights
         }
     }
 
