@@ -480,6 +480,12 @@ where
             };
             if won.is_none() {
                 pending.leave().await;
+                if core.is_closed() {
+                    // Closed while the last try was in flight: the caller
+                    // learns why it holds nothing (a grant given back, or
+                    // a refusal), as on every other path.
+                    return Err(Error::Closed);
+                }
             }
             return Ok(won);
         }
@@ -857,6 +863,11 @@ mod tests {
         /// The client is closed while the attempt is in flight; no answer
         /// (it may have been granted).
         TransientAfterClose,
+        /// The client is closed while the attempt is in flight; granted,
+        /// but the reply comes later than the TTL.
+        LateAfterClose(u64),
+        /// The client is closed while the attempt is in flight; refused.
+        HeldAfterClose,
     }
 
     type Attempt<'a> = Pin<Box<dyn Future<Output = Result<Acquire>> + 'a>>;
@@ -910,6 +921,19 @@ mod tests {
                     Step::TransientAfterClose => {
                         core.close();
                         Err(connection_reset())
+                    }
+                    Step::LateAfterClose(fence) => {
+                        core.close();
+                        tokio::time::sleep(TTL + Duration::from_millis(10)).await;
+                        Ok(Acquire::Acquired { fence })
+                    }
+                    Step::HeldAfterClose => {
+                        core.close();
+                        Ok(Acquire::Held {
+                            remaining: Some(LONG),
+                            unsettled: false,
+                            queued_until: None,
+                        })
                     }
                 }
             })
@@ -1321,6 +1345,28 @@ mod tests {
         assert_eq!(core.attempts(), [ms(0), ms(0), wait]);
         assert_eq!(core.count("release sent"), 1);
         assert_eq!(core.count("background release"), 0);
+    }
+
+    /// Issue 24, item 5: closed while the last try at the deadline is in
+    /// flight, the acquisition fails with `Closed`, never a timeout
+    /// (`Ok(None)`), whatever that try's reply: a grant too late to use,
+    /// or a refusal. What it may hold is given back first.
+    #[tokio::test(start_paused = true)]
+    async fn a_close_during_the_last_try_fails_with_closed_whatever_its_reply() {
+        let wait = ms(2500);
+        for last in [Step::LateAfterClose(7), Step::HeldAfterClose] {
+            let core = FakeCore::new();
+            let steps = [Step::Held(LONG), Step::Held(LONG), last];
+            let acquired = tokio::time::timeout(LONG, run(&core, false, Some(wait), &steps))
+                .await
+                .expect("the wait ended");
+            assert!(matches!(acquired, Err(Error::Closed)), "{acquired:?}");
+            assert_eq!(core.attempts(), [ms(0), ms(0), wait]);
+            // The late grant is given back, and answered, before `Closed`.
+            let given_back = usize::from(matches!(last, Step::LateAfterClose(_)));
+            assert_eq!(core.count("release answered"), given_back);
+            assert_eq!(core.count("background release"), 0);
+        }
     }
 
     /// A queued waiter whose wait runs out leaves the queue, and waits for
