@@ -83,6 +83,55 @@ pub(crate) trait Core: Sync {
         hold: String,
         queued: Option<Duration>,
     );
+
+    /// The client's acquisitions and releases in flight, which
+    /// [`Client::close`] waits for.
+    fn flights(&self) -> &Arc<Flights>;
+}
+
+/// What [`Client::close`] waits for besides the watchdog: every acquisition
+/// in flight, until its lease is on the watchdog's books (which `close`
+/// then gives back) or given back by the acquisition itself, and every
+/// explicit release in flight. Without them, a program that closes and
+/// ends at once left the grants of its acquisitions in flight, and the
+/// releases already off the watchdog's books, held until their TTL.
+///
+/// [`Client::close`]: crate::Client::close
+#[derive(Debug)]
+pub(crate) struct Flights(tokio::sync::watch::Sender<usize>);
+
+impl Flights {
+    pub(crate) fn new() -> Arc<Flights> {
+        Arc::new(Flights(tokio::sync::watch::Sender::new(0)))
+    }
+
+    /// One more in flight, until the [`Flight`] is dropped.
+    pub(crate) fn begin(self: &Arc<Self>) -> Flight {
+        self.0.send_modify(|n| *n += 1);
+        Flight(Arc::clone(self))
+    }
+
+    /// Resolves once none is in flight.
+    pub(crate) async fn landed(&self) {
+        let mut in_flight = self.0.subscribe();
+        // The sender lives in `self`: the channel cannot close meanwhile.
+        let _ = in_flight.wait_for(|n| *n == 0).await;
+    }
+
+    /// How many are in flight now.
+    pub(crate) fn count(&self) -> usize {
+        *self.0.borrow()
+    }
+}
+
+/// One acquisition or release in flight (see [`Flights`]).
+#[derive(Debug)]
+pub(crate) struct Flight(Arc<Flights>);
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        self.0.0.send_modify(|n| *n -= 1);
+    }
 }
 
 /// What the attempts try to take.
@@ -127,11 +176,15 @@ impl<C: Core> Target<'_, C> {
 /// An acquisition: its fence, when the attempt that took the lease was
 /// sent, and how long the lease lasts on the server from then at least
 /// (the TTL, or a lease handed over whole: until the waiter's deadline).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) struct Won {
     pub(crate) fence: u64,
     pub(crate) sent: Instant,
     pub(crate) span: Duration,
+    /// The acquisition is in flight until its lease is on the watchdog's
+    /// books (`Handle::held` drops this then), so that `Client::close`
+    /// either waits for it or finds the lease there to give back.
+    pub(crate) flight: Option<Flight>,
 }
 
 /// What the server's time of a waiter's attempt may have lost to rounding
@@ -162,6 +215,7 @@ impl Deadlines {
             fence: grant.fence,
             sent: *sent,
             span,
+            flight: None,
         })
     }
 }
@@ -194,6 +248,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Acquire>>,
 {
+    let flight = target.core.flights().begin();
     let started = Instant::now();
     let span = tracing::info_span!(
         "leasehold.acquire",
@@ -215,7 +270,12 @@ where
     span.record("outcome", outcome.label());
     span.record("waited", tracing::field::debug(waited));
     telemetry::acquisition(target.kind, outcome, waited);
-    result
+    result.map(|won| {
+        won.map(|won| Won {
+            flight: Some(flight),
+            ..won
+        })
+    })
 }
 
 /// [`acquire`]'s loop.
@@ -289,6 +349,7 @@ where
                         fence,
                         sent,
                         span: target.ttl,
+                        flight: None,
                     }));
                 }
                 // The reply (or the WAIT after it) came too late to be sure
@@ -415,6 +476,7 @@ where
                             fence,
                             sent,
                             span: target.ttl,
+                            flight: None,
                         }
                     })
                 }
@@ -427,6 +489,12 @@ where
             };
             if won.is_none() {
                 pending.leave().await;
+                if core.is_closed() {
+                    // Closed while the last try was in flight: the caller
+                    // learns why it holds nothing (a grant given back, or
+                    // a refusal), as on every other path.
+                    return Err(Error::Closed);
+                }
             }
             return Ok(won);
         }
@@ -625,6 +693,7 @@ mod tests {
         min_replicas: Option<(usize, Duration)>,
         /// Each WAIT's time to answer and acks, the last repeated.
         replica_answers: Mutex<VecDeque<(Duration, usize)>>,
+        flights: Arc<Flights>,
     }
 
     impl FakeCore {
@@ -650,6 +719,7 @@ mod tests {
                 closing: Notify::new(),
                 min_replicas,
                 replica_answers: Mutex::new(VecDeque::from([(Duration::ZERO, 0)])),
+                flights: Flights::new(),
             })
         }
 
@@ -787,6 +857,10 @@ mod tests {
             assert_eq!(hold, HOLD);
             self.log("background release");
         }
+
+        fn flights(&self) -> &Arc<Flights> {
+            &self.flights
+        }
     }
 
     /// What one scripted attempt does.
@@ -810,6 +884,11 @@ mod tests {
         /// The client is closed while the attempt is in flight; no answer
         /// (it may have been granted).
         TransientAfterClose,
+        /// The client is closed while the attempt is in flight; granted,
+        /// but the reply comes later than the TTL.
+        LateAfterClose(u64),
+        /// The client is closed while the attempt is in flight; refused.
+        HeldAfterClose,
     }
 
     type Attempt<'a> = Pin<Box<dyn Future<Output = Result<Acquire>> + 'a>>;
@@ -863,6 +942,19 @@ mod tests {
                     Step::TransientAfterClose => {
                         core.close();
                         Err(connection_reset())
+                    }
+                    Step::LateAfterClose(fence) => {
+                        core.close();
+                        tokio::time::sleep(TTL + Duration::from_millis(10)).await;
+                        Ok(Acquire::Acquired { fence })
+                    }
+                    Step::HeldAfterClose => {
+                        core.close();
+                        Ok(Acquire::Held {
+                            remaining: Some(LONG),
+                            unsettled: false,
+                            queued_until: None,
+                        })
                     }
                 }
             })
@@ -1274,6 +1366,28 @@ mod tests {
         assert_eq!(core.attempts(), [ms(0), ms(0), wait]);
         assert_eq!(core.count("release sent"), 1);
         assert_eq!(core.count("background release"), 0);
+    }
+
+    /// Issue 24, item 5: closed while the last try at the deadline is in
+    /// flight, the acquisition fails with `Closed`, never a timeout
+    /// (`Ok(None)`), whatever that try's reply: a grant too late to use,
+    /// or a refusal. What it may hold is given back first.
+    #[tokio::test(start_paused = true)]
+    async fn a_close_during_the_last_try_fails_with_closed_whatever_its_reply() {
+        let wait = ms(2500);
+        for last in [Step::LateAfterClose(7), Step::HeldAfterClose] {
+            let core = FakeCore::new();
+            let steps = [Step::Held(LONG), Step::Held(LONG), last];
+            let acquired = tokio::time::timeout(LONG, run(&core, false, Some(wait), &steps))
+                .await
+                .expect("the wait ended");
+            assert!(matches!(acquired, Err(Error::Closed)), "{acquired:?}");
+            assert_eq!(core.attempts(), [ms(0), ms(0), wait]);
+            // The late grant is given back, and answered, before `Closed`.
+            let given_back = usize::from(matches!(last, Step::LateAfterClose(_)));
+            assert_eq!(core.count("release answered"), given_back);
+            assert_eq!(core.count("background release"), 0);
+        }
     }
 
     /// A queued waiter whose wait runs out leaves the queue, and waits for

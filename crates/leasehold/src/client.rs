@@ -4,7 +4,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::acquire::Core;
+use crate::acquire::{Core, Flights};
 #[cfg(feature = "sentinel")]
 use crate::backend::SentinelTarget;
 use crate::backend::{Backend, ConnectOptions, TlsOptions};
@@ -67,9 +67,25 @@ pub(crate) struct Inner {
     pub(crate) closed: std::sync::atomic::AtomicBool,
     /// Wakes the callers waiting to acquire when the client is closed.
     pub(crate) closing: tokio::sync::Notify,
+    /// Acquisitions and releases in flight, which `close` waits for.
+    pub(crate) flights: Arc<Flights>,
+    /// `command_timeout`: bounds how long `close` waits for them.
+    pub(crate) command_timeout: Duration,
 }
 
 impl Inner {
+    /// The longest `close` waits for the acquisitions and releases in
+    /// flight. Each request is bounded by the command timeout, and an
+    /// acquisition in flight has at most six left: its attempt and its
+    /// give-back, each of which may have to load its script first (a
+    /// NOSCRIPT reply, SCRIPT LOAD, the call again); with `min_replicas`,
+    /// the replicas' WAIT too. Against a server that does not answer, the
+    /// first request's timeout ends the attempt and the give-back goes to
+    /// the background: two command timeouts.
+    fn flights_bound(&self) -> Duration {
+        self.command_timeout * 6 + self.min_replicas.map_or(Duration::ZERO, |(_, t)| t)
+    }
+
     /// Checks a lease TTL against the client's bounds.
     pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<()> {
         if ttl < self.min_ttl || ttl > self.max_ttl {
@@ -137,6 +153,10 @@ impl Core for Inner {
         queued: Option<Duration>,
     ) {
         self.watchdog.release(kind, keys, hold, queued);
+    }
+
+    fn flights(&self) -> &Arc<Flights> {
+        &self.flights
     }
 }
 
@@ -527,8 +547,13 @@ impl Client {
     /// they waited in, one round trip), and an attempt in flight
     /// gives back what it took and fails with it once its request is
     /// answered (with [`ClientBuilder::min_replicas`], once the replicas'
-    /// WAIT is); `close` does not wait for that. The guards still alive report
-    /// [`is_lost`](crate::LockGuard::is_lost). Calling it again is harmless.
+    /// WAIT is). `close` waits for those acquisitions, and for explicit
+    /// releases (`guard.release()`) already in flight, so that nothing they
+    /// took is left held once it returns (each of their requests is bounded
+    /// by the command timeout; `close` gives up on them after six command
+    /// timeouts, plus the replicas' timeout with `min_replicas`).
+    /// The guards still alive report [`is_lost`](crate::LockGuard::is_lost).
+    /// Calling it again is harmless.
     ///
     /// Against a server that does not answer, each release waits out the
     /// command timeout, 64 at a time.
@@ -546,7 +571,8 @@ impl Client {
     /// # Errors
     ///
     /// [`Error::CloseIncomplete`] when some release got no answer (the
-    /// server is unreachable): those leases end by their TTL.
+    /// server is unreachable), or some acquisition or release was still in
+    /// flight after that bound: those leases end by their TTL.
     ///
     /// # Cancel safety
     ///
@@ -557,7 +583,27 @@ impl Client {
             .closed
             .store(true, std::sync::atomic::Ordering::Release);
         self.inner.closing.notify_waiters();
-        self.inner.watchdog.close().await
+        // First the acquisitions and releases in flight: an acquisition
+        // that wins puts its lease on the watchdog's books before it lands,
+        // and one that gives back, or releases in the background, does so
+        // before it lands too, so the watchdog's close below covers them.
+        let bound = self.inner.flights_bound();
+        let landed = tokio::time::timeout(bound, self.inner.flights.landed()).await;
+        let closed = self.inner.watchdog.close().await;
+        if landed.is_err() {
+            let in_flight = self.inner.flights.count();
+            if in_flight > 0 {
+                let (failed, first) = match closed {
+                    Err(Error::CloseIncomplete { failed, first }) => (failed, first),
+                    _ => (0, format!("still in flight after {bound:?}")),
+                };
+                return Err(Error::CloseIncomplete {
+                    failed: failed + in_flight,
+                    first,
+                });
+            }
+        }
+        closed
     }
 
     /// Whether [`Client::close`] was called.
@@ -856,6 +902,8 @@ impl ClientBuilder {
                 fence_memory: self.fence_memory,
                 closed: std::sync::atomic::AtomicBool::new(false),
                 closing: tokio::sync::Notify::new(),
+                flights: Flights::new(),
+                command_timeout: self.command_timeout,
             }),
         })
     }

@@ -105,6 +105,10 @@ impl Held {
     pub(crate) async fn release(mut self) -> Result<()> {
         self.done = true;
         let inner = &self.client.inner;
+        // Off the watchdog's books from here: `Client::close` waits for this
+        // release instead (dropped last, after a release handed to the
+        // background on failure or cancel).
+        let _flight = inner.flights.begin();
         inner.watchdog.untrack(self.lease.id);
         if self.lease.delays() && self.lease.is_lost() {
             // lock_delay: the lease ended without a release, so the lock

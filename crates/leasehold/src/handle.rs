@@ -144,7 +144,11 @@ impl Handle {
             None => lease,
         };
         let lease = lease.lock_delay(self.delay);
-        Held::new(&self.client, lease, won.fence, self.watchdog)
+        let held = Held::new(&self.client, lease, won.fence, self.watchdog);
+        // On the watchdog's books now: `Client::close` gives it back from
+        // there, and need not wait for this acquisition any more.
+        drop(won.flight);
+        held
     }
 }
 

@@ -33,7 +33,8 @@ use crate::token::{Token, redact};
 ///   into a read in one step (no writer can slip in between). An owner
 ///   that holds only reads and asks to write gets
 ///   [`Error::UpgradeRefused`]: two readers upgrading at once would wait for
-///   each other forever.
+///   each other forever. A read guard dropped before the write does not
+///   count: the write waits for its release in the background first.
 ///
 /// Every guard gets a fresh fence, strictly greater than every earlier one
 /// of this name (a downgraded read keeps its writer's fence).
@@ -132,8 +133,10 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// [`Error::UpgradeRefused`] when this owner holds reads but no write;
-    /// otherwise as [`RwLock::read`].
+    /// [`Error::UpgradeRefused`] when this owner holds reads but no write
+    /// (a read guard of this client dropped before the call is not one: its
+    /// release in the background goes first, waited for up to the command
+    /// timeout); otherwise as [`RwLock::read`].
     ///
     /// # Cancel safety
     ///
@@ -253,7 +256,23 @@ impl RwLock {
     async fn take(&self, mode: Mode, wait: Option<Duration>) -> Result<Option<Held>> {
         self.h.validate()?;
         validate_owner(self.owner.as_str())?;
-        let servers = &self.h.client.inner.servers;
+        let inner = &self.h.client.inner;
+        if mode == Mode::Write {
+            // A read guard of this owner dropped just before is released in
+            // the background; a write that reached the server first would be
+            // refused as an upgrade although the caller holds no read. So
+            // the releases this client handed over for the name go first
+            // (each is bounded by the command timeout once sent).
+            let settled = inner.watchdog.settled(self.h.keys.lock());
+            if tokio::time::timeout(inner.command_timeout, settled)
+                .await
+                .is_err()
+            {
+                tracing::debug!(lock = %self.h.name,
+                    "background releases of the name still running; writing all the same");
+            }
+        }
+        let servers = &inner.servers;
         let hold = Token::random();
         let member = mode.member(hold.as_str(), self.owner.as_str());
         let attempt = RwAttempt {

@@ -77,6 +77,46 @@ struct Release {
     /// `hold_at_least`: until then the lease is kept (set on the server to
     /// last until then) instead of released.
     keep_until: Option<Instant>,
+    /// Counted in [`Unsettled`] when handed over ([`Watchdog::release`],
+    /// [`Watchdog::release_lease`]), until done.
+    counted: bool,
+}
+
+/// The background releases handed over and not done yet, per lock key:
+/// counted by the caller as it hands one over (not by the task as it takes
+/// it in), so [`Watchdog::settled`] sees every release handed over before
+/// it is called.
+#[derive(Default)]
+struct Unsettled {
+    keys: std::sync::Mutex<HashMap<String, usize>>,
+    /// Woken whenever one is done.
+    done: tokio::sync::Notify,
+}
+
+impl Unsettled {
+    fn keys(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+        self.keys.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn add(&self, key: &str) {
+        *self.keys().entry(key.to_owned()).or_insert(0) += 1;
+    }
+
+    fn remove(&self, key: &str) {
+        let mut keys = self.keys();
+        if let Some(n) = keys.get_mut(key) {
+            *n -= 1;
+            if *n == 0 {
+                keys.remove(key);
+            }
+        }
+        drop(keys);
+        self.done.notify_waiters();
+    }
+
+    fn contains(&self, key: &str) -> bool {
+        self.keys().contains_key(key)
+    }
 }
 
 /// What the watchdog needs from the servers: [`Servers`] in a client, an
@@ -131,13 +171,41 @@ impl Door for Servers {
 #[derive(Clone)]
 pub(crate) struct Watchdog {
     tx: mpsc::UnboundedSender<Command>,
+    unsettled: Arc<Unsettled>,
 }
 
 impl Watchdog {
     pub(crate) fn start(door: impl Door) -> Watchdog {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(door, rx));
-        Watchdog { tx }
+        let unsettled = Arc::new(Unsettled::default());
+        tokio::spawn(run(door, rx, Arc::clone(&unsettled)));
+        Watchdog { tx, unsettled }
+    }
+
+    /// Hands a release to the task, counted in [`Unsettled`] until done.
+    fn hand_over(&self, release: Release) {
+        let key = release.keys.lock().to_owned();
+        self.unsettled.add(&key);
+        if self.tx.send(Command::Release(release)).is_err() {
+            self.unsettled.remove(&key);
+        }
+    }
+
+    /// Resolves once every background release of the lock key `key` handed
+    /// over before this call is done (answered, or failed). An RwLock
+    /// write waits for it: the owner's read guard dropped just before is
+    /// released here, and a write that reached the server first would be
+    /// refused as an upgrade.
+    pub(crate) async fn settled(&self, key: &str) {
+        loop {
+            let done = self.unsettled.done.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            if !self.unsettled.contains(key) {
+                return;
+            }
+            done.await;
+        }
     }
 
     // Sends below ignore a closed channel: the task only ends with the
@@ -165,19 +233,23 @@ impl Watchdog {
         hold: String,
         queued: Option<Duration>,
     ) {
-        let _ = self.tx.send(Command::Release(Release {
+        self.hand_over(Release {
             kind,
             keys,
             hold,
             queued,
             keep_until: None,
-        }));
+            counted: true,
+        });
     }
 
     /// Releases a held lease in the background (a dropped guard), or, if
     /// its `hold_at_least` has not passed, keeps it until then.
     pub(crate) fn release_lease(&self, lease: &Lease) {
-        let _ = self.tx.send(Command::Release(Release::of(lease)));
+        self.hand_over(Release {
+            counted: true,
+            ..Release::of(lease)
+        });
     }
 
     /// Gives back every lease on the books and every release still queued,
@@ -206,6 +278,7 @@ type Renewing = (Arc<Lease>, Snapshot, OwnedMutexGuard<()>);
 
 struct State<D> {
     servers: D,
+    unsettled: Arc<Unsettled>,
     leases: HashMap<u64, Tracked>,
     queue: BTreeMap<(Instant, u64), ()>,
     /// Background releases not started yet, oldest first.
@@ -219,9 +292,14 @@ struct State<D> {
     close_failures: (usize, Option<String>),
 }
 
-async fn run<D: Door>(servers: D, mut rx: mpsc::UnboundedReceiver<Command>) {
+async fn run<D: Door>(
+    servers: D,
+    mut rx: mpsc::UnboundedReceiver<Command>,
+    unsettled: Arc<Unsettled>,
+) {
     let mut state = State {
         servers,
+        unsettled,
         leases: HashMap::default(),
         queue: BTreeMap::new(),
         backlog: VecDeque::new(),
@@ -328,13 +406,16 @@ impl<D: Door> State<D> {
                 hold,
                 queued,
                 keep_until,
+                counted,
             }) = self.backlog.pop_front()
             else {
                 return;
             };
             let servers = self.servers.clone();
             let kept_for = keep_until.and_then(crate::lease::rest_until);
-            self.releasing.push(Box::pin(async move {
+            let unsettled = counted.then(|| Arc::clone(&self.unsettled));
+            let settle = keys.lock().to_owned();
+            let release = async move {
                 if let Some(ttl) = kept_for {
                     // hold_at_least: the lease stays until then, unrenewed.
                     let extension = Extension {
@@ -359,6 +440,13 @@ impl<D: Door> State<D> {
                         Err(e)
                     }
                 }
+            };
+            self.releasing.push(Box::pin(async move {
+                let outcome = release.await;
+                if let Some(unsettled) = unsettled {
+                    unsettled.remove(&settle);
+                }
+                outcome
             }));
         }
     }
@@ -517,6 +605,7 @@ impl Release {
             hold: lease.hold.clone(),
             queued: None,
             keep_until: lease.kept_until(),
+            counted: false,
         }
     }
 }
@@ -672,6 +761,37 @@ mod tests {
     }
 
     const TTL: Duration = Duration::from_millis(300);
+
+    /// Issue 24, item 5: `settled` resolves once the background releases
+    /// of its key handed over before it are done, and at once for a key
+    /// with none: counted as they are handed over, before the task has
+    /// even taken them in.
+    #[tokio::test(start_paused = true)]
+    async fn settled_waits_for_the_releases_of_its_key_handed_over_before() {
+        let keys = Arc::new(LockKeys::new("t", "dropped"));
+        let other = LockKeys::new("t", "other");
+        let stuck = Fake::new(true, true);
+        let watchdog = Watchdog::start(stuck.clone());
+        watchdog.release(Kind::Lock, Arc::clone(&keys), "dropped".into(), None);
+        tokio::time::timeout(Duration::from_millis(1), watchdog.settled(other.lock()))
+            .await
+            .expect("nothing handed over for that key");
+        assert!(
+            tokio::time::timeout(Duration::from_secs(10), watchdog.settled(keys.lock()))
+                .await
+                .is_err(),
+            "a release that never answers is not done"
+        );
+        assert_eq!(*stuck.releases_sent.lock().unwrap(), 1);
+
+        let fake = Fake::new(true, false);
+        let watchdog = Watchdog::start(fake.clone());
+        watchdog.release(Kind::Lock, Arc::clone(&keys), "dropped".into(), None);
+        tokio::time::timeout(Duration::from_millis(1), watchdog.settled(keys.lock()))
+            .await
+            .expect("done once answered");
+        assert_eq!(*fake.releases_sent.lock().unwrap(), 1);
+    }
 
     /// Issue 13, item 6: releases that never answer (a batch of dropped
     /// guards on a slow server) do not hold up the renewal of a lease that

@@ -3,6 +3,8 @@
 
 mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::contract::Deployment;
@@ -141,9 +143,12 @@ async fn without_the_watchdog_a_handed_lease_is_claimed_for_its_ttl() {
 /// fence's SET) and the release script (EVALSHA, one MGET of the lease and
 /// its fence, ZPOPMIN on the empty queue, TIME to see whether the fence may
 /// go, one DEL for the lease and its fence): 9, one fewer than with a GET
-/// for each. Counted, so a later change cannot add commands silently.
+/// for each. An acquire that would wait adds a ZREM of its queue member on
+/// the empty queue: its attempt leaves the queue whatever its mark, since a
+/// first attempt run twice may have queued in its first run (issue 24,
+/// item 4). Counted, so a later change cannot add commands silently.
 #[tokio::test]
-async fn an_uncontended_acquisition_costs_nine_commands() {
+async fn an_uncontended_acquisition_costs_nine_commands_and_ten_if_it_would_wait() {
     let server = RedisServer::start();
     let client = common::client(&server).await;
     let on = Deployment::Single(&server);
@@ -152,12 +157,22 @@ async fn an_uncontended_acquisition_costs_nine_commands() {
     lock.acquire().await.unwrap().release().await.unwrap();
     let before = on.lock_commands();
     for _ in 0..100 {
-        lock.acquire().await.unwrap().release().await.unwrap();
+        let guard = lock.try_acquire().await.unwrap().expect("free");
+        guard.release().await.unwrap();
     }
     let per = (on.lock_commands() - before) as f64 / 100.0;
     assert!(
         (per - 9.0).abs() < f64::EPSILON,
-        "{per} commands per uncontended acquisition"
+        "{per} commands per uncontended try_acquire"
+    );
+    let before = on.lock_commands();
+    for _ in 0..100 {
+        lock.acquire().await.unwrap().release().await.unwrap();
+    }
+    let per = (on.lock_commands() - before) as f64 / 100.0;
+    assert!(
+        (per - 10.0).abs() < f64::EPSILON,
+        "{per} commands per uncontended acquire"
     );
 }
 
@@ -328,4 +343,82 @@ async fn a_waiter_after_a_failed_unsubscribe_subscribes_again_and_gets_hand_offs
         .release()
         .await
         .expect("release");
+}
+
+/// Issue 24, item 3: under sustained contention every key of a lock stays
+/// bounded by its live holders and waiters, and nothing is left once the
+/// contention ends. Each round is a new client, as each `leasehold run` is
+/// a new process: its first attempt is refused, it subscribes and tries
+/// again at once (a heartbeat, which writes `:alive`), and it is handed the
+/// lease well before its first deadline. Before the fix every such
+/// hand-off left its `:alive` entry, kept by the others' heartbeats.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_keys_of_a_busy_lock_stay_bounded_by_its_waiters() {
+    const LOOPS: usize = 8;
+    const ROUNDS: usize = 150;
+    const FOR: Duration = Duration::from_secs(4);
+    let server = RedisServer::start();
+    let url = server.url();
+    let started = Instant::now();
+    let loops: Vec<_> = (0..LOOPS)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let mut rounds = 0;
+                while rounds < ROUNDS && started.elapsed() < FOR {
+                    let client = Client::connect(&url).await.expect("connect");
+                    let guard = client
+                        .lock("busy")
+                        .ttl(Duration::from_secs(5))
+                        .wait(Duration::from_secs(60))
+                        .acquire()
+                        .await
+                        .expect("acquire");
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    guard.release().await.expect("release");
+                    client.close().await.expect("close");
+                    rounds += 1;
+                }
+                rounds
+            })
+        })
+        .collect();
+    // Sampled from a connection of its own until every loop is done.
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = std::thread::spawn({
+        let mut conn = server.connection();
+        let done = done.clone();
+        move || {
+            let (mut samples, mut largest) = (0_usize, (0_usize, 0_usize));
+            let until = Instant::now() + FOR + Duration::from_secs(60);
+            while !done.load(Ordering::Relaxed) && Instant::now() < until {
+                let queue: usize = conn.zcard("leasehold:{busy}:queue").unwrap();
+                let alive: usize = conn.zcard("leasehold:{busy}:alive").unwrap();
+                largest = (largest.0.max(queue), largest.1.max(alive));
+                samples += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            (samples, largest)
+        }
+    });
+    let mut rounds = 0;
+    for task in loops {
+        rounds += task.await.expect("join");
+    }
+    done.store(true, Ordering::Relaxed);
+    let (samples, (queue, alive)) = sampler.join().expect("sampler");
+    assert!(
+        rounds >= 2 * LOOPS && samples >= 10,
+        "too little contention to judge: {rounds} rounds, {samples} samples"
+    );
+    // At most every loop's waiter, whatever the number of hand-offs.
+    assert!(
+        queue <= LOOPS && alive <= LOOPS,
+        "after {rounds} rounds the largest queue had {queue} members, \
+         the largest :alive {alive}"
+    );
+    // Nobody holds or waits: nothing of the lock is left, at once.
+    let keys: Vec<String> = server.connection().keys("leasehold:{busy}:*").unwrap();
+    assert!(keys.is_empty(), "left after {rounds} rounds: {keys:?}");
+    eprintln!("{rounds} rounds, {samples} samples: queue <= {queue}, :alive <= {alive}");
 }

@@ -433,6 +433,51 @@ async fn reads_and_writes_are_reentrant_and_upgrades_are_refused() {
         .unwrap();
 }
 
+/// Issue 24, item 5: an owner that drops its read guard holds no read, so
+/// its next `write()` (or `try_write()`) must not be refused as an
+/// upgrade. The drop releases in the background, and the write used to
+/// reach the server first (93-98 of 100 tries were refused). Here the
+/// dropped read's release is queued behind 500 others, so the write would
+/// always win that race; the write now waits for the client's background
+/// releases of that name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_after_the_owner_dropped_its_read_is_not_an_upgrade() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client
+        .rw_lock("catalog")
+        .owner("o")
+        .wait(Duration::from_secs(5));
+    for round in 0..3 {
+        let mut others = Vec::new();
+        for i in 0..500 {
+            others.push(
+                client
+                    .lock(format!("other:{i}"))
+                    .watchdog(false)
+                    .try_acquire()
+                    .await
+                    .unwrap()
+                    .expect("free"),
+            );
+        }
+        let read = lock.read().await.unwrap();
+        drop(others);
+        drop(read);
+        let write = if round == 2 {
+            lock.try_write()
+                .await
+                .map(|w| w.expect("nobody else holds it"))
+        } else {
+            lock.write().await
+        };
+        match write {
+            Ok(write) => write.release().await.unwrap(),
+            Err(e) => panic!("round {round}: the write after the read was dropped: {e}"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_writer_that_gives_up_or_dies_stops_holding_back_readers() {
     let server = RedisServer::start();

@@ -11,6 +11,7 @@ mod common;
 
 use common::{client, wait_until};
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use leasehold::Client;
@@ -450,4 +451,137 @@ async fn a_close_during_the_last_try_at_the_deadline_fails_it_and_frees_the_lock
     let left: bool = server.connection().exists(key).unwrap();
     assert!(!left, "the lock was left held");
     drop(held);
+}
+
+/// The number of lock keys on `server` whose names match `pattern`.
+fn lock_keys(server: &RedisServer, pattern: &str) -> usize {
+    let keys: Vec<String> = server.connection().keys(pattern).expect("KEYS");
+    keys.len()
+}
+
+/// A program's runtime, as `#[tokio::main]` makes it: dropped when `main`
+/// returns, and its tasks with it.
+fn program_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// Issue 24, item 5: acquisitions in flight when `close` is called. The
+/// first attempts have reached the server (their leases are taken) and
+/// every reply is still on its way, held back by a proxy; then `close`,
+/// then the program ends. `close` returned at once and the runtime's end dropped
+/// the acquisitions before their replies came, so their grants stayed held
+/// for the whole TTL. `close` now returns only once every acquisition in
+/// flight has returned (`Closed`, its lease given back).
+#[test]
+fn close_waits_for_the_acquisitions_in_flight_so_nothing_stays_held() {
+    const N: usize = 16;
+    let server = RedisServer::start();
+    let proxy = leasehold_testkit::Proxy::start(server.port());
+    let rt = program_runtime();
+    let (at_close, at_return, outcomes) = rt.block_on(async {
+        let client = Client::builder()
+            .url(proxy.url())
+            .command_timeout(Duration::from_secs(10))
+            .build()
+            .await
+            .expect("connect");
+        // The script is loaded before the proxy slows everything down.
+        let warm = client.lock("fly:warm").acquire().await.expect("acquire");
+        warm.release().await.expect("release");
+        // Each request and each reply now waits 300 ms in the proxy.
+        proxy.set_mode(leasehold_testkit::ProxyMode::Delay(Duration::from_millis(
+            300,
+        )));
+        let returned = Arc::new(Mutex::new(Vec::new()));
+        for i in 0..N {
+            let lock = client.lock(format!("fly:{i}"));
+            let returned = Arc::clone(&returned);
+            tokio::spawn(async move {
+                let outcome = lock.acquire().await;
+                returned.lock().unwrap().push(outcome.map(drop));
+            });
+        }
+        // The first leases are taken: no reply can be back before 300 ms
+        // from now, and the later requests are still on their way.
+        wait_until("the first attempts reached the server", || {
+            lock_keys(&server, "leasehold:{fly:[0-9]*}:lock") > 0
+        })
+        .await;
+        let at_close = returned.lock().unwrap().len();
+        client.close().await.expect("close");
+        let at_return = returned.lock().unwrap().len();
+        let outcomes = std::mem::take(&mut *returned.lock().unwrap());
+        (at_close, at_return, outcomes)
+    });
+    // `main` returns.
+    drop(rt);
+    assert_eq!(
+        at_close, 0,
+        "an acquisition returned before close was called"
+    );
+    assert_eq!(
+        lock_keys(&server, "leasehold:{fly:*}:lock"),
+        0,
+        "grants left held after the program ended"
+    );
+    assert_eq!(at_return, N, "close returned with acquisitions in flight");
+    for outcome in outcomes {
+        assert!(
+            matches!(outcome, Err(leasehold::Error::Closed)),
+            "{outcome:?}"
+        );
+    }
+}
+
+/// Issue 24, item 5: an explicit `release()` in flight when `close` is
+/// called. The guard is off the watchdog's books (the release took it
+/// off), so `close` had nothing to wait for and returned at once; the
+/// program's end then dropped the release before it reached the server.
+/// `close` now waits for it.
+#[test]
+fn close_waits_for_a_release_in_flight() {
+    let server = RedisServer::start();
+    let proxy = leasehold_testkit::Proxy::start(server.port());
+    let key = lock_key("releasing");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (left_at_close, released_at_return) = rt.block_on(async {
+        let client = Client::builder()
+            .url(proxy.url())
+            .command_timeout(Duration::from_secs(10))
+            .build()
+            .await
+            .expect("connect");
+        let guard = client.lock("releasing").acquire().await.expect("acquire");
+        proxy.set_mode(leasehold_testkit::ProxyMode::Delay(Duration::from_millis(
+            300,
+        )));
+        let released = Arc::new(Mutex::new(None));
+        tokio::spawn({
+            let released = Arc::clone(&released);
+            async move {
+                let outcome = guard.release().await;
+                *released.lock().unwrap() = Some(outcome);
+            }
+        });
+        // On this one thread the release runs now, up to its request.
+        tokio::task::yield_now().await;
+        let left_at_close = get(&server, &key).is_some();
+        client.close().await.expect("close");
+        let released_at_return = released.lock().unwrap().take();
+        (left_at_close, released_at_return)
+    });
+    drop(rt);
+    assert!(left_at_close, "the release reached the server before close");
+    assert!(
+        matches!(released_at_return, Some(Ok(()))),
+        "close returned before the release did: {released_at_return:?}"
+    );
+    assert_eq!(get(&server, &key), None, "the lock was left held");
 }

@@ -124,10 +124,12 @@ fn release_call(
 fn backdate(conn: &mut Connection, token: &str, ms: u64) {
     let member = format!("{CONN}:{WAITER_TTL}:{token}");
     let arrival: f64 = conn.zscore(QUEUE, &member).unwrap();
+    // Exact: an arrival is a whole number of µs, or half a µs more for a
+    // waiter that tried again (lock_acquire.lua), and far below 2^52.
     let _: () = redis::cmd("ZADD")
         .arg(QUEUE)
         .arg("XX")
-        .arg(arrival as u64 - ms * 1000)
+        .arg(arrival - (ms * 1000) as f64)
         .arg(&member)
         .query(conn)
         .unwrap();
@@ -531,6 +533,86 @@ fn a_waiter_that_gives_up_leaves_the_queue_and_passes_on_a_hand_off() {
     assert_eq!(release(&mut conn, "c"), 1);
     let holder: String = conn.get(LOCK).unwrap();
     assert_eq!(holder, "d");
+}
+
+/// Issue 24, item 3: a waiter that tried again (a heartbeat, so it has an
+/// entry in `:alive`) and is handed the lease before its first deadline
+/// leaves no entry behind; nor does one that leaves, or takes the lease
+/// by its own attempt. Each key of the lock holds only live waiters.
+#[test]
+fn a_waiter_handed_the_lease_early_leaves_no_heartbeat_entry() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    acquire(&mut conn, "a", 10_000);
+    for waiter in ["b", "c", "d"] {
+        lock_acquire(&mut conn, waiter, 10_000, WINDOW, false).unwrap();
+        // The retry a waiter makes at once after subscribing.
+        let beat = lock_attempt(&mut conn, waiter, 10_000, WINDOW, true, false).unwrap();
+        assert_eq!(beat[0], 0);
+    }
+    let alive: Vec<String> = conn.zrange(ALIVE, 0, -1).unwrap();
+    assert_eq!(alive.len(), 3, "each heartbeat wrote its deadline");
+    // Handed over well within its first deadline.
+    assert_eq!(release(&mut conn, "a"), 1);
+    let holder: String = conn.get(LOCK).unwrap();
+    assert_eq!(holder, "b");
+    let alive: Vec<String> = conn.zrange(ALIVE, 0, -1).unwrap();
+    assert_eq!(
+        alive,
+        [
+            format!("{CONN}:{WAITER_TTL}:c"),
+            format!("{CONN}:{WAITER_TTL}:d")
+        ],
+        "b's entry went with its place in the queue"
+    );
+    // c gives up; d takes the lease by its own attempt (it missed the
+    // message of the next hand-off).
+    assert_eq!(release(&mut conn, "c"), -1);
+    assert_eq!(release(&mut conn, "b"), 1);
+    assert_eq!(
+        lock_acquire(&mut conn, "d", 10_000, WINDOW, true)
+            .unwrap()
+            .0,
+        1
+    );
+    assert_eq!(release(&mut conn, "d"), 1);
+    for key in [LOCK, QUEUE, ALIVE] {
+        let exists: bool = conn.exists(key).unwrap();
+        assert!(!exists, "{key} is left once nobody holds or waits");
+    }
+}
+
+/// Issue 24, item 4: a first attempt (mark '1') the cluster driver sends
+/// again after its connection dropped runs twice: refused (so queued),
+/// then granted once the lease expired. The holder must not stay queued,
+/// or it is later handed the lease it no longer waits for (and a fair lock
+/// refuses everyone meanwhile).
+#[test]
+fn a_first_attempt_run_twice_refused_then_granted_leaves_the_queue() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    for fair in [false, true] {
+        acquire(&mut conn, "a", 10_000);
+        let refused = lock_attempt(&mut conn, "b", 10_000, WINDOW, false, fair).unwrap();
+        assert_eq!(refused[0], 0);
+        assert_eq!(queued(&mut conn), ["b"]);
+        // a's lease expires; the same first attempt runs again.
+        let _: () = conn.del(LOCK).unwrap();
+        let granted = lock_attempt(&mut conn, "b", 10_000, WINDOW, false, fair).unwrap();
+        assert_eq!(granted[0], 1, "fair: {fair}");
+        assert!(
+            queued(&mut conn).is_empty(),
+            "the holder left the queue (fair: {fair})"
+        );
+        // So when b's lease ends without a release, a newcomer takes it.
+        let _: () = conn.del(LOCK).unwrap();
+        assert_eq!(
+            lock_attempt(&mut conn, "c", 10_000, WINDOW, false, fair).unwrap()[0],
+            1,
+            "fair: {fair}"
+        );
+        assert_eq!(release(&mut conn, "c"), 1);
+    }
 }
 
 #[test]

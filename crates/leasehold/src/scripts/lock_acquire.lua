@@ -20,9 +20,15 @@
 --
 -- A waiter's deadline is its arrival + the window, or the last deadline its later attempts
 -- (heartbeats) wrote, whichever is later: a first attempt writes only its arrival, so a
--- refused first attempt costs five commands. Fences come from next_fence (prelude.lua), as
--- for every kind of lock: on one server and on each Redlock node alike, so the nodes'
--- fences are comparable.
+-- refused first attempt costs five commands. A waiter has an entry in the heartbeats only
+-- while it is queued, and then its arrival is marked: half a µs added to it (an arrival is
+-- a whole number of µs otherwise; the order of waiters stays theirs). Whoever takes a
+-- marked member out of the queue takes its entry out too, and only a marked one costs a
+-- command in the heartbeats: so the heartbeats hold only waiters still queued, however
+-- many hand-offs a busy lock sees (a waiter handed the lease before its first deadline
+-- left its entry behind, kept by the others' heartbeats, one per hand-off).
+-- Fences come from next_fence (prelude.lua), as for every kind of lock: on one server and
+-- on each Redlock node alike, so the nodes' fences are comparable.
 local member = ARGV[7] .. ':' .. ARGV[2] .. ':' .. ARGV[1]
 local window = tonumber(ARGV[4])
 
@@ -30,6 +36,10 @@ local window = tonumber(ARGV[4])
 local function live(waiter, arrival, now)
   if math.floor(arrival / 1000) + window > now then
     return true
+  end
+  if arrival == math.floor(arrival) then
+    -- Not marked: it never tried again.
+    return false
   end
   local beat = tonumber(redis.call('ZSCORE', KEYS[4], waiter))
   return beat ~= nil and beat > now
@@ -42,12 +52,22 @@ local function refuse()
   end
   local now, now_us = now_both()
   local deadline = now + window
-  redis.call('ZADD', KEYS[3], 'NX', string.format('%d', now_us), member)
-  redis.call('PEXPIRE', KEYS[3], window)
   if ARGV[5] == '2' then
-    -- A heartbeat: its arrival may be older than the window.
+    -- A heartbeat: its arrival may be older than the window. Its member is marked (see
+    -- above) before its deadline is written, so whoever takes it out of the queue takes
+    -- the entry out too.
+    local arrival = tonumber(redis.call('ZSCORE', KEYS[3], member))
+    if not arrival then
+      redis.call('ZADD', KEYS[3], string.format('%d.5', now_us), member)
+    elseif arrival == math.floor(arrival) then
+      redis.call('ZADD', KEYS[3], 'XX', string.format('%d.5', arrival), member)
+    end
+    redis.call('PEXPIRE', KEYS[3], window)
     redis.call('ZADD', KEYS[4], string.format('%d', deadline), member)
     redis.call('PEXPIRE', KEYS[4], window)
+  else
+    redis.call('ZADD', KEYS[3], 'NX', string.format('%d', now_us), member)
+    redis.call('PEXPIRE', KEYS[3], window)
   end
   return {0, pttl, deadline}
 end
@@ -63,7 +83,9 @@ if ARGV[6] == '1' and not redis.call('GET', KEYS[1]) then
       return refuse()
     end
     redis.call('ZREM', KEYS[3], head[1])
-    redis.call('ZREM', KEYS[4], head[1])
+    if tonumber(head[2]) ~= math.floor(tonumber(head[2])) then
+      redis.call('ZREM', KEYS[4], head[1])
+    end
   end
 end
 -- One command on 7.0 (SET .. NX .. GET); on 6.2, SET NX, then GET only when it is taken.
@@ -87,10 +109,12 @@ if not fence then
   end
   return refused
 end
--- A queued caller leaves the queue once it holds the lease. pcall: a caller cannot be queued
--- in a key of another type, and failing here would leave the lease taken with an error.
-if ARGV[5] == '2' then
-  redis.pcall('ZREM', KEYS[3], member)
+-- A waiting caller leaves the queue once it holds the lease, whatever its mark: a first
+-- attempt run twice (the cluster driver sends a call again when its connection dropped
+-- before the reply) may have been refused, and so queued, by its first run. pcall: a caller
+-- cannot be queued in a key of another type, and failing here would leave the lease taken
+-- with an error.
+if ARGV[5] ~= '0' and redis.pcall('ZREM', KEYS[3], member) == 1 then
   redis.pcall('ZREM', KEYS[4], member)
 end
 return {1, fence}

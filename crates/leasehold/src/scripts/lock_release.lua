@@ -66,21 +66,22 @@ while true do
   if not now then
     now, now_us = now_both()
   end
-  local deadline = math.floor(tonumber(head[2]) / 1000) + window
-  local beat
-  if deadline <= now then
-    beat = tonumber(redis.call('ZSCORE', KEYS[4], head[1]))
-    if beat and beat > deadline then
-      deadline = beat
+  local arrival = tonumber(head[2])
+  local deadline = math.floor(arrival / 1000) + window
+  if arrival ~= math.floor(arrival) then
+    -- Marked: it tried again, and its heartbeat entry goes with its place in the queue.
+    if deadline <= now then
+      local beat = tonumber(redis.call('ZSCORE', KEYS[4], head[1]))
+      if beat and beat > deadline then
+        deadline = beat
+      end
     end
+    redis.call('ZREM', KEYS[4], head[1])
   end
   local channel, ttl, waiter = KEYS[2], nil, head[1]
   local id, t, token = string.match(head[1], '^([^:]*):(%d+):(.*)$')
   if id then
     channel, ttl, waiter = KEYS[2] .. ':' .. id, tonumber(t), token
-  end
-  if beat then
-    redis.call('ZREM', KEYS[4], head[1])
   end
   if waiter ~= ARGV[1] and deadline > now then
     local reserve = math.max(deadline - now, tonumber(ARGV[2]))
@@ -97,9 +98,6 @@ while true do
       publish(ARGV[7], channel, waiter)
     end
     return 1
-  end
-  if waiter == ARGV[1] and not beat then
-    redis.call('ZREM', KEYS[4], head[1])
   end
 end
 -- Free. The name's last fence lives no longer than its lease (unless the client keeps

@@ -8,9 +8,11 @@ local window = tonumber(ARGV[1])
 local waiters = 0
 local queue = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
 for i = 1, #queue, 2 do
-  if math.floor(tonumber(queue[i + 1]) / 1000) + window > now then
+  local arrival = tonumber(queue[i + 1])
+  if math.floor(arrival / 1000) + window > now then
     waiters = waiters + 1
-  else
+  elseif arrival ~= math.floor(arrival) then
+    -- Marked: it tried again, and its latest deadline counts.
     local beat = tonumber(redis.call('ZSCORE', KEYS[4], queue[i]))
     if beat and beat > now then
       waiters = waiters + 1
