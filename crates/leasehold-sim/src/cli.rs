@@ -307,6 +307,8 @@ fn many(args: &Args) -> i32 {
     let acquisitions: u64 = results.iter().map(|o| o.acquisitions).sum();
     let operations: u64 = results.iter().map(|o| o.operations).sum();
     let commands: u64 = results.iter().map(|o| o.commands).sum();
+    let scripts: u64 = results.iter().map(|o| o.scripts).sum();
+    let cpu = cpu_seconds();
     let mut safe: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
     let mut unsafe_: BTreeMap<(&str, &str), u64> = BTreeMap::new();
     let mut unsafe_runs = 0;
@@ -334,15 +336,25 @@ fn many(args: &Args) -> i32 {
         unsafe_runs
     );
     println!(
-        "simulated acquisitions: {acquisitions}; lock operations: {operations}; server commands: {commands}"
+        "simulated acquisitions: {acquisitions}; lock operations: {operations} calls of the API, \
+         {scripts} scripts run by the servers; server commands: {commands}"
     );
     println!(
-        "wall {wall:.1} s on {} thread(s): {:.1} schedules/s, {:.0} operations/s, {:.0} acquisitions/s",
+        "wall {wall:.1} s on {} thread(s): {:.1} schedules/s, {:.0} API calls/s, {:.0} scripts/s, {:.0} acquisitions/s",
         args.jobs,
         results.len() as f64 / wall,
         operations as f64 / wall,
+        scripts as f64 / wall,
         acquisitions as f64 / wall
     );
+    if let Some(cpu) = cpu {
+        println!(
+            "per CPU second ({cpu:.1} s of CPU): {:.0} API calls, {:.0} scripts, {:.0} acquisitions",
+            operations as f64 / cpu,
+            scripts as f64 / cpu,
+            acquisitions as f64 / cpu
+        );
+    }
     if safe.is_empty() {
         println!("violations in SAFE schedules: 0");
     } else {
@@ -394,4 +406,16 @@ fn regressions(file: &str) -> i32 {
     }
     println!("{run} regression seeds replayed, {failed} failing");
     i32::from(failed > 0)
+}
+
+/// CPU time this process has used (user + system), from /proc/self/stat.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    // Clock ticks: 100 per second on Linux (USER_HZ).
+    Some((utime + stime) / 100.0)
 }

@@ -252,6 +252,9 @@ pub struct Outcome {
     pub operations: u64,
     /// Server commands run.
     pub commands: u64,
+    /// Scripts the servers ran (each a lock operation at a server:
+    /// acquire, renew, release, status, fenced writes).
+    pub scripts: u64,
     /// Broken invariants.
     pub violations: Vec<Violation>,
     /// The last lines of the history (for a report).
@@ -549,6 +552,7 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
         acquisitions: rec.acquisitions,
         operations: rec.operations,
         commands: world.commands(),
+        scripts: world.scripts(),
         violations,
         recent,
         full,
@@ -777,7 +781,15 @@ impl Task {
             });
             let steps = self.rng.range(1, 3);
             for _ in 0..steps {
-                let nap = Duration::from_micros(self.rng.below(ttl.as_micros() as u64 * 3 / 2));
+                // Mostly short steps (a quarter TTL at most); one in five as
+                // long as one and a half TTLs, past what the lease lasts
+                // without its watchdog.
+                let longest = if self.rng.chance(0.2) {
+                    ttl * 3 / 2
+                } else {
+                    ttl / 4
+                };
+                let nap = Duration::from_micros(self.rng.below(longest.as_micros() as u64));
                 tokio::time::sleep(nap).await;
                 if !guard.believes() {
                     self.world.log(|| format!("{who} {fences:?} lost"));

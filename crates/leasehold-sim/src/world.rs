@@ -71,6 +71,8 @@ struct State {
     history: History,
     /// Server commands run, over all nodes.
     commands: u64,
+    /// Scripts run (EVALSHA and EVAL): the lock operations the servers did.
+    scripts: u64,
     /// FNV-1a over every command run: when, where, what.
     wire_digest: u64,
     /// Writes the fenced resource (the node "resource") accepted, in the
@@ -117,6 +119,7 @@ impl World {
             next_conn: 1,
             history: History::default(),
             commands: 0,
+            scripts: 0,
             wire_digest: 0xcbf2_9ce4_8422_2325,
             stalled: BTreeMap::new(),
             accepted: Vec::new(),
@@ -153,6 +156,11 @@ impl World {
     /// The fenced writes the resource accepted, in the order it ran them.
     pub fn accepted_writes(&self) -> Vec<(String, u64)> {
         self.state().accepted.clone()
+    }
+
+    /// Scripts run so far (EVALSHA and EVAL), over all nodes.
+    pub fn scripts(&self) -> u64 {
+        self.state().scripts
     }
 
     /// A digest of every command run so far (node, server time, connection, arguments).
@@ -247,6 +255,12 @@ impl World {
     fn exec(&self, node: &str, conn: u64, args: &[Vec<u8>]) -> Value {
         let mut s = self.state();
         s.commands += 1;
+        if args
+            .first()
+            .is_some_and(|a| a.eq_ignore_ascii_case(b"EVALSHA") || a.eq_ignore_ascii_case(b"EVAL"))
+        {
+            s.scripts += 1;
+        }
         let n = s.nodes.get(node).expect("a node of the world");
         let now_us = World::node_now_us(&s, n);
         let mut h = s.wire_digest;
