@@ -198,7 +198,7 @@ impl Db {
             .keys
             .get(key)
             .and_then(|e| e.expire_ms)
-            .is_some_and(|when| now >= when);
+            .is_some_and(|when| now > when);
         if expired {
             self.keys.remove(key);
         }
