@@ -235,7 +235,12 @@ pub(super) fn set_keys_argv(lua: &Lua, keys: &[Vec<u8>], argv: &[Vec<u8>]) -> ml
     for (name, items) in [("KEYS", keys), ("ARGV", argv)] {
         let t = lua.create_table_with_capacity(items.len(), 0)?;
         for (i, item) in items.iter().enumerate() {
-            t.raw_set(i + 1, lua.create_string(item)?)?;
+            // Text goes onto the Lua stack as it is; a string value would
+            // take a registry reference each (a fifth of the simulator's time).
+            match std::str::from_utf8(item) {
+                Ok(text) => t.raw_set(i + 1, text)?,
+                Err(_) => t.raw_set(i + 1, lua.create_string(item)?)?,
+            }
         }
         globals.raw_set(name, t)?;
     }
