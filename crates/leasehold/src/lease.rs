@@ -50,6 +50,17 @@ pub(crate) fn valid_until(sent: Instant, ttl: Duration) -> Instant {
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// A lease id, unique in the process; in a simulation build, in the
+/// schedule (the watchdog's map of leases is keyed by it, and a schedule
+/// must not depend on how many leases the process made before it).
+fn next_id() -> u64 {
+    #[cfg(leasehold_sim)]
+    if let Some(id) = crate::sim::next_lease_id() {
+        return id;
+    }
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
 /// Which primitive a lease belongs to: decides the scripts that renew and
 /// release it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -128,7 +139,7 @@ impl Lease {
         sent: Instant,
     ) -> Lease {
         Lease {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            id: next_id(),
             name,
             keys,
             kind,

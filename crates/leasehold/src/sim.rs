@@ -51,6 +51,7 @@ pub trait Dialer {
 thread_local! {
     static DIALER: RefCell<Option<Arc<dyn Dialer>>> = const { RefCell::new(None) };
     static RANDOM: RefCell<Option<u64>> = const { RefCell::new(None) };
+    static LEASE_IDS: std::cell::Cell<u64> = const { std::cell::Cell::new(1) };
 }
 
 /// Installs the dialer of this thread's `sim://` URLs (None: uninstall).
@@ -59,8 +60,18 @@ pub fn install(dialer: Option<Arc<dyn Dialer>>) {
 }
 
 /// Seeds this thread's random choices (tokens, jitter); None: the OS source.
+/// Lease ids restart at 1 too, so a schedule does not depend on what ran
+/// before it on this thread.
 pub fn seed_random(seed: Option<u64>) {
     RANDOM.with(|r| *r.borrow_mut() = seed);
+    LEASE_IDS.with(|ids| ids.set(1));
+}
+
+/// The next lease id of this thread's schedule, if it has a seed.
+pub(crate) fn next_lease_id() -> Option<u64> {
+    RANDOM
+        .with(|r| r.borrow().is_some())
+        .then(|| LEASE_IDS.with(|ids| ids.replace(ids.get() + 1)))
 }
 
 pub(crate) fn dial(
