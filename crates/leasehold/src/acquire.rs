@@ -359,6 +359,11 @@ where
                 // give-back still queued behind it would then delete the
                 // lease of the guard the retry returns.
                 pending.give_back().await?;
+                if deadline.is_none() {
+                    // A try: one attempt, whatever became of it. (Trying
+                    // again could go on for as long as grants come late.)
+                    return Ok(None);
+                }
                 // A grant naming an attempt before the give-back is for the
                 // lease just given back.
                 deadlines = Deadlines::default();
@@ -1473,6 +1478,34 @@ mod tests {
                 "attempt",
                 "wait replicas"
             ]
+        );
+    }
+
+    /// Found by review: a try (no wait) whose grants always come too late
+    /// (the reply, or the replicas' WAIT after it) gave each back and tried
+    /// again, forever.
+    #[tokio::test(start_paused = true)]
+    async fn a_try_whose_grant_comes_too_late_gives_it_back_once_and_ends() {
+        let core = FakeCore::with_replicas(Some((1, ms(100))));
+        *core.replica_answers.lock().unwrap() = VecDeque::from([(TTL + ms(10), 1)]);
+        let tried = tokio::time::timeout(LONG, run(&core, false, None, &[Step::Granted(7)])).await;
+        assert!(matches!(tried, Ok(Ok(None))), "{tried:?}");
+        assert_eq!(
+            core.entries(),
+            [
+                "attempt",
+                "wait replicas",
+                "give-back sent",
+                "give-back answered"
+            ]
+        );
+
+        let core = FakeCore::new();
+        let tried = tokio::time::timeout(LONG, run(&core, false, None, &[Step::Late(7)])).await;
+        assert!(matches!(tried, Ok(Ok(None))), "{tried:?}");
+        assert_eq!(
+            core.entries(),
+            ["attempt", "give-back sent", "give-back answered"]
         );
     }
 
