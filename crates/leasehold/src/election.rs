@@ -158,9 +158,12 @@ impl Election {
     }
 
     /// Leads the election if nobody does, without waiting; `Ok(None)` when
-    /// another candidate leads it (or when the lease this call won ran out
-    /// before the leader was recorded: a leadership is never returned
-    /// already lost).
+    /// another candidate leads it, or when the answer to recording this
+    /// candidate as leader came after the lease's validity: a leadership is
+    /// never returned already lost (observers may see that leader for a
+    /// moment, until the lease it drops is released). Winning takes two
+    /// round trips within the TTL; on a network slower than that,
+    /// [`Election::campaign`] keeps trying and never leads.
     ///
     /// # Errors
     ///
