@@ -154,12 +154,16 @@ pub fn check_holds(name: &str, sharing: Sharing, holds: &[Hold]) -> Vec<Violatio
     }
     // Fences: in acquisition order, each above every earlier one of
     // another owner (writers and exclusive holds; readers share).
-    if matches!(sharing, Sharing::Exclusive | Sharing::PerOwner) {
+    if matches!(
+        sharing,
+        Sharing::Exclusive | Sharing::PerOwner | Sharing::ReadWrite
+    ) {
         let mut highest: BTreeMap<&str, u64> = BTreeMap::new();
-        for h in &sorted {
+        // Readers' fences are not ordered among holders: only writers'.
+        for h in sorted.iter().filter(|h| !h.read) {
             let other_max = highest
                 .iter()
-                .filter(|(o, _)| sharing == Sharing::Exclusive || **o != h.owner.as_str())
+                .filter(|(o, _)| sharing != Sharing::PerOwner || **o != h.owner.as_str())
                 .map(|(_, f)| *f)
                 .max();
             if let Some(max) = other_max

@@ -816,6 +816,11 @@ impl Task {
                         .log(|| format!("{who} extend {name} {ttl2:?}: {extended:?}"));
                 }
             }
+            // The last moment it believes, right before letting go (its
+            // fenced writes and extends took time since the last look).
+            if guard.believes() {
+                last_us = now_us(origin);
+            }
             if believed {
                 let mut r = record(&self.shared);
                 for (name, fence) in &fences {
