@@ -303,10 +303,25 @@ fn many(args: &Args) -> i32 {
                         }
                     }
                     if !outcome.violations.is_empty() {
+                        let label = outcome.config.unsafe_label();
                         println!(
-                            "seed {seed}: {} ({})",
-                            outcome.violations[0].invariant, outcome.violations[0].detail
+                            "seed {seed}: {} ({}){}",
+                            outcome.violations[0].invariant,
+                            outcome.violations[0].detail,
+                            label.map_or(String::new(), |l| format!(" [documented unsafe: {l}]"))
                         );
+                        let determinism = outcome
+                            .violations
+                            .iter()
+                            .any(|v| v.invariant == "a seed replayed differently");
+                        if args.first && (label.is_none() || determinism) {
+                            println!(
+                                "first violation: seed {seed} after {:.1} s and {} schedules",
+                                started.elapsed().as_secs_f64(),
+                                i + 1
+                            );
+                            found.store(true, std::sync::atomic::Ordering::Relaxed);
+                        }
                     }
                     let mut light = outcome;
                     light.recent.clear();

@@ -206,6 +206,8 @@ impl World {
             on_push,
             lines: Mutex::new(Lines {
                 subscribed: BTreeSet::new(),
+                epoch: 0,
+                blocked_until: now,
                 to_server: now,
                 to_client: now,
             }),
@@ -278,22 +280,6 @@ impl World {
         }
         s.wire_digest = h;
         let n = s.nodes.get_mut(node).expect("a node of the world");
-        if args
-            .first()
-            .is_some_and(|a| a.eq_ignore_ascii_case(b"WAIT"))
-        {
-            // One replica, which acknowledges nine WAITs in ten at once
-            // (then it has every write so far) and misses the others.
-            let Some(_) = n.replica else {
-                return Value::Int(0);
-            };
-            let acked = s.rng.chance(0.9);
-            let n = s.nodes.get_mut(node).expect("a node of the world");
-            if acked && let Some(replica) = &mut n.replica {
-                replica.copy_data_from(&n.server);
-            }
-            return Value::Int(i64::from(acked));
-        }
         let reply = n.server.exec(conn, now_us, args);
         let deliveries = n.server.take_deliveries();
         // EVALSHA sha 2 key fence_key fence value expiry: fenced::set.
@@ -333,6 +319,45 @@ impl World {
             target.push_later(push, delay);
         }
         reply
+    }
+
+    /// The timeout of a WAIT command, if `args` is one.
+    fn wait_args(args: &[Vec<u8>]) -> Option<Duration> {
+        if !args.first()?.eq_ignore_ascii_case(b"WAIT") {
+            return None;
+        }
+        let ms: u64 = std::str::from_utf8(args.get(2)?).ok()?.parse().ok()?;
+        Some(Duration::from_millis(ms))
+    }
+
+    /// A WAIT for one replica on `node`: the replica acknowledges nine in
+    /// ten at once (it then has every write so far); the others it misses,
+    /// and the WAIT blocks its connection until its timeout.
+    fn wait_acked(&self, node: &str, conn: u64, args: &[Vec<u8>]) -> bool {
+        let mut s = self.state();
+        s.commands += 1;
+        let n = s.nodes.get(node).expect("a node of the world");
+        let now_us = World::node_now_us(&s, n);
+        let mut h = s.wire_digest;
+        for b in now_us
+            .to_le_bytes()
+            .into_iter()
+            .chain(conn.to_le_bytes())
+            .chain(args.concat())
+        {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        s.wire_digest = h;
+        let acked = s.rng.chance(0.9);
+        let n = s.nodes.get_mut(node).expect("a node of the world");
+        let Some(replica) = &mut n.replica else {
+            return false;
+        };
+        if acked {
+            replica.copy_data_from(&n.server);
+        }
+        acked
     }
 
     /// Fault: `node` runs nothing for `length` (requests wait, as on a
@@ -503,6 +528,13 @@ struct Conn {
 /// The connection's two directions (FIFO each) and its subscriptions.
 struct Lines {
     subscribed: BTreeSet<String>,
+    /// Bumped by each reset: a request sent on an earlier connection fails
+    /// whether it had reached the server or not, as everything in flight
+    /// on a dropped TCP connection does.
+    epoch: u64,
+    /// Until when the server runs nothing more of this connection (a WAIT
+    /// without its acknowledgements blocks its client until its timeout).
+    blocked_until: Instant,
     /// When the last request sent reaches the server.
     to_server: Instant,
     /// When the last reply or push sent reaches the client.
@@ -543,6 +575,7 @@ impl Conn {
     /// client reconnects, subscribes every channel again, then is told of
     /// the disconnection (which wakes its waiters), as `Managed` does.
     fn reset(self: &Arc<Self>) {
+        self.lines().epoch += 1;
         let node = self.node.clone();
         {
             let mut s = self.world.state();
@@ -612,23 +645,49 @@ impl SimWire {
             (delay, fate)
         };
         let arrive = conn.arrival(out, true);
+        let epoch = conn.lines().epoch;
         let (tx, rx) = oneshot::channel();
         let server_side = Arc::clone(&conn);
         tokio::spawn(async move {
             let conn = server_side;
+            let reset = || Err(io_error(std::io::ErrorKind::ConnectionReset, "reset"));
             tokio::time::sleep_until(arrive).await;
-            while let Some(until) = conn.world.paused_until(&conn.node) {
-                tokio::time::sleep_until(until).await;
+            loop {
+                let blocked = conn.lines().blocked_until;
+                if let Some(until) = conn.world.paused_until(&conn.node) {
+                    tokio::time::sleep_until(until).await;
+                } else if blocked > Instant::now() {
+                    tokio::time::sleep_until(blocked).await;
+                } else {
+                    break;
+                }
+            }
+            if conn.lines().epoch != epoch {
+                let _ = tx.send(reset());
+                return;
             }
             if fate == Fate::ResetBefore {
                 conn.reset();
-                let _ = tx.send(Err(io_error(std::io::ErrorKind::ConnectionReset, "reset")));
+                let _ = tx.send(reset());
                 return;
             }
-            let reply = conn.world.exec(&conn.node, conn.id, &args);
+            let reply = match World::wait_args(&args) {
+                Some(timeout) => {
+                    if conn.world.wait_acked(&conn.node, conn.id, &args) {
+                        Value::Int(1)
+                    } else {
+                        // Blocks this connection's later requests too.
+                        let until = Instant::now() + timeout;
+                        conn.lines().blocked_until = until;
+                        tokio::time::sleep_until(until).await;
+                        Value::Int(0)
+                    }
+                }
+                None => conn.world.exec(&conn.node, conn.id, &args),
+            };
             if fate == Fate::ResetAfter {
                 conn.reset();
-                let _ = tx.send(Err(io_error(std::io::ErrorKind::ConnectionReset, "reset")));
+                let _ = tx.send(reset());
                 return;
             }
             let back = {
@@ -637,6 +696,10 @@ impl SimWire {
             };
             let at = conn.arrival(back, false);
             tokio::time::sleep_until(at).await;
+            if conn.lines().epoch != epoch {
+                let _ = tx.send(reset());
+                return;
+            }
             let _ = tx.send(Ok(reply));
         });
         let timeout = conn.timeout;
@@ -671,10 +734,12 @@ impl Wire for SimWire {
         let conn = Arc::clone(&self.conn);
         let channel = channel.to_owned();
         Box::pin(async move {
-            conn.lines().subscribed.insert(channel.clone());
             match reply.await? {
                 Value::ServerError(e) => Err(e.into()),
-                _ => Ok(()),
+                _ => {
+                    conn.lines().subscribed.insert(channel);
+                    Ok(())
+                }
             }
         })
     }
