@@ -586,12 +586,7 @@ fn lock_contention() -> impl Strategy<Value = Vec<Step>> {
         prop::option::weighted(0.8, (pick(&[500u64, 20]), flag(), flag(), flag())),
     )
         .prop_map(|(n, hold, window, waiters, release)| {
-            let keys = vec![
-                k(n, "lock"),
-                k(n, "fence"),
-                k(n, "queue"),
-                k(n, "alive"),
-            ];
+            let keys = vec![k(n, "lock"), k(n, "fence"), k(n, "queue"), k(n, "alive")];
             let attempt = |token: &str, ttl: u64, queues: &str, fair: &str, conn: &str| {
                 script(
                     "lock_acquire",
