@@ -290,6 +290,9 @@ struct State<D> {
     closing: Vec<oneshot::Sender<Result<()>>>,
     /// Releases that failed while a close waited, and the first error.
     close_failures: (usize, Option<String>),
+    /// Since when renewals fail to reach Redis: an outage is logged once
+    /// as it starts, and once as it ends, not at every retry.
+    failing_since: Option<Instant>,
 }
 
 async fn run<D: Door>(
@@ -307,6 +310,7 @@ async fn run<D: Door>(
         closed: false,
         closing: Vec::new(),
         close_failures: (0, None),
+        failing_since: None,
     };
     loop {
         // Every command queued so far is taken in first: handling one never
@@ -550,22 +554,38 @@ impl<D: Door> State<D> {
             let calls = wave.iter().map(|batch| renew_batch(&self.servers, batch));
             outcomes.extend(wave.iter().zip(futures_util::future::join_all(calls).await));
         }
+        let (mut failed, mut first_error) = (0, None);
+        let ran = !outcomes.is_empty();
         for (batch, (sent, outcome)) in outcomes {
+            if let Err(e) = &outcome {
+                failed += batch.len();
+                first_error.get_or_insert_with(|| e.to_string());
+            }
             self.renewed(batch, sent, outcome);
+        }
+        match (first_error, self.failing_since) {
+            (Some(error), None) => {
+                tracing::warn!(%error, leases = failed,
+                    "renewals cannot reach Redis; retrying until the leases' validity runs out \
+                     (logged once per outage)");
+                self.failing_since = Some(Instant::now());
+            }
+            (Some(error), Some(_)) => {
+                tracing::debug!(%error, leases = failed, "renewal failed again");
+            }
+            (None, Some(since)) if ran => {
+                tracing::info!(outage = ?since.elapsed(), "renewals reach Redis again");
+                self.failing_since = None;
+            }
+            (None, _) => {}
         }
     }
 
     /// Records the outcome of renewing `batch` (sent at `sent`).
     fn renewed(&mut self, batch: &[Renewing], sent: Instant, outcome: Result<Vec<Option<Owned>>>) {
         let now = Instant::now();
-        let results = match outcome {
-            Ok(results) => results,
-            Err(e) => {
-                tracing::warn!(error = %e, leases = batch.len(),
-                    "renewal failed; retrying until the leases' validity runs out");
-                vec![None; batch.len()]
-            }
-        };
+        // A failure is logged by the round (`renew_due`), once per outage.
+        let results = outcome.unwrap_or_else(|_| vec![None; batch.len()]);
         // No command was handled during the round, so every lease of the
         // batch is still on the books (unscheduled while it was renewed).
         let mut renewed = 0;
@@ -664,6 +684,8 @@ mod tests {
         renewals: Arc<Mutex<Vec<(Instant, String)>>>,
         releases_sent: Arc<Mutex<usize>>,
         renewal_permits: Arc<Semaphore>,
+        /// While set, every renewal fails to reach the server.
+        unreachable: Arc<std::sync::atomic::AtomicBool>,
         stuck: bool,
         /// How long each renewal takes to answer once let through.
         rtt: Duration,
@@ -680,6 +702,7 @@ mod tests {
                 renewals: Arc::default(),
                 releases_sent: Arc::default(),
                 renewal_permits: Arc::new(Semaphore::new(permits)),
+                unreachable: Arc::default(),
                 stuck,
                 rtt: Duration::ZERO,
             }
@@ -733,7 +756,14 @@ mod tests {
                 .unwrap()
                 .extend(leases.iter().map(|l| (now, l.hold.to_owned())));
             let (n, permits, rtt) = (leases.len(), Arc::clone(&self.renewal_permits), self.rtt);
+            let unreachable = self.unreachable.load(std::sync::atomic::Ordering::Relaxed);
             async move {
+                if unreachable {
+                    return Err(Error::Unreachable {
+                        addr: "fake".into(),
+                        source: std::io::Error::other("connection refused").into(),
+                    });
+                }
                 permits.acquire().await.expect("open").forget();
                 tokio::time::sleep(rtt).await;
                 Ok(vec![Some(Owned::Done); n])
@@ -761,6 +791,84 @@ mod tests {
     }
 
     const TTL: Duration = Duration::from_millis(300);
+
+    /// The events logged while it is the default subscriber: level and
+    /// message.
+    #[derive(Clone, Default)]
+    struct Logged(Arc<Mutex<Vec<(tracing::Level, String)>>>);
+
+    impl Logged {
+        fn at(&self, level: tracing::Level) -> Vec<String> {
+            let events = self.0.lock().unwrap();
+            events
+                .iter()
+                .filter(|(l, _)| *l == level)
+                .map(|(_, m)| m.clone())
+                .collect()
+        }
+    }
+
+    struct Message(String);
+
+    impl tracing::field::Visit for Message {
+        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+            if field.name() == "message" {
+                self.0 = format!("{value:?}");
+            }
+        }
+    }
+
+    impl tracing::Subscriber for Logged {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            let mut message = Message(String::new());
+            event.record(&mut message);
+            let level = *event.metadata().level();
+            self.0.lock().unwrap().push((level, message.0));
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    /// Issue 24, item 5: renewals that cannot reach Redis for a while log
+    /// one warning for the outage, not one per retry (7 identical ones in
+    /// 3 s under `leasehold run`), and the end of the outage once.
+    #[tokio::test(start_paused = true)]
+    async fn an_outage_of_renewals_is_logged_once() {
+        let logged = Logged::default();
+        let _default = tracing::dispatcher::set_default(&tracing::Dispatch::new(logged.clone()));
+        let fake = Fake::new(true, false);
+        let watchdog = Watchdog::start(fake.clone());
+        let ttl = Duration::from_secs(3);
+        let held = lease("held", ttl, Instant::now());
+        watchdog.track(Arc::clone(&held), true);
+        // Renewed once; then Redis is away for 1.5 s: retried every 300 ms.
+        tokio::time::sleep(ttl / 3 + Duration::from_millis(10)).await;
+        fake.unreachable
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        tokio::time::sleep(ttl / 3 + Duration::from_millis(1500)).await;
+        fake.unreachable
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!held.is_lost(), "renewed again once Redis was back");
+        assert!(
+            fake.renewals_of("held").len() >= 5,
+            "the outage was retried: {:?}",
+            fake.renewals_of("held")
+        );
+        let warnings = logged.at(tracing::Level::WARN);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("cannot reach Redis"), "{warnings:?}");
+        let back = logged.at(tracing::Level::INFO);
+        assert_eq!(back.len(), 1, "{back:?}");
+    }
 
     /// Issue 24, item 5: `settled` resolves once the background releases
     /// of its key handed over before it are done, and at once for a key
