@@ -96,17 +96,24 @@ static GET: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(GET_SC
 ///
 /// `key` with a hash tag (`orders:{42}`) gives `key` + `:fence`; a key
 /// without one gives `{key}:fence`, whose tag is the whole key. A key
+/// that is one hash tag and nothing else (`{42}`) gives `key` +
+/// `:fence:tag`, since `{42}:fence` is the fence key of `42`. A key
 /// without a hash tag that contains `}` cannot be tagged that way and
 /// gives `key:fence`, which a cluster refuses (`CROSSSLOT`): give such a
-/// key a hash tag.
+/// key a hash tag. No two keys share a fence key.
 ///
 /// ```
 /// use leasehold::fenced::fence_key;
 /// assert_eq!(fence_key("report:latest"), "{report:latest}:fence");
 /// assert_eq!(fence_key("orders:{42}:total"), "orders:{42}:total:fence");
+/// assert_eq!(fence_key("{42}"), "{42}:fence:tag");
 /// ```
 pub fn fence_key(key: &str) -> String {
-    if has_hash_tag(key) || key.contains('}') {
+    if key.starts_with('{') && key.find('}') == Some(key.len() - 1) {
+        // `{x}`: `{x}:fence` is the fence key of `x`. A fence key of the
+        // other forms ends with `:fence`, so this one cannot be theirs.
+        format!("{key}:fence:tag")
+    } else if has_hash_tag(key) || key.contains('}') {
         format!("{key}:fence")
     } else {
         format!("{{{key}}}:fence")
@@ -293,7 +300,28 @@ mod tests {
         assert!(!has_hash_tag("plain"));
     }
 
+    /// Issue 24, item 5: `x` and `{x}` (a key that is one hash tag and
+    /// nothing else) are different keys and must not share a fence key.
+    #[test]
+    fn a_key_and_the_same_key_as_a_hash_tag_have_their_own_fence_keys() {
+        assert_ne!(fence_key("x"), fence_key("{x}"));
+        assert_eq!(fence_key("x"), "{x}:fence");
+        assert_eq!(fence_key("{x}:total"), "{x}:total:fence");
+        assert_ne!(fence_key(""), fence_key("{}"));
+    }
+
     proptest::proptest! {
+        /// No two keys share a fence key.
+        #[test]
+        fn fence_keys_differ_for_different_keys(
+            a in "[{}a-c:]{1,8}",
+            b in "[{}a-c:]{1,8}",
+        ) {
+            if a != b {
+                proptest::prop_assert_ne!(fence_key(&a), fence_key(&b), "{} {}", a, b);
+            }
+        }
+
         #[test]
         fn a_fence_key_shares_its_keys_slot(key in "\\PC{1,40}|[{}a-c:]{1,12}") {
             let fence = fence_key(&key);

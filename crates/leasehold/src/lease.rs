@@ -256,6 +256,12 @@ impl Lease {
         Arc::clone(&self.changing).lock_owned().await
     }
 
+    /// What [`Lease::change`] locks, for a change made where the lease
+    /// itself is not at hand (a background release of the watchdog).
+    pub(crate) fn changes(&self) -> Arc<tokio::sync::Mutex<()>> {
+        Arc::clone(&self.changing)
+    }
+
     /// Like [`Lease::change`], without waiting: `None` while an extend is in flight.
     pub(crate) fn try_change(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
         Arc::clone(&self.changing).try_lock_owned().ok()

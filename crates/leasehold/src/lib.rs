@@ -180,8 +180,9 @@
 //! [`tracing`](https://docs.rs/tracing) spans: `leasehold.acquire` (INFO;
 //! fields `lock`, `kind`, `outcome`, `waited`), `leasehold.release` (INFO;
 //! `lock`, `kind`) and `leasehold.renew` (DEBUG; `kind`, `leases`, one per
-//! renewal call); events: a lost lease (WARN, with its `reason`), failed
-//! renewals and releases (WARN), hand-offs and retries (DEBUG).
+//! renewal call); events: a lost lease (WARN, with its `reason`), renewals
+//! failing to reach Redis (WARN once per outage, INFO when it ends), failed
+//! releases (WARN), hand-offs and retries (DEBUG).
 //!
 //! # Example
 //!

@@ -21,6 +21,9 @@
 
 #[cfg(not(leasehold_sim))]
 use std::collections::HashMap;
+// Only inserted, removed and counted, never iterated: its order cannot
+// reach the simulation's outcome.
+use std::collections::HashSet;
 use std::collections::{BTreeMap, VecDeque};
 
 #[cfg(leasehold_sim)]
@@ -49,8 +52,6 @@ use crate::telemetry::{self, LostReason};
 const COALESCE: Duration = Duration::from_millis(20);
 /// Most leases renewed by one script call.
 const MAX_BATCH: usize = 512;
-/// Most renewal calls in flight at once.
-const MAX_BATCHES_IN_FLIGHT: usize = 16;
 /// Most background releases in flight at once; the rest wait their turn.
 const MAX_RELEASES_IN_FLIGHT: usize = 64;
 
@@ -80,6 +81,10 @@ struct Release {
     /// Counted in [`Unsettled`] when handed over ([`Watchdog::release`],
     /// [`Watchdog::release_lease`]), until done.
     counted: bool,
+    /// A held lease's [`Lease::change`] lock: the release waits for a
+    /// renewal of the lease in flight, so that nothing of that renewal
+    /// (on Redlock, a re-take of the lease on a node) lands after it.
+    changes: Option<Arc<tokio::sync::Mutex<()>>>,
 }
 
 /// The background releases handed over and not done yet, per lock key:
@@ -240,6 +245,7 @@ impl Watchdog {
             queued,
             keep_until: None,
             counted: true,
+            changes: None,
         });
     }
 
@@ -276,6 +282,11 @@ type Releasing = Pin<Box<dyn Future<Output = Result<()>> + Send>>;
 /// guard that keeps an extend of it out until the outcome is recorded.
 type Renewing = (Arc<Lease>, Snapshot, OwnedMutexGuard<()>);
 
+/// One renewal call in flight: its batch, and when it was sent and its
+/// outcome once answered.
+type Renewal =
+    Pin<Box<dyn Future<Output = (Vec<Renewing>, Instant, Result<Vec<Option<Owned>>>)> + Send>>;
+
 struct State<D> {
     servers: D,
     unsettled: Arc<Unsettled>,
@@ -284,12 +295,21 @@ struct State<D> {
     /// Background releases not started yet, oldest first.
     backlog: VecDeque<Release>,
     releasing: FuturesUnordered<Releasing>,
+    /// Renewal calls in flight. Each is recorded as it is answered, not
+    /// with the others sent with it: a call stuck on one silent node (a
+    /// frozen cluster master) holds back no renewal sent elsewhere.
+    renewing: FuturesUnordered<Renewal>,
     /// Set by [`Command::Close`]: everything is given back from now on.
     closed: bool,
     /// Callers of [`Watchdog::close`] waiting for the releases to finish.
     closing: Vec<oneshot::Sender<Result<()>>>,
     /// Releases that failed while a close waited, and the first error.
     close_failures: (usize, Option<String>),
+    /// The leases whose last renewal got no answer, and since when some
+    /// have had none: an outage is logged once as it starts, and once as
+    /// it ends, not at every retry.
+    unanswered: HashSet<u64>,
+    failing_since: Option<Instant>,
 }
 
 async fn run<D: Door>(
@@ -304,15 +324,17 @@ async fn run<D: Door>(
         queue: BTreeMap::new(),
         backlog: VecDeque::new(),
         releasing: FuturesUnordered::new(),
+        renewing: FuturesUnordered::new(),
         closed: false,
         closing: Vec::new(),
         close_failures: (0, None),
+        unanswered: HashSet::new(),
+        failing_since: None,
     };
     loop {
         // Every command queued so far is taken in first: handling one never
-        // waits, and a renewal round (awaited below) must not keep a new
-        // lease's registration, a release or a close waiting behind the
-        // next round when renewal rounds follow one another.
+        // waits, and a stream of renewal outcomes must not keep a new
+        // lease's registration, a release or a close waiting.
         loop {
             match rx.try_recv() {
                 Ok(command) => state.handle(command),
@@ -325,13 +347,16 @@ async fn run<D: Door>(
         let next = state.queue.first_key_value().map(|((due, _), ())| *due);
         tokio::select! {
             // Polled first, so the releases in flight make progress even
-            // while renewal rounds follow one another; recording an outcome
-            // takes no time. Then renewals, before new commands.
+            // while renewals follow one another; recording an outcome takes
+            // no time. Then renewals, before new commands.
             biased;
             Some(outcome) = state.releasing.next(), if !state.releasing.is_empty() => {
                 state.released(outcome);
             }
-            () = sleep_until(next), if next.is_some() => state.renew_due().await,
+            Some((batch, sent, outcome)) = state.renewing.next(), if !state.renewing.is_empty() => {
+                state.renewed(&batch, sent, outcome);
+            }
+            () = sleep_until(next), if next.is_some() => state.renew_due(),
             command = rx.recv() => match command {
                 Some(command) => state.handle(command),
                 None => return state.finish().await,
@@ -382,6 +407,8 @@ impl<D: Door> State<D> {
                     }
                 }
                 self.queue.clear();
+                self.unanswered.clear();
+                self.failing_since = None;
                 self.closing.push(done);
             }
         }
@@ -407,6 +434,7 @@ impl<D: Door> State<D> {
                 queued,
                 keep_until,
                 counted,
+                changes,
             }) = self.backlog.pop_front()
             else {
                 return;
@@ -416,6 +444,10 @@ impl<D: Door> State<D> {
             let unsettled = counted.then(|| Arc::clone(&self.unsettled));
             let settle = keys.lock().to_owned();
             let release = async move {
+                let _changing = match changes {
+                    Some(changes) => Some(changes.lock_owned().await),
+                    None => None,
+                };
                 if let Some(ttl) = kept_for {
                     // hold_at_least: the lease stays until then, unrenewed.
                     let extension = Extension {
@@ -491,6 +523,10 @@ impl<D: Door> State<D> {
     }
 
     fn untrack(&mut self, id: u64) {
+        // A lease off the books keeps no outage open.
+        if self.unanswered.remove(&id) && self.unanswered.is_empty() {
+            self.failing_since = None;
+        }
         if let Some(old) = self.leases.remove(&id)
             && let Some(old_due) = old.due
         {
@@ -499,7 +535,7 @@ impl<D: Door> State<D> {
     }
 
     /// Renews every lease that is due (or nearly due) now.
-    async fn renew_due(&mut self) {
+    fn renew_due(&mut self) {
         let now = Instant::now();
         let mut due: Vec<Renewing> = Vec::new();
         let horizon = now + COALESCE;
@@ -537,63 +573,92 @@ impl<D: Door> State<D> {
         // On a cluster one call may only touch keys of one slot.
         let cluster = self.servers.is_cluster();
         due.sort_by_key(|(lease, _, _)| (lease.kind, cluster.then(|| slot(lease.keys.lock()))));
-        let batches: Vec<&[Renewing]> = due
-            .chunk_by(|(a, _, _), (b, _, _)| {
-                a.kind == b.kind && (!cluster || slot(a.keys.lock()) == slot(b.keys.lock()))
-            })
-            .flat_map(|same_kind| same_kind.chunks(MAX_BATCH))
-            .collect();
-        // Batches go out together, pipelined on the connection, so the
-        // renewal rate is bounded by the server, not by round trips.
-        let mut outcomes = Vec::with_capacity(batches.len());
-        for wave in batches.chunks(MAX_BATCHES_IN_FLIGHT) {
-            let calls = wave.iter().map(|batch| renew_batch(&self.servers, batch));
-            outcomes.extend(wave.iter().zip(futures_util::future::join_all(calls).await));
-        }
-        for (batch, (sent, outcome)) in outcomes {
-            self.renewed(batch, sent, outcome);
+        let mut due = due.into_iter().peekable();
+        while let Some(first) = due.next() {
+            let key =
+                |(lease, _, _): &Renewing| (lease.kind, cluster.then(|| slot(lease.keys.lock())));
+            let group = key(&first);
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH && due.peek().is_some_and(|next| key(next) == group) {
+                batch.extend(due.next());
+            }
+            // Sent at once, pipelined on the connection, so the renewal rate
+            // is bounded by the server, not by round trips; each recorded
+            // as it is answered.
+            let servers = self.servers.clone();
+            self.renewing.push(Box::pin(async move {
+                let (sent, outcome) = renew_batch(&servers, &batch).await;
+                (batch, sent, outcome)
+            }));
         }
     }
 
     /// Records the outcome of renewing `batch` (sent at `sent`).
     fn renewed(&mut self, batch: &[Renewing], sent: Instant, outcome: Result<Vec<Option<Owned>>>) {
         let now = Instant::now();
-        let results = match outcome {
-            Ok(results) => results,
-            Err(e) => {
-                tracing::warn!(error = %e, leases = batch.len(),
-                    "renewal failed; retrying until the leases' validity runs out");
-                vec![None; batch.len()]
-            }
-        };
-        // No command was handled during the round, so every lease of the
-        // batch is still on the books (unscheduled while it was renewed).
-        let mut renewed = 0;
+        let error = outcome.as_ref().err().map(ToString::to_string);
+        let results = outcome.unwrap_or_else(|_| vec![None; batch.len()]);
+        let (mut renewed, mut unanswered, mut answered) = (0, 0, false);
         for ((lease, snap, _), result) in batch.iter().zip(results) {
+            // Released, or given back by a close, while its renewal was in
+            // flight: off the books, and nothing more to do.
+            if !self.leases.contains_key(&lease.id) {
+                continue;
+            }
             match result {
                 Some(Owned::Done) => {
                     lease.renewed(sent, *snap);
                     self.schedule(Arc::clone(lease), Some(sent + snap.ttl / 3));
+                    self.unanswered.remove(&lease.id);
                     renewed += 1;
+                    answered = true;
                 }
                 Some(gone @ (Owned::Missing | Owned::OtherOwner)) => {
                     self.untrack(lease.id);
                     lease.mark_lost(LostReason::gone(gone));
+                    answered = true;
                 }
                 // Not known: keep trying while the lease may still be valid.
+                // (A lease lost so is logged as lost, for that reason.)
                 None => {
                     let valid_until = lease.snapshot().valid_until;
                     if now >= valid_until {
                         self.untrack(lease.id);
                         lease.mark_lost(LostReason::Unreachable);
                     } else {
+                        unanswered += 1;
+                        self.unanswered.insert(lease.id);
                         let retry = (now + retry_delay(snap.ttl)).min(valid_until);
                         self.schedule(Arc::clone(lease), Some(retry));
                     }
                 }
             }
         }
+        self.log_outage(error, unanswered, answered);
         telemetry::renewed(renewed);
+    }
+
+    /// Logs an outage of renewals once as it starts (a renewal of a lease
+    /// got no answer while every other had one) and once as it ends (every
+    /// lease's last renewal was answered again), not at every retry.
+    fn log_outage(&mut self, error: Option<String>, unanswered: usize, answered: bool) {
+        let error = error.unwrap_or_else(|| "no answer".to_owned());
+        if unanswered > 0 {
+            if self.failing_since.is_none() {
+                tracing::warn!(%error, leases = unanswered,
+                    "renewals cannot reach Redis; retrying until the leases' validity runs out \
+                     (logged once per outage)");
+                self.failing_since = Some(Instant::now());
+            } else {
+                tracing::debug!(%error, leases = unanswered, "renewal failed again");
+            }
+        }
+        if self.unanswered.is_empty()
+            && let Some(since) = self.failing_since.take()
+            && answered
+        {
+            tracing::info!(outage = ?since.elapsed(), "renewals reach Redis again");
+        }
     }
 }
 
@@ -606,6 +671,7 @@ impl Release {
             queued: None,
             keep_until: lease.kept_until(),
             counted: false,
+            changes: Some(lease.changes()),
         }
     }
 }
@@ -664,6 +730,10 @@ mod tests {
         renewals: Arc<Mutex<Vec<(Instant, String)>>>,
         releases_sent: Arc<Mutex<usize>>,
         renewal_permits: Arc<Semaphore>,
+        /// While set, every renewal fails to reach the server.
+        unreachable: Arc<std::sync::atomic::AtomicBool>,
+        /// The renewals of these holds never answer (their node is frozen).
+        frozen: Arc<Mutex<Vec<String>>>,
         stuck: bool,
         /// How long each renewal takes to answer once let through.
         rtt: Duration,
@@ -680,6 +750,8 @@ mod tests {
                 renewals: Arc::default(),
                 releases_sent: Arc::default(),
                 renewal_permits: Arc::new(Semaphore::new(permits)),
+                unreachable: Arc::default(),
+                frozen: Arc::default(),
                 stuck,
                 rtt: Duration::ZERO,
             }
@@ -733,7 +805,21 @@ mod tests {
                 .unwrap()
                 .extend(leases.iter().map(|l| (now, l.hold.to_owned())));
             let (n, permits, rtt) = (leases.len(), Arc::clone(&self.renewal_permits), self.rtt);
+            let unreachable = self.unreachable.load(std::sync::atomic::Ordering::Relaxed);
+            let frozen = {
+                let frozen = self.frozen.lock().unwrap();
+                leases.iter().any(|l| frozen.iter().any(|h| h == l.hold))
+            };
             async move {
+                if frozen {
+                    std::future::pending::<()>().await;
+                }
+                if unreachable {
+                    return Err(Error::Unreachable {
+                        addr: "fake".into(),
+                        source: std::io::Error::other("connection refused").into(),
+                    });
+                }
                 permits.acquire().await.expect("open").forget();
                 tokio::time::sleep(rtt).await;
                 Ok(vec![Some(Owned::Done); n])
@@ -761,6 +847,84 @@ mod tests {
     }
 
     const TTL: Duration = Duration::from_millis(300);
+
+    /// The events logged while it is the default subscriber: level and
+    /// message.
+    #[derive(Clone, Default)]
+    struct Logged(Arc<Mutex<Vec<(tracing::Level, String)>>>);
+
+    impl Logged {
+        fn at(&self, level: tracing::Level) -> Vec<String> {
+            let events = self.0.lock().unwrap();
+            events
+                .iter()
+                .filter(|(l, _)| *l == level)
+                .map(|(_, m)| m.clone())
+                .collect()
+        }
+    }
+
+    struct Message(String);
+
+    impl tracing::field::Visit for Message {
+        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+            if field.name() == "message" {
+                self.0 = format!("{value:?}");
+            }
+        }
+    }
+
+    impl tracing::Subscriber for Logged {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            let mut message = Message(String::new());
+            event.record(&mut message);
+            let level = *event.metadata().level();
+            self.0.lock().unwrap().push((level, message.0));
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    /// Issue 24, item 5: renewals that cannot reach Redis for a while log
+    /// one warning for the outage, not one per retry (7 identical ones in
+    /// 3 s under `leasehold run`), and the end of the outage once.
+    #[tokio::test(start_paused = true)]
+    async fn an_outage_of_renewals_is_logged_once() {
+        let logged = Logged::default();
+        let _default = tracing::dispatcher::set_default(&tracing::Dispatch::new(logged.clone()));
+        let fake = Fake::new(true, false);
+        let watchdog = Watchdog::start(fake.clone());
+        let ttl = Duration::from_secs(3);
+        let held = lease("held", ttl, Instant::now());
+        watchdog.track(Arc::clone(&held), true);
+        // Renewed once; then Redis is away for 1.5 s: retried every 300 ms.
+        tokio::time::sleep(ttl / 3 + Duration::from_millis(10)).await;
+        fake.unreachable
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        tokio::time::sleep(ttl / 3 + Duration::from_millis(1500)).await;
+        fake.unreachable
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!held.is_lost(), "renewed again once Redis was back");
+        assert!(
+            fake.renewals_of("held").len() >= 5,
+            "the outage was retried: {:?}",
+            fake.renewals_of("held")
+        );
+        let warnings = logged.at(tracing::Level::WARN);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("cannot reach Redis"), "{warnings:?}");
+        let back = logged.at(tracing::Level::INFO);
+        assert_eq!(back.len(), 1, "{back:?}");
+    }
 
     /// Issue 24, item 5: `settled` resolves once the background releases
     /// of its key handed over before it are done, and at once for a key
@@ -817,6 +981,34 @@ mod tests {
         );
         assert!(!held.is_lost());
         assert_eq!(*fake.releases_sent.lock().unwrap(), MAX_RELEASES_IN_FLIGHT);
+    }
+
+    /// Issue 24, item 1: a renewal call that never answers (its cluster
+    /// master is frozen) holds back no other renewal. Renewal calls went
+    /// out as rounds, each awaited whole, so the stuck one kept the task
+    /// from renewing anything else until its command timed out, and the
+    /// leases on healthy masters were lost.
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_that_never_answers_holds_back_no_other() {
+        let fake = Fake::new(true, false);
+        fake.frozen.lock().unwrap().push("stuck".into());
+        let watchdog = Watchdog::start(fake.clone());
+        let start = Instant::now();
+        let stuck = lease("stuck", TTL, start);
+        watchdog.track(Arc::clone(&stuck), true);
+        // Due 50 ms apart: renewed by calls of their own.
+        let healthy = lease("healthy", TTL, start + Duration::from_millis(50));
+        watchdog.track(Arc::clone(&healthy), true);
+        tokio::time::sleep(TTL * 4).await;
+        assert!(!healthy.is_lost(), "the healthy lease was lost");
+        let renewals = fake.renewals_of("healthy");
+        assert!(renewals.len() >= 10, "renewed at {renewals:?}");
+        assert!(stuck.is_lost(), "the stuck lease ran out");
+        assert_eq!(
+            fake.renewals_of("stuck").len(),
+            1,
+            "its renewal never answered"
+        );
     }
 
     /// Issue 13, item 6: a lease whose registration reaches the watchdog

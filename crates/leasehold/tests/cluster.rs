@@ -416,3 +416,98 @@ async fn a_dropped_cluster_client_leaves_no_task_running() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Issue 24, item 1: one master frozen (SIGSTOP, as in a long fork or a
+/// paused VM) for longer than the TTL costs nothing on the healthy
+/// masters: their leases stay renewed and an acquisition there stays
+/// quick. Renewal batches used to go out as one round awaited whole, so a
+/// batch stuck on the frozen master held back every other renewal until
+/// the command timeout, and the healthy masters' leases were lost about
+/// 0.67 s into the freeze; and a script first used on a healthy master
+/// during the freeze waited for the frozen one (the driver sent its
+/// SCRIPT LOAD to every master). The freeze outlasts the command timeout
+/// (the default, 2 s: the frozen master's renewals time out) and stays
+/// below the cluster's node timeout, raised to Redis's default 15 s, so
+/// the cluster itself never marks the master failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_master_costs_no_lease_and_no_wait_on_a_healthy_one() {
+    const TTL: Duration = Duration::from_secs(1);
+    const FREEZE: Duration = Duration::from_secs(5);
+    let cluster = RedisCluster::start(3, 0);
+    for node in cluster.nodes() {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("cluster-node-timeout")
+            .arg("15000")
+            .query(&mut node.connection())
+            .expect("CONFIG SET");
+    }
+    let frozen = cluster.master_ports()[0];
+    let on_frozen = |name: &str| cluster.master_of(&format!("leasehold:{{{name}}}:lock")) == frozen;
+    let client = Client::cluster(cluster.urls()).await.expect("connect");
+    let (mut healthy, mut stuck) = (Vec::new(), Vec::new());
+    for i in 0..30 {
+        let name = format!("long:{i}");
+        let guard = client
+            .lock(&name)
+            .ttl(TTL)
+            .acquire()
+            .await
+            .expect("acquire");
+        if on_frozen(&name) {
+            stuck.push(guard);
+        } else {
+            healthy.push((name, guard));
+        }
+    }
+    let probes: Vec<String> = (0..40)
+        .map(|i| format!("probe:{i}"))
+        .filter(|name| !on_frozen(name))
+        .collect();
+    assert!(!stuck.is_empty() && !healthy.is_empty() && !probes.is_empty());
+    // Into the renewal cycle, so some renewals are due during the freeze.
+    tokio::time::sleep(TTL / 2).await;
+
+    cluster.node(frozen).pause();
+    let frozen_at = Instant::now();
+    let mut waits = Vec::new();
+    for name in probes.iter().cycle() {
+        if frozen_at.elapsed() >= FREEZE {
+            break;
+        }
+        let started = Instant::now();
+        let guard = client
+            .lock(name)
+            .ttl(TTL)
+            .try_acquire()
+            .await
+            .expect("try_acquire on a healthy master")
+            .expect("free");
+        waits.push(started.elapsed());
+        // The first release on a master loads its script there.
+        let started = Instant::now();
+        guard.release().await.expect("release on a healthy master");
+        waits.push(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let lost: Vec<&str> = healthy
+        .iter()
+        .filter(|(_, guard)| guard.is_lost())
+        .map(|(name, _)| name.as_str())
+        .collect();
+    cluster.node(frozen).resume();
+    waits.sort();
+    let slowest = waits.last().copied().unwrap_or_default();
+    eprintln!(
+        "{} acquisitions and releases on healthy masters during a {FREEZE:?} freeze: median {:?}, slowest {slowest:?}; {} of {} healthy leases lost",
+        waits.len(),
+        waits[waits.len() / 2],
+        lost.len(),
+        healthy.len()
+    );
+    assert!(lost.is_empty(), "leases on healthy masters lost: {lost:?}");
+    assert!(
+        slowest < Duration::from_millis(250),
+        "an acquisition or release on a healthy master took {slowest:?}"
+    );
+}

@@ -459,11 +459,11 @@ fn lock_keys(server: &RedisServer, pattern: &str) -> usize {
     keys.len()
 }
 
-/// A program's runtime, as `#[tokio::main]` makes it: dropped when `main`
-/// returns, and its tasks with it.
+/// A program's runtime, dropped when `main` returns, and its tasks with
+/// it. One thread, so that an acquisition that lands (and wakes `close`)
+/// records its outcome in the same poll, before `close` can look.
 fn program_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime")

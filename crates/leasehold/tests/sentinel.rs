@@ -2,6 +2,10 @@
 
 mod common;
 
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use leasehold::Client;
@@ -76,4 +80,170 @@ async fn sentinel_client_follows_a_failover() {
     if kept {
         released.expect("a kept lease releases");
     }
+}
+
+/// A sentinel that missed a failover: it names the old master, under
+/// config epoch 0, to `SENTINEL MASTER` and `SENTINEL
+/// GET-MASTER-ADDR-BY-NAME` alike, and answers a RESP3 client's handshake.
+/// A loopback RESP server of the test's own, since a real sentinel learns
+/// of the failover from the others within seconds.
+struct StaleSentinel {
+    port: u16,
+    stop: Arc<AtomicBool>,
+    acceptor: Option<std::thread::JoinHandle<()>>,
+}
+
+impl StaleSentinel {
+    fn start(master_port: u16) -> StaleSentinel {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let port = listener.local_addr().expect("addr").port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let acceptor = std::thread::spawn({
+            let stop = Arc::clone(&stop);
+            move || {
+                while !stop.load(Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok((conn, _)) => {
+                            std::thread::spawn(move || serve_stale(conn, master_port));
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                    }
+                }
+            }
+        });
+        StaleSentinel {
+            port,
+            stop,
+            acceptor: Some(acceptor),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for StaleSentinel {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(acceptor) = self.acceptor.take() {
+            let _ = acceptor.join();
+        }
+    }
+}
+
+/// Answers one connection's requests (RESP arrays of bulk strings) until
+/// it closes.
+fn serve_stale(conn: TcpStream, master_port: u16) {
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
+    let mut reader = BufReader::new(conn.try_clone().expect("clone"));
+    let mut writer = conn;
+    let bulk = |s: &str| format!("${}\r\n{s}\r\n", s.len());
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let Some(count) = line
+            .trim_end()
+            .strip_prefix('*')
+            .and_then(|n| n.parse::<usize>().ok())
+        else {
+            return;
+        };
+        let mut args = Vec::with_capacity(count);
+        for _ in 0..count {
+            let mut header = String::new();
+            if reader.read_line(&mut header).unwrap_or(0) == 0 {
+                return;
+            }
+            let Some(len) = header
+                .trim_end()
+                .strip_prefix('$')
+                .and_then(|n| n.parse::<usize>().ok())
+            else {
+                return;
+            };
+            let mut data = vec![0; len + 2];
+            if reader.read_exact(&mut data).is_err() {
+                return;
+            }
+            args.push(String::from_utf8_lossy(&data[..len]).to_uppercase());
+        }
+        let port = master_port.to_string();
+        let reply = match args
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .as_slice()
+        {
+            ["HELLO", ..] => format!(
+                "%3\r\n{}{}{}{}{}:3\r\n",
+                bulk("server"),
+                bulk("redis"),
+                bulk("version"),
+                bulk("7.0.0"),
+                bulk("proto")
+            ),
+            ["SENTINEL", "MASTER", ..] => format!(
+                "%3\r\n{}{}{}{}{}{}",
+                bulk("ip"),
+                bulk("127.0.0.1"),
+                bulk("port"),
+                bulk(&port),
+                bulk("config-epoch"),
+                bulk("0")
+            ),
+            ["SENTINEL", "GET-MASTER-ADDR-BY-NAME", ..] => {
+                format!("*2\r\n{}{}", bulk("127.0.0.1"), bulk(&port))
+            }
+            ["PING", ..] => "+PONG\r\n".to_owned(),
+            _ => "+OK\r\n".to_owned(),
+        };
+        if writer.write_all(reply.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+/// Issue 24, item 2: a sentinel that missed the failover answers first
+/// (it is listed first, and it is quick), naming the demoted master. The
+/// client took the first answer, found that server a replica and failed to
+/// connect; it now asks every sentinel and trusts the highest config
+/// epoch among a majority's answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_sentinel_answering_first_does_not_name_the_master() {
+    let set = SentinelSet::start("stale", 1, 3);
+    let old = set.master_port();
+    let new = set.failover();
+    let stale = StaleSentinel::start(old);
+    let mut urls = vec![stale.url()];
+    urls.extend(set.sentinel_urls());
+    let client = Client::sentinel(urls, set.name())
+        .await
+        .expect("connect through the sentinels");
+    let guard = client
+        .lock("where")
+        .try_acquire()
+        .await
+        .expect("try_acquire")
+        .expect("free");
+    let on_new: bool = redis::cmd("EXISTS")
+        .arg("leasehold:{where}:lock")
+        .query(
+            &mut set
+                .servers()
+                .iter()
+                .find(|s| s.port() == new)
+                .expect("the new master")
+                .connection(),
+        )
+        .expect("EXISTS");
+    assert!(
+        on_new,
+        "the lock was taken on the new master ({new}), not {old}"
+    );
+    guard.release().await.expect("release");
+    client.close().await.expect("close");
 }

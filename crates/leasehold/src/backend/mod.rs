@@ -206,6 +206,57 @@ impl ConnectionLike for Live {
     }
 }
 
+/// The cluster connection for one script call on `key`: the driver sends a
+/// `SCRIPT LOAD` (after a NOSCRIPT reply) to every master and waits for all
+/// of them, so one frozen master held up every call that had to load its
+/// script, and its timeout then set the driver reconnecting, which holds
+/// back every command. Here it goes to the master of `key` only, the one
+/// that runs the script (issue 24, item 1).
+#[cfg(feature = "cluster")]
+struct KeyRouted<'k> {
+    conn: ClusterConnection,
+    key: &'k str,
+}
+
+#[cfg(feature = "cluster")]
+impl KeyRouted<'_> {
+    fn is_script_load(cmd: &Cmd) -> bool {
+        let mut args = cmd.args_iter().map(|arg| match arg {
+            redis::Arg::Simple(bytes) => Some(bytes),
+            _ => None,
+        });
+        matches!(
+            (args.next().flatten(), args.next().flatten()),
+            (Some(a), Some(b)) if a.eq_ignore_ascii_case(b"SCRIPT") && b.eq_ignore_ascii_case(b"LOAD")
+        )
+    }
+}
+
+#[cfg(feature = "cluster")]
+impl ConnectionLike for KeyRouted<'_> {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        if self.key.is_empty() || !KeyRouted::is_script_load(cmd) {
+            return self.conn.req_packed_command(cmd);
+        }
+        let route = Route::with_key(self.key.as_bytes(), SlotAddr::Master);
+        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+        Box::pin(self.conn.route_command(cmd.clone(), routing))
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.conn.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.conn.get_db()
+    }
+}
+
 impl std::fmt::Debug for Backend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Backend").field("addr", &self.addr).finish()
@@ -459,6 +510,14 @@ impl Backend {
         invocation: &ScriptInvocation<'_>,
         key: &str,
     ) -> Result<T> {
+        #[cfg(feature = "cluster")]
+        if let Live::Cluster(conn) = self.live() {
+            let mut conn = KeyRouted { conn, key };
+            return invocation
+                .invoke_async(&mut conn)
+                .await
+                .map_err(|e| self.error(e, key));
+        }
         let mut conn = self.live();
         invocation
             .invoke_async(&mut conn)

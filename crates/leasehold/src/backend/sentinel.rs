@@ -12,6 +12,8 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use redis::aio::ConnectionManager;
 use tokio::sync::Notify;
 
@@ -119,12 +121,32 @@ async fn follow(followed: Weak<Followed>) {
     }
 }
 
-/// The master's `host:port` as the first answering sentinel names it.
+/// The master's `host:port`, trusting the newest word: every sentinel is
+/// asked at once, and once a majority of them answered (or every one did,
+/// each within the command timeout) the answer with the highest config
+/// epoch wins. A sentinel that missed a failover (partitioned, restarted,
+/// slow to hear) names the demoted master under an older epoch; taking the
+/// first answer, as before, sent the client back to that master, where a
+/// lock could be taken while the new master granted it to someone else.
 async fn master_addr(target: &SentinelTarget, options: &ConnectOptions) -> Result<String> {
-    let mut errors = Vec::new();
-    for url in &target.sentinels {
-        match ask_sentinel(url, &target.master_name, options).await {
-            Ok(Some(addr)) => return Ok(addr),
+    let mut asking: FuturesUnordered<_> = target
+        .sentinels
+        .iter()
+        .map(|url| async move {
+            let answer = ask_sentinel(url, &target.master_name, options).await;
+            (url, answer)
+        })
+        .collect();
+    let majority = target.sentinels.len() / 2 + 1;
+    let (mut newest, mut answered, mut errors) = (None::<Named>, 0, Vec::new());
+    while let Some((url, answer)) = asking.next().await {
+        match answer {
+            Ok(Some(named)) => {
+                answered += 1;
+                if newest.as_ref().is_none_or(|n| named.epoch > n.epoch) {
+                    newest = Some(named);
+                }
+            }
             Ok(None) => errors.push(format!(
                 "{}: does not know a master named {:?}",
                 redact_url(url),
@@ -132,34 +154,65 @@ async fn master_addr(target: &SentinelTarget, options: &ConnectOptions) -> Resul
             )),
             Err(e) => errors.push(format!("{}: {e}", redact_url(url))),
         }
+        if answered >= majority {
+            break;
+        }
     }
-    Err(Error::Unsupported(format!(
-        "no sentinel named a master for {:?}: {}",
-        target.master_name,
-        errors.join("; ")
-    )))
+    newest.map(|n| n.addr).ok_or_else(|| {
+        Error::Unsupported(format!(
+            "no sentinel named a master for {:?}: {}",
+            target.master_name,
+            errors.join("; ")
+        ))
+    })
 }
 
+/// A master as one sentinel names it, with the config epoch of its word.
+struct Named {
+    addr: String,
+    epoch: u64,
+}
+
+/// What the sentinel at `url` says of the master `master_name`: `SENTINEL
+/// MASTER` (address and config epoch). A sentinel that refuses it (an ACL
+/// that allows only `SENTINEL GET-MASTER-ADDR-BY-NAME`) is asked that, and
+/// its word counts as the oldest (epoch 0).
 async fn ask_sentinel(
     url: &str,
     master_name: &str,
     options: &ConnectOptions,
-) -> Result<Option<String>> {
+) -> Result<Option<Named>> {
     let info = parse_url(url, options)?;
     let addr = info.addr().to_string();
     let client = open_client(info, options)?;
-    let reply: Option<(String, u16)> = tokio::time::timeout(options.command_timeout, async {
+    let reply: Option<Named> = tokio::time::timeout(options.command_timeout, async {
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(options.command_timeout))
             .set_response_timeout(Some(options.command_timeout));
         let mut conn = client
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
-        redis::cmd("SENTINEL")
-            .arg("GET-MASTER-ADDR-BY-NAME")
+        let master: redis::RedisResult<redis::Value> = redis::cmd("SENTINEL")
+            .arg("MASTER")
             .arg(master_name)
             .query_async(&mut conn)
-            .await
+            .await;
+        match master {
+            Ok(value) => Ok(named(value)),
+            Err(e) if e.kind() == redis::ErrorKind::Io => Err(e),
+            Err(e) if e.to_string().contains("No such master") => Ok(None),
+            Err(_) => {
+                let old: Option<(String, u16)> = redis::cmd("SENTINEL")
+                    .arg("GET-MASTER-ADDR-BY-NAME")
+                    .arg(master_name)
+                    .query_async(&mut conn)
+                    .await?;
+                Ok(old.map(|(host, port)| Named {
+                    addr: format!("{host}:{port}"),
+                    epoch: 0,
+                }))
+            }
+        }
     })
     .await
     .map_err(|_| Error::Unreachable {
@@ -167,7 +220,41 @@ async fn ask_sentinel(
         source: redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)),
     })?
     .map_err(|e| Error::from_redis(e, &addr, ""))?;
-    Ok(reply.map(|(host, port)| format!("{host}:{port}")))
+    Ok(reply)
+}
+
+/// The address and config epoch in a `SENTINEL MASTER` reply: field/value
+/// pairs, as a RESP3 map or a flat RESP2 array.
+fn named(reply: redis::Value) -> Option<Named> {
+    let text = |v: &redis::Value| match v {
+        redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        redis::Value::SimpleString(s) => Some(s.clone()),
+        redis::Value::Int(i) => Some(i.to_string()),
+        _ => None,
+    };
+    let pairs: Vec<(String, String)> = match reply {
+        redis::Value::Map(pairs) => pairs
+            .iter()
+            .filter_map(|(k, v)| Some((text(k)?, text(v)?)))
+            .collect(),
+        redis::Value::Array(items) => items
+            .chunks(2)
+            .filter_map(|kv| Some((text(kv.first()?)?, text(kv.get(1)?)?)))
+            .collect(),
+        _ => return None,
+    };
+    let field = |name: &str| {
+        pairs
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    Some(Named {
+        addr: format!("{}:{}", field("ip")?, field("port")?),
+        epoch: field("config-epoch")
+            .and_then(|e| e.parse().ok())
+            .unwrap_or(0),
+    })
 }
 
 /// Connects to the master the sentinels name, once it confirms it is one.
