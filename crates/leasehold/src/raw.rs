@@ -54,6 +54,7 @@ impl LockCalls {
             false,
             ttl,
             &self.connection,
+            false,
         )
     }
 

@@ -8,7 +8,8 @@
 -- ARGV[1] owner token   ARGV[2] lease ttl in ms   ARGV[3] fence memory in ms: how long the
 --         last fence is kept at least (see prelude.lua)
 -- ARGV[4] queue window in ms: how long a waiter stays queued without trying again
--- ARGV[5] '0' if the caller does not wait (so it does not queue), '1' if it waits, '2' if it
+-- ARGV[5] '0' if the caller does not wait (so it does not queue), '1' if it waits, '3' if it
+--         waits and its driver may run this call twice (a cluster client: see below), '2' if it
 --         waits and may already be queued (an earlier attempt was refused)
 -- ARGV[6] '1' for a fair lock: a free lease goes to the caller only if no live waiter is
 --         ahead of it in the queue; waiters past their deadline are pruned first
@@ -109,12 +110,14 @@ if not fence then
   end
   return refused
 end
--- A waiting caller leaves the queue once it holds the lease, whatever its mark: a first
--- attempt run twice (the cluster driver sends a call again when its connection dropped
--- before the reply) may have been refused, and so queued, by its first run. pcall: a caller
--- cannot be queued in a key of another type, and failing here would leave the lease taken
--- with an error.
-if ARGV[5] ~= '0' and redis.pcall('ZREM', KEYS[3], member) == 1 then
+-- A queued caller leaves the queue once it holds the lease: a later attempt ('2'), or a
+-- first attempt that may have run twice ('3': the cluster driver sends a call again when
+-- its connection dropped before the reply, so its first run may have been refused and
+-- queued). A first attempt of a client whose driver never sends a call twice ('1': one
+-- server, Sentinel) cannot be queued, and an uncontended acquire stays at 9 commands.
+-- pcall: a caller cannot be queued in a key of another type, and failing here would leave
+-- the lease taken with an error.
+if (ARGV[5] == '2' or ARGV[5] == '3') and redis.pcall('ZREM', KEYS[3], member) == 1 then
   redis.pcall('ZREM', KEYS[4], member)
 end
 return {1, fence}

@@ -260,8 +260,16 @@ pub(crate) async fn lock_acquire(
     fair: bool,
     fence_memory: Duration,
 ) -> Result<Acquire> {
-    let invocation =
-        lock_acquire_call(keys, token, ttl, queueing, fair, fence_memory, backend.id());
+    let invocation = lock_acquire_call(
+        keys,
+        token,
+        ttl,
+        queueing,
+        fair,
+        fence_memory,
+        backend.id(),
+        backend.is_cluster(),
+    );
     let reply: Vec<i64> = invoke_typed(backend, &invocation, keys, "string").await?;
     match *reply.as_slice() {
         [acquired, value] => Ok(Acquire::from_pair((acquired, value))),
@@ -277,7 +285,9 @@ pub(crate) async fn lock_acquire(
 }
 
 /// The call [`lock_acquire`] sends from the connection `connection`:
-/// every key and argument, in the script's order.
+/// every key and argument, in the script's order. `resent`: the driver may
+/// run the call twice (a cluster), so a first attempt that is granted
+/// leaves the queue its first run may have put it in.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn lock_acquire_call(
     keys: &LockKeys,
@@ -287,9 +297,11 @@ pub(crate) fn lock_acquire_call(
     fair: bool,
     fence_memory: Duration,
     connection: &str,
+    resent: bool,
 ) -> ScriptInvocation<'static> {
     let queues = match queueing {
         Queueing::No => "0",
+        Queueing::Wait { already: false } if resent => "3",
         Queueing::Wait { already: false } => "1",
         Queueing::Wait { already: true } => "2",
     };
