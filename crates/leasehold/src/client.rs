@@ -621,6 +621,8 @@ pub struct ClientBuilder {
     cluster: Option<Vec<String>>,
     #[cfg(feature = "sentinel")]
     sentinel: Option<SentinelTarget>,
+    #[cfg(feature = "sentinel")]
+    failover_wait: Option<Duration>,
     tls: TlsOptions,
     min_replicas: Option<(usize, Duration)>,
     node_timeout: Duration,
@@ -640,6 +642,8 @@ impl Default for ClientBuilder {
             cluster: None,
             #[cfg(feature = "sentinel")]
             sentinel: None,
+            #[cfg(feature = "sentinel")]
+            failover_wait: None,
             tls: TlsOptions::default(),
             min_replicas: None,
             node_timeout: Duration::from_millis(200),
@@ -703,7 +707,34 @@ impl ClientBuilder {
         self.sentinel = Some(SentinelTarget {
             sentinels: sentinel_urls.into_iter().map(Into::into).collect(),
             master_name: master_name.to_owned(),
+            failover_wait: Duration::ZERO,
         });
+        self
+    }
+
+    /// Sentinel: how long [`build`](ClientBuilder::build) keeps asking the
+    /// sentinels while the master they name cannot be reached or is not a
+    /// master yet (it died, and the sentinels have not failed it over:
+    /// their `down-after-milliseconds` and the failover itself), before
+    /// failing with [`Error::Unreachable`]. Past the connection, commands
+    /// that cannot reach the master have the sentinels asked again at once,
+    /// and an acquisition that waits retries within its wait.
+    ///
+    /// Defaults to the command timeout.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), leasehold::Error> {
+    /// use std::time::Duration;
+    /// let client = leasehold::Client::builder()
+    ///     .sentinel(["redis://127.0.0.1:26379"], "mymaster")
+    ///     .failover_wait(Duration::from_secs(60))
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "sentinel")]
+    pub fn failover_wait(mut self, wait: Duration) -> Self {
+        self.failover_wait = Some(wait);
         self
     }
 
@@ -884,8 +915,12 @@ impl ClientBuilder {
             }
             #[cfg(feature = "sentinel")]
             if let Some(target) = &self.sentinel {
+                let target = SentinelTarget {
+                    failover_wait: self.failover_wait.unwrap_or(self.command_timeout),
+                    ..target.clone()
+                };
                 break 'servers Servers::One(
-                    Backend::connect_sentinel(target.clone(), &options, push).await?,
+                    Backend::connect_sentinel(target, &options, push).await?,
                 );
             }
             Servers::One(Backend::connect(&self.url, &options, push).await?)

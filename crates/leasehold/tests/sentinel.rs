@@ -247,3 +247,44 @@ async fn a_stale_sentinel_answering_first_does_not_name_the_master() {
     guard.release().await.expect("release");
     client.close().await.expect("close");
 }
+
+/// Issue 24, item 2: a client that connects while the master is dead (kill
+/// -9, before the sentinels have failed it over) keeps asking the
+/// sentinels until they name a master it can reach, within
+/// `ClientBuilder::failover_wait`, instead of failing at once on the dead
+/// address (`leasehold run` exited 69 so, 10 runs in 100).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connecting_while_the_master_is_dead_waits_for_the_failover() {
+    let set = SentinelSet::start("dead", 1, 3);
+    let old = set.master_port();
+    let pid = set.servers()[0].pid();
+    let killed = std::process::Command::new("kill")
+        .arg("-9")
+        .arg(pid.to_string())
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let started = Instant::now();
+    let client = Client::builder()
+        .sentinel(set.sentinel_urls(), set.name())
+        .failover_wait(Duration::from_secs(30))
+        .build()
+        .await
+        .expect("connected once the sentinels named the new master");
+    let waited = started.elapsed();
+    let guard = client
+        .lock("after-death")
+        .try_acquire()
+        .await
+        .expect("try_acquire")
+        .expect("free");
+    let new = set.servers()[1].port();
+    let on_new: bool = redis::cmd("EXISTS")
+        .arg("leasehold:{after-death}:lock")
+        .query(&mut set.servers()[1].connection())
+        .expect("EXISTS");
+    assert!(on_new, "taken on the new master {new} (not {old})");
+    eprintln!("connected {waited:?} after the master was killed");
+    guard.release().await.expect("release");
+    client.close().await.expect("close");
+}

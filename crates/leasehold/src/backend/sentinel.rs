@@ -32,6 +32,9 @@ pub(crate) struct SentinelTarget {
     pub(crate) sentinels: Vec<String>,
     /// The name the sentinels monitor the master under.
     pub(crate) master_name: String,
+    /// How long connecting keeps asking the sentinels while the master they
+    /// name cannot be reached or is not one yet (`failover_wait`).
+    pub(crate) failover_wait: Duration,
 }
 
 pub(crate) struct Followed {
@@ -55,7 +58,7 @@ impl Followed {
             ));
         }
         let pushes = Pushes::new(on_push);
-        let (addr, manager) = resolve(&target, &options, &pushes).await?;
+        let (addr, manager) = ride_through(&target, &options, &pushes).await?;
         let followed = Arc::new(Followed {
             target,
             options,
@@ -124,7 +127,7 @@ async fn follow(followed: Weak<Followed>) {
 /// The master's `host:port`, trusting the newest word: every sentinel is
 /// asked at once, and once a majority of them answered (or every one did,
 /// each within the command timeout) the answer with the highest config
-/// epoch wins. A sentinel that missed a failover (partitioned, restarted,
+/// epoch wins (among equals, the first). A sentinel that missed a failover (partitioned, restarted,
 /// slow to hear) names the demoted master under an older epoch; taking the
 /// first answer, as before, sent the client back to that master, where a
 /// lock could be taken while the new master granted it to someone else.
@@ -173,10 +176,11 @@ struct Named {
     epoch: u64,
 }
 
-/// What the sentinel at `url` says of the master `master_name`: `SENTINEL
-/// MASTER` (address and config epoch). A sentinel that refuses it (an ACL
-/// that allows only `SENTINEL GET-MASTER-ADDR-BY-NAME`) is asked that, and
-/// its word counts as the oldest (epoch 0).
+/// What the sentinel at `url` says of the master `master_name`: its address
+/// (`SENTINEL GET-MASTER-ADDR-BY-NAME`, which names a promoted replica as
+/// soon as the failover promotes it, before the failover ends) and the
+/// config epoch of its word (`SENTINEL MASTER`; a sentinel that refuses it,
+/// such as one whose ACL allows only the former, counts as epoch 0).
 async fn ask_sentinel(
     url: &str,
     master_name: &str,
@@ -192,27 +196,28 @@ async fn ask_sentinel(
         let mut conn = client
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
+        let named: Option<(String, u16)> = redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(master_name)
+            .query_async(&mut conn)
+            .await?;
+        let Some((host, port)) = named else {
+            return Ok(None);
+        };
         let master: redis::RedisResult<redis::Value> = redis::cmd("SENTINEL")
             .arg("MASTER")
             .arg(master_name)
             .query_async(&mut conn)
             .await;
-        match master {
-            Ok(value) => Ok(named(value)),
-            Err(e) if e.kind() == redis::ErrorKind::Io => Err(e),
-            Err(e) if e.to_string().contains("No such master") => Ok(None),
-            Err(_) => {
-                let old: Option<(String, u16)> = redis::cmd("SENTINEL")
-                    .arg("GET-MASTER-ADDR-BY-NAME")
-                    .arg(master_name)
-                    .query_async(&mut conn)
-                    .await?;
-                Ok(old.map(|(host, port)| Named {
-                    addr: format!("{host}:{port}"),
-                    epoch: 0,
-                }))
-            }
-        }
+        let epoch = match master {
+            Ok(value) => config_epoch(value).unwrap_or(0),
+            Err(e) if e.kind() == redis::ErrorKind::Io => return Err(e),
+            Err(_) => 0,
+        };
+        Ok(Some(Named {
+            addr: format!("{host}:{port}"),
+            epoch,
+        }))
     })
     .await
     .map_err(|_| Error::Unreachable {
@@ -223,9 +228,9 @@ async fn ask_sentinel(
     Ok(reply)
 }
 
-/// The address and config epoch in a `SENTINEL MASTER` reply: field/value
-/// pairs, as a RESP3 map or a flat RESP2 array.
-fn named(reply: redis::Value) -> Option<Named> {
+/// The config epoch in a `SENTINEL MASTER` reply: field/value pairs, as a
+/// RESP3 map or a flat RESP2 array.
+fn config_epoch(reply: redis::Value) -> Option<u64> {
     let text = |v: &redis::Value| match v {
         redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
         redis::Value::SimpleString(s) => Some(s.clone()),
@@ -243,18 +248,39 @@ fn named(reply: redis::Value) -> Option<Named> {
             .collect(),
         _ => return None,
     };
-    let field = |name: &str| {
-        pairs
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    };
-    Some(Named {
-        addr: format!("{}:{}", field("ip")?, field("port")?),
-        epoch: field("config-epoch")
-            .and_then(|e| e.parse().ok())
-            .unwrap_or(0),
-    })
+    pairs
+        .iter()
+        .find(|(k, _)| k == "config-epoch")
+        .and_then(|(_, v)| v.parse().ok())
+}
+
+/// How soon the sentinels are asked again while the master they name cannot
+/// be reached or is not one yet.
+const RIDE_THROUGH_EVERY: Duration = Duration::from_millis(200);
+
+/// [`resolve`], again while it fails for a reason a failover ends (the
+/// master named is dead, unreachable or not a master yet), for up to the
+/// target's `failover_wait`: a client that connects during a failover
+/// waits for it instead of failing at once on the dead master's address.
+async fn ride_through(
+    target: &SentinelTarget,
+    options: &ConnectOptions,
+    pushes: &Pushes,
+) -> Result<(String, ConnectionManager)> {
+    let deadline = tokio::time::Instant::now() + target.failover_wait;
+    loop {
+        match resolve(target, options, pushes).await {
+            Err(e)
+                if e.is_transient()
+                    && tokio::time::Instant::now() + RIDE_THROUGH_EVERY < deadline =>
+            {
+                tracing::debug!(master = %target.master_name, error = %e,
+                    "the master the sentinels name cannot be used yet; asking again");
+                tokio::time::sleep(RIDE_THROUGH_EVERY).await;
+            }
+            outcome => return outcome,
+        }
+    }
 }
 
 /// Connects to the master the sentinels name, once it confirms it is one.
