@@ -182,6 +182,18 @@ impl Config {
             };
             injected.push((at, fault));
         }
+        if matches!(topology, Topology::Redlock(_)) {
+            // Script flushes in bursts: a give-back re-sent after NOSCRIPT
+            // may land after the attempt that follows it.
+            let at = r.below(length.as_millis() as u64);
+            for i in 0..r.below(6) {
+                let node = r.pick(&nodes).clone();
+                injected.push((
+                    Duration::from_millis(at + i * r.range(1, 50)),
+                    Injected::FlushScripts(node),
+                ));
+            }
+        }
         let processes = r.range(2, 4) as usize;
         if r.chance(0.2) {
             let at = Duration::from_millis(r.below(length.as_millis() as u64));
@@ -275,6 +287,8 @@ struct Record {
     increments: BTreeMap<String, u64>,
     /// When each process's `close()` returned (µs from the start).
     closed: BTreeMap<usize, u64>,
+    /// When each process's `close()` was called (µs from the start).
+    closing: BTreeMap<usize, u64>,
 }
 
 type Shared = Arc<Mutex<Record>>;
@@ -380,6 +394,7 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
             tokio::time::sleep_until(start + at).await;
             inject(&world, &fault);
             if let (Some(client), Injected::Close(p)) = (client, &fault) {
+                record(&shared).closing.insert(*p, now_us(start));
                 let closed = client.close().await;
                 world.log(|| format!("p{p} close() returned {closed:?}"));
                 record(&shared).closed.insert(*p, now_us(start));
@@ -748,6 +763,17 @@ impl Task {
                 }
             };
             let from_us = now_us(origin);
+            let closing = record(&self.shared).closing.get(&self.process).copied();
+            if let Some(closing) = closing
+                && closing < from_us
+            {
+                record(&self.shared).violations.push(Violation {
+                    invariant: "a guard handed out after close() was called",
+                    detail: format!(
+                        "{who} got {name} at {from_us} us; close() was called at {closing} us"
+                    ),
+                });
+            }
             let closed = record(&self.shared).closed.get(&self.process).copied();
             if let Some(closed) = closed {
                 record(&self.shared).violations.push(Violation {
@@ -805,10 +831,11 @@ impl Task {
                         self.fenced_write(name, *fence).await;
                     }
                 }
-                if self.rng.chance(0.15) {
+                if self.rng.chance(0.3) {
+                    // As short as a tenth of the TTL: an extend may shorten.
                     let ttl2 = Duration::from_millis(
                         self.rng
-                            .range(ttl.as_millis() as u64 / 2 + 10, ttl.as_millis() as u64 * 2),
+                            .range(ttl.as_millis() as u64 / 10 + 10, ttl.as_millis() as u64 * 2),
                     );
                     let extended = guard.extend(ttl2).await;
                     record(&self.shared).operations += 1;
