@@ -837,10 +837,21 @@ impl Task {
                         self.rng
                             .range(ttl.as_millis() as u64 / 10 + 10, ttl.as_millis() as u64 * 2),
                     );
-                    let extended = guard.extend(ttl2).await;
+                    // One in four given up at some await point: the
+                    // server may or may not have applied it.
+                    let extended = if self.rng.chance(0.25) {
+                        let after =
+                            Duration::from_micros(self.rng.below(ttl.as_micros() as u64 / 4 + 1));
+                        match tokio::time::timeout(after, guard.extend(ttl2)).await {
+                            Ok(extended) => format!("{extended:?}"),
+                            Err(_) => format!("given up after {after:?}"),
+                        }
+                    } else {
+                        format!("{:?}", guard.extend(ttl2).await)
+                    };
                     record(&self.shared).operations += 1;
                     self.world
-                        .log(|| format!("{who} extend {name} {ttl2:?}: {extended:?}"));
+                        .log(|| format!("{who} extend {name} {ttl2:?}: {extended}"));
                 }
             }
             // The last moment it believes, right before letting go (its
