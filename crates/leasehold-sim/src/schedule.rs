@@ -221,22 +221,12 @@ impl Config {
         }
     }
 
-    /// The documented unsafety of this schedule's faults, if any. One
-    /// Redlock node restarted empty is SAFE (the README's
-    /// redlock-rolling-restart: a renewal puts the lease back on it);
-    /// two or more may take a quorum's copies away.
+    /// The documented unsafety of this schedule's faults, if any. A Redlock
+    /// node restarted empty is SAFE: it stays down two TTLs first (the
+    /// delayed restart Redlock requires of a node without persistence).
     pub fn unsafe_label(&self) -> Option<&'static str> {
-        let empty_restarts = self
-            .injected
-            .iter()
-            .filter(|(_, f)| matches!(f, Injected::RestartEmpty(_)))
-            .count();
         self.injected.iter().find_map(|(_, f)| match f {
-            Injected::RestartEmpty(_)
-                if matches!(self.topology, Topology::Redlock(_)) && empty_restarts == 1 =>
-            {
-                None
-            }
+            Injected::RestartEmpty(_) if matches!(self.topology, Topology::Redlock(_)) => None,
             f => f.unsafe_label(),
         })
     }
@@ -383,6 +373,10 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
             tasks.spawn(task.run());
         }
     }
+    // Redlock's nodes restart empty only after two TTLs down, as the
+    // algorithm requires of a node without persistence (the chaos runs'
+    // Redlock scenarios do the same).
+    let delayed_restart = matches!(config.topology, Topology::Redlock(_)).then_some(config.ttl * 2);
     for (at, fault) in config.injected.clone() {
         let world = world.clone();
         let shared = Arc::clone(&shared);
@@ -392,7 +386,7 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
         };
         tasks.spawn(async move {
             tokio::time::sleep_until(start + at).await;
-            inject(&world, &fault);
+            inject(&world, &fault, delayed_restart);
             if let (Some(client), Injected::Close(p)) = (client, &fault) {
                 record(&shared).closing.insert(*p, now_us(start));
                 let closed = client.close().await;
@@ -574,12 +568,19 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
     }
 }
 
-fn inject(world: &World, fault: &Injected) {
+/// Carries out `fault`. `delayed_restart`: a node restarted empty stays
+/// down that long first (Redlock's delayed restart).
+fn inject(world: &World, fault: &Injected, delayed_restart: Option<Duration>) {
     match fault {
         Injected::Pause(node, length) => world.pause(node, *length),
         Injected::FlushScripts(node) => world.flush_scripts(node),
         Injected::RestartAof(node) => world.restart(node, true),
-        Injected::RestartEmpty(node) => world.restart(node, false),
+        Injected::RestartEmpty(node) => {
+            world.restart(node, false);
+            if let Some(down) = delayed_restart {
+                world.pause(node, down);
+            }
+        }
         Injected::ClockStep(node, us) => world.step_clock(node, *us),
         Injected::Failover(node) => world.failover(node),
         Injected::Stall(p, length) => world.stall_process(*p, *length),
