@@ -512,11 +512,27 @@ impl Backend {
     ) -> Result<T> {
         #[cfg(feature = "cluster")]
         if let Live::Cluster(conn) = self.live() {
-            let mut conn = KeyRouted { conn, key };
-            return invocation
-                .invoke_async(&mut conn)
-                .await
-                .map_err(|e| self.error(e, key));
+            let mut routed = KeyRouted {
+                conn: conn.clone(),
+                key,
+            };
+            return match invocation.invoke_async(&mut routed).await {
+                // Loaded where the driver's slot map put the key, but run
+                // where the slot is now (a failover moved it, on Redis 6.2
+                // seen in cluster_reshard's failover test): load it on every
+                // master, as the driver does. NOSCRIPT means it never ran, so
+                // running it again is safe.
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    let mut conn = conn;
+                    invocation
+                        .invoke_async(&mut conn)
+                        .await
+                        .map_err(|e| self.error(e, key))
+                }
+                other => other.map_err(|e| self.error(e, key)),
+            };
         }
         let mut conn = self.live();
         invocation
