@@ -338,6 +338,11 @@ impl Election {
             .election_announce(&self.h.keys, token, term, value)
             .await?
         {
+            if self.h.client.is_closed() {
+                // Closed while the record was written: the client takes no
+                // more locks, and close() let this lease go already.
+                return Err(Error::Closed);
+            }
             if leadership.held.is_lost() {
                 // The record was written, but the answer came after the
                 // lease's validity (counted from the acquisition's send):
