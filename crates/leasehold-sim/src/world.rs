@@ -82,6 +82,35 @@ struct State {
     stalled: BTreeMap<usize, Instant>,
 }
 
+impl State {
+    /// The live connections to `node`.
+    fn conns_to(&self, node: &str) -> Vec<Arc<Conn>> {
+        self.conns
+            .values()
+            .filter_map(Weak::upgrade)
+            .filter(|c| c.node == node)
+            .collect()
+    }
+
+    /// Adds one command run (where, at what server time, for which
+    /// connection, what) to the wire digest (FNV-1a).
+    fn digest_command(&mut self, node: &str, now_us: u64, conn: u64, args: &[Vec<u8>]) {
+        let mut h = self.wire_digest;
+        let (at, id) = (now_us.to_le_bytes(), conn.to_le_bytes());
+        for part in [node.as_bytes(), &at, &id]
+            .into_iter()
+            .chain(args.iter().map(Vec::as_slice))
+        {
+            for &b in part {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+            h = (h ^ 0xff).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.wire_digest = h;
+    }
+}
+
 /// The simulated world; cheap to clone.
 #[derive(Clone)]
 pub struct World(Arc<Mutex<State>>);
@@ -265,20 +294,7 @@ impl World {
         }
         let n = s.nodes.get(node).expect("a node of the world");
         let now_us = World::node_now_us(&s, n);
-        let mut h = s.wire_digest;
-        let at = now_us.to_le_bytes();
-        let id = conn.to_le_bytes();
-        for part in [node.as_bytes(), &at, &id]
-            .into_iter()
-            .chain(args.iter().map(Vec::as_slice))
-        {
-            for &b in part {
-                h ^= u64::from(b);
-                h = h.wrapping_mul(0x0100_0000_01b3);
-            }
-            h = (h ^ 0xff).wrapping_mul(0x0100_0000_01b3);
-        }
-        s.wire_digest = h;
+        s.digest_command(node, now_us, conn, args);
         let n = s.nodes.get_mut(node).expect("a node of the world");
         let reply = n.server.exec(conn, now_us, args);
         let deliveries = n.server.take_deliveries();
@@ -338,17 +354,7 @@ impl World {
         s.commands += 1;
         let n = s.nodes.get(node).expect("a node of the world");
         let now_us = World::node_now_us(&s, n);
-        let mut h = s.wire_digest;
-        for b in now_us
-            .to_le_bytes()
-            .into_iter()
-            .chain(conn.to_le_bytes())
-            .chain(args.concat())
-        {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        s.wire_digest = h;
+        s.digest_command(node, now_us, conn, args);
         let acked = s.rng.chance(0.9);
         let n = s.nodes.get_mut(node).expect("a node of the world");
         let Some(replica) = &mut n.replica else {
@@ -408,12 +414,7 @@ impl World {
     /// always) or empty; every connection to it drops.
     pub fn restart(&self, node: &str, from_aof: bool) {
         let mut s = self.state();
-        let conns: Vec<Arc<Conn>> = s
-            .conns
-            .values()
-            .filter_map(Weak::upgrade)
-            .filter(|c| c.node == node)
-            .collect();
+        let conns = s.conns_to(node);
         if let Some(n) = s.nodes.get_mut(node) {
             n.server = if from_aof {
                 n.server.data_copy()
@@ -453,12 +454,7 @@ impl World {
     /// not received yet; every connection drops.
     pub fn failover(&self, node: &str) {
         let mut s = self.state();
-        let conns: Vec<Arc<Conn>> = s
-            .conns
-            .values()
-            .filter_map(Weak::upgrade)
-            .filter(|c| c.node == node)
-            .collect();
+        let conns = s.conns_to(node);
         if let Some(n) = s.nodes.get_mut(node)
             && let Some(replica) = &n.replica
         {
