@@ -527,6 +527,12 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
     }
     let mut rec = std::mem::take(&mut *record(&shared));
     let mut violations = std::mem::take(&mut rec.violations);
+    for line in world.released_came_back() {
+        violations.push(Violation {
+            invariant: "a released lease's key came back after its release",
+            detail: line,
+        });
+    }
     for (name, holds) in &rec.holds {
         violations.extend(check_holds(name, config.kind.sharing(), holds));
     }

@@ -80,9 +80,109 @@ struct State {
     accepted: Vec<(String, u64)>,
     /// Until when a process's messages are held (its sockets stall).
     stalled: BTreeMap<usize, Instant>,
+    /// Lock keys a release took from their token: token -> (node, key).
+    /// Only a new attempt with that token may set them back.
+    released: BTreeMap<Vec<u8>, BTreeSet<(String, Vec<u8>)>>,
+    /// Leases set back on a node after their release there (see
+    /// [`World::released_came_back`]).
+    came_back: Vec<String>,
+}
+
+/// Every shipped script's name by its SHA1, as EVALSHA names it.
+fn script_name(sha: &[u8]) -> Option<&'static str> {
+    static NAMES: std::sync::OnceLock<BTreeMap<Vec<u8>, &'static str>> = std::sync::OnceLock::new();
+    NAMES
+        .get_or_init(|| {
+            leasehold::sim::script_names()
+                .into_iter()
+                .map(|(sha, name)| (sha.into_bytes(), name))
+                .collect()
+        })
+        .get(sha)
+        .copied()
+}
+
+/// The plain lock's scripts that set, renew or delete a lock key: the
+/// script's name, its KEYS and its ARGV (None for any other command).
+fn lock_script(args: &[Vec<u8>]) -> Option<(&'static str, &[Vec<u8>], &[Vec<u8>])> {
+    if !args.first()?.eq_ignore_ascii_case(b"EVALSHA") {
+        return None;
+    }
+    let name = script_name(&args.get(1)?.to_ascii_lowercase())?;
+    if !matches!(
+        name,
+        "lock_acquire" | "lock_release" | "lock_extend" | "lock_retake"
+    ) {
+        return None;
+    }
+    let numkeys: usize = std::str::from_utf8(args.get(2)?).ok()?.parse().ok()?;
+    let keys = args.get(3..3 + numkeys)?;
+    Some((name, keys, &args[3 + numkeys..]))
 }
 
 impl State {
+    /// Notes what a plain lock's script did to its lock keys: a release
+    /// by the key's own token took it (recorded); a new attempt with the
+    /// token may set it again anywhere; any other script (a renewal, an
+    /// extend, a Redlock re-take) that sets a key back to a token released
+    /// there broke "the key of a released lease never outlives its
+    /// release".
+    fn track_releases(
+        &mut self,
+        node: &str,
+        script: &str,
+        keys: &[Vec<u8>],
+        argv: &[Vec<u8>],
+        before: &[Option<Vec<u8>>],
+        after: &[Option<Vec<u8>>],
+    ) {
+        // Only the first key of an acquire or a release is the lock key.
+        let lock_keys = match script {
+            "lock_acquire" | "lock_release" => 1,
+            _ => keys.len(),
+        };
+        for (i, key) in keys.iter().enumerate().take(lock_keys) {
+            let (was, is) = (&before[i], &after[i]);
+            match script {
+                "lock_release" => {
+                    if let (Some(was), Some(token)) = (was, argv.first())
+                        && was == token
+                        && is.as_ref() != Some(was)
+                    {
+                        self.released
+                            .entry(token.clone())
+                            .or_default()
+                            .insert((node.to_owned(), key.clone()));
+                    }
+                }
+                "lock_acquire" => {
+                    // A new attempt with the token (a retry after a give-back
+                    // reuses it): its keys may be set again, on any node.
+                    if let Some(token) = argv.first() {
+                        self.released.remove(token);
+                    }
+                }
+                _ => {
+                    if let Some(is) = is
+                        && was.as_ref() != Some(is)
+                        && self
+                            .released
+                            .get(is)
+                            .is_some_and(|at| at.contains(&(node.to_owned(), key.clone())))
+                    {
+                        let at = Instant::now().duration_since(self.start).as_millis();
+                        let line = format!(
+                            "at {at} ms, {node} {}: {script} set token {} back after its release there",
+                            String::from_utf8_lossy(key),
+                            String::from_utf8_lossy(&is[..is.len().min(8)])
+                        );
+                        self.came_back.push(line);
+                    }
+                }
+            }
+        }
+    }
+
     /// The live connections to `node`.
     fn conns_to(&self, node: &str) -> Vec<Arc<Conn>> {
         self.conns
@@ -152,6 +252,8 @@ impl World {
             wire_digest: 0xcbf2_9ce4_8422_2325,
             stalled: BTreeMap::new(),
             accepted: Vec::new(),
+            released: BTreeMap::new(),
+            came_back: Vec::new(),
         })))
     }
 
@@ -185,6 +287,15 @@ impl World {
     /// The fenced writes the resource accepted, in the order it ran them.
     pub fn accepted_writes(&self) -> Vec<(String, u64)> {
         self.state().accepted.clone()
+    }
+
+    /// Leases a script set back on a node after their own release had
+    /// taken them from it there: a renewal, an extend or a Redlock re-take
+    /// that landed after the release (the key of a released lease must
+    /// not outlive the release). One line each: where, which key, which
+    /// script.
+    pub fn released_came_back(&self) -> Vec<String> {
+        self.state().came_back.clone()
     }
 
     /// Scripts run so far (EVALSHA and EVAL), over all nodes.
@@ -296,8 +407,20 @@ impl World {
         let now_us = World::node_now_us(&s, n);
         s.digest_command(node, now_us, conn, args);
         let n = s.nodes.get_mut(node).expect("a node of the world");
+        let lock_script = lock_script(args);
+        let before: Vec<Option<Vec<u8>>> = lock_script
+            .iter()
+            .flat_map(|(_, keys, _)| keys.iter().map(|k| n.server.peek_string(k, now_us)))
+            .collect();
         let reply = n.server.exec(conn, now_us, args);
         let deliveries = n.server.take_deliveries();
+        if let Some((script, keys, argv)) = lock_script {
+            let after: Vec<Option<Vec<u8>>> = keys
+                .iter()
+                .map(|k| n.server.peek_string(k, now_us))
+                .collect();
+            s.track_releases(node, script, keys, argv, &before, &after);
+        }
         // EVALSHA sha 2 key fence_key fence value expiry: fenced::set.
         if node == "resource"
             && args.len() == 8
@@ -313,11 +436,16 @@ impl World {
         }
         if s.history.full.is_some() && std::env::var_os("LEASEHOLD_SIM_WIRE").is_some() {
             let at = Instant::now().duration_since(s.start);
-            let shown: Vec<String> = args
-                .iter()
-                .take(4)
-                .map(|a| String::from_utf8_lossy(&a[..a.len().min(24)]).into_owned())
-                .collect();
+            let short = |a: &[u8]| String::from_utf8_lossy(&a[..a.len().min(24)]).into_owned();
+            let shown: Vec<String> = match self::lock_script(args) {
+                // The script by name, its first key and ARGV[1] (a token).
+                Some((name, keys, argv)) => [name.to_owned()]
+                    .into_iter()
+                    .chain(keys.first().map(|k| short(k)))
+                    .chain(argv.first().map(|a| short(a)))
+                    .collect(),
+                None => args.iter().take(4).map(|a| short(a)).collect(),
+            };
             s.history.push(
                 at,
                 format!("WIRE {node} conn {conn} {shown:?} -> {reply:?}"),

@@ -54,6 +54,12 @@ pub(crate) fn source(name: &str) -> Option<String> {
     Some(format!("{PRELUDE}{body}"))
 }
 
+/// The name of every script.
+#[cfg(leasehold_sim)]
+pub(crate) fn names() -> impl Iterator<Item = &'static str> {
+    BODIES.iter().map(|(name, _)| *name)
+}
+
 fn load(name: &str) -> Script {
     Script::new(&source(name).expect("every script is listed in BODIES"))
 }
