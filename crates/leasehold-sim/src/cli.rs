@@ -118,6 +118,7 @@ fn config(seed: u64, sets: &[(String, String)]) -> Result<Config, String> {
             "slow" => c.faults.slow = f()?,
             "reset_before" => c.faults.reset_before = f()?,
             "reset_after" => c.faults.reset_after = f()?,
+            "close_at_deadline" => c.close_at_deadline = f()?,
             "injected" => {
                 let keep: Vec<usize> = if v.is_empty() {
                     Vec::new()

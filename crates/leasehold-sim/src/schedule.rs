@@ -118,6 +118,10 @@ pub struct Config {
     pub injected: Vec<(Duration, Injected)>,
     /// Simulated time the workload runs for.
     pub length: Duration,
+    /// Chance per waiting acquisition that its process closes its client
+    /// right at the acquisition's deadline (within a few ms either side):
+    /// the last try at a deadline meets `close()`.
+    pub close_at_deadline: f64,
 }
 
 impl Config {
@@ -158,6 +162,7 @@ impl Config {
             },
             reset_before: if r.chance(0.4) { 0.01 } else { 0.0 },
             reset_after: if r.chance(0.4) { 0.01 } else { 0.0 },
+            flush_after_late_grant: 0.0,
         };
         let length = Duration::from_secs(r.range(3, 12));
         let nodes = node_names(topology);
@@ -205,7 +210,7 @@ impl Config {
             let stall = Duration::from_millis(r.range(1, ttl.as_millis() as u64 * 3));
             injected.push((at, Injected::Stall(p, stall)));
         }
-        Config {
+        let mut config = Config {
             seed,
             topology,
             kind,
@@ -218,7 +223,13 @@ impl Config {
             faults,
             injected,
             length,
+            // Drawn last: the draws above stay what they were for every seed.
+            close_at_deadline: if r.chance(0.15) { 0.1 } else { 0.0 },
+        };
+        if matches!(topology, Topology::Redlock(_)) && r.chance(0.3) {
+            config.faults.flush_after_late_grant = 0.5;
         }
+        config
     }
 
     /// The documented unsafety of this schedule's faults, if any. A Redlock
@@ -388,10 +399,10 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
             tokio::time::sleep_until(start + at).await;
             inject(&world, &fault, delayed_restart);
             if let (Some(client), Injected::Close(p)) = (client, &fault) {
-                record(&shared).closing.insert(*p, now_us(start));
+                record(&shared).closing.entry(*p).or_insert(now_us(start));
                 let closed = client.close().await;
                 world.log(|| format!("p{p} close() returned {closed:?}"));
-                record(&shared).closed.insert(*p, now_us(start));
+                record(&shared).closed.entry(*p).or_insert(now_us(start));
             }
         });
     }
@@ -745,6 +756,9 @@ impl Task {
                     ask.delay
                 )
             });
+            if !ask.try_only && self.rng.chance(self.config.close_at_deadline) {
+                self.close_near(ask.wait);
+            }
             let attempt = self.acquire(&name, &ask);
             let result = match cancel_after {
                 Some(after) => match tokio::time::timeout(after, attempt).await {
@@ -903,6 +917,31 @@ impl Task {
                 }
             }
         }
+    }
+
+    /// Closes this task's client `wait` from now, give or take a few ms
+    /// (once per process: a later call finds it closing already).
+    fn close_near(&mut self, wait: Duration) {
+        let at = (wait + Duration::from_micros(self.rng.below(4000)))
+            .saturating_sub(Duration::from_micros(1000));
+        let (client, shared, world, p) = (
+            self.client.clone(),
+            Arc::clone(&self.shared),
+            self.world.clone(),
+            self.process,
+        );
+        let origin = self.end - self.config.length;
+        tokio::spawn(async move {
+            tokio::time::sleep(at).await;
+            if record(&shared).closing.contains_key(&p) {
+                return;
+            }
+            world.log(|| format!("FAULT p{p} closes its client at a waiter's deadline"));
+            record(&shared).closing.insert(p, now_us(origin));
+            let closed = client.close().await;
+            world.log(|| format!("p{p} close() returned {closed:?}"));
+            record(&shared).closed.insert(p, now_us(origin));
+        });
     }
 
     async fn acquire(&self, name: &str, ask: &Ask) -> leasehold::Result<Option<Guard>> {

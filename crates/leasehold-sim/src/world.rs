@@ -46,6 +46,11 @@ pub struct Faults {
     /// Chance per request of a connection reset after the server ran it
     /// (the reply is lost).
     pub reset_after: f64,
+    /// Chance that a slow reply to a plain lock's acquisition (one delayed
+    /// by more than half the longest delay: often a grant later than the
+    /// lease) finds the node's script cache flushed as it arrives, so the
+    /// give-back that follows meets NOSCRIPT and is sent again.
+    pub flush_after_late_grant: f64,
 }
 
 /// A server the world holds, with what faults do to it.
@@ -814,15 +819,22 @@ impl SimWire {
                 let _ = tx.send(reset());
                 return;
             }
-            let back = {
+            let (back, flush) = {
                 let mut s = conn.world.state();
-                World::delay(&mut s)
+                let back = World::delay(&mut s);
+                let late = back.as_millis() as u64 * 2 > s.faults.max_delay_ms
+                    && lock_script(&args).is_some_and(|(name, _, _)| name == "lock_acquire");
+                let chance = s.faults.flush_after_late_grant;
+                (back, late && s.rng.chance(chance))
             };
             let at = conn.arrival(back, false);
             tokio::time::sleep_until(at).await;
             if conn.lines().epoch != epoch {
                 let _ = tx.send(reset());
                 return;
+            }
+            if flush {
+                conn.world.flush_scripts(&conn.node);
             }
             let _ = tx.send(Ok(reply));
         });
