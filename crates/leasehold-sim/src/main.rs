@@ -10,6 +10,10 @@ fn main() {
 #[cfg(leasehold_sim)]
 mod cli;
 
+/// See Cargo.toml: allocation-heavy, and faster with mimalloc.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[cfg(leasehold_sim)]
 fn main() {
     std::process::exit(cli::main());
