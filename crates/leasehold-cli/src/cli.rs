@@ -334,6 +334,16 @@ impl LeaseArgs {
     }
 }
 
+impl LeaseArgs {
+    /// Takes `spent` (connecting) off the wait; a wait until acquired
+    /// stays one.
+    pub(crate) fn spend(&mut self, spent: Duration) {
+        if self.wait != Duration::MAX {
+            self.wait = self.wait.saturating_sub(spent);
+        }
+    }
+}
+
 /// The certificates given by --tls-ca, --tls-cert and --tls-key (PEM).
 #[derive(Debug, Default)]
 pub(crate) struct Tls {

@@ -54,9 +54,28 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<u8, Failure> {
 /// over three or more, a cluster or a Sentinel-watched master; within
 /// `--connect-timeout`.
 pub(crate) async fn connect(global: &Global) -> Result<Client, Failure> {
+    connect_riding(global, None).await
+}
+
+/// [`connect`] for a command that waits for its hold (`run`, `acquire`):
+/// through Sentinel, while the master the sentinels name is dead or not a
+/// master yet, the sentinels are asked again for up to the hold's `--wait`
+/// (`--connect-timeout` with `--no-wait`), so a run started during a
+/// failover waits for it, as it would for a holder, instead of exiting 69.
+pub(crate) async fn connect_for(global: &Global, lease: &LeaseArgs) -> Result<Client, Failure> {
+    let ride = (!lease.no_wait).then_some(lease.wait);
+    connect_riding(global, ride).await
+}
+
+/// [`connect`]; through Sentinel, riding through a failover for up to
+/// `ride` (else `--connect-timeout`).
+async fn connect_riding(global: &Global, ride: Option<Duration>) -> Result<Client, Failure> {
     let servers = global.servers()?;
     let tls = global.tls()?;
     let mut builder = Client::builder().prefix(&global.prefix);
+    // How long connecting may take: --connect-timeout, or through Sentinel
+    // the wait of the hold if longer (riding through a failover).
+    let mut limit = global.connect_timeout;
     let tls_urls: Vec<String> = match &servers {
         Servers::One(url) => vec![url.clone()],
         Servers::Redlock(urls) | Servers::Cluster(urls) => urls.clone(),
@@ -90,7 +109,8 @@ pub(crate) async fn connect(global: &Global) -> Result<Client, Failure> {
                 "master {master:?} through the sentinels at {}",
                 list_of(&sentinels)
             );
-            builder = builder.sentinel(sentinels, &master);
+            limit = ride.map_or(limit, |ride| ride.max(limit));
+            builder = builder.sentinel(sentinels, &master).failover_wait(limit);
             place
         }
     };
@@ -100,12 +120,20 @@ pub(crate) async fn connect(global: &Global) -> Result<Client, Failure> {
     if let Some((cert, key)) = &tls.client {
         builder = builder.tls_client_cert(cert, key);
     }
-    let failure = match tokio::time::timeout(global.connect_timeout, builder.build()).await {
+    let failure = match tokio::time::timeout(limit, builder.build()).await {
         Ok(Ok(client)) => {
             tracing::debug!(to = %place, "connected");
             return Ok(client);
         }
         Ok(Err(err)) => Failure::from(err),
+        Err(_) if limit > global.connect_timeout => Failure::with_code(
+            exit::UNAVAILABLE,
+            format!(
+                "{place} could not be reached within {} (--wait): the sentinels named no \
+                 master that answers as one; check the master and the sentinels",
+                humantime::format_duration(limit)
+            ),
+        ),
         Err(_) => Failure::with_code(
             exit::UNAVAILABLE,
             format!(
@@ -255,8 +283,10 @@ pub(crate) async fn per_lease<G>(
 
 /// `leasehold acquire`: take the lock, stop renewing, print token and fence.
 async fn acquire(global: &Global, args: AcquireArgs) -> Result<u8, Failure> {
-    let client = connect(global).await?;
-    let lease = LeaseArgs::new(args.ttl, &args.wait, global);
+    let started = std::time::Instant::now();
+    let mut lease = LeaseArgs::new(args.ttl, &args.wait, global);
+    let client = connect_for(global, &lease).await?;
+    lease.spend(started.elapsed());
     let guard = take(&client, &args.name, &lease).await?;
     let fence = guard.fence();
     let token = guard.detach();

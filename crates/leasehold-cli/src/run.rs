@@ -56,7 +56,7 @@ use tokio::signal::unix::SignalKind;
 use tokio::time::Instant;
 
 use crate::cli::{Global, LeaseArgs, RunArgs};
-use crate::commands::connect;
+use crate::commands::connect_for;
 use crate::exit::{self, Failure};
 use crate::hold::{Held, take_all, take_hold, take_leadership};
 use crate::session::catch;
@@ -68,8 +68,16 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
     if args.command.is_empty() {
         return Err(Failure::usage("no command given after `--`"));
     }
-    let client = connect(global).await?;
-    let outcome = run_locked(&client, global, args).await;
+    let started = Instant::now();
+    let mut lease = LeaseArgs {
+        at_least: args.at_least,
+        lock_delay: args.lock_delay.unwrap_or_default(),
+        ..LeaseArgs::new(args.ttl, &args.wait, global)
+    };
+    let client = connect_for(global, &lease).await?;
+    // --wait covers riding through a failover while connecting too.
+    lease.spend(started.elapsed());
+    let outcome = run_locked(&client, global, args, &lease).await;
     // Nothing stays held when leasehold exits: a release that failed above
     // went to the background, and the runtime's shutdown would drop it.
     if let Err(e) = client.close().await {
@@ -84,24 +92,20 @@ async fn run_locked(
     client: &leasehold::Client,
     global: &Global,
     args: RunArgs,
+    lease: &LeaseArgs,
 ) -> Result<u8, Failure> {
-    let lease = LeaseArgs {
-        at_least: args.at_least,
-        lock_delay: args.lock_delay.unwrap_or_default(),
-        ..LeaseArgs::new(args.ttl, &args.wait, global)
-    };
     let started = Instant::now();
     let guard = match &args.elect {
-        Some(value) => take_leadership(client, &args.name, &lease, value).await?,
+        Some(value) => take_leadership(client, &args.name, lease, value).await?,
         None if args.more.is_empty() => {
-            take_hold(client, &args.name, &lease, args.hold.mode()).await?
+            take_hold(client, &args.name, lease, args.hold.mode()).await?
         }
         None => {
             let names: Vec<String> = std::iter::once(&args.name)
                 .chain(&args.more)
                 .cloned()
                 .collect();
-            take_all(client, &names, &lease).await?
+            take_all(client, &names, lease).await?
         }
     };
     let acquired = Instant::now();
