@@ -538,9 +538,9 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
     }
     let mut rec = std::mem::take(&mut *record(&shared));
     let mut violations = std::mem::take(&mut rec.violations);
-    for line in world.released_came_back() {
+    for line in world.retaken_after_release() {
         violations.push(Violation {
-            invariant: "a released lease's key came back after its release",
+            invariant: "a released lease set back by a re-take",
             detail: line,
         });
     }
@@ -659,6 +659,20 @@ impl Guard {
             Guard::Write(g) => g.token().to_owned(),
             Guard::Permit(g) => g.token().to_owned(),
             Guard::Leader(g) => g.token().to_owned(),
+        }
+    }
+    /// The tokens of a plain lock's guard (one per name), whose keys the
+    /// `lock_*` scripts keep; none for other primitives.
+    fn lock_tokens(&self) -> Vec<String> {
+        match self {
+            Guard::Lock(g) => vec![g.token().to_owned()],
+            Guard::Multi(g) => g
+                .names()
+                .iter()
+                .filter_map(|n| g.token(n))
+                .map(str::to_owned)
+                .collect(),
+            _ => Vec::new(),
         }
     }
     fn believes(&self) -> bool {
@@ -897,6 +911,9 @@ impl Task {
             }
             match self.rng.below(10) {
                 0..=6 => {
+                    for token in guard.lock_tokens() {
+                        self.world.releasing(&token);
+                    }
                     let released = guard.release().await;
                     record(&self.shared).operations += 1;
                     self.world
@@ -906,6 +923,9 @@ impl Task {
                     // A release whose caller gives up at some await point.
                     let after =
                         Duration::from_micros(self.rng.below(ttl.as_micros() as u64 / 4 + 1));
+                    for token in guard.lock_tokens() {
+                        self.world.releasing(&token);
+                    }
                     let released = tokio::time::timeout(after, guard.release()).await;
                     self.world.log(|| {
                         format!("{who} release {name} given up after {after:?}: {released:?}")

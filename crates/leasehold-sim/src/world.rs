@@ -85,12 +85,14 @@ struct State {
     accepted: Vec<(String, u64)>,
     /// Until when a process's messages are held (its sockets stall).
     stalled: BTreeMap<usize, Instant>,
-    /// Lock keys a release took from their token: token -> (node, key).
-    /// Only a new attempt with that token may set them back.
-    released: BTreeMap<Vec<u8>, BTreeSet<(String, Vec<u8>)>>,
-    /// Leases set back on a node after their release there (see
-    /// [`World::released_came_back`]).
-    came_back: Vec<String>,
+    /// Tokens of plain-lock guards whose `release()` was called.
+    releasing: BTreeSet<Vec<u8>>,
+    /// Where the release of a guard (one called by `release()`, not the
+    /// give-back of an attempt, which may share the token) ran: (node,
+    /// token) -> when (ms from the start).
+    released: BTreeMap<(String, Vec<u8>), u128>,
+    /// Released leases set back (see [`World::retaken_after_release`]).
+    retaken_after_release: Vec<String>,
 }
 
 /// Every shipped script's name by its SHA1, as EVALSHA names it.
@@ -126,65 +128,27 @@ fn lock_script(args: &[Vec<u8>]) -> Option<(&'static str, &[Vec<u8>], &[Vec<u8>]
 }
 
 impl State {
-    /// Notes what a plain lock's script did to its lock keys: a release
-    /// by the key's own token took it (recorded); a new attempt with the
-    /// token may set it again anywhere; any other script (a renewal, an
-    /// extend, a Redlock re-take) that sets a key back to a token released
-    /// there broke "the key of a released lease never outlives its
-    /// release".
-    fn track_releases(
-        &mut self,
-        node: &str,
-        script: &str,
-        keys: &[Vec<u8>],
-        argv: &[Vec<u8>],
-        before: &[Option<Vec<u8>>],
-        after: &[Option<Vec<u8>>],
-    ) {
-        // Only the first key of an acquire or a release is the lock key.
-        let lock_keys = match script {
-            "lock_acquire" | "lock_release" => 1,
-            _ => keys.len(),
-        };
-        for (i, key) in keys.iter().enumerate().take(lock_keys) {
-            let (was, is) = (&before[i], &after[i]);
-            match script {
-                "lock_release" => {
-                    if let (Some(was), Some(token)) = (was, argv.first())
-                        && was == token
-                        && is.as_ref() != Some(was)
-                    {
-                        self.released
-                            .entry(token.clone())
-                            .or_default()
-                            .insert((node.to_owned(), key.clone()));
-                    }
-                }
-                "lock_acquire" => {
-                    // A new attempt with the token (a retry after a give-back
-                    // reuses it): its keys may be set again, on any node.
-                    if let Some(token) = argv.first() {
-                        self.released.remove(token);
-                    }
-                }
-                _ => {
-                    if let Some(is) = is
-                        && was.as_ref() != Some(is)
-                        && self
-                            .released
-                            .get(is)
-                            .is_some_and(|at| at.contains(&(node.to_owned(), key.clone())))
-                    {
-                        let at = Instant::now().duration_since(self.start).as_millis();
+    /// Notes a Redlock re-take (`lock_retake`) that ran on a node after
+    /// the guard's release ran there: it sets the released lease back
+    /// there, held for a TTL after its holder let it go.
+    fn check_renewals(&mut self, node: &str, script: &str, argv: &[Vec<u8>]) {
+        let now = Instant::now().duration_since(self.start).as_millis();
+        match script {
+            // Only a re-take can set a key back (SET NX); an extend that
+            // lands after the release finds the key gone or another's.
+            "lock_retake" => {
+                for token in argv.iter().step_by(2) {
+                    let at = (node.to_owned(), token.clone());
+                    if let Some(released) = self.released.get(&at) {
                         let line = format!(
-                            "at {at} ms, {node} {}: {script} set token {} back after its release there",
-                            String::from_utf8_lossy(key),
-                            String::from_utf8_lossy(&is[..is.len().min(8)])
+                            "at {now} ms, {node}: {script} of token {} after its guard's release ran there at {released} ms",
+                            String::from_utf8_lossy(&token[..token.len().min(8)])
                         );
-                        self.came_back.push(line);
+                        self.retaken_after_release.push(line);
                     }
                 }
             }
+            _ => {}
         }
     }
 
@@ -257,8 +221,9 @@ impl World {
             wire_digest: 0xcbf2_9ce4_8422_2325,
             stalled: BTreeMap::new(),
             accepted: Vec::new(),
+            releasing: BTreeSet::new(),
             released: BTreeMap::new(),
-            came_back: Vec::new(),
+            retaken_after_release: Vec::new(),
         })))
     }
 
@@ -294,13 +259,33 @@ impl World {
         self.state().accepted.clone()
     }
 
-    /// Leases a script set back on a node after their own release had
-    /// taken them from it there: a renewal, an extend or a Redlock re-take
-    /// that landed after the release (the key of a released lease must
-    /// not outlive the release). One line each: where, which key, which
-    /// script.
-    pub fn released_came_back(&self) -> Vec<String> {
-        self.state().came_back.clone()
+    /// Records that the guard of `token` (a plain lock's) is being
+    /// released: its `release()` is called now.
+    pub fn releasing(&self, token: &str) {
+        self.state().releasing.insert(token.as_bytes().to_vec());
+    }
+
+    /// The token of a guard's release in `args`, if that is what they are:
+    /// a `lock_release` sent after the guard's `release()` was called (a
+    /// give-back of an attempt, sent before, may carry the same token).
+    fn guard_release(&self, args: &[Vec<u8>]) -> Option<Vec<u8>> {
+        let (script, _, argv) = lock_script(args)?;
+        let token = argv.first()?;
+        (script == "lock_release" && self.state().releasing.contains(token)).then(|| token.clone())
+    }
+
+    /// Records that a guard's release of `token` ran on `node` now.
+    fn guard_released(&self, node: &str, token: Vec<u8>) {
+        let mut s = self.state();
+        let now = Instant::now().duration_since(s.start).as_millis();
+        s.released.entry((node.to_owned(), token)).or_insert(now);
+    }
+
+    /// Redlock re-takes a node ran for a lease after its guard's release
+    /// had run there: the key of a released lease must not outlive its
+    /// release. One line each.
+    pub fn retaken_after_release(&self) -> Vec<String> {
+        self.state().retaken_after_release.clone()
     }
 
     /// Scripts run so far (EVALSHA and EVAL), over all nodes.
@@ -412,19 +397,10 @@ impl World {
         let now_us = World::node_now_us(&s, n);
         s.digest_command(node, now_us, conn, args);
         let n = s.nodes.get_mut(node).expect("a node of the world");
-        let lock_script = lock_script(args);
-        let before: Vec<Option<Vec<u8>>> = lock_script
-            .iter()
-            .flat_map(|(_, keys, _)| keys.iter().map(|k| n.server.peek_string(k, now_us)))
-            .collect();
         let reply = n.server.exec(conn, now_us, args);
         let deliveries = n.server.take_deliveries();
-        if let Some((script, keys, argv)) = lock_script {
-            let after: Vec<Option<Vec<u8>>> = keys
-                .iter()
-                .map(|k| n.server.peek_string(k, now_us))
-                .collect();
-            s.track_releases(node, script, keys, argv, &before, &after);
+        if let Some((script, _, argv)) = lock_script(args) {
+            s.check_renewals(node, script, argv);
         }
         // EVALSHA sha 2 key fence_key fence value expiry: fenced::set.
         if node == "resource"
@@ -775,6 +751,7 @@ impl SimWire {
         };
         let arrive = conn.arrival(out, true);
         let epoch = conn.lines().epoch;
+        let guard_release = conn.world.guard_release(&args);
         let (tx, rx) = oneshot::channel();
         let server_side = Arc::clone(&conn);
         tokio::spawn(async move {
@@ -812,7 +789,16 @@ impl SimWire {
                         Value::Int(0)
                     }
                 }
-                None => conn.world.exec(&conn.node, conn.id, &args),
+                None => {
+                    let reply = conn.world.exec(&conn.node, conn.id, &args);
+                    // A release met by NOSCRIPT did not run; its re-send will.
+                    if let Some(token) = guard_release
+                        && !matches!(reply, Value::ServerError(_))
+                    {
+                        conn.world.guard_released(&conn.node, token);
+                    }
+                    reply
+                }
             };
             if fate == Fate::ResetAfter {
                 conn.reset();

@@ -192,19 +192,6 @@ impl Db {
             .collect()
     }
 
-    /// The live string at `key` at `now_ms`, without touching anything
-    /// (None: no key, or not a string).
-    pub(super) fn peek_string(&self, key: &[u8], now_ms: i64) -> Option<&[u8]> {
-        let e = self.keys.get(key)?;
-        if e.expire_ms.is_some_and(|w| now_ms > w) {
-            return None;
-        }
-        match &e.data {
-            Data::Str(v) => Some(v),
-            _ => None,
-        }
-    }
-
     /// Deletes `key` if it has expired at `now`.
     fn expire_if_needed(&mut self, key: &[u8], now: i64) {
         let expired = self

@@ -351,15 +351,6 @@ impl Server {
         self.core().db.dump((now_us / 1000) as i64)
     }
 
-    /// The string at `key` at `now_us` (None: no key, or another type),
-    /// read without expiring or changing anything.
-    pub fn peek_string(&self, key: &[u8], now_us: u64) -> Option<Vec<u8>> {
-        let core = self.core();
-        core.db
-            .peek_string(key, (now_us / 1000) as i64)
-            .map(<[u8]>::to_vec)
-    }
-
     /// Replaces this server's keyspace with a copy of `from`'s (a replica
     /// catching up), keeping its own scripts and subscriptions: cheaper
     /// than [`Server::data_copy`], which starts a new Lua state.
