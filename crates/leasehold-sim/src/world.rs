@@ -100,7 +100,7 @@ fn script_name(sha: &[u8]) -> Option<&'static str> {
     static NAMES: std::sync::OnceLock<BTreeMap<Vec<u8>, &'static str>> = std::sync::OnceLock::new();
     NAMES
         .get_or_init(|| {
-            leasehold::sim::script_names()
+            leasehold::sim_script_names()
                 .into_iter()
                 .map(|(sha, name)| (sha.into_bytes(), name))
                 .collect()

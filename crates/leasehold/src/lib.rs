@@ -229,6 +229,12 @@ mod servers;
 #[cfg(leasehold_sim)]
 #[doc(hidden)]
 pub mod sim;
+/// Simulation builds only: the shipped scripts' SHA1s and names (here, not
+/// in `sim`, which the connection layer imports: `sim` importing the
+/// scripts would tie them in a circle).
+#[cfg(leasehold_sim)]
+#[doc(hidden)]
+pub use scripts::script_names as sim_script_names;
 mod telemetry;
 mod token;
 mod watchdog;

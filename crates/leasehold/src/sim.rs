@@ -54,17 +54,6 @@ thread_local! {
     static LEASE_IDS: std::cell::Cell<u64> = const { std::cell::Cell::new(1) };
 }
 
-/// Every shipped script's SHA1 (lower-case hex, as EVALSHA carries it) and
-/// name, so a simulator can tell which script a request runs.
-pub fn script_names() -> Vec<(String, &'static str)> {
-    crate::scripts::names()
-        .map(|name| {
-            let source = crate::scripts::source(name).expect("a listed script");
-            (redis::Script::new(&source).get_hash().to_owned(), name)
-        })
-        .collect()
-}
-
 /// Installs the dialer of this thread's `sim://` URLs (None: uninstall).
 pub fn install(dialer: Option<Arc<dyn Dialer>>) {
     DIALER.with(|d| *d.borrow_mut() = dialer);

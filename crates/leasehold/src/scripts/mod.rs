@@ -54,10 +54,15 @@ pub(crate) fn source(name: &str) -> Option<String> {
     Some(format!("{PRELUDE}{body}"))
 }
 
-/// The name of every script.
+/// Every shipped script's SHA1 (lower-case hex, as EVALSHA carries it) and
+/// name, so a simulator can tell which script a request runs (exported as
+/// `leasehold::sim_script_names` in simulation builds only).
 #[cfg(leasehold_sim)]
-pub(crate) fn names() -> impl Iterator<Item = &'static str> {
-    BODIES.iter().map(|(name, _)| *name)
+pub fn script_names() -> Vec<(String, &'static str)> {
+    BODIES
+        .iter()
+        .map(|(name, _)| (load(name).get_hash().to_owned(), *name))
+        .collect()
 }
 
 fn load(name: &str) -> Script {
