@@ -432,6 +432,7 @@ async fn read_status(client: &Client, args: &StatusArgs) -> leasehold::Result<(V
             if status.holder.is_some()
                 && let Ok(Some(leader)) = client.election(name).leader().await
             {
+                json["kind"] = json!(LockKind::Election.as_str());
                 json["leader"] = json!({ "value": leader.value, "term": leader.term });
                 human.push_str(&format!(
                     "\nleader     {} (term {})",
@@ -503,13 +504,15 @@ async fn list(global: &Global, args: ListArgs) -> Result<u8, Failure> {
                 let s = client.lock(&name).status().await?;
                 let row = Row {
                     name,
-                    kind: "lock",
+                    kind: kind.as_str(),
                     holder: s.holder.clone().unwrap_or_else(|| "-".to_owned()),
                     remaining: s.remaining,
                     fence: s.fence,
                     waiting: s.waiting_clients.to_string(),
                 };
-                (row, output::status_json(&s))
+                let mut object = output::status_json(&s);
+                object["kind"] = json!(kind.as_str());
+                (row, object)
             }
         };
         rows.push(row);

@@ -206,7 +206,7 @@ fn fence_human(fence: Option<u64>) -> String {
 pub(crate) struct Row {
     /// The lock name.
     pub(crate) name: String,
-    /// `lock`, `reentrant`, `rwlock` or `semaphore`.
+    /// `lock`, `reentrant`, `rwlock`, `semaphore` or `election`.
     pub(crate) kind: &'static str,
     /// Who holds it: a token or owner prefix, `N readers`, `k/N permits`.
     pub(crate) holder: String,

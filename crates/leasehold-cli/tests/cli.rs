@@ -1703,8 +1703,11 @@ fn status_finds_the_kind_and_list_shows_every_kind_with_names_escaped() {
     let _read = client.rw_lock("k:rw").read().unwrap();
     let _permit = client.semaphore("k:sem", 3).acquire().unwrap();
     let _evil = client.lock(evil).acquire().unwrap();
+    // An election was listed as a plain lock.
+    let _leader = client.election("k:el").campaign("me").unwrap();
 
     for (name, kind) in [
+        ("k:el", "election"),
         ("k:lock", "lock"),
         ("k:fair", "lock"),
         ("k:re", "reentrant"),
@@ -1731,7 +1734,7 @@ fn status_finds_the_kind_and_list_shows_every_kind_with_names_escaped() {
         "raw escape printed: {out:?}"
     );
     let lines: Vec<&str> = out.stdout.lines().collect();
-    assert_eq!(lines.len(), 7, "a header and six rows: {out:?}");
+    assert_eq!(lines.len(), 8, "a header and seven rows: {out:?}");
     assert!(lines[0].contains("KIND"), "{out:?}");
     let row = |name: &str| {
         lines
@@ -1740,6 +1743,7 @@ fn status_finds_the_kind_and_list_shows_every_kind_with_names_escaped() {
             .unwrap_or_else(|| panic!("no row for {name}: {out:?}"))
             .to_owned()
     };
+    assert!(row("k:el").contains("election"), "{out:?}");
     assert!(row("k:re").contains("reentrant"), "{out:?}");
     assert!(row("k:rw").contains("rwlock"), "{out:?}");
     assert!(row("k:sem").contains("semaphore"), "{out:?}");
@@ -1760,6 +1764,7 @@ fn status_finds_the_kind_and_list_shows_every_kind_with_names_escaped() {
         })
         .collect();
     let want = [
+        ("k:el", "election"),
         ("k:fair", "lock"),
         ("k:lock", "lock"),
         ("k:re", "reentrant"),

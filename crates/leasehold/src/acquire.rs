@@ -17,7 +17,8 @@ use tracing::Instrument;
 use crate::error::{Error, Result};
 use crate::events::{Events, Grant, Subscription};
 use crate::key::LockKeys;
-use crate::lease::{Kind, validity};
+use crate::kind::LockKind;
+use crate::lease::validity;
 use crate::scripts::{Acquire, Owned, QUEUE_HEARTBEAT, QUEUE_WINDOW};
 use crate::telemetry::{self, Outcome};
 
@@ -52,7 +53,7 @@ pub(crate) trait Core: Sync {
     /// lease lock (which then leaves the queue).
     fn release(
         &self,
-        kind: Kind,
+        kind: LockKind,
         keys: &LockKeys,
         hold: &str,
         queued: Option<Duration>,
@@ -67,7 +68,7 @@ pub(crate) trait Core: Sync {
     /// retry returns.
     fn give_back(
         &self,
-        kind: Kind,
+        kind: LockKind,
         keys: &LockKeys,
         hold: &str,
         queued: Option<Duration>,
@@ -78,7 +79,7 @@ pub(crate) trait Core: Sync {
     /// Releases a hold in the background (the watchdog); never blocks.
     fn release_in_background(
         &self,
-        kind: Kind,
+        kind: LockKind,
         keys: Arc<LockKeys>,
         hold: String,
         queued: Option<Duration>,
@@ -139,7 +140,7 @@ pub(crate) struct Target<'a, C: Core> {
     pub(crate) core: &'a C,
     pub(crate) name: &'a str,
     pub(crate) keys: &'a Arc<LockKeys>,
-    pub(crate) kind: Kind,
+    pub(crate) kind: LockKind,
     /// The lease's identity in its kind's scripts; every attempt uses the
     /// same one, so a retry after a lost reply is idempotent.
     pub(crate) hold: &'a str,
@@ -820,7 +821,7 @@ mod tests {
 
         fn release(
             &self,
-            _kind: Kind,
+            _kind: LockKind,
             _keys: &LockKeys,
             hold: &str,
             _queued: Option<Duration>,
@@ -837,7 +838,7 @@ mod tests {
 
         fn give_back(
             &self,
-            _kind: Kind,
+            _kind: LockKind,
             _keys: &LockKeys,
             hold: &str,
             _queued: Option<Duration>,
@@ -854,7 +855,7 @@ mod tests {
 
         fn release_in_background(
             &self,
-            _kind: Kind,
+            _kind: LockKind,
             _keys: Arc<LockKeys>,
             hold: String,
             _queued: Option<Duration>,
@@ -975,7 +976,7 @@ mod tests {
             core,
             name: "name",
             keys,
-            kind: Kind::Lock,
+            kind: LockKind::Lock,
             hold: HOLD,
             ttl: TTL,
             delay: Duration::ZERO,

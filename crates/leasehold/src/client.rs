@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::events::{Events, Shared};
 use crate::fair::FairLock;
 use crate::key::{LockKeys, glob_match, name_of_lock_key, validate_prefix};
-use crate::lease::Kind;
+use crate::kind::LockKind;
 use crate::lock::{Lock, LockStatus};
 use crate::multi::MultiLock;
 use crate::redlock::Redlock;
@@ -127,7 +127,7 @@ impl Core for Inner {
 
     fn release(
         &self,
-        kind: Kind,
+        kind: LockKind,
         keys: &LockKeys,
         hold: &str,
         queued: Option<Duration>,
@@ -137,7 +137,7 @@ impl Core for Inner {
 
     fn give_back(
         &self,
-        kind: Kind,
+        kind: LockKind,
         keys: &LockKeys,
         hold: &str,
         queued: Option<Duration>,
@@ -147,7 +147,7 @@ impl Core for Inner {
 
     fn release_in_background(
         &self,
-        kind: Kind,
+        kind: LockKind,
         keys: Arc<LockKeys>,
         hold: String,
         queued: Option<Duration>,

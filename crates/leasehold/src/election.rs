@@ -31,7 +31,7 @@ use crate::events::Subscription;
 use crate::guard::{Held, guard_api};
 use crate::handle::Handle;
 use crate::key::validate_name;
-use crate::lease::Kind;
+use crate::kind::LockKind;
 use crate::scripts::Leading;
 use crate::token::Token;
 
@@ -359,9 +359,9 @@ impl Election {
     }
 
     /// The lease lock's acquisition, as [`Lock`](crate::Lock)'s, of kind
-    /// [`Kind::Election`] (its renewals and release carry the record).
+    /// [`LockKind::Election`] (its renewals and release carry the record).
     async fn win(&self, wait: Option<Duration>) -> Result<Option<Held>> {
-        crate::lock::take_lease(&self.h, Kind::Election, false, wait).await
+        crate::lock::take_lease(&self.h, LockKind::Election, false, wait).await
     }
 }
 

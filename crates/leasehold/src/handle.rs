@@ -11,7 +11,8 @@ use crate::client::{Client, Inner};
 use crate::error::{Error, Result};
 use crate::guard::Held;
 use crate::key::{LockKeys, validate_name};
-use crate::lease::{Kind, Lease};
+use crate::kind::LockKind;
+use crate::lease::Lease;
 use crate::token::Token;
 
 /// Default lease length of every handle.
@@ -87,7 +88,7 @@ impl Handle {
     }
 
     /// A target for [`acquire`] of `kind`, known to the scripts as `hold`.
-    pub(crate) fn target<'a>(&'a self, kind: Kind, hold: &'a str) -> Target<'a, Inner> {
+    pub(crate) fn target<'a>(&'a self, kind: LockKind, hold: &'a str) -> Target<'a, Inner> {
         let handoff = kind
             .describe()
             .hands_off
@@ -121,7 +122,7 @@ impl Handle {
 
     /// Wraps a lease acquired by `won`, starting its renewal if the
     /// watchdog is on.
-    pub(crate) fn held(&self, (kind, token, hold): (Kind, Token, String), won: Won) -> Held {
+    pub(crate) fn held(&self, (kind, token, hold): (LockKind, Token, String), won: Won) -> Held {
         let lease = Lease::new(
             self.name.clone(),
             Arc::clone(&self.keys),

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::clock::Instant;
+use crate::kind::LockKind;
 
 use tokio::sync::Notify;
 
@@ -61,29 +62,12 @@ fn next_id() -> u64 {
     NEXT_ID.fetch_add(1, Ordering::Relaxed)
 }
 
-/// Which primitive a lease belongs to: decides the scripts that renew and
-/// release it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) enum Kind {
-    /// [`Lock`](crate::Lock): a string key holding the owner token.
-    Lock,
-    /// [`ReentrantLock`](crate::ReentrantLock): one hold in the owner's hash.
-    Reentrant,
-    /// [`RwLock`](crate::RwLock): one member of the sorted set of holds.
-    Rw,
-    /// [`Semaphore`](crate::Semaphore): one member of the sorted set of permits.
-    Semaphore,
-    /// [`Election`](crate::Election): a lease lock whose leader record
-    /// (`:leader`) is renewed and dropped with it.
-    Election,
-}
-
 /// One held lease.
 pub(crate) struct Lease {
     pub(crate) id: u64,
     pub(crate) name: String,
     pub(crate) keys: Arc<LockKeys>,
-    pub(crate) kind: Kind,
+    pub(crate) kind: LockKind,
     /// The owner token the user sees ([`LockGuard::token`](crate::LockGuard::token)).
     pub(crate) token: Token,
     /// What the kind's scripts know this lease by: the owner token for a
@@ -132,7 +116,7 @@ impl Lease {
     pub(crate) fn new(
         name: String,
         keys: Arc<LockKeys>,
-        kind: Kind,
+        kind: LockKind,
         token: Token,
         hold: String,
         ttl: Duration,
@@ -405,7 +389,7 @@ mod tests {
         Arc::new(Lease::new(
             "n".into(),
             Arc::new(LockKeys::new("t", "n")),
-            Kind::Lock,
+            LockKind::Lock,
             Token::random(),
             "hold".into(),
             ttl,

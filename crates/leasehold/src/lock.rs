@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::guard::{Held, guard_api};
 use crate::handle::{Handle, at_least_api, handle_api, lock_delay_api};
 use crate::key::validate_name;
-use crate::lease::Kind;
+use crate::kind::LockKind;
 use crate::scripts::{Acquire, Extension, Owned, Queueing};
 use crate::token::{Token, redact};
 
@@ -214,7 +214,7 @@ impl Lock {
             .client
             .inner
             .servers
-            .release(Kind::Lock, &self.h.keys, token, None)
+            .release(LockKind::Lock, &self.h.keys, token, None)
             .await?;
         self.by_token_outcome(outcome)
     }
@@ -247,7 +247,7 @@ impl Lock {
             .client
             .inner
             .servers
-            .extend_one(Kind::Lock, extension)
+            .extend_one(LockKind::Lock, extension)
             .await?;
         self.by_token_outcome(outcome)
     }
@@ -306,7 +306,7 @@ impl Lock {
     /// (`Ok(None)`); with `None`, tries once.
     async fn acquire_within(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
         self.h.validate()?;
-        let held = take_lease(&self.h, Kind::Lock, self.fair, wait).await?;
+        let held = take_lease(&self.h, LockKind::Lock, self.fair, wait).await?;
         Ok(held.map(|held| LockGuard { held }))
     }
 }
@@ -317,7 +317,7 @@ impl Lock {
 /// (`Ok(None)`); with `None`, tries once.
 pub(crate) async fn take_lease(
     h: &Handle,
-    kind: Kind,
+    kind: LockKind,
     fair: bool,
     wait: Option<Duration>,
 ) -> Result<Option<Held>> {

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::guard::{Held, guard_api};
 use crate::handle::{Handle, handle_api, owner_api};
 use crate::key::{MAX_NAME_LEN, validate_name};
-use crate::lease::Kind;
+use crate::kind::LockKind;
 use crate::scripts::Owned;
 use crate::token::{Token, redact};
 
@@ -199,7 +199,7 @@ impl ReentrantLock {
         let servers = &self.h.client.inner.servers;
         let hold = Token::random();
         let owner = self.owner.as_str();
-        let target = self.h.target(Kind::Reentrant, hold.as_str());
+        let target = self.h.target(LockKind::Reentrant, hold.as_str());
         let acquired = acquire(&target, wait, || {
             let memory = self.h.fence_memory();
             servers.reentrant_acquire(&self.h.keys, owner, hold.as_str(), self.h.ttl, memory)
@@ -207,7 +207,7 @@ impl ReentrantLock {
         .await?;
         Ok(acquired.map(|won| {
             let id = (
-                Kind::Reentrant,
+                LockKind::Reentrant,
                 self.owner.clone(),
                 hold.as_str().to_owned(),
             );

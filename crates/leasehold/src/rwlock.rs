@@ -11,7 +11,8 @@ use crate::error::{Error, Result};
 use crate::guard::{Held, guard_api};
 use crate::handle::{Handle, at_least_api, handle_api, owner_api};
 use crate::key::{LockKeys, validate_name};
-use crate::lease::{Kind, Lease};
+use crate::kind::LockKind;
+use crate::lease::Lease;
 use crate::reentrant::validate_owner;
 use crate::scripts::{Acquire, Mode, Owned, RwAcquire, RwAttempt};
 use crate::token::{Token, redact};
@@ -290,7 +291,7 @@ impl RwLock {
             keys: &self.h.keys,
             member: format!("i:{}:{}", hold.as_str(), self.owner.as_str()),
         });
-        let target = self.h.target(Kind::Rw, &member);
+        let target = self.h.target(LockKind::RwLock, &member);
         let name = &self.h.name;
         let acquired = acquire(&target, wait, || {
             attempt_once(servers, &self.h.keys, name, attempt)
@@ -302,7 +303,7 @@ impl RwLock {
         if let Some(intent) = intent.as_mut() {
             intent.member.clear();
         }
-        let id = (Kind::Rw, self.owner.clone(), member);
+        let id = (LockKind::RwLock, self.owner.clone(), member);
         Ok(Some(self.h.held(id, won)))
     }
 }
@@ -380,10 +381,12 @@ impl Drop for WithdrawOnDrop<'_> {
     fn drop(&mut self) {
         if !self.member.is_empty() {
             let member = std::mem::take(&mut self.member);
-            self.client
-                .inner
-                .watchdog
-                .release(Kind::Rw, Arc::clone(self.keys), member, None);
+            self.client.inner.watchdog.release(
+                LockKind::RwLock,
+                Arc::clone(self.keys),
+                member,
+                None,
+            );
         }
     }
 }
@@ -484,7 +487,7 @@ impl WriteGuard {
                 let mut next = Lease::new(
                     lease.name.clone(),
                     Arc::clone(&lease.keys),
-                    Kind::Rw,
+                    LockKind::RwLock,
                     lease.token.clone(),
                     read,
                     ttl,

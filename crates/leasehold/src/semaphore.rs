@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::guard::{Held, guard_api};
 use crate::handle::{Handle, at_least_api, handle_api};
 use crate::key::validate_name;
-use crate::lease::Kind;
+use crate::kind::LockKind;
 use crate::rwlock::HoldStatus;
 use crate::scripts::{self, STATUS_MOST_ENTRIES, SemAcquire};
 use crate::token::{Token, redact};
@@ -185,7 +185,7 @@ impl Semaphore {
         let servers = &self.h.client.inner.servers;
         let hold = Token::random();
         let member = scripts::sem_member(self.permits, hold.as_str());
-        let target = self.h.target(Kind::Semaphore, &member);
+        let target = self.h.target(LockKind::Semaphore, &member);
         let acquired = acquire(&target, wait, || async {
             match servers
                 .sem_acquire(
@@ -207,7 +207,9 @@ impl Semaphore {
         })
         .await?;
         Ok(acquired.map(|won| Permit {
-            held: self.h.held((Kind::Semaphore, hold, member.clone()), won),
+            held: self
+                .h
+                .held((LockKind::Semaphore, hold, member.clone()), won),
         }))
     }
 }

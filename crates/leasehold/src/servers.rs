@@ -10,7 +10,7 @@ use futures_util::stream::FuturesUnordered;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::key::LockKeys;
-use crate::lease::Kind;
+use crate::kind::LockKind;
 use crate::redlock::Redlock;
 use crate::scripts::{
     self, Acquire, Extension, Leading, Owned, Queueing, ReentrantState, RwAcquire, RwAttempt,
@@ -100,7 +100,7 @@ impl Servers {
     /// waiter of a lease lock (which then leaves the queue).
     pub(crate) async fn release(
         &self,
-        kind: Kind,
+        kind: LockKind,
         keys: &LockKeys,
         hold: &str,
         queued: Option<Duration>,
@@ -117,7 +117,7 @@ impl Servers {
     /// it waits for every node (see [`crate::acquire::Core::give_back`]).
     pub(crate) async fn give_back(
         &self,
-        kind: Kind,
+        kind: LockKind,
         keys: &LockKeys,
         hold: &str,
         queued: Option<Duration>,
@@ -132,7 +132,7 @@ impl Servers {
     /// not answer enough to tell.
     pub(crate) async fn extend(
         &self,
-        kind: Kind,
+        kind: LockKind,
         leases: &[Extension<'_>],
     ) -> Result<Vec<Option<Owned>>> {
         match self {
@@ -146,7 +146,7 @@ impl Servers {
     }
 
     /// Renews one lease.
-    pub(crate) async fn extend_one(&self, kind: Kind, lease: Extension<'_>) -> Result<Owned> {
+    pub(crate) async fn extend_one(&self, kind: LockKind, lease: Extension<'_>) -> Result<Owned> {
         match self {
             Servers::One(backend) => Ok(scripts::extend(backend, kind, &[lease])
                 .await?

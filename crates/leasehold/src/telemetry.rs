@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use crate::lease::Kind;
+use crate::kind::LockKind;
 use crate::scripts::Owned;
 
 /// `leasehold_acquisitions_total{kind, outcome}`.
@@ -86,22 +86,22 @@ impl LostReason {
     }
 }
 
-impl Kind {
+impl LockKind {
     /// The `kind` label.
     pub(crate) fn label(self) -> &'static str {
         match self {
-            Kind::Lock => "lock",
-            Kind::Reentrant => "reentrant",
-            Kind::Rw => "rwlock",
-            Kind::Semaphore => "semaphore",
-            Kind::Election => "election",
+            LockKind::Lock => "lock",
+            LockKind::Reentrant => "reentrant",
+            LockKind::RwLock => "rwlock",
+            LockKind::Semaphore => "semaphore",
+            LockKind::Election => "election",
         }
     }
 }
 
 /// One acquire call ended with `outcome` after `waited`; the wait is
 /// recorded for acquisitions.
-pub(crate) fn acquisition(kind: Kind, outcome: Outcome, waited: Duration) {
+pub(crate) fn acquisition(kind: LockKind, outcome: Outcome, waited: Duration) {
     #[cfg(feature = "metrics")]
     {
         metrics::counter!(ACQUISITIONS, "kind" => kind.label(), "outcome" => outcome.label())

@@ -43,7 +43,8 @@ use tracing::Instrument;
 use crate::error::{Error, Result};
 
 use crate::key::{LockKeys, slot};
-use crate::lease::{Kind, Lease, Snapshot};
+use crate::kind::LockKind;
+use crate::lease::{Lease, Snapshot};
 use crate::scripts::{Extension, Owned};
 use crate::servers::Servers;
 use crate::telemetry::{self, LostReason};
@@ -70,7 +71,7 @@ enum Command {
 
 /// One background release.
 struct Release {
-    kind: Kind,
+    kind: LockKind,
     keys: Arc<LockKeys>,
     hold: String,
     /// The TTL the hold queued with, if it may be a queued waiter.
@@ -131,7 +132,7 @@ pub(crate) trait Door: Clone + Send + Sync + 'static {
     /// Releases one lease, owner-checked.
     fn release(
         &self,
-        kind: Kind,
+        kind: LockKind,
         keys: &LockKeys,
         hold: &str,
         queued: Option<Duration>,
@@ -140,7 +141,7 @@ pub(crate) trait Door: Clone + Send + Sync + 'static {
     /// Renews leases of one kind; `None` where the outcome is not known.
     fn extend(
         &self,
-        kind: Kind,
+        kind: LockKind,
         leases: &[Extension<'_>],
     ) -> impl Future<Output = Result<Vec<Option<Owned>>>> + Send;
 
@@ -151,7 +152,7 @@ pub(crate) trait Door: Clone + Send + Sync + 'static {
 impl Door for Servers {
     fn release(
         &self,
-        kind: Kind,
+        kind: LockKind,
         keys: &LockKeys,
         hold: &str,
         queued: Option<Duration>,
@@ -161,7 +162,7 @@ impl Door for Servers {
 
     fn extend(
         &self,
-        kind: Kind,
+        kind: LockKind,
         leases: &[Extension<'_>],
     ) -> impl Future<Output = Result<Vec<Option<Owned>>>> + Send {
         Servers::extend(self, kind, leases)
@@ -233,7 +234,7 @@ impl Watchdog {
     /// of a lease lock (a cancelled acquire), which then leaves the queue.
     pub(crate) fn release(
         &self,
-        kind: Kind,
+        kind: LockKind,
         keys: Arc<LockKeys>,
         hold: String,
         queued: Option<Duration>,
@@ -779,7 +780,7 @@ mod tests {
     impl Door for Fake {
         fn release(
             &self,
-            _kind: Kind,
+            _kind: LockKind,
             _keys: &LockKeys,
             _hold: &str,
             _queued: Option<Duration>,
@@ -796,7 +797,7 @@ mod tests {
 
         fn extend(
             &self,
-            _kind: Kind,
+            _kind: LockKind,
             leases: &[Extension<'_>],
         ) -> impl Future<Output = Result<Vec<Option<Owned>>>> + Send {
             let now = Instant::now();
@@ -838,7 +839,7 @@ mod tests {
         Arc::new(Lease::new(
             hold.to_owned(),
             keys,
-            Kind::Lock,
+            LockKind::Lock,
             token,
             hold.to_owned(),
             ttl,
@@ -936,7 +937,7 @@ mod tests {
         let other = LockKeys::new("t", "other");
         let stuck = Fake::new(true, true);
         let watchdog = Watchdog::start(stuck.clone());
-        watchdog.release(Kind::Lock, Arc::clone(&keys), "dropped".into(), None);
+        watchdog.release(LockKind::Lock, Arc::clone(&keys), "dropped".into(), None);
         tokio::time::timeout(Duration::from_millis(1), watchdog.settled(other.lock()))
             .await
             .expect("nothing handed over for that key");
@@ -950,7 +951,7 @@ mod tests {
 
         let fake = Fake::new(true, false);
         let watchdog = Watchdog::start(fake.clone());
-        watchdog.release(Kind::Lock, Arc::clone(&keys), "dropped".into(), None);
+        watchdog.release(LockKind::Lock, Arc::clone(&keys), "dropped".into(), None);
         tokio::time::timeout(Duration::from_millis(1), watchdog.settled(keys.lock()))
             .await
             .expect("done once answered");
@@ -967,7 +968,7 @@ mod tests {
         let start = Instant::now();
         for i in 0..1000 {
             let keys = Arc::new(LockKeys::new("t", &format!("dropped:{i}")));
-            watchdog.release(Kind::Lock, keys, format!("dropped:{i}"), None);
+            watchdog.release(LockKind::Lock, keys, format!("dropped:{i}"), None);
         }
         let held = lease("held", TTL, start);
         watchdog.track(Arc::clone(&held), true);
@@ -1163,7 +1164,7 @@ mod tests {
         let fresh = lease("fresh", Duration::from_millis(600), Instant::now());
         watchdog.track(Arc::clone(&fresh), true);
         watchdog.release(
-            Kind::Lock,
+            LockKind::Lock,
             Arc::new(LockKeys::new("t", "dropped")),
             "dropped".into(),
             None,

@@ -671,8 +671,9 @@ async fn a_wait_of_duration_max_waits_until_acquired_without_panicking() {
     guard.release().await.expect("release");
 }
 
-/// `Client::kind` tells every kind apart from what the server stores, and
-/// `list_kinds` lists held names of every kind.
+/// `Client::kind` tells every kind apart from what the server stores (an
+/// election too: it was reported as a plain lock), and `list_kinds` lists
+/// held names of every kind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kind_tells_every_kind_of_lock_apart() {
     use leasehold::LockKind;
@@ -685,7 +686,9 @@ async fn kind_tells_every_kind_of_lock_apart() {
     let _read = client.rw_lock("k:rw").read().await.unwrap();
     let _write = client.rw_lock("k:w").write().await.unwrap();
     let _permit = client.semaphore("k:sem", 3).acquire().await.unwrap();
+    let _leader = client.election("k:el").campaign("me").await.unwrap();
     let want = [
+        ("k:el", LockKind::Election),
         ("k:fair", LockKind::Lock),
         ("k:lock", LockKind::Lock),
         ("k:re", LockKind::Reentrant),

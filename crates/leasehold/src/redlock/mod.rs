@@ -26,7 +26,7 @@ use futures_util::stream::FuturesUnordered;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::key::LockKeys;
-use crate::lease::Kind;
+use crate::kind::LockKind;
 use crate::scripts::{self, Acquire, Extension, Owned, Queueing, Spread, Status};
 use quorum::{Verdict, retake_in_time, verdict};
 
@@ -310,7 +310,12 @@ impl Redlock {
     ///
     /// [`Error::QuorumNotReached`] (with each node's error) when too few
     /// nodes answered to tell whether the lease was still held.
-    pub(crate) async fn release(&self, kind: Kind, keys: &LockKeys, hold: &str) -> Result<Owned> {
+    pub(crate) async fn release(
+        &self,
+        kind: LockKind,
+        keys: &LockKeys,
+        hold: &str,
+    ) -> Result<Owned> {
         let (results, stragglers) = self
             .until_decided(
                 self.release_timeout,
@@ -347,7 +352,7 @@ impl Redlock {
     /// As [`Redlock::release`].
     pub(crate) async fn release_everywhere(
         &self,
-        kind: Kind,
+        kind: LockKind,
         keys: &LockKeys,
         hold: &str,
     ) -> Result<Owned> {
@@ -375,7 +380,7 @@ impl Redlock {
     /// renewal they answer in time.
     pub(crate) async fn extend(
         &self,
-        kind: Kind,
+        kind: LockKind,
         leases: &[Extension<'_>],
     ) -> Result<Vec<Option<Owned>>> {
         let sent = Instant::now();
@@ -469,7 +474,7 @@ impl Redlock {
     /// a TTL ago, or the lease's validity is gone ([`retake_in_time`]).
     async fn retake_missing(
         &self,
-        kind: Kind,
+        kind: LockKind,
         leases: &[Extension<'_>],
         sent: Instant,
         results: &[Result<Vec<Owned>>],
@@ -526,7 +531,7 @@ impl Redlock {
     ///
     /// [`Error::QuorumNotReached`] (with each node's error) when too few
     /// nodes answered to tell.
-    pub(crate) async fn extend_one(&self, kind: Kind, lease: Extension<'_>) -> Result<Owned> {
+    pub(crate) async fn extend_one(&self, kind: LockKind, lease: Extension<'_>) -> Result<Owned> {
         let sent = Instant::now();
         let shortest = lease.ttl;
         let (results, stragglers) = self

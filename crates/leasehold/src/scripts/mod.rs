@@ -14,7 +14,7 @@ use redis::{Script, ScriptInvocation};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::key::LockKeys;
-use crate::lease::Kind;
+use crate::kind::LockKind;
 
 /// The prelude every script starts with: the helpers they share (server
 /// time, fences).
@@ -151,15 +151,15 @@ static SEMAPHORE: Description = Description {
     retakes_on_redlock: false,
 };
 
-impl Kind {
+impl LockKind {
     /// This kind's [`Description`].
     pub(crate) fn describe(self) -> &'static Description {
         match self {
-            Kind::Lock => &LOCK,
-            Kind::Reentrant => &REENTRANT,
-            Kind::Rw => &RW,
-            Kind::Semaphore => &SEMAPHORE,
-            Kind::Election => &ELECTION,
+            LockKind::Lock => &LOCK,
+            LockKind::Reentrant => &REENTRANT,
+            LockKind::RwLock => &RW,
+            LockKind::Semaphore => &SEMAPHORE,
+            LockKind::Election => &ELECTION,
         }
     }
 }
@@ -451,7 +451,7 @@ pub(crate) struct Extension<'a> {
 /// is a cluster.
 pub(crate) async fn extend(
     backend: &Backend,
-    kind: Kind,
+    kind: LockKind,
     leases: &[Extension<'_>],
 ) -> Result<Vec<Owned>> {
     let description = kind.describe();
@@ -511,7 +511,7 @@ async fn per_lease(
 /// waking waiters if that frees the lock.
 pub(crate) async fn release(
     backend: &Backend,
-    kind: Kind,
+    kind: LockKind,
     keys: &LockKeys,
     hold: &str,
     spread: Spread,
