@@ -1,6 +1,5 @@
 //! The entry point: a cheap, cloneable handle to one Redis deployment.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,15 +11,14 @@ use crate::election::Election;
 use crate::error::{Error, Result};
 use crate::events::{Events, Shared};
 use crate::fair::FairLock;
-use crate::key::{LockKeys, glob_match, name_of_lock_key, validate_prefix};
-use crate::kind::LockKind;
+use crate::inner::Inner;
+use crate::key::{glob_match, name_of_lock_key, validate_prefix};
 use crate::lock::{Lock, LockStatus};
 use crate::multi::MultiLock;
 use crate::redlock::Redlock;
 use crate::redlock::quorum::quorum;
 use crate::reentrant::ReentrantLock;
 use crate::rwlock::RwLock;
-use crate::scripts::Owned;
 use crate::semaphore::Semaphore;
 use crate::servers::Servers;
 use crate::watchdog::Watchdog;
@@ -48,116 +46,6 @@ pub const DEFAULT_PREFIX: &str = "leasehold";
 #[derive(Clone)]
 pub struct Client {
     pub(crate) inner: Arc<Inner>,
-}
-
-pub(crate) struct Inner {
-    pub(crate) servers: Servers,
-    pub(crate) events: Events,
-    pub(crate) watchdog: Watchdog,
-    pub(crate) prefix: String,
-    pub(crate) min_ttl: Duration,
-    pub(crate) max_ttl: Duration,
-    /// `min_replicas(n, timeout)`: replicas that must acknowledge each
-    /// acquisition.
-    pub(crate) min_replicas: Option<(usize, Duration)>,
-    /// `fence_memory(d)`: how long each fence is kept at least (the lease's
-    /// TTL if longer).
-    pub(crate) fence_memory: Duration,
-    /// Set by [`Client::close`]: no more acquisitions.
-    pub(crate) closed: std::sync::atomic::AtomicBool,
-    /// Wakes the callers waiting to acquire when the client is closed.
-    pub(crate) closing: tokio::sync::Notify,
-    /// Acquisitions and releases in flight, which `close` waits for.
-    pub(crate) flights: Arc<Flights>,
-    /// `command_timeout`: bounds how long `close` waits for them.
-    pub(crate) command_timeout: Duration,
-}
-
-impl Inner {
-    /// The longest `close` waits for the acquisitions and releases in
-    /// flight. Each request is bounded by the command timeout, and an
-    /// acquisition in flight has at most six left: its attempt and its
-    /// give-back, each of which may have to load its script first (a
-    /// NOSCRIPT reply, SCRIPT LOAD, the call again); with `min_replicas`,
-    /// the replicas' WAIT too. Against a server that does not answer, the
-    /// first request's timeout ends the attempt and the give-back goes to
-    /// the background: two command timeouts.
-    fn flights_bound(&self) -> Duration {
-        self.command_timeout * 6 + self.min_replicas.map_or(Duration::ZERO, |(_, t)| t)
-    }
-
-    /// Checks a lease TTL against the client's bounds.
-    pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<()> {
-        if ttl < self.min_ttl || ttl > self.max_ttl {
-            return Err(Error::InvalidArgument(format!(
-                "lease TTL {ttl:?} is outside the allowed {:?}..={:?}: a TTL bounds how long a \
-                 crashed holder blocks others, so pick one between them",
-                self.min_ttl, self.max_ttl
-            )));
-        }
-        Ok(())
-    }
-}
-
-impl Core for Inner {
-    fn events(&self) -> &Events {
-        &self.events
-    }
-
-    fn is_closed(&self) -> bool {
-        self.closed.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    fn closing(&self) -> &tokio::sync::Notify {
-        &self.closing
-    }
-
-    fn min_replicas(&self) -> Option<(usize, Duration)> {
-        self.min_replicas
-    }
-
-    fn wait_replicas(
-        &self,
-        key: &str,
-        replicas: usize,
-        timeout: Duration,
-    ) -> impl Future<Output = Result<usize>> + Send {
-        self.servers.wait_replicas(key, replicas, timeout)
-    }
-
-    fn release(
-        &self,
-        kind: LockKind,
-        keys: &LockKeys,
-        hold: &str,
-        queued: Option<Duration>,
-    ) -> impl Future<Output = Result<Owned>> + Send {
-        self.servers.release(kind, keys, hold, queued)
-    }
-
-    fn give_back(
-        &self,
-        kind: LockKind,
-        keys: &LockKeys,
-        hold: &str,
-        queued: Option<Duration>,
-    ) -> impl Future<Output = Result<Owned>> + Send {
-        self.servers.give_back(kind, keys, hold, queued)
-    }
-
-    fn release_in_background(
-        &self,
-        kind: LockKind,
-        keys: Arc<LockKeys>,
-        hold: String,
-        queued: Option<Duration>,
-    ) {
-        self.watchdog.release(kind, keys, hold, queued);
-    }
-
-    fn flights(&self) -> &Arc<Flights> {
-        &self.flights
-    }
 }
 
 impl std::fmt::Debug for Client {
@@ -366,7 +254,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn lock(&self, name: impl Into<String>) -> Lock {
-        Lock::new(self.clone(), name.into())
+        Lock::new(Arc::clone(&self.inner), name.into())
     }
 
     /// A handle to several lease locks taken together, all or none: one
@@ -394,7 +282,10 @@ impl Client {
         I: IntoIterator,
         I::Item: Into<String>,
     {
-        MultiLock::new(self.clone(), names.into_iter().map(Into::into).collect())
+        MultiLock::new(
+            Arc::clone(&self.inner),
+            names.into_iter().map(Into::into).collect(),
+        )
     }
 
     /// A handle to the reentrant lock `name`: the same owner may acquire it
@@ -413,7 +304,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn reentrant_lock(&self, name: impl Into<String>) -> ReentrantLock {
-        ReentrantLock::new(self.clone(), name.into())
+        ReentrantLock::new(Arc::clone(&self.inner), name.into())
     }
 
     /// A handle to the read-write lock `name`: many readers or one writer.
@@ -430,7 +321,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn rw_lock(&self, name: impl Into<String>) -> RwLock {
-        RwLock::new(self.clone(), name.into())
+        RwLock::new(Arc::clone(&self.inner), name.into())
     }
 
     /// A handle to the semaphore `name` with `permits` permits: up to that
@@ -448,7 +339,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> Semaphore {
-        Semaphore::new(self.clone(), name.into(), permits)
+        Semaphore::new(Arc::clone(&self.inner), name.into(), permits)
     }
 
     /// A handle to the fair lock `name`: the lease lock, with waiters served
@@ -465,7 +356,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
-        FairLock::new(self.clone(), name.into())
+        FairLock::new(Arc::clone(&self.inner), name.into())
     }
 
     /// A handle to the leader election `name` (see [`Election`]): the lease
@@ -483,7 +374,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn election(&self, name: impl Into<String>) -> Election {
-        Election::new(self.clone(), name.into())
+        Election::new(Arc::clone(&self.inner), name.into())
     }
 
     /// The locks currently held under this client's prefix whose names match

@@ -18,18 +18,19 @@
 //! [`Election::leader`] still says nobody leads.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::stream::{BoxStream, Stream, StreamExt};
 use tokio::sync::Notify;
 
-use crate::client::Client;
 use crate::clock::Instant;
 use crate::error::{Error, Result};
 use crate::events::Subscription;
 use crate::guard::{Held, guard_api};
 use crate::handle::Handle;
+use crate::inner::Inner;
 use crate::key::validate_name;
 use crate::kind::LockKind;
 use crate::scripts::Leading;
@@ -91,9 +92,9 @@ pub struct Leader {
 }
 
 impl Election {
-    pub(crate) fn new(client: Client, name: String) -> Election {
+    pub(crate) fn new(inner: Arc<Inner>, name: String) -> Election {
         Election {
-            h: Handle::new(client, name),
+            h: Handle::new(inner, name),
         }
     }
 
@@ -307,13 +308,13 @@ impl Election {
 
     async fn leading(&self) -> Result<Option<Leading>> {
         validate_name(&self.h.name)?;
-        let servers = &self.h.client.inner.servers;
+        let servers = &self.h.inner.servers;
         servers.election_leader(&self.h.keys).await
     }
 
     fn validate(&self, value: &str) -> Result<()> {
         self.h.validate()?;
-        self.h.client.inner.servers.single("Election")?;
+        self.h.inner.servers.single("Election")?;
         if value.len() > MAX_VALUE_LEN {
             return Err(Error::InvalidArgument(format!(
                 "the leader value is {} bytes long, over the limit of {MAX_VALUE_LEN}: keep \
@@ -332,13 +333,13 @@ impl Election {
             held,
             value: value.to_owned(),
         };
-        let servers = &self.h.client.inner.servers;
+        let servers = &self.h.inner.servers;
         let (token, term) = (leadership.held.token(), leadership.held.fence());
         if servers
             .election_announce(&self.h.keys, token, term, value)
             .await?
         {
-            if self.h.client.is_closed() {
+            if self.h.inner.is_closed() {
                 // Closed while the record was written: the client takes no
                 // more locks, and close() let this lease go already.
                 return Err(Error::Closed);
@@ -417,11 +418,11 @@ impl Observer {
             }
             // Client::close wakes it; registered before the check, so a
             // close in between is not missed.
-            let client = self.election.h.client.clone();
-            let closing = client.inner.closing.notified();
+            let inner = self.election.h.inner.clone();
+            let closing = inner.closing.notified();
             tokio::pin!(closing);
             closing.as_mut().enable();
-            if client.is_closed() {
+            if inner.is_closed() {
                 return Some(self.failed(Error::Closed).await);
             }
             let notify = match self.notify().await {
@@ -462,9 +463,8 @@ impl Observer {
         }
         let h = &self.election.h;
         validate_name(&h.name)?;
-        h.client.inner.servers.single("Election")?;
+        h.inner.servers.single("Election")?;
         let subscription = h
-            .client
             .inner
             .events
             .subscribe(&h.keys.elected(), self.id.as_str())

@@ -1,10 +1,11 @@
 //! The fair lock: the lease lock, taken in strict arrival order.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::client::Client;
 use crate::error::Result;
 use crate::handle::{Handle, at_least_api, handle_api, lock_delay_api};
+use crate::inner::Inner;
 use crate::lock::{Lock, LockGuard, LockStatus};
 
 /// A handle to one named lease lock whose waiters are served in arrival
@@ -51,9 +52,9 @@ lock_delay_api!(FairLock);
 handle_api!(FairLock, "acquire");
 
 impl FairLock {
-    pub(crate) fn new(client: Client, name: String) -> FairLock {
+    pub(crate) fn new(inner: Arc<Inner>, name: String) -> FairLock {
         FairLock {
-            h: Handle::new(client, name),
+            h: Handle::new(inner, name),
         }
     }
 

@@ -11,15 +11,15 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::inner::Inner;
 use crate::lease::Lease;
 use crate::scripts::{Extension, Owned};
 use crate::telemetry::{HeldLease, LostReason};
 
 /// One held lease, tracked by the watchdog while it lives.
 pub(crate) struct Held {
-    client: Client,
+    inner: Arc<Inner>,
     pub(crate) lease: Arc<Lease>,
     fence: u64,
     watchdog: bool,
@@ -31,12 +31,12 @@ pub(crate) struct Held {
 
 impl Held {
     /// Wraps a freshly acquired lease and, with `watchdog`, starts renewing it.
-    pub(crate) fn new(client: &Client, lease: Lease, fence: u64, watchdog: bool) -> Held {
+    pub(crate) fn new(inner: &Arc<Inner>, lease: Lease, fence: u64, watchdog: bool) -> Held {
         let lease = Arc::new(lease);
         // On the books even when not renewed, so Client::close gives it back.
-        client.inner.watchdog.track(Arc::clone(&lease), watchdog);
+        inner.watchdog.track(Arc::clone(&lease), watchdog);
         Held {
-            client: client.clone(),
+            inner: inner.clone(),
             lease,
             fence,
             watchdog,
@@ -45,8 +45,8 @@ impl Held {
         }
     }
 
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
     }
 
     pub(crate) fn watchdog(&self) -> bool {
@@ -84,7 +84,7 @@ impl Held {
     }
 
     pub(crate) async fn extend(&self, ttl: Duration) -> Result<()> {
-        let inner = &self.client.inner;
+        let inner = &self.inner;
         inner.check_ttl(ttl)?;
         let lease = &self.lease;
         let extension = Extension {
@@ -104,7 +104,7 @@ impl Held {
 
     pub(crate) async fn release(mut self) -> Result<()> {
         self.done = true;
-        let inner = &self.client.inner;
+        let inner = &self.inner;
         // Off the watchdog's books from here: `Client::close` waits for this
         // release instead (dropped last, after a release handed to the
         // background on failure or cancel).
@@ -163,12 +163,12 @@ impl Held {
     /// (to another process, or replaced on the server by another hold).
     pub(crate) fn detach(mut self) -> Arc<Lease> {
         self.done = true;
-        self.client.inner.watchdog.untrack(self.lease.id);
+        self.inner.watchdog.untrack(self.lease.id);
         Arc::clone(&self.lease)
     }
 
     fn release_in_background(&self) {
-        let watchdog = &self.client.inner.watchdog;
+        let watchdog = &self.inner.watchdog;
         watchdog.untrack(self.lease.id);
         if self.lease.delays() && self.lease.is_lost() {
             // lock_delay: left to expire with its delay (see release).
@@ -305,7 +305,7 @@ macro_rules! guard_api {
             /// # Cancel safety
             ///
             /// If dropped, the extension may or may not have happened.
-            pub async fn extend(&self, ttl: std::time::Duration) -> crate::Result<()> {
+            pub async fn extend(&self, ttl: std::time::Duration) -> crate::error::Result<()> {
                 self.held.extend(ttl).await
             }
 
@@ -328,7 +328,7 @@ macro_rules! guard_api {
             /// # Cancel safety
             ///
             /// If dropped, the release still happens in the background.
-            pub async fn release(self) -> crate::Result<()> {
+            pub async fn release(self) -> crate::error::Result<()> {
                 self.held.release().await
             }
         }

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::acquire::{Target, Won};
-use crate::client::{Client, Inner};
 use crate::error::{Error, Result};
 use crate::guard::Held;
+use crate::inner::Inner;
 use crate::key::{LockKeys, validate_name};
 use crate::kind::LockKind;
 use crate::lease::Lease;
@@ -25,7 +25,7 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 /// [`handle_api!`].
 #[derive(Clone)]
 pub(crate) struct Handle {
-    pub(crate) client: Client,
+    pub(crate) inner: Arc<Inner>,
     pub(crate) name: String,
     pub(crate) keys: Arc<LockKeys>,
     pub(crate) ttl: Duration,
@@ -40,10 +40,10 @@ pub(crate) struct Handle {
 }
 
 impl Handle {
-    pub(crate) fn new(client: Client, name: String) -> Handle {
-        let keys = Arc::new(LockKeys::new(&client.inner.prefix, &name));
+    pub(crate) fn new(inner: Arc<Inner>, name: String) -> Handle {
+        let keys = Arc::new(LockKeys::new(&inner.prefix, &name));
         Handle {
-            client,
+            inner,
             name,
             keys,
             ttl: DEFAULT_TTL,
@@ -58,29 +58,29 @@ impl Handle {
     /// TTL, or the client's [`fence_memory`](crate::ClientBuilder::fence_memory)
     /// if longer.
     pub(crate) fn fence_memory(&self) -> Duration {
-        self.ttl.max(self.client.inner.fence_memory)
+        self.ttl.max(self.inner.fence_memory)
     }
 
     /// Checks the name and TTL before anything is sent.
     pub(crate) fn validate(&self) -> Result<()> {
-        if self.client.is_closed() {
+        if self.inner.is_closed() {
             return Err(Error::Closed);
         }
         validate_name(&self.name)?;
-        self.client.inner.check_ttl(self.ttl)?;
-        if self.delay > self.client.inner.max_ttl {
+        self.inner.check_ttl(self.ttl)?;
+        if self.delay > self.inner.max_ttl {
             return Err(Error::InvalidArgument(format!(
                 "lock_delay {:?} is above the longest lease TTL allowed, {:?} \
                  (ClientBuilder::ttl_bounds)",
-                self.delay, self.client.inner.max_ttl
+                self.delay, self.inner.max_ttl
             )));
         }
         match self.at_least {
-            Some(at_least) if at_least > self.client.inner.max_ttl => {
+            Some(at_least) if at_least > self.inner.max_ttl => {
                 Err(Error::InvalidArgument(format!(
                     "hold_at_least {at_least:?} is above the longest lease TTL allowed, {:?} \
                      (ClientBuilder::ttl_bounds)",
-                    self.client.inner.max_ttl
+                    self.inner.max_ttl
                 )))
             }
             _ => Ok(()),
@@ -92,10 +92,10 @@ impl Handle {
         let handoff = kind
             .describe()
             .hands_off
-            .then(|| self.client.inner.servers.handoff_channel(&self.keys))
+            .then(|| self.inner.servers.handoff_channel(&self.keys))
             .flatten();
         Target {
-            core: &self.client.inner,
+            core: &self.inner,
             name: &self.name,
             keys: &self.keys,
             kind,
@@ -107,7 +107,7 @@ impl Handle {
             // A lease handed over at release lasts until the waiter's
             // deadline on the server, with no room for a lock delay.
             takes_grants: self.watchdog
-                && self.client.inner.min_replicas.is_none()
+                && self.inner.min_replicas.is_none()
                 && self.delay.is_zero(),
         }
     }
@@ -145,7 +145,7 @@ impl Handle {
             None => lease,
         };
         let lease = lease.lock_delay(self.delay);
-        let held = Held::new(&self.client, lease, won.fence, self.watchdog);
+        let held = Held::new(&self.inner, lease, won.fence, self.watchdog);
         // On the watchdog's books now: `Client::close` gives it back from
         // there, and need not wait for this acquisition any more.
         drop(won.flight);

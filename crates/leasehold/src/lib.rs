@@ -212,6 +212,7 @@ mod fair;
 pub mod fenced;
 mod guard;
 mod handle;
+mod inner;
 mod inspect;
 mod key;
 mod kind;

@@ -1,13 +1,14 @@
 //! The lease lock: one owner at a time, with fencing tokens.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::acquire::acquire;
-use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{Held, guard_api};
 use crate::handle::{Handle, at_least_api, handle_api, lock_delay_api};
+use crate::inner::Inner;
 use crate::key::validate_name;
 use crate::kind::LockKind;
 use crate::scripts::{Acquire, Extension, Owned, Queueing};
@@ -32,9 +33,9 @@ lock_delay_api!(Lock);
 handle_api!(Lock, "acquire");
 
 impl Lock {
-    pub(crate) fn new(client: Client, name: String) -> Lock {
+    pub(crate) fn new(inner: Arc<Inner>, name: String) -> Lock {
         Lock {
-            h: Handle::new(client, name),
+            h: Handle::new(inner, name),
             fair: false,
         }
     }
@@ -211,7 +212,6 @@ impl Lock {
         }
         let outcome = self
             .h
-            .client
             .inner
             .servers
             .release(LockKind::Lock, &self.h.keys, token, None)
@@ -244,7 +244,6 @@ impl Lock {
         };
         let outcome = self
             .h
-            .client
             .inner
             .servers
             .extend_one(LockKind::Lock, extension)
@@ -284,7 +283,7 @@ impl Lock {
     /// ```
     pub async fn status(&self) -> Result<LockStatus> {
         validate_name(&self.h.name)?;
-        let servers = &self.h.client.inner.servers;
+        let servers = &self.h.inner.servers;
         let stored = servers.lock_status(&self.h.keys).await?;
         let waiting_clients = servers.waiting_clients(&self.h.keys).await?;
         Ok(LockStatus {
@@ -321,7 +320,7 @@ pub(crate) async fn take_lease(
     fair: bool,
     wait: Option<Duration>,
 ) -> Result<Option<Held>> {
-    let servers = &h.client.inner.servers;
+    let servers = &h.inner.servers;
     let token = Token::random();
     let target = h.target(kind, token.as_str());
     // Set once an attempt was refused while waiting: from then on this

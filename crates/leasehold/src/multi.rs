@@ -7,13 +7,14 @@
 //! set works wherever a single [`Lock`] does (one server, a cluster with the
 //! names in different slots, Sentinel, Redlock).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::{join_all, select_all};
 
-use crate::client::Client;
 use crate::clock::Instant;
 use crate::error::{Error, Result};
+use crate::inner::Inner;
 use crate::lock::{Lock, LockGuard};
 
 /// A handle to several lease locks taken together; made by
@@ -49,7 +50,7 @@ use crate::lock::{Lock, LockGuard};
 /// ([`MultiLockGuard::fence`]).
 #[derive(Clone)]
 pub struct MultiLock {
-    client: Client,
+    inner: Arc<Inner>,
     /// One lock per name, sorted by name, no duplicates. Their own `wait`
     /// is set per acquisition (what is left of this handle's); they carry
     /// no `hold_at_least`: that is set once every name is held.
@@ -68,13 +69,16 @@ impl std::fmt::Debug for MultiLock {
 }
 
 impl MultiLock {
-    pub(crate) fn new(client: Client, names: Vec<String>) -> MultiLock {
+    pub(crate) fn new(inner: Arc<Inner>, names: Vec<String>) -> MultiLock {
         let mut names = names;
         names.sort_unstable();
         names.dedup();
-        let locks = names.into_iter().map(|name| client.lock(name)).collect();
+        let locks = names
+            .into_iter()
+            .map(|name| Lock::new(Arc::clone(&inner), name))
+            .collect();
         MultiLock {
-            client,
+            inner,
             locks,
             wait: crate::handle::DEFAULT_WAIT,
             at_least: None,
@@ -142,7 +146,7 @@ impl MultiLock {
 
     /// Checks every name and option before anything is sent.
     fn validate(&self) -> Result<()> {
-        if self.client.is_closed() {
+        if self.inner.is_closed() {
             return Err(Error::Closed);
         }
         let Some(first) = self.locks.first() else {

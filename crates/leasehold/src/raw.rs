@@ -28,7 +28,7 @@ impl LockCalls {
     ///
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a name
     /// a client would refuse.
-    pub fn new(prefix: &str, name: &str, connection: &str) -> crate::Result<LockCalls> {
+    pub fn new(prefix: &str, name: &str, connection: &str) -> crate::error::Result<LockCalls> {
         validate_name(name)?;
         Ok(LockCalls {
             keys: LockKeys::new(prefix, name),

@@ -1,12 +1,13 @@
 //! The reentrant lock: one owner at a time, who may acquire it again and again.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::acquire::acquire;
-use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{Held, guard_api};
 use crate::handle::{Handle, handle_api, owner_api};
+use crate::inner::Inner;
 use crate::key::{MAX_NAME_LEN, validate_name};
 use crate::kind::LockKind;
 use crate::scripts::Owned;
@@ -45,9 +46,9 @@ handle_api!(ReentrantLock, "acquire");
 owner_api!(ReentrantLock, "client.reentrant_lock(\"orders:42\")");
 
 impl ReentrantLock {
-    pub(crate) fn new(client: Client, name: String) -> ReentrantLock {
+    pub(crate) fn new(inner: Arc<Inner>, name: String) -> ReentrantLock {
         ReentrantLock {
-            h: Handle::new(client, name),
+            h: Handle::new(inner, name),
             owner: Token::random(),
         }
     }
@@ -141,7 +142,7 @@ impl ReentrantLock {
         validate_name(&self.h.name)?;
         validate_owner(owner)?;
         let call = Token::random();
-        let servers = &self.h.client.inner.servers;
+        let servers = &self.h.inner.servers;
         match servers
             .reentrant_release_any(&self.h.keys, owner, call.as_str())
             .await?
@@ -177,13 +178,7 @@ impl ReentrantLock {
     /// ```
     pub async fn status(&self) -> Result<ReentrantStatus> {
         validate_name(&self.h.name)?;
-        let stored = self
-            .h
-            .client
-            .inner
-            .servers
-            .reentrant_status(&self.h.keys)
-            .await?;
+        let stored = self.h.inner.servers.reentrant_status(&self.h.keys).await?;
         Ok(ReentrantStatus {
             name: self.h.name.clone(),
             owner: stored.owner.as_deref().map(|o| redact(o).to_owned()),
@@ -196,7 +191,7 @@ impl ReentrantLock {
     async fn acquire_within(&self, wait: Option<Duration>) -> Result<Option<ReentrantGuard>> {
         self.h.validate()?;
         validate_owner(self.owner.as_str())?;
-        let servers = &self.h.client.inner.servers;
+        let servers = &self.h.inner.servers;
         let hold = Token::random();
         let owner = self.owner.as_str();
         let target = self.h.target(LockKind::Reentrant, hold.as_str());

@@ -41,7 +41,7 @@ where
         Ok(()) => Ok(out),
         // The lease was gone when the release came: the work may have
         // overlapped another holder at its very end.
-        Err(lost @ crate::Error::Lost { .. }) => Err(lost),
+        Err(lost @ crate::error::Error::Lost { .. }) => Err(lost),
         // The work finished inside the lease (by this client's clock,
         // which errs short); only the release failed. It is retried in the
         // background and the lease ends by its TTL at the latest, so the
@@ -85,7 +85,7 @@ macro_rules! run_api {
         /// # Cancel safety
         ///
         /// Dropping the future drops the work and releases in the background.
-        pub async fn $run<F, Fut, T>(&self, work: F) -> crate::Result<T>
+        pub async fn $run<F, Fut, T>(&self, work: F) -> crate::error::Result<T>
         where
             F: FnOnce(u64) -> Fut,
             Fut: std::future::Future<Output = T>,

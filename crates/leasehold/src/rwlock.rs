@@ -6,10 +6,10 @@ use std::time::Duration;
 use crate::clock::Instant;
 
 use crate::acquire::acquire;
-use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{Held, guard_api};
 use crate::handle::{Handle, at_least_api, handle_api, owner_api};
+use crate::inner::Inner;
 use crate::key::{LockKeys, validate_name};
 use crate::kind::LockKind;
 use crate::lease::Lease;
@@ -65,9 +65,9 @@ handle_api!(RwLock, "write");
 owner_api!(RwLock, "client.rw_lock(\"catalog\")");
 
 impl RwLock {
-    pub(crate) fn new(client: Client, name: String) -> RwLock {
+    pub(crate) fn new(inner: Arc<Inner>, name: String) -> RwLock {
         RwLock {
-            h: Handle::new(client, name),
+            h: Handle::new(inner, name),
             owner: Token::random(),
         }
     }
@@ -215,7 +215,7 @@ impl RwLock {
     /// ```
     pub async fn status(&self) -> Result<RwLockStatus> {
         validate_name(&self.h.name)?;
-        let servers = &self.h.client.inner.servers;
+        let servers = &self.h.inner.servers;
         let stored = servers.set_status("RwLock", &self.h.keys).await?;
         let mut status = RwLockStatus {
             name: self.h.name.clone(),
@@ -257,7 +257,7 @@ impl RwLock {
     async fn take(&self, mode: Mode, wait: Option<Duration>) -> Result<Option<Held>> {
         self.h.validate()?;
         validate_owner(self.owner.as_str())?;
-        let inner = &self.h.client.inner;
+        let inner = &self.h.inner;
         if mode == Mode::Write {
             // A read guard of this owner dropped just before is released in
             // the background; a write that reached the server first would be
@@ -287,7 +287,7 @@ impl RwLock {
         // A waiting writer leaves an entry that blocks new readers; take it
         // away if we leave without the lock (the script removes it on success).
         let mut intent = (mode == Mode::Write && wait.is_some()).then(|| WithdrawOnDrop {
-            client: &self.h.client,
+            inner: &self.h.inner,
             keys: &self.h.keys,
             member: format!("i:{}:{}", hold.as_str(), self.owner.as_str()),
         });
@@ -372,7 +372,7 @@ async fn attempt_once(
 /// Removes an RwLock entry in the background when dropped, unless its
 /// `member` was cleared.
 struct WithdrawOnDrop<'a> {
-    client: &'a Client,
+    inner: &'a Arc<Inner>,
     keys: &'a Arc<LockKeys>,
     member: String,
 }
@@ -381,12 +381,9 @@ impl Drop for WithdrawOnDrop<'_> {
     fn drop(&mut self) {
         if !self.member.is_empty() {
             let member = std::mem::take(&mut self.member);
-            self.client.inner.watchdog.release(
-                LockKind::RwLock,
-                Arc::clone(self.keys),
-                member,
-                None,
-            );
+            self.inner
+                .watchdog
+                .release(LockKind::RwLock, Arc::clone(self.keys), member, None);
         }
     }
 }
@@ -457,7 +454,7 @@ impl WriteGuard {
     /// ```
     pub async fn downgrade(self) -> Result<ReadGuard> {
         let lease = Arc::clone(&self.held.lease);
-        let client = self.held.client().clone();
+        let inner = self.held.inner().clone();
         if lease.is_lost() {
             return Err(self.held.lost_error());
         }
@@ -465,15 +462,14 @@ impl WriteGuard {
         let read = Mode::Read.member(hold.as_str(), lease.token.as_str());
         let ttl = lease.snapshot().ttl;
         let mut pending = WithdrawOnDrop {
-            client: &client,
+            inner: &inner,
             keys: &lease.keys,
             member: read.clone(),
         };
         let sent = Instant::now();
         // On an error the outcome is unknown: returning drops `pending` and
         // `self`, which release both holds in the background.
-        let outcome = client
-            .inner
+        let outcome = inner
             .servers
             .rw_downgrade(&lease.keys, &lease.hold, &read, ttl)
             .await?;
@@ -498,7 +494,7 @@ impl WriteGuard {
                     next = next.keep_until(until);
                 }
                 Ok(ReadGuard {
-                    held: Held::new(&client, next, fence, watchdog),
+                    held: Held::new(&inner, next, fence, watchdog),
                 })
             }
             gone @ (Owned::Missing | Owned::OtherOwner) => {

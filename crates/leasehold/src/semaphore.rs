@@ -1,12 +1,13 @@
 //! The semaphore: up to N holders at once, each permit its own lease.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::acquire::acquire;
-use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{Held, guard_api};
 use crate::handle::{Handle, at_least_api, handle_api};
+use crate::inner::Inner;
 use crate::key::validate_name;
 use crate::kind::LockKind;
 use crate::rwlock::HoldStatus;
@@ -51,9 +52,9 @@ at_least_api!(Semaphore);
 handle_api!(Semaphore, "acquire");
 
 impl Semaphore {
-    pub(crate) fn new(client: Client, name: String, permits: u32) -> Semaphore {
+    pub(crate) fn new(inner: Arc<Inner>, name: String, permits: u32) -> Semaphore {
         Semaphore {
-            h: Handle::new(client, name),
+            h: Handle::new(inner, name),
             permits,
         }
     }
@@ -145,7 +146,7 @@ impl Semaphore {
     /// ```
     pub async fn status(&self) -> Result<SemaphoreStatus> {
         validate_name(&self.h.name)?;
-        let servers = &self.h.client.inner.servers;
+        let servers = &self.h.inner.servers;
         let stored = servers.set_status("Semaphore", &self.h.keys).await?;
         // Members start with the N their permit counted; an RwLock's set has
         // the same shape, but its members start with a letter.
@@ -182,7 +183,7 @@ impl Semaphore {
                 self.h.name
             )));
         }
-        let servers = &self.h.client.inner.servers;
+        let servers = &self.h.inner.servers;
         let hold = Token::random();
         let member = scripts::sem_member(self.permits, hold.as_str());
         let target = self.h.target(LockKind::Semaphore, &member);

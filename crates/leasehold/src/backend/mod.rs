@@ -972,7 +972,7 @@ mod tests {
             .expect_err("no TLS in this build");
         let message = err.to_string();
         assert!(
-            matches!(err, crate::Error::Unsupported(_)) && message.contains("`tls` feature"),
+            matches!(err, crate::error::Error::Unsupported(_)) && message.contains("`tls` feature"),
             "{message}"
         );
         assert!(!message.contains("secret"), "{message}");
