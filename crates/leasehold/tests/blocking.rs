@@ -1,5 +1,6 @@
 //! The blocking API from plain threads, against real redis-server processes.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -101,7 +102,7 @@ fn a_lost_lease_is_reported_and_a_dropped_guard_is_released() {
 }
 
 #[test]
-fn semaphore_rwlock_fair_and_reentrant_locks_work_from_threads() {
+fn a_semaphore_of_two_is_never_held_by_three_threads() {
     let server = RedisServer::start();
     let client = client(&server);
     let holders = Arc::new(AtomicUsize::new(0));
@@ -127,46 +128,126 @@ fn semaphore_rwlock_fair_and_reentrant_locks_work_from_threads() {
     }
     assert!(most.load(Ordering::SeqCst) <= 2);
 
-    let permit = client.semaphore("exports", 2).acquire().unwrap();
-    let status = client.semaphore("exports", 2).status().unwrap();
+    let sem = client.semaphore("exports", 2);
+    assert_eq!((sem.permits(), sem.name()), (2, "exports"));
+    let permit = sem.acquire().unwrap();
+    let status = sem.status().unwrap();
     assert_eq!((status.permits, status.held), (Some(2), 1));
     assert_eq!(status.fence, Some(permit.fence()));
+    let second = sem.try_acquire().unwrap().expect("a second permit");
+    assert!(sem.try_acquire().unwrap().is_none(), "both permits held");
+    second.release().unwrap();
     permit.release().unwrap();
+}
 
+#[test]
+fn an_rwlock_shares_reads_excludes_writes_and_downgrades() {
+    let server = RedisServer::start();
+    let client = client(&server);
     let rw = client.rw_lock("catalog");
     let write = rw.clone().owner("w").write().unwrap();
     assert!(rw.clone().owner("r").try_read().unwrap().is_none());
+    assert!(rw.clone().owner("r").try_write().unwrap().is_none());
     let status = rw.status().unwrap();
     assert_eq!(status.writer.map(|w| w.holder).as_deref(), Some("w"));
     let read = write.downgrade().unwrap();
+    assert!(!read.is_lost());
     let other = rw
         .clone()
         .owner("r")
         .try_read()
         .unwrap()
         .expect("readers share");
+    assert_eq!(rw.status().unwrap().reader_count, 2);
     other.release().unwrap();
     read.release().unwrap();
+    let fence = rw.run_write(|fence| async move { fence }).unwrap();
+    let read = rw.read().unwrap();
+    assert!(read.fence() > fence, "fences increase");
+    read.release().unwrap();
+}
 
+#[test]
+fn a_fair_lock_excludes_and_frees_on_release() {
+    let server = RedisServer::start();
+    let client = client(&server);
     let fair = client.fair_lock("fair");
     let held = fair.acquire().unwrap();
     assert!(fair.try_acquire().unwrap().is_none());
     held.release().unwrap();
-    fair.try_acquire()
-        .unwrap()
-        .expect("free")
-        .release()
-        .unwrap();
+    let out = fair.run(|fence| async move { fence + 1 }).unwrap();
+    let again = fair.try_acquire().unwrap().expect("free");
+    assert!(again.fence() >= out, "fences increase");
+    again.release().unwrap();
+}
 
+#[test]
+fn a_reentrant_lock_is_entered_twice_by_its_owner_only() {
+    let server = RedisServer::start();
+    let client = client(&server);
     let re = client.reentrant_lock("orders").owner("job-7");
+    assert_eq!(re.owner_id(), "job-7");
     let first = re.acquire().unwrap();
     let second = re.try_acquire().unwrap().expect("reentrant");
     assert_eq!(first.fence(), second.fence());
+    let other = client.reentrant_lock("orders").owner("job-8");
+    assert!(other.try_acquire().unwrap().is_none());
     let status = re.status().unwrap();
     assert_eq!((status.owner.as_deref(), status.holds), (Some("job-7"), 2));
     assert_eq!(status.fence, Some(first.fence()));
     second.release().unwrap();
     first.release().unwrap();
+    let theirs = other.try_acquire().unwrap().expect("free after both holds");
+    theirs.release().unwrap();
+}
+
+#[test]
+fn a_multi_lock_takes_all_or_none_and_gives_each_name_a_fence() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let pair = client
+        .multi_lock(["b", "a", "b"])
+        .ttl(Duration::from_secs(5));
+    assert_eq!(pair.names(), ["a", "b"]);
+    let guard = pair.acquire().unwrap();
+    assert_eq!(guard.names(), ["a", "b"]);
+    assert_eq!(guard.fence("a"), Some(guard.fences()[0].1));
+    assert_eq!(guard.fence("z"), None);
+    let holder: String = server.connection().get("leasehold:{b}:lock").unwrap();
+    assert_eq!(guard.token("b"), Some(holder.as_str()));
+    // "b" is held, so "c" is given back: none of the set stays taken.
+    let overlapping = client.multi_lock(["b", "c"]);
+    assert!(overlapping.try_acquire().unwrap().is_none());
+    assert!(
+        !server
+            .connection()
+            .exists::<_, bool>("leasehold:{c}:lock")
+            .unwrap()
+    );
+    guard.extend(Duration::from_secs(60)).unwrap();
+    assert!(guard.valid_for() > Duration::from_secs(50));
+    assert!(guard.lost_names().is_empty());
+    guard.release().unwrap();
+    let fences = overlapping.run(|fences| async move { fences }).unwrap();
+    assert_eq!(fences.len(), 2);
+}
+
+#[test]
+fn an_election_is_led_by_one_candidate_at_a_time() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let election = client.election("scheduler").ttl(Duration::from_secs(20));
+    assert_eq!(election.name(), "scheduler");
+    let leadership = election.campaign("host-a").unwrap();
+    assert_eq!(leadership.value(), "host-a");
+    assert_eq!(leadership.name(), "scheduler");
+    let rival = client.election("scheduler");
+    assert!(rival.try_campaign("host-b").unwrap().is_none());
+    let term = leadership.term();
+    leadership.resign().unwrap();
+    let led = rival.lead("host-b", |term| async move { term }).unwrap();
+    assert!(led > term, "terms increase");
+    assert_eq!(election.leader().unwrap(), None, "lead resigns at the end");
 }
 
 #[test]
@@ -281,6 +362,59 @@ fn redlock_cluster_and_sentinel_clients_are_made_from_a_thread() {
 #[should_panic(expected = "use the async API")]
 async fn calling_it_inside_an_async_runtime_panics_with_a_pointer_to_the_async_api() {
     let _ = Client::connect("redis://127.0.0.1:1");
+}
+
+/// What a blocking call panics with inside `runtime`.
+fn panic_inside<T>(runtime: &tokio::runtime::Runtime, call: impl FnOnce() -> T) -> String {
+    let caught = runtime.block_on(async { std::panic::catch_unwind(AssertUnwindSafe(call)) });
+    let Err(payload) = caught else {
+        panic!("the blocking call returned inside a runtime")
+    };
+    match payload.downcast::<&str>() {
+        Ok(message) => (*message).to_owned(),
+        Err(payload) => *payload.downcast::<String>().expect("a text message"),
+    }
+}
+
+#[test]
+fn handles_and_guards_made_outside_a_runtime_panic_inside_one() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let lock = client.lock("inside");
+    let guard = lock.acquire().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let expected = "leasehold::blocking was called from inside an async runtime, where blocking \
+                    would stall the runtime's thread: use the async API (leasehold::Client) there";
+    assert_eq!(panic_inside(&runtime, || lock.try_acquire()), expected);
+    assert_eq!(
+        panic_inside(&runtime, || guard.extend(Duration::from_secs(9))),
+        expected
+    );
+    assert_eq!(panic_inside(&runtime, || client.list("*")), expected);
+    // Nothing was done: the guard still holds, and works outside again.
+    assert!(!guard.is_lost());
+    guard.release().unwrap();
+}
+
+#[test]
+fn a_guard_dropped_inside_an_async_runtime_is_released_without_panicking() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let guard = client.lock("dropped-inside").acquire().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move { drop(guard) });
+    wait_until("the guard dropped inside a runtime is released", || {
+        !server
+            .connection()
+            .exists::<_, bool>("leasehold:{dropped-inside}:lock")
+            .unwrap()
+    });
 }
 
 /// `wait(Duration::MAX)` through the blocking facade: no overflow panic,
