@@ -770,7 +770,12 @@ impl Task {
                     ask.delay
                 )
             });
-            if !ask.try_only && self.rng.chance(self.config.close_at_deadline) {
+            // No draw at all without it: the schedules of earlier seeds
+            // stay what they were.
+            if !ask.try_only
+                && self.config.close_at_deadline > 0.0
+                && self.rng.chance(self.config.close_at_deadline)
+            {
                 self.close_near(ask.wait);
             }
             let attempt = self.acquire(&name, &ask);

@@ -811,7 +811,8 @@ impl SimWire {
                 let late = back.as_millis() as u64 * 2 > s.faults.max_delay_ms
                     && lock_script(&args).is_some_and(|(name, _, _)| name == "lock_acquire");
                 let chance = s.faults.flush_after_late_grant;
-                (back, late && s.rng.chance(chance))
+                // No draw at all without it: earlier seeds keep their schedules.
+                (back, late && chance > 0.0 && s.rng.chance(chance))
             };
             let at = conn.arrival(back, false);
             tokio::time::sleep_until(at).await;

@@ -6,12 +6,14 @@
 //! the caller's future is dropped.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::Instant;
 
 use tokio::sync::Notify;
+use tokio::sync::futures::Notified;
 use tracing::Instrument;
 
 use crate::error::{Error, Result};
@@ -279,7 +281,22 @@ where
     })
 }
 
-/// [`acquire`]'s loop.
+/// [`acquire`]'s loop: one attempt at a time, then a wait for whatever
+/// may change its answer. Its states, each a method of [`Waiter`]:
+///
+/// - **attempt** ([`Waiter::attempt`]): one try at the lease, registered
+///   first for the wake-ups, so a release between a refusal and the wait
+///   is not missed. It is **granted** ([`Waiter::granted`]: ours, or given
+///   back when it came too late), **refused** ([`Waiter::refused`]: queued,
+///   subscribed once, a fallback timer set) or failed (a transient error
+///   backs off).
+/// - **woken** ([`woken`]): a release event, a hand-off to this waiter, a
+///   close, or the fallback timer ends the wait.
+/// - **handed** ([`Waiter::handed`]): the lease came whole with a release.
+/// - **deadline's last try** ([`Waiter::last_try`]): one more attempt when
+///   the wait runs out, so a release right at the end still counts.
+/// - **closed**: whatever an attempt may hold, or a place in the queue, is
+///   given back, and the caller gets [`Error::Closed`].
 async fn wait_for<C, F, Fut>(
     target: &Target<'_, C>,
     wait: Option<Duration>,
@@ -291,19 +308,7 @@ where
     Fut: Future<Output = Result<Acquire>>,
 {
     let core = target.core;
-    let deadline = wait.map(deadline_after);
-    let mut pending = PendingAttempt {
-        target,
-        armed: false,
-        queued: false,
-    };
-    // A waiting caller of a lock whose channel is subscribed already (it
-    // was waited for moments ago) registers before its first attempt, so a
-    // refused first attempt needs no second one after subscribing.
-    let mut subscription: Option<Subscription> =
-        deadline.and_then(|_| core.events().subscribed(&target.channel, target.hold));
-    let mut backoff = Duration::from_millis(10);
-    let mut deadlines = Deadlines::default();
+    let mut waiter = Waiter::new(target, wait);
     loop {
         // Client::close wakes the waiters; registered before the check, so
         // a close between the two is not missed.
@@ -311,16 +316,13 @@ where
         tokio::pin!(closing);
         closing.as_mut().enable();
         if core.is_closed() {
-            // What an attempt may have taken, or a place in the queue, is
-            // given back before failing: after close the client's watchdog
-            // gives back only in the background, which close does not wait for.
-            pending.leave().await;
+            // After close the client's watchdog gives back only in the
+            // background, which close does not wait for: leave now.
+            waiter.pending.leave().await;
             return Err(Error::Closed);
         }
-        // Register for the wake-ups before trying, so a release that lands
-        // between a failed attempt and the wait is not missed.
-        let notify = subscription.as_ref().map(Subscription::notify);
-        let own = subscription.as_ref().map(Subscription::own);
+        // Register for the wake-ups before trying.
+        let (notify, own) = waiter.wakeups();
         let notified = notify.as_deref().map(Notify::notified);
         let handed = own.as_deref().map(Notify::notified);
         tokio::pin!(notified, handed);
@@ -330,179 +332,301 @@ where
         {
             n.enable();
         }
+        let retry_at = match waiter.attempt(&mut attempt, closing.as_mut()).await? {
+            Next::Done(won) => return Ok(won),
+            Next::Again => continue,
+            Next::Sleep(at) => at,
+        };
+        woken(
+            notified.as_mut().as_pin_mut(),
+            handed.as_mut().as_pin_mut(),
+            closing.as_mut(),
+            retry_at,
+        )
+        .await;
+        if core.is_closed() {
+            continue;
+        }
+        if let Some(won) = waiter.handed() {
+            return Ok(Some(won));
+        }
+        if waiter.at_deadline() {
+            return waiter.last_try(&mut attempt).await;
+        }
+    }
+}
 
+/// What a waiter does after an attempt.
+enum Next {
+    /// Returns: the lease, or nothing (a try refused, the wait ran out).
+    Done(Option<Won>),
+    /// Attempts again at once: just subscribed, so the next attempt
+    /// registers for the release events before it is sent.
+    Again,
+    /// Waits until a wake-up, or this instant at the latest.
+    Sleep(Instant),
+}
+
+/// One caller waiting for a lease: the state [`wait_for`] carries from one
+/// attempt to the next.
+struct Waiter<'a, 'b, C: Core> {
+    /// What an attempt may hold on the server, given back if the wait ends
+    /// without it.
+    pending: PendingAttempt<'a, 'b, C>,
+    /// When the wait runs out; `None` for a try (one attempt).
+    deadline: Option<Instant>,
+    /// The release events of the lock, once subscribed.
+    subscription: Option<Subscription>,
+    /// The pause after a transient error, doubled up to 500 ms.
+    backoff: Duration,
+    /// The queue deadlines our attempts were given, to date a hand-off.
+    deadlines: Deadlines,
+}
+
+impl<'a, 'b, C: Core> Waiter<'a, 'b, C> {
+    fn new(target: &'a Target<'b, C>, wait: Option<Duration>) -> Self {
+        let deadline = wait.map(deadline_after);
+        Waiter {
+            pending: PendingAttempt {
+                target,
+                armed: false,
+                queued: false,
+            },
+            // A waiting caller of a lock whose channel is subscribed already
+            // (it was waited for moments ago) registers before its first
+            // attempt, so a refused first attempt needs no second one after
+            // subscribing.
+            subscription: deadline.and_then(|_| {
+                target
+                    .core
+                    .events()
+                    .subscribed(&target.channel, target.hold)
+            }),
+            deadline,
+            backoff: Duration::from_millis(10),
+            deadlines: Deadlines::default(),
+        }
+    }
+
+    /// The notifiers of a release event and of a hand-off to this waiter,
+    /// once subscribed.
+    fn wakeups(&self) -> (Option<Arc<Notify>>, Option<Arc<Notify>>) {
+        let s = self.subscription.as_ref();
+        (s.map(Subscription::notify), s.map(Subscription::own))
+    }
+
+    /// **Attempt**: one try at the lease, and what to do next.
+    async fn attempt<F, Fut>(
+        &mut self,
+        attempt: &mut F,
+        closing: Pin<&mut Notified<'_>>,
+    ) -> Result<Next>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Acquire>>,
+    {
         let sent = Instant::now();
-        pending.armed = true;
-        let retry_at = match attempt().await {
-            Ok(Acquire::Acquired { fence }) => {
-                // With min_replicas, the replicas' WAIT must also answer
-                // while the lease is still valid.
-                let in_time = validity(target.ttl, sent.elapsed()).is_some()
-                    && pending
-                        .replicated()
-                        .await
-                        .map(|()| validity(target.ttl, sent.elapsed()))?
-                        .is_some();
-                if in_time {
-                    pending.armed = false;
-                    pending.queued = false;
-                    return Ok(Some(Won {
-                        fence,
-                        sent,
-                        span: target.ttl,
-                        flight: None,
-                    }));
-                }
-                // The reply (or the WAIT after it) came too late to be sure
-                // of any validity: give it back before trying again. The
-                // give-back is awaited here, never queued: the retry uses
-                // the same hold, would find the lease "already ours", and a
-                // give-back still queued behind it would then delete the
-                // lease of the guard the retry returns.
-                pending.give_back().await?;
-                if deadline.is_none() {
-                    // A try: one attempt, whatever became of it. (Trying
-                    // again could go on for as long as grants come late.)
-                    return Ok(None);
-                }
-                // A grant naming an attempt before the give-back is for the
-                // lease just given back.
-                deadlines = Deadlines::default();
-                Instant::now()
-            }
+        self.pending.armed = true;
+        match attempt().await {
+            Ok(Acquire::Acquired { fence }) => self.granted(fence, sent).await,
             Ok(Acquire::Held {
                 remaining,
                 unsettled,
                 queued_until,
             }) => {
                 // Settled: nothing of this attempt is held anywhere.
-                pending.armed = unsettled;
+                self.pending.armed = unsettled;
                 if let Some(deadline) = queued_until {
-                    deadlines.record(deadline, sent);
+                    self.deadlines.record(deadline, sent);
                 }
-                let Some(deadline) = deadline else {
-                    return Ok(None);
-                };
-                pending.queued = target.queues;
-                if Instant::now() >= deadline {
-                    pending.leave().await;
-                    return Ok(None);
-                }
-                if subscription.is_none() {
-                    // Bounded by the wait and by a close: a subscription can
-                    // be held up (a cluster subscriber reconnecting to a
-                    // silent node), and the timers below do without it.
-                    let subscribing = core.events().subscribe(&target.channel, target.hold);
-                    let outcome = tokio::select! {
-                        outcome = subscribing => Some(outcome),
-                        () = crate::clock::sleep_until(deadline) => None,
-                        () = &mut closing => None,
-                    };
-                    match outcome {
-                        Some(Ok(s)) => {
-                            subscription = Some(s);
-                            continue;
-                        }
-                        Some(Err(e)) if e.is_transient() => {
-                            tracing::debug!(error = %e, "cannot subscribe; falling back to timers");
-                        }
-                        Some(Err(e)) => return Err(e),
-                        None => {
-                            tracing::debug!(
-                                "subscribing took the whole wait; falling back to timers"
-                            );
-                        }
-                    }
-                }
-                // Fallback when no release event comes: the holder's lease
-                // end, or sooner to stay in the queue.
-                let mut fallback = remaining.unwrap_or(target.ttl) + Duration::from_millis(1);
-                if target.queues {
-                    fallback = fallback.min(QUEUE_HEARTBEAT);
-                }
-                (Instant::now() + fallback).min(deadline)
+                self.refused(remaining, closing).await
             }
-            Err(e) if e.is_transient() && deadline.is_some_and(|d| Instant::now() < d) => {
+            Err(e) if e.is_transient() && self.deadline.is_some_and(|d| Instant::now() < d) => {
                 // The attempt's outcome is unknown; a retry with the same
                 // hold is idempotent, and `pending` stays armed.
+                let target = self.pending.target;
                 tracing::debug!(lock = %target.name, error = %e, "acquire attempt failed; retrying");
-                let at = Instant::now() + jitter(backoff);
-                backoff = (backoff * 2).min(Duration::from_millis(500));
-                at.min(deadline.unwrap_or(at))
+                let at = Instant::now() + jitter(self.backoff);
+                self.backoff = (self.backoff * 2).min(Duration::from_millis(500));
+                Ok(Next::Sleep(at.min(self.deadline.unwrap_or(at))))
             }
-            Err(e) => return Err(e),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// **Granted**: ours if the reply (and with `min_replicas` the
+    /// replicas' WAIT after it) came while the lease is still valid; else
+    /// **given back** before anything else.
+    async fn granted(&mut self, fence: u64, sent: Instant) -> Result<Next> {
+        let ttl = self.pending.target.ttl;
+        let in_time = validity(ttl, sent.elapsed()).is_some()
+            && self
+                .pending
+                .replicated()
+                .await
+                .map(|()| validity(ttl, sent.elapsed()))?
+                .is_some();
+        if in_time {
+            return Ok(Next::Done(Some(self.pending.won(fence, sent))));
+        }
+        // Too late to be sure of any validity. The give-back is awaited
+        // here, never queued: the retry uses the same hold, would find the
+        // lease "already ours", and a give-back still queued behind it
+        // would then delete the lease of the guard the retry returns.
+        self.pending.give_back().await?;
+        if self.deadline.is_none() {
+            // A try: one attempt, whatever became of it. (Trying again
+            // could go on for as long as grants come late.)
+            return Ok(Next::Done(None));
+        }
+        // A grant naming an attempt before the give-back is for the lease
+        // just given back.
+        self.deadlines = Deadlines::default();
+        Ok(Next::Sleep(Instant::now()))
+    }
+
+    /// **Refused**: a try ends; a waiter is queued (if the lock queues),
+    /// subscribes to the release events once, and sets the **fallback
+    /// timer** for when no event comes. At the deadline it leaves.
+    async fn refused(
+        &mut self,
+        remaining: Option<Duration>,
+        closing: Pin<&mut Notified<'_>>,
+    ) -> Result<Next> {
+        let Some(deadline) = self.deadline else {
+            return Ok(Next::Done(None));
         };
-        match (notified.as_mut().as_pin_mut(), handed.as_mut().as_pin_mut()) {
-            (Some(n), Some(h)) => {
-                tokio::select! {
-                    () = n => {}
-                    () = h => {}
-                    () = &mut closing => {}
-                    () = crate::clock::sleep_until(retry_at) => {}
-                }
+        let target = self.pending.target;
+        self.pending.queued = target.queues;
+        if Instant::now() >= deadline {
+            self.pending.leave().await;
+            return Ok(Next::Done(None));
+        }
+        if self.subscription.is_none() && self.subscribe(deadline, closing).await? {
+            return Ok(Next::Again);
+        }
+        // The holder's lease end, or sooner to stay in the queue.
+        let mut fallback = remaining.unwrap_or(target.ttl) + Duration::from_millis(1);
+        if target.queues {
+            fallback = fallback.min(QUEUE_HEARTBEAT);
+        }
+        Ok(Next::Sleep((Instant::now() + fallback).min(deadline)))
+    }
+
+    /// Subscribes to the lock's release events; true once subscribed.
+    /// Bounded by the wait and by a close: a subscription can be held up
+    /// (a cluster subscriber reconnecting to a silent node), and the
+    /// timers do without it.
+    async fn subscribe(
+        &mut self,
+        deadline: Instant,
+        mut closing: Pin<&mut Notified<'_>>,
+    ) -> Result<bool> {
+        let target = self.pending.target;
+        let subscribing = target.core.events().subscribe(&target.channel, target.hold);
+        let outcome = tokio::select! {
+            outcome = subscribing => Some(outcome),
+            () = crate::clock::sleep_until(deadline) => None,
+            () = &mut closing => None,
+        };
+        match outcome {
+            Some(Ok(s)) => {
+                self.subscription = Some(s);
+                Ok(true)
             }
-            _ => {
-                tokio::select! {
-                    () = &mut closing => {}
-                    () = crate::clock::sleep_until(retry_at) => {}
-                }
+            Some(Err(e)) if e.is_transient() => {
+                tracing::debug!(error = %e, "cannot subscribe; falling back to timers");
+                Ok(false)
+            }
+            Some(Err(e)) => Err(e),
+            None => {
+                tracing::debug!("subscribing took the whole wait; falling back to timers");
+                Ok(false)
             }
         }
-        if core.is_closed() {
-            continue;
-        }
-        if let Some(won) = subscription
+    }
+
+    /// **Handed**: the lease came whole with a release (it is ours on the
+    /// server already, and we are out of the queue), if a hand-off named
+    /// one of our attempts and is still valid.
+    fn handed(&mut self) -> Option<Won> {
+        let target = self.pending.target;
+        let won = self
+            .subscription
             .as_ref()
             .filter(|_| target.takes_grants)
             .and_then(Subscription::take_grant)
-            .and_then(|grant| deadlines.won(grant))
-        {
-            // Handed the lease whole: it is ours on the server already, and
-            // we are out of the queue.
-            pending.armed = false;
-            pending.queued = false;
-            tracing::debug!(lock = %target.name, fence = won.fence, "handed the lease at release");
-            telemetry::handoff();
-            return Ok(Some(won));
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) && !pending.armed {
-            // One last try at the deadline, so a release that woke us
-            // right at the end still counts.
-            let sent = Instant::now();
-            pending.armed = true;
-            let reply = attempt().await?;
-            let won = match reply {
-                Acquire::Acquired { fence } if validity(target.ttl, sent.elapsed()).is_some() => {
-                    pending.replicated().await?;
-                    // A WAIT that outlasted the lease: given back below.
-                    validity(target.ttl, sent.elapsed()).map(|_| {
-                        pending.armed = false;
-                        pending.queued = false;
-                        Won {
-                            fence,
-                            sent,
-                            span: target.ttl,
-                            flight: None,
-                        }
-                    })
-                }
-                // Too late to be of use: given back below.
-                Acquire::Acquired { .. } => None,
-                Acquire::Held { unsettled, .. } => {
-                    pending.armed = unsettled;
-                    None
-                }
-            };
-            if won.is_none() {
-                pending.leave().await;
-                if core.is_closed() {
-                    // Closed while the last try was in flight: the caller
-                    // learns why it holds nothing (a grant given back, or
-                    // a refusal), as on every other path.
-                    return Err(Error::Closed);
-                }
+            .and_then(|grant| self.deadlines.won(grant))?;
+        self.pending.settled();
+        tracing::debug!(lock = %target.name, fence = won.fence, "handed the lease at release");
+        telemetry::handoff();
+        Some(won)
+    }
+
+    /// Whether the wait ran out with no attempt in flight.
+    fn at_deadline(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d) && !self.pending.armed
+    }
+
+    /// **The deadline's last try**: one more attempt, so a release that
+    /// woke us right at the end still counts; whatever it took that is of
+    /// no use is given back, and the caller leaves the queue.
+    async fn last_try<F, Fut>(&mut self, attempt: &mut F) -> Result<Option<Won>>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Acquire>>,
+    {
+        let ttl = self.pending.target.ttl;
+        let sent = Instant::now();
+        self.pending.armed = true;
+        let won = match attempt().await? {
+            Acquire::Acquired { fence } if validity(ttl, sent.elapsed()).is_some() => {
+                self.pending.replicated().await?;
+                // A WAIT that outlasted the lease: given back below.
+                validity(ttl, sent.elapsed()).map(|_| self.pending.won(fence, sent))
             }
-            return Ok(won);
+            // Too late to be of use: given back below.
+            Acquire::Acquired { .. } => None,
+            Acquire::Held { unsettled, .. } => {
+                self.pending.armed = unsettled;
+                None
+            }
+        };
+        if won.is_none() {
+            self.pending.leave().await;
+            if self.pending.target.core.is_closed() {
+                // Closed while the last try was in flight: the caller learns
+                // why it holds nothing (a grant given back, or a refusal),
+                // as on every other path.
+                return Err(Error::Closed);
+            }
+        }
+        Ok(won)
+    }
+}
+
+/// **Woken**: waits for a release event or a hand-off (once subscribed), a
+/// close, or `until` (the fallback timer or a backoff), whichever is first.
+async fn woken(
+    notified: Option<Pin<&mut Notified<'_>>>,
+    handed: Option<Pin<&mut Notified<'_>>>,
+    mut closing: Pin<&mut Notified<'_>>,
+    until: Instant,
+) {
+    match (notified, handed) {
+        (Some(n), Some(h)) => {
+            tokio::select! {
+                () = n => {}
+                () = h => {}
+                () = &mut closing => {}
+                () = crate::clock::sleep_until(until) => {}
+            }
+        }
+        _ => {
+            tokio::select! {
+                () = &mut closing => {}
+                () = crate::clock::sleep_until(until) => {}
+            }
         }
     }
 }
@@ -522,6 +646,24 @@ struct PendingAttempt<'a, 'b, C: Core> {
 }
 
 impl<C: Core> PendingAttempt<'_, '_, C> {
+    /// Nothing of the attempt is pending any more: the lease is ours (or
+    /// was handed to us) and we are out of the queue.
+    fn settled(&mut self) {
+        self.armed = false;
+        self.queued = false;
+    }
+
+    /// The attempt sent at `sent` won the lease with `fence`.
+    fn won(&mut self, fence: u64, sent: Instant) -> Won {
+        self.settled();
+        Won {
+            fence,
+            sent,
+            span: self.target.ttl,
+            flight: None,
+        }
+    }
+
     /// With `min_replicas`, waits for the replicas to acknowledge the
     /// acquisition just made; too few release it (at once, or in the
     /// background if that fails) and fail.
@@ -546,10 +688,7 @@ impl<C: Core> PendingAttempt<'_, '_, C> {
             return Ok(());
         }
         match t.core.release(t.kind, t.keys, t.hold, t.queued()).await {
-            Ok(_) => {
-                self.armed = false;
-                self.queued = false;
-            }
+            Ok(_) => self.settled(),
             Err(e) => {
                 tracing::warn!(lock = %t.name, error = %e,
                     "release after too few replica acks failed; retrying in the background");
@@ -583,8 +722,7 @@ impl<C: Core> PendingAttempt<'_, '_, C> {
         let t = self.target;
         match t.core.give_back(t.kind, t.keys, t.hold, t.queued()).await {
             Ok(_) => {
-                self.armed = false;
-                self.queued = false;
+                self.settled();
                 Ok(())
             }
             Err(e) => {
@@ -608,10 +746,7 @@ impl<C: Core> PendingAttempt<'_, '_, C> {
         }
         let t = self.target;
         match t.core.release(t.kind, t.keys, t.hold, t.queued()).await {
-            Ok(_) => {
-                self.armed = false;
-                self.queued = false;
-            }
+            Ok(_) => self.settled(),
             Err(e) => {
                 tracing::debug!(lock = %t.name, error = %e,
                     "leaving the queue after the wait ran out failed; retrying in the background");
@@ -621,8 +756,7 @@ impl<C: Core> PendingAttempt<'_, '_, C> {
     }
 
     fn release_in_background(&mut self) {
-        self.armed = false;
-        self.queued = false;
+        self.settled();
         let t = self.target;
         t.core
             .release_in_background(t.kind, Arc::clone(t.keys), t.hold.to_owned(), t.queued());

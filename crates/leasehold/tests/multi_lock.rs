@@ -436,13 +436,26 @@ async fn on_redlock_every_name_is_a_quorum_lease() {
             .unwrap()
             .is_none()
     );
-    for server in &servers {
-        assert!(!held(server, "q0"), "q0 left held after a failed try");
-    }
+    // A Redlock release returns once a majority answered; the last node's
+    // release may still be in flight (seen on a loaded machine), and ends
+    // by itself.
+    let free = |names: &[&str]| {
+        servers
+            .iter()
+            .filter(|s| names.iter().all(|n| !held(s, n)))
+            .count()
+    };
+    assert!(
+        free(&["q0"]) >= 2,
+        "q0 left held on a majority after a failed try"
+    );
+    wait_until("q0 free on every node", || free(&["q0"]) == 3).await;
     guard.release().await.expect("release");
-    for server in &servers {
-        assert!(!held(server, "q1") && !held(server, "q2"));
-    }
+    assert!(
+        free(&["q1", "q2"]) >= 2,
+        "q1, q2 held on a majority after release"
+    );
+    wait_until("q1, q2 free on every node", || free(&["q1", "q2"]) == 3).await;
 }
 
 /// Found by review: `acquire` took the names one by one and returned the
