@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::events::{Events, Grant, Subscription};
 use crate::key::LockKeys;
 use crate::kind::LockKind;
-use crate::lease::validity;
+use crate::lease::{server_ttl, validity};
 use crate::scripts::{Acquire, Owned, QUEUE_HEARTBEAT, QUEUE_WINDOW};
 use crate::telemetry::{self, Outcome};
 
@@ -172,7 +172,7 @@ impl<C: Core> Target<'_, C> {
     /// its attempts queued with (they are members of the queue under it),
     /// if they queue.
     fn queued(&self) -> Option<Duration> {
-        self.queues.then_some(self.ttl + self.delay)
+        self.queues.then_some(server_ttl(self.ttl, self.delay))
     }
 }
 

@@ -24,6 +24,14 @@ pub(crate) fn drift(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(2)
 }
 
+/// What the server is asked to keep a lease for: its `ttl` as the holder
+/// counts it, plus `lock_delay`'s `delay` (Chubby's lock-delay: a lease
+/// that ends without a release keeps the lock that much longer). The one
+/// place the two are added.
+pub(crate) fn server_ttl(ttl: Duration, delay: Duration) -> Duration {
+    ttl + delay
+}
+
 /// What is left of a lease of `ttl` whose acquisition took `elapsed`
 /// (measured from before the first request was sent), after the drift
 /// allowance; `None` when nothing is left and the lease must not be used.
@@ -172,7 +180,7 @@ impl Lease {
     /// What the server is asked to keep the lease for, for a TTL of `ttl`
     /// as the holder counts it.
     pub(crate) fn server_ttl(&self, ttl: Duration) -> Duration {
-        ttl + self.delay
+        server_ttl(ttl, self.delay)
     }
 
     /// Until when a release keeps the lease, if `hold_at_least` asked.

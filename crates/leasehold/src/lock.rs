@@ -11,6 +11,7 @@ use crate::handle::{Handle, at_least_api, handle_api, lock_delay_api};
 use crate::inner::Inner;
 use crate::key::validate_name;
 use crate::kind::LockKind;
+use crate::lease::server_ttl;
 use crate::scripts::{Acquire, Extension, Owned, Queueing};
 use crate::token::{Token, redact};
 
@@ -240,7 +241,7 @@ impl Lock {
         let extension = Extension {
             key: self.h.keys.lock(),
             hold: token,
-            ttl: ttl + self.h.delay,
+            ttl: server_ttl(ttl, self.h.delay),
         };
         let outcome = self
             .h
@@ -337,8 +338,7 @@ pub(crate) async fn take_lease(
             .lock_acquire(
                 &h.keys,
                 token.as_str(),
-                // With a lock delay, the server keeps it that much longer.
-                h.ttl + h.delay,
+                server_ttl(h.ttl, h.delay),
                 queueing,
                 fair,
                 h.fence_memory(),
