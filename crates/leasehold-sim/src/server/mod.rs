@@ -127,6 +127,20 @@ fn info(flavor: Flavor) -> String {
     )
 }
 
+thread_local! {
+    /// Bytecode of the scripts compiled on this thread, by SHA1.
+    static COMPILED: std::cell::RefCell<HashMap<String, Vec<u8>>> =
+        std::cell::RefCell::new(HashMap::new());
+}
+
+fn compiled(sha: &str) -> Option<Vec<u8>> {
+    COMPILED.with(|c| c.borrow().get(sha).cloned())
+}
+
+fn remember_compiled(sha: &str, bytecode: Vec<u8>) {
+    COMPILED.with(|c| c.borrow_mut().insert(sha.to_owned(), bytecode));
+}
+
 /// One server's data and scripts.
 pub struct Server {
     flavor: Flavor,
@@ -276,17 +290,35 @@ impl Server {
         // redis-rs's own SHA1 of a script: the digest EVALSHA names.
         let sha = redis::Script::new(text).get_hash().to_owned();
         if !self.scripts.contains_key(&sha) {
-            let func = self
-                .lua
-                .load(body)
-                .set_name("@user_script")
-                .into_function()
-                .map_err(|e| {
-                    Reply::err(format!(
-                        "ERR Error compiling script (new function): {}",
-                        lua::lua_message(&e)
-                    ))
-                })?;
+            let func = match compiled(&sha) {
+                // Loading the bytecode a server of this thread compiled from
+                // the same text is the same function, without parsing again
+                // (a twentieth of the simulator's time: every restart and
+                // script flush loads its scripts anew).
+                Some(bytecode) => self
+                    .lua
+                    .load(bytecode)
+                    .set_name("@user_script")
+                    .set_mode(mlua::ChunkMode::Binary)
+                    .into_function()
+                    .expect("bytecode this thread compiled loads"),
+                None => {
+                    let func = self
+                        .lua
+                        .load(body)
+                        .set_name("@user_script")
+                        .set_mode(mlua::ChunkMode::Text)
+                        .into_function()
+                        .map_err(|e| {
+                            Reply::err(format!(
+                                "ERR Error compiling script (new function): {}",
+                                lua::lua_message(&e)
+                            ))
+                        })?;
+                    remember_compiled(&sha, func.dump(false));
+                    func
+                }
+            };
             self.scripts.insert(sha.clone(), func);
         }
         Ok(sha)
