@@ -620,6 +620,9 @@ impl Backend {
     /// (never KEYS, which blocks the server); on a cluster, on every master.
     /// Sorted, without repeats.
     pub(crate) async fn scan(&self, pattern: &str, kind: &str) -> Result<Vec<String>> {
+        // Each SCAN runs to its end in a loop of its own. (A page function
+        // taking `&Cmd`, shared by the two, made every future above it
+        // not Send: `Client::list`, tests/send_sync.rs.)
         let mut keys = Vec::new();
         match self.live() {
             #[cfg(feature = "cluster")]
@@ -628,15 +631,28 @@ impl Backend {
                     let route = Route::new(slot, SlotAddr::Master);
                     let routing =
                         RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
-                    let page = async |cmd: &redis::Cmd| {
-                        c.route_command(cmd.clone(), routing.clone()).await
-                    };
-                    self.scan_node(page, pattern, kind, &mut keys).await?;
+                    let mut cursor = 0;
+                    loop {
+                        let cmd = scan_command(cursor, pattern, kind);
+                        let reply = c.route_command(cmd, routing.clone()).await;
+                        cursor = self.scan_page(reply, &mut keys)?;
+                        if cursor == 0 {
+                            break;
+                        }
+                    }
                 }
             }
             mut live => {
-                let page = async |cmd: &redis::Cmd| cmd.query_async(&mut live).await;
-                self.scan_node(page, pattern, kind, &mut keys).await?;
+                let mut cursor = 0;
+                loop {
+                    let reply = scan_command(cursor, pattern, kind)
+                        .query_async(&mut live)
+                        .await;
+                    cursor = self.scan_page(reply, &mut keys)?;
+                    if cursor == 0 {
+                        break;
+                    }
+                }
             }
         }
         keys.sort();
@@ -644,33 +660,13 @@ impl Backend {
         Ok(keys)
     }
 
-    /// Runs one SCAN to its end through `page`, adding the keys to `keys`.
-    async fn scan_node(
-        &self,
-        mut page: impl AsyncFnMut(&redis::Cmd) -> redis::RedisResult<Value>,
-        pattern: &str,
-        kind: &str,
-        keys: &mut Vec<String>,
-    ) -> Result<()> {
-        let mut cursor: u64 = 0;
-        loop {
-            let mut cmd = redis::cmd("SCAN");
-            cmd.arg(cursor)
-                .arg("MATCH")
-                .arg(pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .arg("TYPE")
-                .arg(kind);
-            let reply = page(&cmd).await.map_err(|e| self.error(e, ""))?;
-            let (next, batch): (u64, Vec<String>) =
-                FromRedisValue::from_redis_value(reply).map_err(|e| self.error(e.into(), ""))?;
-            keys.extend(batch);
-            if next == 0 {
-                return Ok(());
-            }
-            cursor = next;
-        }
+    /// Adds the keys of one SCAN reply to `keys`; the next cursor (0: done).
+    fn scan_page(&self, reply: redis::RedisResult<Value>, keys: &mut Vec<String>) -> Result<u64> {
+        let reply = reply.map_err(|e| self.error(e, ""))?;
+        let (next, batch): (u64, Vec<String>) =
+            FromRedisValue::from_redis_value(reply).map_err(|e| self.error(e.into(), ""))?;
+        keys.extend(batch);
+        Ok(next)
     }
 
     /// The first slot of each master's first range (`CLUSTER SLOTS`): a
@@ -927,6 +923,19 @@ pub(crate) fn redact_url(url: &str) -> String {
         }
         _ => url.to_owned(),
     }
+}
+
+/// One page of `SCAN cursor MATCH pattern COUNT 1000 TYPE kind`.
+fn scan_command(cursor: u64, pattern: &str, kind: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("SCAN");
+    cmd.arg(cursor)
+        .arg("MATCH")
+        .arg(pattern)
+        .arg("COUNT")
+        .arg(1000)
+        .arg("TYPE")
+        .arg(kind);
+    cmd
 }
 
 #[cfg(test)]
