@@ -127,7 +127,8 @@ pub enum Error {
     /// [`Client::close`](crate::Client::close) could not give back every
     /// lease (the server did not answer); those expire by their TTL.
     #[error(
-        "Client::close could not release {failed} lease(s); they expire by their TTL          (first error: {first})"
+        "Client::close could not release {failed} lease(s); they expire by their TTL \
+         (first error: {first})"
     )]
     CloseIncomplete {
         /// How many releases failed.
@@ -310,6 +311,45 @@ impl Error {
         }
     }
 
+    /// Whether trying the same call again later may succeed: the wait ran
+    /// out ([`Timeout`](Error::Timeout)), the server or too many nodes could
+    /// not be reached or did not answer ([`Unreachable`](Error::Unreachable),
+    /// [`QuorumNotReached`](Error::QuorumNotReached), a driver error that is
+    /// a timeout or a dropped connection), or too few replicas acknowledged
+    /// ([`ReplicasNotReached`](Error::ReplicasNotReached)). False for the
+    /// rest: a misuse ([`InvalidArgument`](Error::InvalidArgument),
+    /// [`WrongType`](Error::WrongType), [`Unsupported`](Error::Unsupported)),
+    /// a refusal that stands ([`NotOwner`](Error::NotOwner),
+    /// [`StaleFence`](Error::StaleFence), [`UpgradeRefused`](Error::UpgradeRefused),
+    /// [`PermitsMismatch`](Error::PermitsMismatch)), a lease already gone
+    /// ([`Lost`](Error::Lost): acquire again instead), a closed client,
+    /// TLS or authentication set up wrong.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let guard = loop {
+    ///     match client.lock("report").acquire().await {
+    ///         Ok(guard) => break guard,
+    ///         Err(e) if e.is_retryable() => continue,
+    ///         Err(e) => return Err(e),
+    ///     }
+    /// };
+    /// # guard.release().await
+    /// # }
+    /// ```
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Timeout { .. }
+            | Error::Unreachable { .. }
+            | Error::QuorumNotReached { .. }
+            | Error::ReplicasNotReached { .. } => true,
+            Error::Redis(e) => e.is_timeout() || e.is_connection_dropped() || e.is_io_error(),
+            _ => false,
+        }
+    }
+
     /// True for errors that a retry may cure (connection trouble, timeouts).
     pub(crate) fn is_transient(&self) -> bool {
         matches!(
@@ -354,6 +394,62 @@ fn node_error_list(errors: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::Error;
+
+    /// Found by a newcomer: the message had a run of spaces in its middle.
+    #[test]
+    fn close_incomplete_reads_as_one_sentence() {
+        let e = Error::CloseIncomplete {
+            failed: 2,
+            first: "connection refused".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "Client::close could not release 2 lease(s); they expire by their TTL \
+             (first error: connection refused)"
+        );
+    }
+
+    /// Which errors a retry may cure: waiting and connection trouble, never
+    /// a misuse or a lost lease.
+    #[test]
+    fn retryable_errors_are_the_transient_ones() {
+        let io = |kind| redis::RedisError::from(std::io::Error::new(kind, "x"));
+        let retryable = [
+            Error::Timeout {
+                name: "a".into(),
+                waited: std::time::Duration::from_secs(1),
+            },
+            Error::Unreachable {
+                addr: "a".into(),
+                source: io(std::io::ErrorKind::ConnectionRefused),
+            },
+            Error::QuorumNotReached {
+                acquired: 1,
+                needed: 2,
+                node_errors: vec![],
+            },
+            Error::ReplicasNotReached {
+                name: "a".into(),
+                acked: 0,
+                needed: 1,
+            },
+            Error::Redis(io(std::io::ErrorKind::TimedOut)),
+        ];
+        for e in &retryable {
+            assert!(e.is_retryable(), "{e:?}");
+        }
+        let not = [
+            Error::Lost { name: "a".into() },
+            Error::Closed,
+            Error::InvalidArgument("x".into()),
+            Error::WrongType { key: "k".into() },
+            Error::Unsupported("x".into()),
+            Error::NotOwner { name: "a".into() },
+        ];
+        for e in &not {
+            assert!(!e.is_retryable(), "{e:?}");
+        }
+    }
 
     /// The driver's error for the server's error reply `line` (without -).
     fn server_error(line: &str) -> redis::RedisError {
