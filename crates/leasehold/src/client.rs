@@ -66,7 +66,7 @@ impl Client {
     ///
     /// [`Error::InvalidArgument`] for a malformed URL, [`Error::Unreachable`]
     /// when the server does not answer, [`Error::Auth`] when it refuses the
-    /// credentials, [`Error::Unsupported`] for Redis older than 7.0 and for
+    /// credentials, [`Error::Unsupported`] for Redis older than 6.2 and for
     /// a `rediss://` URL this build cannot serve (no `tls` feature, or no
     /// rustls crypto provider: see the crate docs' "Features").
     ///

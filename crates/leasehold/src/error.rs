@@ -208,7 +208,7 @@ pub enum Error {
         source: redis::RedisError,
     },
 
-    /// The server lacks something leasehold needs (for example Redis < 7),
+    /// The server lacks something leasehold needs (for example Redis < 6.2),
     /// or this build does: a `rediss://` URL without the `tls` feature, or
     /// without a rustls crypto provider (neither installed by the
     /// application nor compiled in by `tls-ring`).
