@@ -77,7 +77,9 @@ pub(crate) struct Global {
     pub(crate) tls_key: Option<PathBuf>,
 
     /// How long connecting to Redis (and its checks) may take in all before
-    /// giving up with exit 69. Defaults to 3s.
+    /// giving up with exit 69. With --sentinel, `run` and `acquire` wait
+    /// for a failover while connecting (the master named is dead or not a
+    /// master yet) for as long as their --wait instead. Defaults to 3s.
     #[arg(long, value_name = "DURATION", default_value = "3s", hide_default_value = true,
           value_parser = parse_duration, global = true)]
     pub(crate) connect_timeout: Duration,

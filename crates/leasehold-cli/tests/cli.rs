@@ -119,6 +119,11 @@ impl Proc {
         }
     }
 
+    /// Whether it has exited (not reaped: [`Proc::finish`] still reports it).
+    fn child_exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
     /// Waits up to [`LIMIT`] for the exit.
     fn finish(self) -> Outcome {
         self.finish_within(LIMIT)
@@ -1655,6 +1660,90 @@ fn sentinel_flag_finds_the_master_by_name() {
     let out = run_on(&urls, &["--sentinel", "nobody", "status", "s:1"]);
     assert_eq!(out.code(), 69, "{out:?}");
     out.assert_one_error_line();
+}
+
+/// How many connections the sentinels behind `conns` (one open connection
+/// to each, the only ones of the test) have accepted, all together: each
+/// time a client asks the sentinels for the master it connects to each.
+fn connections_accepted(conns: &mut [redis::Connection]) -> u64 {
+    conns
+        .iter_mut()
+        .map(|c| {
+            let stats: String = redis::cmd("INFO").arg("stats").query(c).expect("INFO");
+            stats
+                .lines()
+                .find_map(|l| l.strip_prefix("total_connections_received:"))
+                .and_then(|n| n.trim().parse::<u64>().ok())
+                .expect("total_connections_received")
+        })
+        .sum()
+}
+
+/// Issue 24, item 2: `run --wait` started while the master is dead (the
+/// sentinels still name it) keeps asking the sentinels until they name a
+/// master it can reach, within its `--wait`, instead of exiting 69 once
+/// `--connect-timeout` passed (10 runs in 100 did when the master was
+/// killed). The sentinels fail the master over only when the test says so,
+/// after `run` has asked them well past its connect timeout.
+#[test]
+fn run_started_while_the_sentinel_master_is_dead_waits_for_the_failover() {
+    let set = leasehold_testkit::SentinelSet::start("ride", 1, 3);
+    for sentinel in set.sentinels() {
+        let _: String = redis::cmd("SENTINEL")
+            .arg("SET")
+            .arg("ride")
+            .arg("down-after-milliseconds")
+            .arg("600000")
+            .query(&mut sentinel.connection())
+            .expect("SENTINEL SET");
+    }
+    let master = Pid::from_raw(i32::try_from(set.servers()[0].pid()).expect("pid"));
+    kill(master, Signal::SIGKILL).expect("kill the master");
+    let dir = temp_dir();
+    let mut sentinels: Vec<_> = set.sentinels().iter().map(|s| s.connection()).collect();
+    let before = connections_accepted(&mut sentinels);
+    let mut proc = spawn_in(
+        dir.path(),
+        &set.sentinel_urls(),
+        &[
+            "--sentinel",
+            "ride",
+            "--connect-timeout",
+            "1s",
+            "run",
+            "ride:1",
+            "--wait",
+            "60s",
+            "--",
+            "sh",
+            "-c",
+            "echo ran > ran",
+        ],
+    );
+    // At least 15 rounds of asking the three (200 ms apart): 3 s and more,
+    // three connect timeouts, and the master still dead.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while connections_accepted(&mut sentinels) < before + 45 {
+        let exited = proc.child_exited();
+        assert!(
+            !exited,
+            "run ended before the failover: {:?}",
+            proc.finish_within(Duration::from_secs(5))
+        );
+        assert!(
+            Instant::now() < deadline,
+            "run stopped asking the sentinels"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!proc.child_exited(), "{:?}", proc.finish());
+    set.failover();
+    let out = proc.finish();
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("ran")).expect("the command ran"),
+        "ran\n"
+    );
 }
 
 #[test]

@@ -610,6 +610,7 @@ impl ClientBuilder {
     /// failing with [`Error::Unreachable`]. Past the connection, commands
     /// that cannot reach the master have the sentinels asked again at once,
     /// and an acquisition that waits retries within its wait.
+    /// `Duration::MAX` asks until a master answers.
     ///
     /// Defaults to the command timeout.
     ///

@@ -288,3 +288,90 @@ async fn connecting_while_the_master_is_dead_waits_for_the_failover() {
     guard.release().await.expect("release");
     client.close().await.expect("close");
 }
+
+/// How many connections the sentinels behind `conns` (one open connection
+/// to each, the test's only ones) have accepted, all together: asking the
+/// sentinels for the master connects to each.
+fn connections_accepted(conns: &mut [redis::Connection]) -> u64 {
+    conns
+        .iter_mut()
+        .map(|c| {
+            let stats: String = redis::cmd("INFO").arg("stats").query(c).expect("INFO");
+            stats
+                .lines()
+                .find_map(|l| l.strip_prefix("total_connections_received:"))
+                .and_then(|n| n.trim().parse::<u64>().ok())
+                .expect("total_connections_received")
+        })
+        .sum()
+}
+
+/// Issue 24, item 2: an acquire on a connected client whose master dies
+/// (the sentinels still naming it) keeps trying within its wait and takes
+/// the lock on the master the sentinels name after the failover, which
+/// the test starts only after the client has asked them again many command
+/// timeouts long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_while_the_master_is_dead_waits_for_the_failover() {
+    let set = SentinelSet::start("acq", 1, 3);
+    for sentinel in set.sentinels() {
+        let _: String = redis::cmd("SENTINEL")
+            .arg("SET")
+            .arg("acq")
+            .arg("down-after-milliseconds")
+            .arg("600000")
+            .query(&mut sentinel.connection())
+            .expect("SENTINEL SET");
+    }
+    let client = Client::builder()
+        .sentinel(set.sentinel_urls(), set.name())
+        .command_timeout(Duration::from_millis(200))
+        .build()
+        .await
+        .expect("connect");
+    let killed = std::process::Command::new("kill")
+        .arg("-9")
+        .arg(set.servers()[0].pid().to_string())
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let mut sentinels: Vec<_> = set.sentinels().iter().map(|s| s.connection()).collect();
+    let before = connections_accepted(&mut sentinels);
+    let lock = client.lock("acq:1").wait(Duration::from_secs(60));
+    let acquiring = tokio::spawn(async move { lock.acquire().await });
+    // Ten rounds of asking the three sentinels (0.5 s apart, sooner after
+    // a failed command): ten command timeouts and more.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while connections_accepted(&mut sentinels) < before + 30 {
+        assert!(!acquiring.is_finished(), "{:?}", acquiring.await);
+        assert!(Instant::now() < deadline, "the client stopped asking");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!acquiring.is_finished(), "{:?}", acquiring.await);
+    let new = tokio::task::spawn_blocking(move || (set.failover(), set))
+        .await
+        .expect("failover");
+    let (new, set) = new;
+    let guard = acquiring
+        .await
+        .expect("join")
+        .expect("acquired after the failover");
+    let on_new: Option<String> = redis::cmd("GET")
+        .arg("leasehold:{acq:1}:lock")
+        .query(
+            &mut set
+                .servers()
+                .iter()
+                .find(|s| s.port() == new)
+                .expect("the new master")
+                .connection(),
+        )
+        .expect("GET");
+    assert_eq!(
+        on_new.as_deref(),
+        Some(guard.token()),
+        "held on the new master"
+    );
+    guard.release().await.expect("release");
+    client.close().await.expect("close");
+}

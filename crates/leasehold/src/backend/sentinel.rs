@@ -267,12 +267,15 @@ async fn ride_through(
     options: &ConnectOptions,
     pushes: &Pushes,
 ) -> Result<(String, ConnectionManager)> {
-    let deadline = tokio::time::Instant::now() + target.failover_wait;
+    // None: a wait too long to add to the clock (`Duration::MAX`, the
+    // CLI's `--wait forever`) never runs out.
+    let deadline = tokio::time::Instant::now().checked_add(target.failover_wait);
     loop {
         match resolve(target, options, pushes).await {
             Err(e)
                 if e.is_transient()
-                    && tokio::time::Instant::now() + RIDE_THROUGH_EVERY < deadline =>
+                    && deadline
+                        .is_none_or(|d| tokio::time::Instant::now() + RIDE_THROUGH_EVERY < d) =>
             {
                 tracing::debug!(master = %target.master_name, error = %e,
                     "the master the sentinels name cannot be used yet; asking again");
