@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{PushInfo, PushKind};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 use super::{ConnectOptions, OnPush};
 use crate::error::{Error, Result};
@@ -48,9 +48,21 @@ pub(crate) struct Managed {
     channels: Mutex<BTreeSet<String>>,
     /// Serialises (un)subscriptions with rounds and with a change of manager.
     serial: tokio::sync::Mutex<()>,
+    /// Moves to another server asked for and made (`replace`): while they
+    /// differ no (un)subscription starts, and one waiting for the old
+    /// server's answer gives up that wait, so a move is never held up by a
+    /// server that stopped answering (for up to the command timeout each).
+    moves: watch::Sender<Moves>,
     on_push: OnPush,
     /// Wakes the task that runs rounds.
     dropped: Arc<Notify>,
+}
+
+/// How many moves to another server were asked for, and how many made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Moves {
+    asked: u64,
+    made: u64,
 }
 
 /// What a manager's push sender needs: where messages go, and what to
@@ -103,6 +115,7 @@ impl Managed {
             current: Mutex::new((addr, manager)),
             channels: Mutex::new(BTreeSet::new()),
             serial: tokio::sync::Mutex::new(()),
+            moves: watch::Sender::new(Moves::default()),
             on_push: Arc::clone(&pushes.on_push),
             dropped: Arc::clone(&pushes.dropped),
         });
@@ -133,49 +146,105 @@ impl Managed {
         self.slot().0.clone()
     }
 
+    /// Runs `op` on the server in use, under the serial lock, once no move
+    /// is pending; `None`, without waiting for `op` to end, if a move is
+    /// asked for meanwhile: the old server's answer no longer matters.
+    async fn between_moves<T>(
+        &self,
+        op: impl AsyncFnOnce(String, ConnectionManager) -> Result<T>,
+    ) -> Option<Result<T>> {
+        let mut moves = self.moves.subscribe();
+        // The sender lives as long as `self`: these waits end.
+        let _ = moves.wait_for(|m| m.asked == m.made).await;
+        let _serial = self.serial.lock().await;
+        let now = *self.moves.borrow();
+        if now.asked != now.made {
+            return None;
+        }
+        let (addr, conn) = self.slot().clone();
+        tokio::select! {
+            result = op(addr, conn) => Some(result),
+            _ = moves.wait_for(|m| m.asked != now.asked) => None,
+        }
+    }
+
     /// Subscribes to `channel`; returns once the server confirmed it.
     pub(crate) async fn subscribe(&self, channel: &str) -> Result<()> {
-        let _serial = self.serial.lock().await;
-        let (addr, mut conn) = self.slot().clone();
-        conn.subscribe(channel)
-            .await
-            .map_err(|e| Error::from_redis(e, &addr, channel))?;
-        self.channels().insert(channel.to_owned());
-        Ok(())
+        loop {
+            let done = self
+                .between_moves(async |addr, mut conn| {
+                    conn.subscribe(channel)
+                        .await
+                        .map_err(|e| Error::from_redis(e, &addr, channel))?;
+                    self.channels().insert(channel.to_owned());
+                    Ok(())
+                })
+                .await;
+            // Moved meanwhile: subscribe on the new server (its move did
+            // not see this channel, wanted only once confirmed).
+            if let Some(result) = done {
+                return result;
+            }
+        }
     }
 
     /// Ends the subscription to `channel`.
     pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<()> {
-        let _serial = self.serial.lock().await;
-        self.channels().remove(channel);
-        let (addr, mut conn) = self.slot().clone();
-        conn.unsubscribe(channel)
-            .await
-            .map_err(|e| Error::from_redis(e, &addr, channel))
+        loop {
+            let done = self
+                .between_moves(async |addr, mut conn| {
+                    self.channels().remove(channel);
+                    conn.unsubscribe(channel)
+                        .await
+                        .map_err(|e| Error::from_redis(e, &addr, channel))
+                })
+                .await;
+            match done {
+                Some(result) => return result,
+                // Moved before it was dropped from the wanted channels,
+                // so the move subscribed it on the new server: again.
+                None if self.channels().contains(channel) => {}
+                // Moved after: never subscribed on the new server.
+                None => return Ok(()),
+            }
+        }
     }
 
     /// Moves to `manager` at `addr` (a new Sentinel master): every channel
     /// is subscribed there first, then it replaces the one in use and every
-    /// waiter is woken.
+    /// waiter is woken. An (un)subscription still waiting for the old
+    /// server gives up that wait and runs again on the new one.
     #[cfg(feature = "sentinel")]
     pub(crate) async fn replace(&self, addr: String, manager: ConnectionManager) {
+        let mut asked = 0;
+        self.moves.send_modify(|m| {
+            m.asked += 1;
+            asked = m.asked;
+        });
+        // Made once this ends, however it ends (a move cancelled halfway
+        // must not stop every later subscription).
+        let _made = scopeguard(|| self.moves.send_modify(|m| m.made = m.made.max(asked)));
         let _serial = self.serial.lock().await;
         if let Err(e) = self.subscribe_all(&addr, &manager).await {
             tracing::warn!(%addr, error = %e, "cannot subscribe on the new master yet; retrying");
             self.dropped.notify_one();
         }
         *self.slot() = (addr, manager);
+        drop(_made);
         self.wake_all();
     }
 
     /// One round: every channel subscribed again on the manager in use,
-    /// then every waiter woken.
+    /// then every waiter woken. A move asked for meanwhile ends it: the
+    /// move subscribes every channel on the new server and wakes them.
     async fn resubscribe(&self) -> Result<()> {
-        let _serial = self.serial.lock().await;
-        let (addr, manager) = self.slot().clone();
-        self.subscribe_all(&addr, &manager).await?;
-        self.wake_all();
-        Ok(())
+        self.between_moves(async |addr, manager| {
+            self.subscribe_all(&addr, &manager).await?;
+            self.wake_all();
+            Ok(())
+        })
+        .await
+        .unwrap_or(Ok(()))
     }
 
     async fn subscribe_all(&self, addr: &str, manager: &ConnectionManager) -> Result<()> {
@@ -200,6 +269,20 @@ impl Managed {
             data: Vec::new(),
         });
     }
+}
+
+/// Runs `f` when dropped.
+#[cfg(feature = "sentinel")]
+fn scopeguard(f: impl FnOnce()) -> impl Drop {
+    struct Guard<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for Guard<F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f();
+            }
+        }
+    }
+    Guard(Some(f))
 }
 
 impl Drop for Managed {
@@ -229,5 +312,88 @@ async fn maintain(managed: Weak<Managed>, dropped: Arc<Notify>) {
                 }
             }
         }
+    }
+}
+
+#[cfg(all(test, feature = "sentinel"))]
+mod tests {
+    use super::*;
+    use leasehold_testkit::RedisServer;
+
+    /// A manager of `server` as a Sentinel follower builds it.
+    async fn manager(
+        server: &RedisServer,
+        pushes: &Pushes,
+        options: &ConnectOptions,
+    ) -> ConnectionManager {
+        let info = super::super::parse_url(&server.url(), options).expect("url");
+        let client = super::super::open_client(info, options).expect("client");
+        ConnectionManager::new_with_config(client, pushes.config(options))
+            .await
+            .expect("connect")
+    }
+
+    /// How many subscribers `server` counts on `channel`.
+    fn subscribers(server: &RedisServer, channel: &str) -> i64 {
+        let (_, n): (String, i64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query(&mut server.connection())
+            .expect("PUBSUB NUMSUB");
+        n
+    }
+
+    /// Issue 24, item 2: a move to a new master is not held up by a
+    /// subscription waiting for an answer from the old one (frozen: its
+    /// answer could only come after the 30 s command timeout), and that
+    /// subscription ends on the new master.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_move_is_not_held_up_by_a_subscribe_stuck_on_the_old_server() {
+        let (old, new) = (RedisServer::start(), RedisServer::start());
+        let options = ConnectOptions {
+            command_timeout: Duration::from_secs(30),
+            ..ConnectOptions::default()
+        };
+        let pushes = Pushes::new(Arc::new(|_| {}));
+        let first = manager(&old, &pushes, &options).await;
+        let managed = Managed::start(format!("127.0.0.1:{}", old.port()), first, &pushes);
+        managed.subscribe("before").await.expect("subscribe");
+        old.pause();
+        let stuck = tokio::spawn({
+            let managed = Arc::clone(&managed);
+            async move { managed.subscribe("during").await }
+        });
+        // The subscription is under way: it holds the serial lock.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while managed.serial.try_lock().is_ok() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no subscription began"
+            );
+            tokio::task::yield_now().await;
+        }
+        let next = manager(&new, &pushes, &options).await;
+        let moved = tokio::time::timeout(
+            Duration::from_secs(5),
+            managed.replace(format!("127.0.0.1:{}", new.port()), next),
+        )
+        .await;
+        old.resume();
+        assert!(
+            moved.is_ok(),
+            "the move waited for a subscription stuck on the old master"
+        );
+        tokio::time::timeout(Duration::from_secs(5), stuck)
+            .await
+            .expect("the subscription stuck on the old master ended")
+            .expect("join")
+            .expect("subscribed");
+        assert_eq!(subscribers(&new, "before"), 1, "moved with the client");
+        assert_eq!(
+            subscribers(&new, "during"),
+            1,
+            "subscribed on the new master"
+        );
+        assert_eq!(managed.addr(), format!("127.0.0.1:{}", new.port()));
     }
 }
