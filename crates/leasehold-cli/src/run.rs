@@ -197,6 +197,7 @@ async fn run_held(guard: Held, args: &RunArgs, lost: &mut bool) -> Result<u8, Fa
         ("LEASEHOLD_TOKEN", guard.token().to_owned()),
         ("LEASEHOLD_FENCES", fences_env(&guard.fences())),
     ];
+    stop_here_for_tests();
     let spawned = watcher
         .report_pipe()
         .and_then(|pipe| exec::spawn(&args.command, &envs, pipe, foreground_of));
@@ -229,6 +230,17 @@ async fn run_held(guard: Held, args: &RunArgs, lost: &mut bool) -> Result<u8, Fa
     let outcome = supervisor.supervise(&mut signals, &mut watcher).await;
     *lost = matches!(outcome, Outcome::Lost) || guard.is_lost();
     finish(guard, outcome, lost).await
+}
+
+/// Debug builds only (the tests'): with `LEASEHOLD_TEST_STOP_BEFORE_SPAWN`
+/// set, stops this process (SIGSTOP) right before the command is spawned,
+/// as a pause of the whole process there would, so a test can let the
+/// lease lapse between acquiring and spawning and then continue it.
+fn stop_here_for_tests() {
+    #[cfg(debug_assertions)]
+    if std::env::var_os("LEASEHOLD_TEST_STOP_BEFORE_SPAWN").is_some() {
+        let _ = raise(Signal::SIGSTOP);
+    }
 }
 
 /// LEASEHOLD_FENCES: `name=fence` for every name held, sorted by name,
