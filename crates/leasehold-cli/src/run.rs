@@ -28,7 +28,9 @@
 //!   held, the command gets the terminal (in the foreground) and SIGCONT;
 //!   lost, the lost-lease path below.
 //! - A lost lease: SIGTERM, SIGKILL after `--kill-grace`, exit 70. A
-//!   command stopped at that moment is never continued.
+//!   command stopped at that moment is never continued; a lease lost
+//!   before the command was spawned (leasehold stopped or paused between
+//!   acquiring and spawning) means the command is not run at all: exit 70.
 //! - When the command exits, processes it left running in its group get
 //!   the same SIGTERM / SIGKILL treatment before the lock is released.
 
@@ -198,6 +200,24 @@ async fn run_held(guard: Held, args: &RunArgs, lost: &mut bool) -> Result<u8, Fa
         ("LEASEHOLD_FENCES", fences_env(&guard.fences())),
     ];
     stop_here_for_tests();
+    // Checked last before the command starts: leasehold may have been
+    // stopped or paused since it acquired (the watcher has no group to stop
+    // yet), and a command spawned now would run without the lease until
+    // the supervisor saw the loss.
+    if guard.is_lost() {
+        watcher.done().await;
+        *lost = true;
+        let what = guard.what();
+        let _ = guard.release().await;
+        return Err(Failure::with_code(
+            exit::SOFTWARE,
+            format!(
+                "the lease on {what} was lost before the command started (leasehold was stopped \
+                 or paused longer than the lease lasts, or Redis did not renew it in time); the \
+                 command was not run"
+            ),
+        ));
+    }
     let spawned = watcher
         .report_pipe()
         .and_then(|pipe| exec::spawn(&args.command, &envs, pipe, foreground_of));

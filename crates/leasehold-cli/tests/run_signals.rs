@@ -961,3 +961,50 @@ fn the_status_line_is_cut_to_a_narrow_terminal_and_never_wraps() {
     assert!(released.status.success(), "{released:?}");
     assert_eq!(wait_for_line_on(&tmux, &dir.path().join("code")), "code:0");
 }
+
+/// Issue 24, item 5: a lease lost between acquiring and spawning (`run`
+/// stopped there, by the debug build's stop point, until the lease expired
+/// in Redis) is not run under: the command never starts, `run` exits 70
+/// saying so, and the lock is free.
+#[test]
+fn a_lease_lost_before_the_command_starts_does_not_run_it_and_exits_70() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = temp_dir();
+    let mut cmd = leasehold();
+    cmd.current_dir(dir.path())
+        .env("LEASEHOLD_TEST_STOP_BEFORE_SPAWN", "1")
+        .args([
+            "--url",
+            &url,
+            "run",
+            "late",
+            "--ttl",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            "echo ran > ran",
+        ]);
+    let proc = Proc::spawn(cmd);
+    wait_until("run stops before spawning", || stopped(proc.pid()));
+    // Nobody renews the lease while run is stopped: Redis lets it expire.
+    wait_until("the lease expires in Redis", || {
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg("leasehold:{late}:lock")
+            .query(&mut server.connection())
+            .expect("PTTL");
+        pttl == -2
+    });
+    proc.signal(Signal::SIGCONT);
+    let out = proc.finish();
+    assert_eq!(out.status.code(), Some(70), "{out:?}");
+    assert!(
+        out.stderr.contains("before the command started") && out.stderr.contains("not run"),
+        "{out:?}"
+    );
+    assert!(
+        !dir.path().join("ran").exists(),
+        "the command ran without the lease: {out:?}"
+    );
+}
