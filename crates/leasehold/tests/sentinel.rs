@@ -5,7 +5,7 @@ mod common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use leasehold::Client;
@@ -89,6 +89,8 @@ async fn sentinel_client_follows_a_failover() {
 /// of the failover from the others within seconds.
 struct StaleSentinel {
     port: u16,
+    /// The port of the master it names.
+    names: Arc<AtomicU16>,
     stop: Arc<AtomicBool>,
     acceptor: Option<std::thread::JoinHandle<()>>,
 }
@@ -99,12 +101,14 @@ impl StaleSentinel {
         listener.set_nonblocking(true).expect("nonblocking");
         let port = listener.local_addr().expect("addr").port();
         let stop = Arc::new(AtomicBool::new(false));
+        let names = Arc::new(AtomicU16::new(master_port));
         let acceptor = std::thread::spawn({
-            let stop = Arc::clone(&stop);
+            let (stop, names) = (Arc::clone(&stop), Arc::clone(&names));
             move || {
                 while !stop.load(Ordering::Relaxed) {
                     match listener.accept() {
                         Ok((conn, _)) => {
+                            let master_port = names.load(Ordering::SeqCst);
                             std::thread::spawn(move || serve_stale(conn, master_port));
                         }
                         Err(_) => std::thread::sleep(Duration::from_millis(10)),
@@ -114,6 +118,7 @@ impl StaleSentinel {
         });
         StaleSentinel {
             port,
+            names,
             stop,
             acceptor: Some(acceptor),
         }
@@ -374,4 +379,119 @@ async fn an_acquire_while_the_master_is_dead_waits_for_the_failover() {
     );
     guard.release().await.expect("release");
     client.close().await.expect("close");
+}
+
+/// A master that dies right after it confirmed it is one: it answers the
+/// handshake and `ROLE` (master), then, at the next command, closes the
+/// connection and stops listening, and makes `sentinel` name `next`, as the
+/// sentinels would after failing it over.
+struct DyingMaster {
+    port: u16,
+    acceptor: Option<std::thread::JoinHandle<()>>,
+}
+
+impl DyingMaster {
+    fn start(sentinel: Arc<AtomicU16>, next: u16) -> DyingMaster {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let acceptor = std::thread::spawn(move || {
+            // One connection (the client's manager); the listener closes
+            // with this thread.
+            let Ok((conn, _)) = listener.accept() else {
+                return;
+            };
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
+            let mut reader = BufReader::new(conn.try_clone().expect("clone"));
+            let mut writer = conn;
+            let bulk = |s: &str| format!("${}\r\n{s}\r\n", s.len());
+            while let Some(args) = read_command(&mut reader) {
+                let reply = match args.first().map(String::as_str) {
+                    Some("HELLO") => format!(
+                        "%3\r\n{}{}{}{}{}:3\r\n",
+                        bulk("server"),
+                        bulk("redis"),
+                        bulk("version"),
+                        bulk("7.0.0"),
+                        bulk("proto")
+                    ),
+                    Some("ROLE") => format!("*3\r\n{}:0\r\n*0\r\n", bulk("master")),
+                    Some("CLIENT") => "+OK\r\n".to_owned(),
+                    // Dies here: the sentinels name the next master.
+                    _ => {
+                        sentinel.store(next, Ordering::SeqCst);
+                        return;
+                    }
+                };
+                if writer.write_all(reply.as_bytes()).is_err() {
+                    return;
+                }
+            }
+        });
+        DyingMaster {
+            port,
+            acceptor: Some(acceptor),
+        }
+    }
+}
+
+impl Drop for DyingMaster {
+    fn drop(&mut self) {
+        if let Some(acceptor) = self.acceptor.take() {
+            let _ = acceptor.join();
+        }
+    }
+}
+
+/// One request (a RESP array of bulk strings), its words upper-cased;
+/// `None` once the connection closed.
+fn read_command(reader: &mut impl BufRead) -> Option<Vec<String>> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let count: usize = line.trim_end().strip_prefix('*')?.parse().ok()?;
+    let mut args = Vec::with_capacity(count);
+    for _ in 0..count {
+        let mut header = String::new();
+        reader.read_line(&mut header).ok()?;
+        let len: usize = header.trim_end().strip_prefix('$')?.parse().ok()?;
+        let mut data = vec![0; len + 2];
+        reader.read_exact(&mut data).ok()?;
+        args.push(String::from_utf8_lossy(&data[..len]).to_uppercase());
+    }
+    Some(args)
+}
+
+/// Issue 24, item 2: the master dies between confirming it is one (ROLE)
+/// and the client's first command on it (the server check while
+/// connecting): connecting rides through that too, within
+/// `failover_wait`, to the master the sentinels name next. It failed with
+/// `Error::Unreachable` (`leasehold run` exited 69: 1 job in 100 of
+/// `scripts/sentinel-kill9`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_that_dies_right_after_it_is_confirmed_is_ridden_through() {
+    let next = leasehold_testkit::RedisServer::start();
+    let sentinel = StaleSentinel::start(0);
+    let dying = DyingMaster::start(Arc::clone(&sentinel.names), next.port());
+    sentinel.names.store(dying.port, Ordering::SeqCst);
+    let client = Client::builder()
+        .sentinel([sentinel.url()], "any")
+        .failover_wait(Duration::from_secs(30))
+        .build()
+        .await
+        .expect("connected to the next master");
+    let guard = client
+        .lock("next")
+        .try_acquire()
+        .await
+        .expect("try_acquire")
+        .expect("free");
+    let on_next: bool = redis::cmd("EXISTS")
+        .arg("leasehold:{next}:lock")
+        .query(&mut next.connection())
+        .expect("EXISTS");
+    assert!(on_next, "taken on the next master");
+    guard.release().await.expect("release");
+    client.close().await.expect("close");
+    drop(dying);
 }

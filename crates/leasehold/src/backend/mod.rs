@@ -414,11 +414,29 @@ impl Backend {
         on_push: impl Fn(PushInfo) + Send + Sync + 'static,
     ) -> Result<Backend> {
         let addr = format!("sentinel master {:?}", target.master_name);
+        let deadline = tokio::time::Instant::now().checked_add(target.failover_wait);
         let followed =
             sentinel::Followed::connect(target, options.clone(), Arc::new(on_push)).await?;
         let backend = Backend::new(Conn::Sentinel(followed), addr, options);
-        backend.check_server().await?;
-        Ok(backend)
+        // The master confirmed above may die before this first command (a
+        // kill -9 during a connect): the failed command has the follower ask
+        // the sentinels again, and the check is tried again on the master
+        // they name, within the same `failover_wait`.
+        loop {
+            match backend.check_server().await {
+                Err(e)
+                    if e.is_transient()
+                        && deadline.is_none_or(|d| {
+                            tokio::time::Instant::now() + sentinel::RIDE_THROUGH_EVERY < d
+                        }) =>
+                {
+                    tracing::debug!(error = %e, "the master died as it was confirmed; asking again");
+                    tokio::time::sleep(sentinel::RIDE_THROUGH_EVERY).await;
+                }
+                Err(e) => return Err(e),
+                Ok(()) => return Ok(backend),
+            }
+        }
     }
 
     /// A backend on the simulator's wire (`--cfg leasehold_sim` only).

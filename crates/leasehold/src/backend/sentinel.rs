@@ -256,7 +256,7 @@ fn config_epoch(reply: redis::Value) -> Option<u64> {
 
 /// How soon the sentinels are asked again while the master they name cannot
 /// be reached or is not one yet.
-const RIDE_THROUGH_EVERY: Duration = Duration::from_millis(200);
+pub(super) const RIDE_THROUGH_EVERY: Duration = Duration::from_millis(200);
 
 /// [`resolve`], again while it fails for a reason a failover ends (the
 /// master named is dead, unreachable or not a master yet), for up to the
