@@ -86,6 +86,11 @@ impl Held {
         each!(self, g => g.is_lost())
     }
 
+    /// Why the lease was lost, if it is.
+    pub(crate) fn lost_reason(&self) -> Option<leasehold::LostReason> {
+        each!(self, g => g.lost_reason())
+    }
+
     /// Resolves when the lease is lost.
     pub(crate) async fn lost(&self) {
         each!(self, g => g.lost().await);

@@ -463,9 +463,13 @@ impl Supervisor<'_> {
                  resuming it (SIGTERM, SIGKILL after {grace})"
             ));
         } else {
+            let why = self.guard.lost_reason().map_or_else(
+                || "it expired or another owner took it".to_owned(),
+                |reason| reason.to_string(),
+            );
             exit::notice(format!(
-                "the lease on {what} was lost while the command ran (it expired or another owner \
-                 took it); stopping the command (SIGTERM, SIGKILL after {grace})"
+                "the lease on {what} was lost while the command ran ({why}); stopping the \
+                 command (SIGTERM, SIGKILL after {grace})"
             ));
         }
         group::signal(self.leader, Signal::SIGTERM);

@@ -682,6 +682,48 @@ fn a_paused_holder_whose_lease_is_taken_stops_its_command_and_exits_70() {
     assert_eq!(status["fence"], second_fence);
 }
 
+/// Issue 24, item 5: a lease lost because Redis stopped answering its
+/// renewals (the server frozen with SIGSTOP, by the test, for longer than
+/// the TTL) is reported as that, not as "it expired or another owner took
+/// it".
+#[test]
+fn a_lease_lost_to_a_silent_redis_names_that_cause() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = temp_dir();
+    let mut cmd = leasehold();
+    cmd.current_dir(dir.path()).args([
+        "--url",
+        &url,
+        "run",
+        "silent",
+        "--ttl",
+        "1s",
+        "--kill-grace",
+        "1s",
+        "--",
+        "sh",
+        "-c",
+        "echo $$ > pid; exec sleep 60",
+    ]);
+    let proc = Proc::spawn(cmd);
+    let _child = Grandchild(Pid::from_raw(
+        wait_for_file(&dir.path().join("pid")).parse().unwrap(),
+    ));
+    server.pause();
+    let out = proc.finish_within(Duration::from_secs(60));
+    server.resume();
+    assert_eq!(out.code(), 70, "{out:?}");
+    assert!(
+        out.stderr.contains("Redis did not answer its renewals"),
+        "{out:?}"
+    );
+    assert!(
+        !out.stderr.contains("expired or another owner took it"),
+        "{out:?}"
+    );
+}
+
 #[test]
 fn a_command_that_ignores_sigterm_is_killed_after_the_grace() {
     let server = RedisServer::start();

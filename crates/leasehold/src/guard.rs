@@ -77,6 +77,10 @@ impl Held {
         self.lease.lost().await;
     }
 
+    pub(crate) fn lost_reason(&self) -> Option<LostReason> {
+        self.lease.lost_reason()
+    }
+
     pub(crate) fn lost_error(&self) -> Error {
         Error::Lost {
             name: self.lease.name.clone(),
@@ -113,7 +117,7 @@ impl Held {
         if self.lease.delays() && self.lease.is_lost() {
             // lock_delay: the lease ended without a release, so the lock
             // stays taken for the delay; a release now would cut it short.
-            self.lease.mark_lost(LostReason::Expired);
+            self.lease.mark_lost(self.lease.expiry_reason());
             return Err(self.lost_error());
         }
         let mut pending = ReleaseOnDrop(Some(&self));
@@ -244,6 +248,16 @@ macro_rules! guard_api {
             /// watchdog could not run.
             pub fn is_lost(&self) -> bool {
                 self.held.is_lost()
+            }
+
+            #[doc = concat!("Why the ", $what, " was lost, as far as this client knows; `None` while")]
+            /// it is not ([`is_lost`](Self::is_lost) is false).
+            /// [`LostReason::Unreachable`](crate::LostReason::Unreachable):
+            /// Redis did not answer the renewals sent in time;
+            /// [`Expired`](crate::LostReason::Expired): none was (this
+            /// process paused), or Redis no longer had it.
+            pub fn lost_reason(&self) -> Option<crate::LostReason> {
+                self.held.lost_reason()
             }
 
             #[doc = concat!("How long the ", $what, " is certain to last from now, by this client's")]

@@ -4,7 +4,7 @@
 //! from the moment a command was *sent*: `valid_until = t_send + ttl - drift`.
 //! Redis keeps the real expiry; this view is always the shorter of the two.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -88,6 +88,12 @@ pub(crate) struct Lease {
     /// client's back.
     changing: Arc<tokio::sync::Mutex<()>>,
     lost: AtomicBool,
+    /// Why it was lost ([`LostReason::code`]; 0 while not known to be).
+    reason: AtomicU8,
+    /// A renewal was sent and has not been answered yet (set by the
+    /// watchdog): a validity that runs out meanwhile ran out because Redis
+    /// did not answer, not because nobody renewed.
+    renewal_unanswered: AtomicBool,
     lost_notify: Notify,
     /// With [`hold_at_least`](crate::Lock::hold_at_least): until when a
     /// release keeps the lease (only stops renewing it) instead of freeing
@@ -145,6 +151,8 @@ impl Lease {
             }),
             changing: Arc::new(tokio::sync::Mutex::new(())),
             lost: AtomicBool::new(false),
+            reason: AtomicU8::new(0),
+            renewal_unanswered: AtomicBool::new(false),
             lost_notify: Notify::new(),
             kept_until: std::sync::OnceLock::new(),
             delay: Duration::ZERO,
@@ -287,6 +295,7 @@ impl Lease {
                 return Ok(false);
             }
         }
+        self.renewal_waits(false);
         self.update(|t| {
             t.ttl = ttl;
             t.set_at = sent;
@@ -321,8 +330,41 @@ impl Lease {
     /// Records that the lease was given back by [`Client::close`](crate::Client::close):
     /// the guard reports it lost from now on, without a warning.
     pub(crate) fn mark_closed(&self) {
+        let _ = self.reason.compare_exchange(
+            0,
+            LostReason::Closed.code(),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
         self.lost.store(true, Ordering::Release);
         self.lost_notify.notify_waiters();
+    }
+
+    /// The watchdog sent a renewal of this lease (`true`), or had its
+    /// answer (`false`).
+    pub(crate) fn renewal_waits(&self, waits: bool) {
+        self.renewal_unanswered.store(waits, Ordering::Release);
+    }
+
+    /// Why a lease whose validity ran out by our clock was lost: Redis did
+    /// not answer a renewal sent in time, or none was sent.
+    pub(crate) fn expiry_reason(&self) -> LostReason {
+        if self.renewal_unanswered.load(Ordering::Acquire) {
+            LostReason::Unreachable
+        } else {
+            LostReason::Expired
+        }
+    }
+
+    /// Why the lease was lost; `None` while it is not.
+    pub(crate) fn lost_reason(&self) -> Option<LostReason> {
+        if self.lost.load(Ordering::Acquire) {
+            return Some(
+                LostReason::from_code(self.reason.load(Ordering::Acquire))
+                    .unwrap_or(LostReason::Expired),
+            );
+        }
+        (Instant::now() >= self.timing().valid_until).then(|| self.expiry_reason())
     }
 
     /// True once the lease may have expired or was taken.
@@ -343,6 +385,11 @@ impl Lease {
     /// Records that the lease is gone, for `reason`, and wakes everyone in
     /// [`Lease::lost`]; counted and logged once.
     pub(crate) fn mark_lost(&self, reason: LostReason) {
+        // The first reason stands: set before `lost`, so whoever sees the
+        // lease lost reads why.
+        let _ = self
+            .reason
+            .compare_exchange(0, reason.code(), Ordering::AcqRel, Ordering::Acquire);
         if !self.lost.swap(true, Ordering::AcqRel) {
             tracing::warn!(lock = %self.name, token = ?self.token, reason = reason.label(), "lease lost");
             telemetry::lost(reason);
@@ -362,7 +409,7 @@ impl Lease {
             }
             let until = self.timing().valid_until;
             if Instant::now() >= until {
-                self.mark_lost(LostReason::Expired);
+                self.mark_lost(self.expiry_reason());
                 return;
             }
             tokio::select! {

@@ -252,6 +252,7 @@ pub use multi::{MultiLock, MultiLockGuard};
 pub use reentrant::{ReentrantGuard, ReentrantLock, ReentrantStatus};
 pub use rwlock::{HoldStatus, ReadGuard, RwLock, RwLockStatus, WriteGuard};
 pub use semaphore::{Permit, Semaphore, SemaphoreStatus};
+pub use telemetry::LostReason;
 
 /// The `redis` crate leasehold is built with. [`Error::Redis`] and the
 /// sources of [`Error::Unreachable`], [`Error::Tls`] and [`Error::Auth`] are

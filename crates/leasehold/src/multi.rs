@@ -423,6 +423,12 @@ impl MultiLockGuard {
         self.guards.iter().any(LockGuard::is_lost)
     }
 
+    /// Why the first name whose lease is lost lost it (see
+    /// [`LockGuard::lost_reason`]); `None` while none is.
+    pub fn lost_reason(&self) -> Option<crate::LostReason> {
+        self.guards.iter().find_map(LockGuard::lost_reason)
+    }
+
     /// The names whose lease is lost (see [`is_lost`](Self::is_lost)).
     pub fn lost_names(&self) -> Vec<&str> {
         self.guards

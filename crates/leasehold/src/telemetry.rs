@@ -55,16 +55,68 @@ impl Outcome {
     }
 }
 
-/// Why a lease was lost.
+/// Why a lease was lost, as far as this client knows: what a guard's
+/// `lost_reason()` tells (and the `reason` label of
+/// `leasehold_leases_lost_total`).
+///
+/// ```no_run
+/// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+/// let guard = client.lock("orders:42").acquire().await?;
+/// guard.lost().await;
+/// if guard.lost_reason() == Some(leasehold::LostReason::Unreachable) {
+///     eprintln!("Redis did not answer the renewals of {}", guard.name());
+/// }
+/// # Ok(()) }
+/// ```
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LostReason {
+pub enum LostReason {
     /// The lease ran out: gone from the server when renewed or released,
-    /// or its validity passed before a renewal could be sent.
+    /// or its validity passed with no renewal waiting for an answer (this
+    /// process was paused, or too busy to renew).
     Expired,
     /// Another owner holds it.
     Taken,
-    /// Renewals got no answer until its validity ran out.
+    /// Redis did not answer the renewals sent before the lease's validity
+    /// ran out (unreachable, paused or too slow).
     Unreachable,
+    /// [`Client::close`](crate::Client::close) gave it back.
+    Closed,
+}
+
+impl LostReason {
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            LostReason::Expired => 1,
+            LostReason::Taken => 2,
+            LostReason::Unreachable => 3,
+            LostReason::Closed => 4,
+        }
+    }
+
+    pub(crate) fn from_code(code: u8) -> Option<LostReason> {
+        Some(match code {
+            1 => LostReason::Expired,
+            2 => LostReason::Taken,
+            3 => LostReason::Unreachable,
+            4 => LostReason::Closed,
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for LostReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LostReason::Expired => "it expired before it was renewed",
+            LostReason::Taken => "another owner took it",
+            LostReason::Unreachable => {
+                "Redis did not answer its renewals before it ran out (unreachable, paused or \
+                 too slow)"
+            }
+            LostReason::Closed => "the client was closed",
+        })
+    }
 }
 
 impl LostReason {
@@ -82,6 +134,7 @@ impl LostReason {
             LostReason::Expired => "expired",
             LostReason::Taken => "taken",
             LostReason::Unreachable => "unreachable",
+            LostReason::Closed => "closed",
         }
     }
 }

@@ -557,7 +557,7 @@ impl<D: Door> State<D> {
             let lease = Arc::clone(&tracked.lease);
             if lease.is_lost() {
                 self.untrack(id);
-                lease.mark_lost(LostReason::Expired);
+                lease.mark_lost(lease.expiry_reason());
                 continue;
             }
             let Some(changing) = lease.try_change() else {
@@ -569,6 +569,7 @@ impl<D: Door> State<D> {
             // Taken after the extend guard, so it is the latest timing.
             let snapshot = lease.snapshot();
             self.schedule(Arc::clone(&lease), None);
+            lease.renewal_waits(true);
             due.push((lease, snapshot, changing));
         }
         // On a cluster one call may only touch keys of one slot.
@@ -608,6 +609,7 @@ impl<D: Door> State<D> {
             }
             match result {
                 Some(Owned::Done) => {
+                    lease.renewal_waits(false);
                     lease.renewed(sent, *snap);
                     self.schedule(Arc::clone(lease), Some(sent + snap.ttl / 3));
                     self.unanswered.remove(&lease.id);
@@ -925,6 +927,35 @@ mod tests {
         assert!(warnings[0].contains("cannot reach Redis"), "{warnings:?}");
         let back = logged.at(tracing::Level::INFO);
         assert_eq!(back.len(), 1, "{back:?}");
+    }
+
+    /// Issue 24, item 5: a lease whose renewal got no answer before its
+    /// validity ran out (its node frozen) is lost as `Unreachable`; one
+    /// the watchdog never renewed (not tracked for renewal) as `Expired`.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_whose_renewal_was_not_answered_is_lost_as_unreachable() {
+        let fake = Fake::new(true, false);
+        fake.frozen.lock().unwrap().push("frozen".to_owned());
+        let watchdog = Watchdog::start(fake.clone());
+        let ttl = Duration::from_secs(3);
+        let frozen = lease("frozen", ttl, Instant::now());
+        let unrenewed = lease("unrenewed", ttl, Instant::now());
+        watchdog.track(Arc::clone(&frozen), true);
+        watchdog.track(Arc::clone(&unrenewed), false);
+        assert_eq!(frozen.lost_reason(), None);
+        tokio::time::timeout(ttl * 2, async {
+            frozen.lost().await;
+            unrenewed.lost().await;
+        })
+        .await
+        .expect("both lost once their validity ran out");
+        assert_eq!(
+            fake.renewals_of("frozen").len(),
+            1,
+            "renewal sent, never answered"
+        );
+        assert_eq!(frozen.lost_reason(), Some(LostReason::Unreachable));
+        assert_eq!(unrenewed.lost_reason(), Some(LostReason::Expired));
     }
 
     /// Issue 24, item 5: `settled` resolves once the background releases

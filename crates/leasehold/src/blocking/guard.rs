@@ -59,6 +59,13 @@ impl<G: AsyncGuard> Guard<G> {
         self.inner.is_lost()
     }
 
+    /// Why the lease was lost (of a `MultiLockGuard`, the first lost
+    /// name's); `None` while it is not. See
+    /// [`crate::LockGuard::lost_reason`].
+    pub fn lost_reason(&self) -> Option<crate::LostReason> {
+        self.inner.lost_reason()
+    }
+
     /// How long the lease is certain to last from now, by this client's
     /// clock; zero once it is lost. See [`crate::LockGuard::valid_for`].
     pub fn valid_for(&self) -> Duration {

@@ -16,6 +16,7 @@ use crate::error::Result;
 /// Implemented for the library's guards only (it is not nameable outside).
 pub trait AsyncGuard {
     fn is_lost(&self) -> bool;
+    fn lost_reason(&self) -> Option<crate::LostReason>;
     fn valid_for(&self) -> Duration;
     fn lost(&self) -> impl Future<Output = ()>;
     fn extend(&self, ttl: Duration) -> impl Future<Output = Result<()>>;
@@ -34,6 +35,9 @@ impl_each!(AsyncGuard for crate::LockGuard, crate::ReentrantGuard, crate::ReadGu
     crate::WriteGuard, crate::Permit, crate::Leadership, crate::MultiLockGuard => {
     fn is_lost(&self) -> bool {
         Self::is_lost(self)
+    }
+    fn lost_reason(&self) -> Option<crate::LostReason> {
+        Self::lost_reason(self)
     }
     fn valid_for(&self) -> Duration {
         Self::valid_for(self)
