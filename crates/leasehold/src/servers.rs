@@ -287,7 +287,9 @@ impl Servers {
 }
 
 /// (Un)subscribes every node in its own task; `Ok` at the first success,
-/// else the first error once all failed.
+/// else the first error once all failed. A node that cannot be reached is
+/// subscribed once it is back (the waiters may still wait then), unless
+/// every node failed: then the caller holds no subscription to undo later.
 async fn first_success(nodes: &[Backend], channel: &str, subscribe: bool) -> Result<()> {
     let mut tasks: FuturesUnordered<_> = nodes
         .iter()
@@ -295,7 +297,7 @@ async fn first_success(nodes: &[Backend], channel: &str, subscribe: bool) -> Res
             let (node, channel) = (node.clone(), channel.to_owned());
             tokio::spawn(async move {
                 if subscribe {
-                    node.subscribe(&channel).await
+                    node.subscribe_or_later(&channel).await
                 } else {
                     node.unsubscribe(&channel).await
                 }
@@ -308,6 +310,11 @@ async fn first_success(nodes: &[Backend], channel: &str, subscribe: bool) -> Res
             Ok(Ok(())) => return Ok(()),
             Ok(Err(e)) => first_error = first_error.or(Some(e)),
             Err(_) => {}
+        }
+    }
+    if subscribe && first_error.is_some() {
+        for node in nodes {
+            node.forget(channel);
         }
     }
     first_error.map_or(Ok(()), Err)

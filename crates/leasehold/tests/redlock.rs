@@ -809,3 +809,69 @@ async fn a_renewal_waits_for_the_answers_that_decide_it() {
     slow.set_mode(ProxyMode::Pass);
     guard.release().await.expect("release");
 }
+
+/// How many subscribers `server` counts on `channel`.
+fn subscribers(server: &RedisServer, channel: &str) -> i64 {
+    let (_, n): (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query(&mut server.connection())
+        .expect("PUBSUB NUMSUB");
+    n
+}
+
+/// Issue 24, item 5: a node that is down when a waiter subscribes gets the
+/// subscription once it is back, so its releases wake waiters too (they
+/// fell back to their timers for it before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_down_at_subscribe_time_is_subscribed_when_it_comes_back() {
+    let mut servers = start_servers(3);
+    servers[2].kill();
+    let holder = redlock(&servers).await;
+    let waiter = redlock(&servers).await;
+    let held = holder
+        .lock("back")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("acquire on a quorum");
+    let waiting = tokio::spawn({
+        let lock = waiter
+            .lock("back")
+            .ttl(Duration::from_secs(30))
+            .wait(Duration::from_secs(60));
+        async move { lock.acquire().await }
+    });
+    let channel = "leasehold:{back}:released";
+    // Subscribed where it could be, while the third node is down.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while subscribers(&servers[0], channel) + subscribers(&servers[1], channel) < 2 {
+        assert!(Instant::now() < deadline, "the waiter never subscribed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The waiter's attempt on the dead node (connection refused at once,
+    // two reconnects 20-40 ms apart) has long given up after 3 s: the
+    // subscription must come from the node's coming back, not from that
+    // attempt still under way. (Shorter, and the attempt could still be
+    // running when the node returns: the test would pass without the fix,
+    // never fail with it.)
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    servers[2].restart();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while subscribers(&servers[2], channel) < 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the node that came back never got the waiter's subscription"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    held.release().await.expect("release");
+    let guard = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the waiter woke")
+        .expect("join")
+        .expect("acquired");
+    guard.release().await.expect("release");
+    holder.close().await.expect("close");
+    waiter.close().await.expect("close");
+}

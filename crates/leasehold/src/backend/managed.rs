@@ -170,14 +170,41 @@ impl Managed {
 
     /// Subscribes to `channel`; returns once the server confirmed it.
     pub(crate) async fn subscribe(&self, channel: &str) -> Result<()> {
+        self.subscribe_or_not(channel, false).await
+    }
+
+    /// As [`subscribe`](Self::subscribe), but a server that cannot be
+    /// reached keeps `channel` wanted, and a round (tried again with
+    /// back-off until the server answers) subscribes it once the server is
+    /// back; the error is returned all the same. For a Redlock node, down
+    /// now and maybe back while the waiters still wait: a release on any
+    /// node wakes them. [`forget`](Self::forget) undoes it.
+    pub(crate) async fn subscribe_or_later(&self, channel: &str) -> Result<()> {
+        self.subscribe_or_not(channel, true).await
+    }
+
+    /// Drops `channel` from the channels wanted, sending nothing (a round
+    /// under way may still subscribe it; the next reconnect drops it).
+    pub(crate) fn forget(&self, channel: &str) {
+        self.channels().remove(channel);
+    }
+
+    async fn subscribe_or_not(&self, channel: &str, later: bool) -> Result<()> {
         loop {
             let done = self
-                .between_moves(async |addr, mut conn| {
-                    conn.subscribe(channel)
-                        .await
-                        .map_err(|e| Error::from_redis(e, &addr, channel))?;
-                    self.channels().insert(channel.to_owned());
-                    Ok(())
+                .between_moves(async |addr, mut conn| match conn.subscribe(channel).await {
+                    Ok(()) => {
+                        self.channels().insert(channel.to_owned());
+                        Ok(())
+                    }
+                    Err(e) => {
+                        let e = Error::from_redis(e, &addr, channel);
+                        if later && e.is_transient() {
+                            self.channels().insert(channel.to_owned());
+                            self.dropped.notify_one();
+                        }
+                        Err(e)
+                    }
                 })
                 .await;
             // Moved meanwhile: subscribe on the new server (its move did

@@ -735,6 +735,38 @@ impl Backend {
     }
 
     /// Ends a subscription made by [`Backend::subscribe`].
+    /// A Redlock node's subscription: as [`subscribe`](Self::subscribe),
+    /// but a node that cannot be reached now is subscribed once it is back
+    /// (until [`forget`](Self::forget) or an unsubscribe).
+    pub(crate) async fn subscribe_or_later(&self, channel: &str) -> Result<()> {
+        match &self.conn {
+            Conn::Single(_, m) => m
+                .subscribe_or_later(channel)
+                .await
+                .inspect_err(|e| self.note(e)),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(..) => self.subscribe(channel).await,
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(_) => self.subscribe(channel).await,
+            #[cfg(leasehold_sim)]
+            Conn::Sim(_) => self.subscribe(channel).await,
+        }
+    }
+
+    /// Drops a channel [`subscribe_or_later`](Self::subscribe_or_later)
+    /// kept wanted, sending nothing.
+    pub(crate) fn forget(&self, channel: &str) {
+        match &self.conn {
+            Conn::Single(_, m) => m.forget(channel),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(..) => {}
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(_) => {}
+            #[cfg(leasehold_sim)]
+            Conn::Sim(_) => {}
+        }
+    }
+
     pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<()> {
         match &self.conn {
             Conn::Single(_, m) => m.unsubscribe(channel).await,
