@@ -300,8 +300,9 @@ pub fn non_owner_successes(probes: &[Probe]) -> Vec<Violation> {
 /// killed, another worker must get the lock within the TTL plus slack (its
 /// lease was renewed at the latest at the fault); so too after a minority
 /// of Redlock nodes stopped under a holder. After a Redlock node restarted
-/// with no holder held across it, or a frozen Redis server continued, some
-/// worker must get the lock within the same bound.
+/// with no holder held across it, or a frozen Redis server continued, or
+/// another cluster master than the lock's froze, some worker must get the
+/// lock within the same bound.
 ///
 /// Waiting in the queue adds to that: the lease of a holder stopped right
 /// after a hand-off may have been reserved for it until its queue deadline,
@@ -346,6 +347,9 @@ pub fn liveness(
                 format!("the wrapper of its holder (fence {fence}) was killed"),
             ),
             (FaultKind::RedisResumed, None) => (None, "Redis continued after a freeze".to_owned()),
+            (FaultKind::MasterFrozen { .. }, None) => {
+                (None, "another cluster master froze".to_owned())
+            }
             (FaultKind::NodesDown { .. }, Some((w, fence))) if !fault.kind.majority_down() => (
                 Some(w),
                 format!("nodes stopped under the holder of fence {fence}"),

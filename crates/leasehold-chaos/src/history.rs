@@ -91,6 +91,18 @@ pub struct LostEvent {
     pub fence: u64,
 }
 
+/// A lease a worker held on the side (`cluster-master-frozen`: on a
+/// healthy master, or on the frozen one) was lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldLost {
+    /// The worker.
+    pub worker: WorkerId,
+    /// When its `lost()` resolved.
+    pub t: Micros,
+    /// Whether the lease was on a master that was never frozen.
+    pub healthy: bool,
+}
+
 /// How an owner-checked release or extend came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -215,6 +227,12 @@ pub enum FaultKind {
     /// The stopped nodes are about to come back (restart, SIGCONT).
     /// Recorded before the first of them does.
     NodesBack,
+    /// One cluster master (not the contended lock's) was frozen with
+    /// SIGSTOP for `for_ms`, then continued. Recorded once it is frozen.
+    MasterFrozen {
+        /// How long it stays frozen, in ms.
+        for_ms: u64,
+    },
     /// One Redlock node was killed with kill -9 and started again at once
     /// with an empty dataset (no delayed restart), one of a rolling
     /// restart. Recorded once it is dead, before it starts again.
@@ -315,6 +333,8 @@ pub struct History {
     pub ops: Vec<Op>,
     /// Lost notifications.
     pub lost: Vec<LostEvent>,
+    /// Leases held on the side that were lost (`cluster-master-frozen`).
+    pub held_lost: Vec<HeldLost>,
     /// Guard releases.
     pub releases: Vec<Release>,
     /// Non-owner probes.

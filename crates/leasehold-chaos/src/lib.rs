@@ -41,8 +41,8 @@ mod worker;
 pub use clock::now_us;
 pub use command::{CommandConfig, run as run_command};
 pub use history::{
-    AcquireError, Acquisition, Fault as FaultEvent, FaultKind, History, LostEvent, Micros,
-    NodeCheck, Op, OpKind, Outcome, Probe, Register, Release, WorkerId,
+    AcquireError, Acquisition, Fault as FaultEvent, FaultKind, HeldLost, History, LostEvent,
+    Micros, NodeCheck, Op, OpKind, Outcome, Probe, Register, Release, WorkerId,
 };
 pub use monitor::GiveBacks;
 pub use runner::{Report, RunOptions, run, table};

@@ -97,6 +97,14 @@ struct WorkerArgs {
     no_probes: bool,
     #[arg(long, default_value_t = 0)]
     ballast: usize,
+    #[arg(long)]
+    cluster: bool,
+    /// Repeated: locks held on the side on masters never frozen.
+    #[arg(long)]
+    held_healthy: Vec<String>,
+    /// Repeated: locks held on the side on the frozen master.
+    #[arg(long)]
+    held_frozen: Vec<String>,
 }
 
 fn main() -> ExitCode {
@@ -174,6 +182,9 @@ fn worker(args: WorkerArgs) -> ExitCode {
         announce_slow: args.announce_slow,
         probes: !args.no_probes,
         ballast: args.ballast,
+        cluster: args.cluster,
+        held_healthy: args.held_healthy,
+        held_frozen: args.held_frozen,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -81,6 +81,21 @@ impl Procs {
         if config.ballast > 0 {
             cmd.arg(format!("--ballast={}", config.ballast));
         }
+        if config.cluster {
+            cmd.arg("--cluster");
+        }
+        cmd.args(
+            config
+                .held_healthy
+                .iter()
+                .map(|name| format!("--held-healthy={name}")),
+        );
+        cmd.args(
+            config
+                .held_frozen
+                .iter()
+                .map(|name| format!("--held-frozen={name}")),
+        );
         let child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start worker {}: {e}", self.exe.display()));

@@ -75,6 +75,13 @@ pub(crate) enum Request {
         /// The guard's fence.
         fence: u64,
     },
+    /// A lease the worker holds on the side was lost.
+    HeldLost {
+        /// When its `lost()` resolved.
+        t: Micros,
+        /// Whether it was on a healthy master.
+        healthy: bool,
+    },
     /// `release()` returned.
     Released {
         /// When.
@@ -162,6 +169,7 @@ impl Request {
                 fenced,
             } => format!("WRITE {fence} {token} {unfenced} {}", opt(*fenced)),
             Request::Lost { t, fence } => format!("LOST {t} {fence}"),
+            Request::HeldLost { t, healthy } => format!("HELDLOST {t} {}", u8::from(*healthy)),
             Request::Released { t, fence, outcome } => {
                 format!("REL {t} {fence} {}", outcome.as_str())
             }
@@ -222,6 +230,14 @@ impl Request {
             ("LOST", 2) => Request::Lost {
                 t: num(0)?,
                 fence: num(1)?,
+            },
+            ("HELDLOST", 2) => Request::HeldLost {
+                t: num(0)?,
+                healthy: match num(1)? {
+                    0 => false,
+                    1 => true,
+                    _ => return None,
+                },
             },
             ("REL", 3) => Request::Released {
                 t: num(0)?,
@@ -313,6 +329,14 @@ mod tests {
                 fenced: Some(7),
             },
             Request::Lost { t: 5, fence: 4 },
+            Request::HeldLost {
+                t: 5,
+                healthy: true,
+            },
+            Request::HeldLost {
+                t: 6,
+                healthy: false,
+            },
             Request::Released {
                 t: 6,
                 fence: 4,

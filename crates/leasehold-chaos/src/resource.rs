@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use crate::clock::now_us;
 use crate::history::{
-    AcquireError, Acquisition, Fault, History, LostEvent, Micros, NodeCheck, Op, OpKind, Probe,
-    Register, Release, WorkerId,
+    AcquireError, Acquisition, Fault, HeldLost, History, LostEvent, Micros, NodeCheck, Op, OpKind,
+    Probe, Register, Release, WorkerId,
 };
 use crate::proto::{Reply, Request};
 
@@ -181,6 +181,10 @@ impl State {
             }
             Request::Lost { t, fence } => {
                 self.history.lost.push(LostEvent { worker, t, fence });
+                Reply::Ok
+            }
+            Request::HeldLost { t, healthy } => {
+                self.history.held_lost.push(HeldLost { worker, t, healthy });
                 Reply::Ok
             }
             Request::Released { t, fence, outcome } => {

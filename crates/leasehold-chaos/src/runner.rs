@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use leasehold_testkit::{Proxy, ProxyMode, RedisServer, start_servers};
+use leasehold_testkit::{Proxy, ProxyMode, RedisCluster, RedisServer, start_servers};
 use nix::sys::signal::Signal;
 
 use crate::check::{Bounds, Outage, Violation, check_all, outages, unproven_outages, woken_notice};
@@ -98,6 +98,20 @@ impl Report {
         }
         for line in self.describe_queue_faults() {
             let _ = writeln!(s, "  {line}");
+        }
+        if self
+            .history
+            .faults
+            .iter()
+            .any(|f| matches!(f.kind, FaultKind::MasterFrozen { .. }))
+        {
+            let healthy = self.history.held_lost.iter().filter(|l| l.healthy).count();
+            let _ = writeln!(
+                s,
+                "  leases held on the side lost: {healthy} on healthy masters, {} on the frozen \
+                 one",
+                self.history.held_lost.len() - healthy
+            );
         }
         if let Some(late) = &self.late_grants {
             let total = |f: fn(&GiveBacks) -> usize| late.iter().map(f).sum::<usize>();
@@ -359,6 +373,17 @@ fn freeze(ttl: Duration) -> Duration {
     ttl * REDIS_FREEZE_TENTHS / 10
 }
 
+/// How long a [`Fault::FreezeMaster`] keeps the master frozen: longer
+/// than the TTL, so every lease on it is lost.
+fn master_freeze(ttl: Duration) -> Duration {
+    ttl * 2
+}
+
+/// Locks each worker holds on the side in `cluster-master-frozen`: on the
+/// healthy masters, and on the frozen one.
+const HELD_HEALTHY: usize = 4;
+const HELD_FROZEN: usize = 2;
+
 /// The lock every worker contends for.
 const LOCK: &str = "chaos";
 /// Lets the system settle before the first fault.
@@ -418,6 +443,8 @@ struct Injector {
     /// Longest `acquire()` of a worker.
     wait: Duration,
     state: Mutex<InjectorState>,
+    /// The cluster master a [`Fault::FreezeMaster`] freezes.
+    frozen_master: Option<nix::unistd::Pid>,
     /// Held through each rolling restart, so a hold cannot end halfway
     /// through one (its lease read, then released).
     rolling: Mutex<()>,
@@ -524,6 +551,8 @@ struct InjectorState {
     held: Option<(WorkerId, u64)>,
     /// When frozen Redis is due to continue.
     frozen_until: Option<Instant>,
+    /// When the frozen cluster master is due to continue.
+    master_frozen_until: Option<Instant>,
     /// A hand-off pause waiting for its target's acquisition.
     handoff: Option<Handoff>,
     notes: Vec<String>,
@@ -749,7 +778,8 @@ impl Injector {
             | Fault::ScriptFlush
             | Fault::PauseRedis
             | Fault::PauseHandedOff
-            | Fault::KillQueuedWaiters => Reply::Go,
+            | Fault::KillQueuedWaiters
+            | Fault::FreezeMaster => Reply::Go,
         };
         self.state().next_arm = Instant::now() + self.ttl * 2;
         reply
@@ -1197,6 +1227,7 @@ impl Injector {
     /// a blackhole once the holder reported the loss (or gave up), flush
     /// scripts.
     fn tick(&self, next_flush: &mut Instant) {
+        self.freeze_master();
         self.end_outage();
         self.roll();
         self.resume_redis();
@@ -1223,6 +1254,106 @@ impl Injector {
     }
 }
 
+impl Injector {
+    /// [`Fault::FreezeMaster`]: freezes the master once armed (and only if
+    /// the freeze ends a TTL before the run does), continues it when due,
+    /// and arms the next freeze a TTL later.
+    fn freeze_master(&self) {
+        let Some(pid) = self.frozen_master else {
+            return;
+        };
+        let now = Instant::now();
+        let freeze = master_freeze(self.ttl);
+        let mut st = self.state();
+        match st.master_frozen_until {
+            Some(until) if now >= until => {
+                nix::sys::signal::kill(pid, Signal::SIGCONT).expect("continue the master");
+                st.master_frozen_until = None;
+                st.next_arm = now + self.ttl;
+            }
+            Some(_) => {}
+            None if now >= st.next_arm && now + freeze + self.ttl <= self.end => {
+                nix::sys::signal::kill(pid, Signal::SIGSTOP).expect("freeze the master");
+                st.master_frozen_until = Some(now + freeze);
+                st.injected += 1;
+                drop(st);
+                self.record(
+                    FaultKind::MasterFrozen {
+                        for_ms: millis(freeze),
+                    },
+                    None,
+                );
+            }
+            None => {}
+        }
+    }
+
+    /// Continues a master still frozen (the run ended meanwhile).
+    fn continue_master(&self) {
+        if let Some(pid) = self.frozen_master
+            && self.state().master_frozen_until.take().is_some()
+        {
+            nix::sys::signal::kill(pid, Signal::SIGCONT).expect("continue the master");
+        }
+    }
+}
+
+/// The cluster of a `Topology::Cluster` run, the master it freezes and
+/// the locks each worker holds on the side: by worker slot, those on the
+/// healthy masters and those on the frozen one.
+struct ClusterSetup {
+    cluster: RedisCluster,
+    frozen: u16,
+    held: Vec<(Vec<String>, Vec<String>)>,
+}
+
+impl ClusterSetup {
+    /// Starts `masters` masters without replicas; a node that misses the
+    /// frozen master for longer than the run does not mark it failed (the
+    /// cluster would then refuse every slot). The frozen master is one that
+    /// does not serve the contended lock.
+    fn start(masters: usize, workers: usize) -> ClusterSetup {
+        let cluster = RedisCluster::start(masters, 0);
+        for node in cluster.nodes() {
+            let _: () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("cluster-node-timeout")
+                .arg("60000")
+                .query(&mut node.connection())
+                .expect("CONFIG SET cluster-node-timeout");
+        }
+        let master_of = |name: &str| cluster.master_of(&format!("leasehold:{{{name}}}:lock"));
+        let lock_master = master_of(LOCK);
+        let frozen = cluster
+            .master_ports()
+            .into_iter()
+            .find(|&port| port != lock_master)
+            .expect("a master besides the lock's");
+        let mut names = (0..).map(|i| format!("{LOCK}-held-{i}"));
+        let held = (0..workers)
+            .map(|_| {
+                let (mut healthy, mut on_frozen) = (Vec::new(), Vec::new());
+                while healthy.len() < HELD_HEALTHY || on_frozen.len() < HELD_FROZEN {
+                    let name = names.next().expect("endless");
+                    if master_of(&name) == frozen {
+                        if on_frozen.len() < HELD_FROZEN {
+                            on_frozen.push(name);
+                        }
+                    } else if healthy.len() < HELD_HEALTHY {
+                        healthy.push(name);
+                    }
+                }
+                (healthy, on_frozen)
+            })
+            .collect();
+        ClusterSetup {
+            cluster,
+            frozen,
+            held,
+        }
+    }
+}
+
 /// Runs `scenario` and checks the history it recorded.
 ///
 /// # Panics
@@ -1241,11 +1372,22 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Report {
             (vec![server], SINGLE_WAIT)
         }
         Topology::Redlock { nodes } => (start_servers(nodes), ttl / REDLOCK_WAIT_DIVISOR),
+        Topology::Cluster { .. } => (Vec::new(), SINGLE_WAIT),
+    };
+    let cluster = match scenario.topology {
+        Topology::Cluster { masters } => Some(ClusterSetup::start(
+            masters,
+            usize::try_from(options.workers.max(1)).expect("fits"),
+        )),
+        _ => None,
     };
     let resource = Resource::start();
     let proxy = (scenario.fault == Fault::Blackhole).then(|| Proxy::start(servers[0].port()));
     let proxy_url = proxy.as_ref().map(Proxy::url);
-    let direct_urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let direct_urls: Vec<String> = match &cluster {
+        Some(c) => c.cluster.urls(),
+        None => servers.iter().map(RedisServer::url).collect(),
+    };
     let workers = options.workers.max(1);
     let wrapper = (scenario.fault == Fault::KillRunWrapper).then(|| {
         let exe = options.leasehold_exe.clone().unwrap_or_default();
@@ -1290,9 +1432,18 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Report {
             rolling: None,
             held: None,
             frozen_until: None,
+            master_frozen_until: None,
             handoff: None,
             notes: Vec::new(),
         }),
+        frozen_master: cluster
+            .as_ref()
+            .filter(|_| scenario.fault == Fault::FreezeMaster)
+            .map(|c| {
+                nix::unistd::Pid::from_raw(
+                    i32::try_from(c.cluster.node(c.frozen).pid()).expect("pid fits"),
+                )
+            }),
         rolling: Mutex::new(()),
     });
     {
@@ -1323,7 +1474,7 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Report {
     }
     let holder_faults = !matches!(
         scenario.fault,
-        Fault::None | Fault::ScriptFlush | Fault::PauseRedis
+        Fault::None | Fault::ScriptFlush | Fault::PauseRedis | Fault::FreezeMaster
     );
     let config = |id: WorkerId, slot: u32| WorkerConfig {
         id,
@@ -1349,6 +1500,15 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Report {
         } else {
             0
         },
+        cluster: cluster.is_some(),
+        held_healthy: cluster
+            .as_ref()
+            .map(|c| c.held[slot as usize].0.clone())
+            .unwrap_or_default(),
+        held_frozen: cluster
+            .as_ref()
+            .map(|c| c.held[slot as usize].1.clone())
+            .unwrap_or_default(),
     };
     let mut slots: BTreeMap<WorkerId, u32> = BTreeMap::new();
     let mut next_id: WorkerId = 1;
@@ -1374,6 +1534,7 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Report {
             }
         }
     }
+    injector.continue_master();
     // Workers finish their iteration (an acquire may wait several TTLs).
     let (stragglers, failed) = procs.finish(wait + ttl * 3 + Duration::from_secs(1));
     injector.tick(&mut next_flush);
@@ -1408,6 +1569,20 @@ pub fn run(scenario: &Scenario, options: &RunOptions) -> Report {
             .into_iter()
             .map(|n| format!("fault did not play out: {n}")),
     );
+    if scenario.fault == Fault::FreezeMaster {
+        let (healthy, frozen): (Vec<_>, Vec<_>) = history.held_lost.iter().partition(|l| l.healthy);
+        if !healthy.is_empty() {
+            all_failures.push(format!(
+                "{} lease(s) held on healthy masters lost while another master was frozen",
+                healthy.len()
+            ));
+        }
+        if frozen.is_empty() {
+            all_failures.push(
+                "fault did not play out: no lease held on the frozen master was lost".to_owned(),
+            );
+        }
+    }
     if let Some(late) = &late_grants {
         if late.iter().all(|g| g.total() == 0) {
             all_failures.push(

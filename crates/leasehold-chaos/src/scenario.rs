@@ -153,6 +153,19 @@ pub enum Fault {
     /// holder is held across, some worker must get the lock within
     /// TTL + 1 s.
     RollingRestart,
+    /// Redis Cluster: freeze one master (not the contended lock's) with
+    /// SIGSTOP for two TTLs, then SIGCONT; again a TTL after each resume
+    /// while the run lasts.
+    ///
+    /// Every worker also holds locks on the side for the whole run, with
+    /// the scenario's TTL, renewed by its watchdog: some on the healthy
+    /// masters, some on the frozen one (taken again whenever lost). Their
+    /// renewals share the client, so a renewal held up behind the frozen
+    /// master (as before issue 24) cost the healthy ones their lease. No
+    /// lease on a healthy master may be lost; some on the frozen master
+    /// must be (the freeze bit); the contended lock, on a healthy master,
+    /// keeps being taken during each freeze.
+    FreezeMaster,
 }
 
 /// One stretch of a [`Fault::StopNodes`]: which Redlock nodes stop, by index.
@@ -182,6 +195,12 @@ pub enum Topology {
     Redlock {
         /// How many.
         nodes: usize,
+    },
+    /// A Redis Cluster of masters without replicas; the workers use
+    /// `Client::cluster` with every node's URL.
+    Cluster {
+        /// How many masters.
+        masters: usize,
     },
 }
 
@@ -440,6 +459,19 @@ pub const SCENARIOS: &[Scenario] = &[
                  (on a quorum of the others before every restart), it keeps it (no lost(), \
                  release ok), no overlap or lost update, the others get the lock within \
                  TTL + 1 s of each later restart",
+    },
+    Scenario {
+        name: "cluster-master-frozen",
+        class: Class::Safe,
+        fault: Fault::FreezeMaster,
+        topology: Topology::Cluster { masters: 3 },
+        deterministic: true,
+        ttl: TTL,
+        ci_duration: Duration::from_secs(8),
+        checks: "a 3-master cluster, one master (not the contended lock's) frozen for two TTLs, \
+                 twice, while every worker holds leases on the side on every master: none on a \
+                 healthy master is lost, some on the frozen one are, the contended lock is \
+                 taken during each freeze, no overlap or lost update",
     },
 ];
 

@@ -59,6 +59,14 @@ pub struct WorkerConfig {
     /// checker says it froze Redis (and taken anew on fresh names at the
     /// next iteration).
     pub ballast: usize,
+    /// The URLs are nodes of one Redis Cluster (`Client::cluster`).
+    pub cluster: bool,
+    /// Locks held on the side for the whole run (TTL `ttl`, renewed by the
+    /// watchdog) on masters that are never frozen: each loss is reported
+    /// ([`Request::HeldLost`]) and the lock taken again.
+    pub held_healthy: Vec<String>,
+    /// The same on the master the checker freezes.
+    pub held_frozen: Vec<String>,
 }
 
 /// Longest pause the checker may impose after a failed `acquire()`.
@@ -125,6 +133,7 @@ pub async fn run(config: WorkerConfig) -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot reach the resource: {e}"))?;
     let builder = match config.urls.as_slice() {
+        urls if config.cluster => Client::builder().cluster(urls.iter().cloned()),
         [url] => Client::builder().url(url),
         urls => Client::builder().redlock(urls.iter().cloned()),
     };
@@ -133,6 +142,18 @@ pub async fn run(config: WorkerConfig) -> Result<(), String> {
         .build()
         .await
         .map_err(|e| format!("cannot build the client: {e}"))?;
+    let (held_lost, mut held_losses) = tokio::sync::mpsc::unbounded_channel();
+    let held: Vec<_> = config
+        .held_healthy
+        .iter()
+        .map(|name| (name, true))
+        .chain(config.held_frozen.iter().map(|name| (name, false)))
+        .map(|(name, healthy)| {
+            let lock = client.lock(name).ttl(config.ttl).wait(Duration::MAX);
+            let lost = held_lost.clone();
+            tokio::spawn(hold_on(lock, healthy, lost))
+        })
+        .collect();
     let lock = client.lock(&config.lock).ttl(config.ttl).wait(config.wait);
     let mut rng = Rng::new(config.seed ^ u64::from(config.id).wrapping_mul(0x9E37_79B9));
     let mut released: Option<(u64, String)> = None;
@@ -256,8 +277,44 @@ pub async fn run(config: WorkerConfig) -> Result<(), String> {
         if released_ok {
             released = Some((fence, token));
         }
+        while let Ok((t, healthy)) = held_losses.try_recv() {
+            resource
+                .call(&Request::HeldLost { t, healthy })
+                .await
+                .map_err(io)?;
+        }
+    }
+    for task in &held {
+        task.abort();
+    }
+    while let Ok((t, healthy)) = held_losses.try_recv() {
+        resource
+            .call(&Request::HeldLost { t, healthy })
+            .await
+            .map_err(io)?;
     }
     Ok(())
+}
+
+/// Holds `lock` for as long as the worker runs: taken (waiting as long as
+/// it takes), held until `lost()`, whose time goes to `lost` with
+/// `healthy`, and taken again.
+async fn hold_on(
+    lock: leasehold::Lock,
+    healthy: bool,
+    lost: tokio::sync::mpsc::UnboundedSender<(Micros, bool)>,
+) {
+    loop {
+        match lock.acquire().await {
+            Ok(guard) => {
+                guard.lost().await;
+                if lost.send((now_us(), healthy)).is_err() {
+                    return;
+                }
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
 }
 
 /// Read, (announce,) sleep, write; returns when the guard was seen lost.

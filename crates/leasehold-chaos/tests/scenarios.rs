@@ -576,3 +576,40 @@ fn redlock_rolling_restart_keeps_the_lease_on_a_quorum() {
         "only {after} acquisitions after the holder let go"
     );
 }
+
+#[test]
+fn a_frozen_cluster_master_costs_no_lease_on_a_healthy_one() {
+    let report = run_ci("cluster-master-frozen");
+    let freezes: Vec<(u64, u64)> = report
+        .history
+        .faults
+        .iter()
+        .filter_map(|f| match f.kind {
+            FaultKind::MasterFrozen { for_ms } => Some((f.t, for_ms)),
+            _ => None,
+        })
+        .collect();
+    assert!(freezes.len() >= 2, "{}", report.summary());
+    let healthy_lost = report.history.held_lost.iter().filter(|l| l.healthy);
+    assert_eq!(healthy_lost.count(), 0, "{}", report.summary());
+    assert!(
+        report.history.held_lost.iter().any(|l| !l.healthy),
+        "no lease on the frozen master was lost: {}",
+        report.summary()
+    );
+    // The contended lock is on a healthy master: taken all through each
+    // freeze, not only after it.
+    for (t, for_ms) in freezes {
+        let during = report
+            .history
+            .acquisitions
+            .iter()
+            .filter(|a| a.t > t && a.t < t + for_ms * MS)
+            .count();
+        assert!(
+            during >= 20,
+            "{during} acquisitions during a {for_ms} ms freeze: {}",
+            report.summary()
+        );
+    }
+}
