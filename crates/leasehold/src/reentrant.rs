@@ -20,9 +20,13 @@ use crate::token::{Token, redact};
 /// process. Each acquisition is one hold with its own [`ReentrantGuard`];
 /// the lock is free again when every hold is released (or has expired).
 ///
-/// Re-entries share the fence issued when the owner took the free lock, and
-/// share one expiry on the server: it only ever grows, so a hold with a
-/// short TTL never cuts short another hold of the same owner.
+/// Re-entries share the fence issued when the owner took the free lock.
+/// Each hold has its own expiry on the server (its TTL from its last
+/// acquisition or renewal): a hold nobody renews any more (its process
+/// crashed) ends on its own, however long the owner's other holds last,
+/// and once none is live the lock is free. The key's own expiry only ever
+/// grows, so a hold with a short TTL never cuts short another hold of the
+/// same owner.
 ///
 /// # Example
 ///
@@ -224,7 +228,8 @@ pub struct ReentrantStatus {
     /// one can take and release the lock as that owner, so it is never
     /// shown whole.
     pub owner: Option<String>,
-    /// How many holds the owner has (each acquisition is one); 0 when free.
+    /// How many live holds the owner has (each acquisition is one; a hold
+    /// past its own expiry does not count); 0 when free.
     pub holds: usize,
     /// The lock's remaining lease (shared by the owner's holds), or `None`
     /// when free.

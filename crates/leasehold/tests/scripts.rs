@@ -899,6 +899,54 @@ fn reentrant_extend_renews_existing_holds_and_leaves_the_rest() {
     assert_eq!(plain, "plain");
 }
 
+/// Issue 24, item 5: each hold ends on its own. A hold whose process
+/// crashed (never renewed) ends after its TTL although the same owner's
+/// other hold keeps the key alive: a renewal finds it gone, status counts
+/// the live hold only, and the live hold's release frees the lock at once
+/// (it stayed held by the crashed hold until the key's TTL ran out). A
+/// hold written by an earlier version (`1`, no expiry of its own) lives as
+/// long as the key.
+#[test]
+fn reentrant_holds_end_on_their_own_and_the_last_live_release_frees_the_lock() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    assert_eq!(re_acquire(&mut conn, "o", "crashed", 200).0, 1);
+    assert_eq!(re_acquire(&mut conn, "o", "live", 60_000).0, 1);
+    // Nobody renews the crashed hold: 200 ms of the server's clock end it.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let status: (Option<String>, i64, i64, Option<i64>) = redis::Script::new(&RE_STATUS)
+        .key(LOCK)
+        .key(FENCE)
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(
+        (status.0.as_deref(), status.1),
+        (Some("o"), 1),
+        "{status:?}"
+    );
+    let renewed: Vec<i64> = redis::Script::new(&RE_EXTEND)
+        .key(LOCK)
+        .arg("crashed")
+        .arg(60_000)
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(renewed, vec![0], "an ended hold is not renewed");
+    assert_eq!(re_release(&mut conn, "o", "live"), 1);
+    let held: bool = conn.exists(LOCK).unwrap();
+    assert!(
+        !held,
+        "the lock is free once its last live hold is given back"
+    );
+    assert_eq!(re_acquire(&mut conn, "other", "x", 60_000).0, 1);
+    assert_eq!(re_release(&mut conn, "other", "x"), 1);
+
+    // An earlier version's hold: no expiry of its own.
+    assert_eq!(re_acquire(&mut conn, "o", "new", 60_000).0, 1);
+    let _: () = conn.hset(LOCK, "h:old", 1).unwrap();
+    assert_eq!(re_release(&mut conn, "o", "new"), 1);
+    assert_eq!(hold_fields(&mut conn), ["h:old"]);
+}
+
 #[test]
 fn reentrant_acquire_refuses_a_plain_lock_key_untouched() {
     let server = RedisServer::start();

@@ -45,6 +45,38 @@ local function now_ms()
   return (now_both())
 end
 
+-- Reentrant holds: field 'h:<hold id>' of the lock's hash holds the hold's own expiry (server
+-- time in ms), so a hold that is not renewed (its process crashed) ends on its own even while
+-- the same owner's other holds keep the key alive. A value below this (an earlier version's
+-- '1') has no expiry of its own: it lives as long as the key.
+local LEGACY_HOLD = 100000000000
+
+-- Whether a hold whose field holds value is live at now (ms).
+local function hold_live(value, now)
+  local at = tonumber(value)
+  return at ~= nil and (at < LEGACY_HOLD or at > now)
+end
+
+-- Deletes the holds of the reentrant lock at key that ended before now (ms) if prune, and
+-- returns how many are live.
+local function live_holds(key, now, prune)
+  local fields = redis.call('HGETALL', key)
+  local live, ended = 0, {}
+  for i = 1, #fields, 2 do
+    if string.sub(fields[i], 1, 2) == 'h:' then
+      if hold_live(fields[i + 1], now) then
+        live = live + 1
+      else
+        ended[#ended + 1] = fields[i]
+      end
+    end
+  end
+  if prune and #ended > 0 then
+    redis.call('HDEL', key, unpack(ended))
+  end
+  return live
+end
+
 -- The next fence of the name whose fence key is fence_key, kept at least memory_ms (a
 -- positive integer) from now_ms; now_ms and now_us are the server time (now_both()).
 -- Returns the fence, or nil and the error reply when the fence key holds another type (then

@@ -8,7 +8,9 @@
 -- ARGV[3] '1' to publish by SPUBLISH (see publish in prelude.lua)
 -- ARGV[4] '1' to drop the name's last fence when the lock is freed (drop_fence)
 -- Returns 1 if a hold was given back, 0 if the lock or that hold is missing (expired or
--- released), -1 if another owner holds it (then nothing is changed).
+-- released), -1 if another owner holds it (then nothing is changed but dropping holds that
+-- ended). Holds that ended (see prelude.lua) are dropped first; when none is left live the
+-- lock is freed as at the last hold.
 local record = ARGV[2] == '' and KEYS[4]
 if record then
   local done = redis.call('GET', record)
@@ -17,9 +19,21 @@ if record then
   end
 end
 
+local function free()
+  redis.call('DEL', KEYS[1])
+  if ARGV[4] == '1' and KEYS[3] then
+    drop_fence(KEYS[3])
+  end
+  publish(ARGV[3], KEYS[2], '')
+end
+
 local function give_back()
   local holder = redis.call('HGET', KEYS[1], 'owner')
   if not holder then
+    return 0
+  end
+  if live_holds(KEYS[1], now_ms(), true) == 0 then
+    free()
     return 0
   end
   if ARGV[1] ~= '' and holder ~= ARGV[1] then
@@ -43,13 +57,9 @@ local function give_back()
     end
   end
   redis.call('HDEL', KEYS[1], hold)
-  -- The hash keeps 'owner' and 'fence' besides one field per hold.
+  -- The hash keeps 'owner' and 'fence' besides one field per hold (live ones only now).
   if redis.call('HLEN', KEYS[1]) <= 2 then
-    redis.call('DEL', KEYS[1])
-    if ARGV[4] == '1' and KEYS[3] then
-      drop_fence(KEYS[3])
-    end
-    publish(ARGV[3], KEYS[2], '')
+    free()
   end
   return 1
 end
