@@ -58,16 +58,15 @@ local function hold_live(value, now)
 end
 
 -- Deletes the holds of the reentrant lock at key that ended before now (ms) if prune, and
--- returns how many are live.
+-- returns how many are live. (HKEYS and HGET: the commands a lock user may already run.)
 local function live_holds(key, now, prune)
-  local fields = redis.call('HGETALL', key)
   local live, ended = 0, {}
-  for i = 1, #fields, 2 do
-    if string.sub(fields[i], 1, 2) == 'h:' then
-      if hold_live(fields[i + 1], now) then
+  for _, field in ipairs(redis.call('HKEYS', key)) do
+    if string.sub(field, 1, 2) == 'h:' then
+      if hold_live(redis.call('HGET', key, field), now) then
         live = live + 1
       else
-        ended[#ended + 1] = fields[i]
+        ended[#ended + 1] = field
       end
     end
   end
