@@ -1,16 +1,19 @@
 //! Dispatch, and the one-shot commands: acquire, extend, release, status, list.
 
-use std::time::Duration;
-
-use leasehold::{Client, Lock, LockGuard, LockKind};
+use leasehold::{Client, LockKind};
 use serde_json::{Value, json};
 
 use crate::cli::{
     AcquireArgs, Cli, Command, CompletionsArgs, ExtendArgs, Global, LeaseArgs, ListArgs,
-    ReleaseArgs, Servers, StatusArgs,
+    ReleaseArgs, StatusArgs,
 };
-use crate::exit::{self, Failure};
+use crate::exit::Failure;
+use crate::hold::take;
 use crate::output::{self, Row, emit, emit_json, millis};
+use crate::session::{connect, connect_for};
+
+/// The man page, leasehold(1), written by build.rs from the clap definition.
+pub(crate) const MAN_PAGE: &str = include_str!(concat!(env!("OUT_DIR"), "/leasehold.1"));
 
 /// Runs the parsed command line; returns the exit code on success.
 pub(crate) async fn dispatch(cli: Cli) -> Result<u8, Failure> {
@@ -34,7 +37,7 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::List(args) => list(global, args).await,
         Command::Completions(args) => Ok(completions(&args)),
         Command::Man => {
-            emit(crate::MAN_PAGE.trim_end());
+            emit(MAN_PAGE.trim_end());
             Ok(0)
         }
         Command::Demo(args) => crate::demo::demo(global, args).await,
@@ -48,154 +51,6 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::RunExec(args) => Ok(crate::run::exec(args)),
         Command::RunWatch(args) => Ok(crate::run::watch(&args)),
     }
-}
-
-/// Connects to the Redis the global options name: one server, a Redlock
-/// over three or more, a cluster or a Sentinel-watched master; within
-/// `--connect-timeout`.
-pub(crate) async fn connect(global: &Global) -> Result<Client, Failure> {
-    connect_riding(global, None).await
-}
-
-/// [`connect`] for a command that waits for its hold (`run`, `acquire`):
-/// through Sentinel, while the master the sentinels name is dead or not a
-/// master yet, the sentinels are asked again for up to the hold's `--wait`
-/// (`--connect-timeout` with `--no-wait`), so a run started during a
-/// failover waits for it, as it would for a holder, instead of exiting 69.
-pub(crate) async fn connect_for(global: &Global, lease: &LeaseArgs) -> Result<Client, Failure> {
-    let ride = (!lease.no_wait).then_some(lease.wait);
-    connect_riding(global, ride).await
-}
-
-/// [`connect`]; through Sentinel, riding through a failover for up to
-/// `ride` (else `--connect-timeout`).
-async fn connect_riding(global: &Global, ride: Option<Duration>) -> Result<Client, Failure> {
-    let servers = global.servers()?;
-    let tls = global.tls()?;
-    let mut builder = Client::builder().prefix(&global.prefix);
-    // How long connecting may take: --connect-timeout, or through Sentinel
-    // the wait of the hold if longer (riding through a failover).
-    let mut limit = global.connect_timeout;
-    let tls_urls: Vec<String> = match &servers {
-        Servers::One(url) => vec![url.clone()],
-        Servers::Redlock(urls) | Servers::Cluster(urls) => urls.clone(),
-        Servers::Sentinel { .. } => Vec::new(),
-    }
-    .iter()
-    .filter(|url| url.trim_start().starts_with("rediss://"))
-    .filter_map(|url| crate::cli::address_of(url).ok())
-    .collect();
-    let place = match servers {
-        Servers::One(url) => {
-            let place = format!("Redis at {}", redacted(&url));
-            builder = builder.url(url);
-            place
-        }
-        Servers::Redlock(urls) => {
-            let place = format!("the {} Redlock nodes", urls.len());
-            builder = builder.redlock(urls);
-            if let Some(timeout) = global.node_timeout {
-                builder = builder.node_timeout(timeout);
-            }
-            place
-        }
-        Servers::Cluster(urls) => {
-            let place = format!("the cluster at {}", list_of(&urls));
-            builder = builder.cluster(urls);
-            place
-        }
-        Servers::Sentinel { sentinels, master } => {
-            let place = format!(
-                "master {master:?} through the sentinels at {}",
-                list_of(&sentinels)
-            );
-            limit = ride.map_or(limit, |ride| ride.max(limit));
-            builder = builder.sentinel(sentinels, &master).failover_wait(limit);
-            place
-        }
-    };
-    if let Some(ca) = &tls.ca {
-        builder = builder.tls_ca_cert(ca);
-    }
-    if let Some((cert, key)) = &tls.client {
-        builder = builder.tls_client_cert(cert, key);
-    }
-    let failure = match tokio::time::timeout(limit, builder.build()).await {
-        Ok(Ok(client)) => {
-            tracing::debug!(to = %place, "connected");
-            return Ok(client);
-        }
-        Ok(Err(err)) => Failure::from(err),
-        Err(_) if limit > global.connect_timeout => Failure::with_code(
-            exit::UNAVAILABLE,
-            format!(
-                "{place} could not be reached within {} (--wait): the sentinels named no \
-                 master that answers as one; check the master and the sentinels",
-                humantime::format_duration(limit)
-            ),
-        ),
-        Err(_) => Failure::with_code(
-            exit::UNAVAILABLE,
-            format!(
-                "no answer from {place} within {} (--connect-timeout): the server is down, \
-                 paused or not Redis; check that it runs and that --url names it, or allow \
-                 longer with --connect-timeout",
-                humantime::format_duration(global.connect_timeout)
-            ),
-        ),
-    };
-    // A TLS handshake sent to a plain port gets no answer (Redis waits for
-    // the end of an inline command that never comes): say so.
-    for address in tls_urls {
-        if answers_in_plain_text(&address).await {
-            return Err(Failure::with_code(
-                exit::UNAVAILABLE,
-                format!(
-                    "TLS with Redis at {address} failed: the server answers in plain text, not \
-                     TLS, so it never answered the TLS handshake; write the --url as \
-                     redis://{address}, or give the server's TLS port (its tls-port)"
-                ),
-            ));
-        }
-    }
-    Err(failure)
-}
-
-/// Whether `address` (host:port) answers a plain-text PING like Redis does,
-/// within half a second.
-async fn answers_in_plain_text(address: &str) -> bool {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let probe = async {
-        let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
-        stream.write_all(b"PING\r\n").await.ok()?;
-        let mut reply = [0u8; 1];
-        stream.read_exact(&mut reply).await.ok()?;
-        // +PONG, or -NOAUTH / -ERR from a server that wants a password.
-        Some(matches!(reply[0], b'+' | b'-'))
-    };
-    tokio::time::timeout(Duration::from_millis(500), probe)
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or(false)
-}
-
-/// A URL without its password, for messages.
-fn redacted(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}://{}", &url[..scheme], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
-}
-
-/// URLs joined for messages, passwords left out.
-fn list_of(urls: &[String]) -> String {
-    urls.iter()
-        .map(|u| redacted(u))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// `leasehold completions SHELL`: the completion script on stdout.
@@ -214,71 +69,6 @@ fn completions(args: &CompletionsArgs) -> u8 {
     let mut out = std::io::stdout().lock();
     clap_complete::generate(shell, &mut visible, "leasehold", &mut out);
     0
-}
-
-/// Connects to `url` with keys under `prefix`.
-pub(crate) async fn connect_to(url: &str, prefix: &str) -> Result<Client, Failure> {
-    Ok(Client::builder().url(url).prefix(prefix).build().await?)
-}
-
-/// Takes the lock `name` per `lease`.
-pub(crate) async fn take(
-    client: &Client,
-    name: &str,
-    lease: &LeaseArgs,
-) -> Result<LockGuard, Failure> {
-    let mut lock: Lock = client
-        .lock(name)
-        .ttl(lease.ttl)
-        .wait(lease.wait)
-        .lock_delay(lease.lock_delay);
-    if let Some(at_least) = lease.at_least {
-        lock = lock.hold_at_least(at_least);
-    }
-    per_lease(
-        lease,
-        async || lock.try_acquire().await,
-        async || lock.acquire().await,
-        || format!("lock {name:?} is held by someone else; see who with `leasehold status {name}`"),
-        crate::progress::Watch::lock(client, name),
-    )
-    .await
-}
-
-/// Acquires per `lease`: `wait` (the handle waits up to `--wait`, for
-/// ever by default), or with `--no-wait` `once`, which fails when the hold
-/// is taken; `busy` says by whom, for that message. Both failures exit
-/// with `-E` (75 unless given). While it waits on a terminal, `watch`
-/// keeps a one-line status on stderr.
-pub(crate) async fn per_lease<G>(
-    lease: &LeaseArgs,
-    once: impl AsyncFnOnce() -> leasehold::Result<Option<G>>,
-    wait: impl AsyncFnOnce() -> leasehold::Result<G>,
-    busy: impl FnOnce() -> String,
-    watch: crate::progress::Watch,
-) -> Result<G, Failure> {
-    if lease.no_wait {
-        return once().await?.ok_or_else(|| {
-            Failure::with_code(
-                lease.conflict,
-                format!("{} (--no-wait); try later, or wait with --wait", busy()),
-            )
-        });
-    }
-    let waited = if lease.progress {
-        crate::progress::while_waiting(watch, wait()).await
-    } else {
-        wait().await
-    };
-    waited.map_err(|err| {
-        let timed_out = matches!(err, leasehold::Error::Timeout { .. });
-        let failure = Failure::from(err);
-        if timed_out {
-            Failure::with_code(lease.conflict, failure.message)
-        } else {
-            failure
-        }
-    })
 }
 
 /// `leasehold acquire`: take the lock, stop renewing, print token and fence.

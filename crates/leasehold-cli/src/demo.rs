@@ -13,10 +13,10 @@ use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
 use crate::cli::{DemoArgs, Global};
-use crate::commands::connect_to;
 use crate::exit::{self, Failure};
 use crate::measure::{Held, handoff_gaps, hold, pct, percentile};
 use crate::output::{emit, emit_json, short};
+use crate::session::connect_to;
 use crate::session::{Stop, Target, plain_connection};
 
 /// The lock the workers contend for.

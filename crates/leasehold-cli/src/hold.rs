@@ -4,10 +4,11 @@
 //! guards share their methods but no trait, so one enum lets `run`
 //! supervise any of them the same way.
 
-use leasehold::{Client, Leadership, LockGuard, MultiLockGuard, Permit, ReadGuard, WriteGuard};
+use leasehold::{
+    Client, Leadership, Lock, LockGuard, MultiLockGuard, Permit, ReadGuard, WriteGuard,
+};
 
 use crate::cli::{LeaseArgs, Mode};
-use crate::commands::{per_lease, take};
 use crate::exit::Failure;
 use crate::progress::Watch;
 
@@ -302,4 +303,64 @@ pub(crate) async fn take_all(
     )
     .await?;
     Ok(held(guard))
+}
+
+/// Takes the lock `name` per `lease`.
+pub(crate) async fn take(
+    client: &Client,
+    name: &str,
+    lease: &LeaseArgs,
+) -> Result<LockGuard, Failure> {
+    let mut lock: Lock = client
+        .lock(name)
+        .ttl(lease.ttl)
+        .wait(lease.wait)
+        .lock_delay(lease.lock_delay);
+    if let Some(at_least) = lease.at_least {
+        lock = lock.hold_at_least(at_least);
+    }
+    per_lease(
+        lease,
+        async || lock.try_acquire().await,
+        async || lock.acquire().await,
+        || format!("lock {name:?} is held by someone else; see who with `leasehold status {name}`"),
+        crate::progress::Watch::lock(client, name),
+    )
+    .await
+}
+
+/// Acquires per `lease`: `wait` (the handle waits up to `--wait`, for
+/// ever by default), or with `--no-wait` `once`, which fails when the hold
+/// is taken; `busy` says by whom, for that message. Both failures exit
+/// with `-E` (75 unless given). While it waits on a terminal, `watch`
+/// keeps a one-line status on stderr.
+pub(crate) async fn per_lease<G>(
+    lease: &LeaseArgs,
+    once: impl AsyncFnOnce() -> leasehold::Result<Option<G>>,
+    wait: impl AsyncFnOnce() -> leasehold::Result<G>,
+    busy: impl FnOnce() -> String,
+    watch: crate::progress::Watch,
+) -> Result<G, Failure> {
+    if lease.no_wait {
+        return once().await?.ok_or_else(|| {
+            Failure::with_code(
+                lease.conflict,
+                format!("{} (--no-wait); try later, or wait with --wait", busy()),
+            )
+        });
+    }
+    let waited = if lease.progress {
+        crate::progress::while_waiting(watch, wait()).await
+    } else {
+        wait().await
+    };
+    waited.map_err(|err| {
+        let timed_out = matches!(err, leasehold::Error::Timeout { .. });
+        let failure = Failure::from(err);
+        if timed_out {
+            Failure::with_code(lease.conflict, failure.message)
+        } else {
+            failure
+        }
+    })
 }

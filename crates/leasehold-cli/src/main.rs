@@ -33,9 +33,6 @@ use std::time::Duration;
 use crate::cli::Parsed;
 use crate::exit::Failure;
 
-/// The man page, leasehold(1), written by build.rs from the clap definition.
-pub(crate) const MAN_PAGE: &str = include_str!(concat!(env!("OUT_DIR"), "/leasehold.1"));
-
 /// Parses the command line, runs the command on a Tokio runtime, and exits
 /// with its code (one line on stderr on failure).
 fn main() -> ExitCode {

@@ -58,10 +58,10 @@ use tokio::signal::unix::SignalKind;
 use tokio::time::Instant;
 
 use crate::cli::{Global, LeaseArgs, RunArgs};
-use crate::commands::connect_for;
 use crate::exit::{self, Failure};
 use crate::hold::{Held, take_all, take_hold, take_leadership};
 use crate::session::catch;
+use crate::session::connect_for;
 use watch::Watcher;
 
 /// `leasehold run NAME [NAME]... -- CMD...`: returns CMD's exit code, or 70 when the

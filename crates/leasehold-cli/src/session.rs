@@ -1,11 +1,16 @@
-//! Where `demo` and `bench` run: the Redis the user named, or a private
+//! Connecting to the Redis the command line names (every command's
+//! client, riding through a Sentinel failover for those that wait), and
+//! where `demo` and `bench` run: the Redis the user named, or a private
 //! throwaway one, and the signals that end them early through the path that
 //! stops that server.
 
+use std::time::Duration;
+
+use leasehold::Client;
 use redis::aio::MultiplexedConnection;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::cli::{Global, single};
+use crate::cli::{Global, LeaseArgs, Servers, single};
 use crate::embedded::EmbeddedRedis;
 use crate::exit::{self, Failure};
 
@@ -118,4 +123,157 @@ pub(crate) fn redis_failure(e: redis::RedisError, doing: &str) -> Failure {
         exit::UNAVAILABLE
     };
     Failure::with_code(code, format!("Redis error {doing}: {e}"))
+}
+
+/// Connects to the Redis the global options name: one server, a Redlock
+/// over three or more, a cluster or a Sentinel-watched master; within
+/// `--connect-timeout`.
+pub(crate) async fn connect(global: &Global) -> Result<Client, Failure> {
+    connect_riding(global, None).await
+}
+
+/// [`connect`] for a command that waits for its hold (`run`, `acquire`):
+/// through Sentinel, while the master the sentinels name is dead or not a
+/// master yet, the sentinels are asked again for up to the hold's `--wait`
+/// (`--connect-timeout` with `--no-wait`), so a run started during a
+/// failover waits for it, as it would for a holder, instead of exiting 69.
+pub(crate) async fn connect_for(global: &Global, lease: &LeaseArgs) -> Result<Client, Failure> {
+    let ride = (!lease.no_wait).then_some(lease.wait);
+    connect_riding(global, ride).await
+}
+
+/// [`connect`]; through Sentinel, riding through a failover for up to
+/// `ride` (else `--connect-timeout`).
+async fn connect_riding(global: &Global, ride: Option<Duration>) -> Result<Client, Failure> {
+    let servers = global.servers()?;
+    let tls = global.tls()?;
+    let mut builder = Client::builder().prefix(&global.prefix);
+    // How long connecting may take: --connect-timeout, or through Sentinel
+    // the wait of the hold if longer (riding through a failover).
+    let mut limit = global.connect_timeout;
+    let tls_urls: Vec<String> = match &servers {
+        Servers::One(url) => vec![url.clone()],
+        Servers::Redlock(urls) | Servers::Cluster(urls) => urls.clone(),
+        Servers::Sentinel { .. } => Vec::new(),
+    }
+    .iter()
+    .filter(|url| url.trim_start().starts_with("rediss://"))
+    .filter_map(|url| crate::cli::address_of(url).ok())
+    .collect();
+    let place = match servers {
+        Servers::One(url) => {
+            let place = format!("Redis at {}", redacted(&url));
+            builder = builder.url(url);
+            place
+        }
+        Servers::Redlock(urls) => {
+            let place = format!("the {} Redlock nodes", urls.len());
+            builder = builder.redlock(urls);
+            if let Some(timeout) = global.node_timeout {
+                builder = builder.node_timeout(timeout);
+            }
+            place
+        }
+        Servers::Cluster(urls) => {
+            let place = format!("the cluster at {}", list_of(&urls));
+            builder = builder.cluster(urls);
+            place
+        }
+        Servers::Sentinel { sentinels, master } => {
+            let place = format!(
+                "master {master:?} through the sentinels at {}",
+                list_of(&sentinels)
+            );
+            limit = ride.map_or(limit, |ride| ride.max(limit));
+            builder = builder.sentinel(sentinels, &master).failover_wait(limit);
+            place
+        }
+    };
+    if let Some(ca) = &tls.ca {
+        builder = builder.tls_ca_cert(ca);
+    }
+    if let Some((cert, key)) = &tls.client {
+        builder = builder.tls_client_cert(cert, key);
+    }
+    let failure = match tokio::time::timeout(limit, builder.build()).await {
+        Ok(Ok(client)) => {
+            tracing::debug!(to = %place, "connected");
+            return Ok(client);
+        }
+        Ok(Err(err)) => Failure::from(err),
+        Err(_) if limit > global.connect_timeout => Failure::with_code(
+            exit::UNAVAILABLE,
+            format!(
+                "{place} could not be reached within {} (--wait): the sentinels named no \
+                 master that answers as one; check the master and the sentinels",
+                humantime::format_duration(limit)
+            ),
+        ),
+        Err(_) => Failure::with_code(
+            exit::UNAVAILABLE,
+            format!(
+                "no answer from {place} within {} (--connect-timeout): the server is down, \
+                 paused or not Redis; check that it runs and that --url names it, or allow \
+                 longer with --connect-timeout",
+                humantime::format_duration(global.connect_timeout)
+            ),
+        ),
+    };
+    // A TLS handshake sent to a plain port gets no answer (Redis waits for
+    // the end of an inline command that never comes): say so.
+    for address in tls_urls {
+        if answers_in_plain_text(&address).await {
+            return Err(Failure::with_code(
+                exit::UNAVAILABLE,
+                format!(
+                    "TLS with Redis at {address} failed: the server answers in plain text, not \
+                     TLS, so it never answered the TLS handshake; write the --url as \
+                     redis://{address}, or give the server's TLS port (its tls-port)"
+                ),
+            ));
+        }
+    }
+    Err(failure)
+}
+
+/// Whether `address` (host:port) answers a plain-text PING like Redis does,
+/// within half a second.
+async fn answers_in_plain_text(address: &str) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let probe = async {
+        let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
+        stream.write_all(b"PING\r\n").await.ok()?;
+        let mut reply = [0u8; 1];
+        stream.read_exact(&mut reply).await.ok()?;
+        // +PONG, or -NOAUTH / -ERR from a server that wants a password.
+        Some(matches!(reply[0], b'+' | b'-'))
+    };
+    tokio::time::timeout(Duration::from_millis(500), probe)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
+}
+
+/// A URL without its password, for messages.
+fn redacted(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// URLs joined for messages, passwords left out.
+fn list_of(urls: &[String]) -> String {
+    urls.iter()
+        .map(|u| redacted(u))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Connects to `url` with keys under `prefix`.
+pub(crate) async fn connect_to(url: &str, prefix: &str) -> Result<Client, Failure> {
+    Ok(Client::builder().url(url).prefix(prefix).build().await?)
 }

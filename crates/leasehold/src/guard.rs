@@ -256,7 +256,7 @@ macro_rules! guard_api {
             /// Redis did not answer the renewals sent in time;
             /// [`Expired`](crate::LostReason::Expired): none was (this
             /// process paused), or Redis no longer had it.
-            pub fn lost_reason(&self) -> Option<crate::LostReason> {
+            pub fn lost_reason(&self) -> Option<crate::telemetry::LostReason> {
                 self.held.lost_reason()
             }
 

@@ -515,7 +515,7 @@ mod tests {
         let before = held.snapshot().valid_until;
         let failed = held
             .extend(Duration::from_secs(60), || async {
-                Err(crate::Error::InvalidArgument("no answer".into()))
+                Err(crate::error::Error::InvalidArgument("no answer".into()))
             })
             .await;
         assert!(failed.is_err());

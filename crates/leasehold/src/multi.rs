@@ -425,7 +425,7 @@ impl MultiLockGuard {
 
     /// Why the first name whose lease is lost lost it (see
     /// [`LockGuard::lost_reason`]); `None` while none is.
-    pub fn lost_reason(&self) -> Option<crate::LostReason> {
+    pub fn lost_reason(&self) -> Option<crate::telemetry::LostReason> {
         self.guards.iter().find_map(LockGuard::lost_reason)
     }
 

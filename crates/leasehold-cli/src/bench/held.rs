@@ -10,8 +10,8 @@ use tokio::task::JoinSet;
 
 use super::report::{Figure, Goal, Row, Section, Unit};
 use super::{Context, server};
-use crate::commands::connect_to;
 use crate::exit::{self, Failure};
+use crate::session::connect_to;
 
 /// Tasks that acquire (and later release) the leases.
 const TASKS: usize = 256;

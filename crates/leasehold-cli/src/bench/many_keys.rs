@@ -8,8 +8,8 @@ use tokio::task::JoinSet;
 
 use super::report::{Figure, Goal, Row, Section, Unit};
 use super::{Context, raw};
-use crate::commands::connect_to;
 use crate::exit::{self, Failure};
+use crate::session::connect_to;
 
 /// Lease length (never reached: each lease is released at once).
 const TTL: Duration = Duration::from_secs(10);

@@ -15,8 +15,8 @@ use serde_json::{Value, json};
 
 use super::Context;
 use super::server;
-use crate::commands::connect_to;
 use crate::exit::{self, Failure};
+use crate::session::connect_to;
 use crate::session::plain_connection;
 
 /// Lock names, each used once.

@@ -23,9 +23,9 @@ use super::raw::{self, RawKeys};
 use super::report::{Figure, Goal, Row, Section, Unit};
 use super::uncontended::{mean, p50, p99, stats, timed};
 use super::{Context, Series};
-use crate::commands::connect_to;
 use crate::embedded::EmbeddedRedis;
 use crate::exit::Failure;
+use crate::session::connect_to;
 
 /// Redlock nodes.
 pub(crate) const NODES: usize = 5;

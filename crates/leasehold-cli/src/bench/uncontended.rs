@@ -13,9 +13,9 @@ use super::report::{Figure, Goal, Row, Section, Unit};
 use super::server::{self, CommandStats};
 use super::{Context, Series, raw};
 use crate::cli::Library;
-use crate::commands::connect_to;
 use crate::exit::{self, Failure};
 use crate::measure::percentile;
+use crate::session::connect_to;
 use crate::session::plain_connection;
 
 /// Lease length for every implementation (never reached: each op releases).

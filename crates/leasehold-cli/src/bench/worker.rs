@@ -14,10 +14,10 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::cli::{BenchWorkerArgs, Global, Library};
-use crate::commands::connect_to;
 use crate::exit::{self, Failure};
 use crate::measure::hold;
 use crate::output::{emit, emit_json};
+use crate::session::connect_to;
 
 /// How long a worker waits for `go` after saying `ready`.
 const GO_WAIT: Duration = Duration::from_secs(60);

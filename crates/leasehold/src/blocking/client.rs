@@ -30,7 +30,7 @@ use crate::error::Result;
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    inner: crate::Client,
+    inner: crate::client::Client,
     rt: Rt,
 }
 
@@ -51,7 +51,7 @@ impl Client {
     /// cannot be started.
     #[track_caller]
     pub fn connect(url: &str) -> Result<Client> {
-        Client::build(crate::Client::builder().url(url))
+        Client::build(crate::client::Client::builder().url(url))
     }
 
     /// Connects with the options of an async [`crate::ClientBuilder`]; the
@@ -62,7 +62,7 @@ impl Client {
     /// As the async method; [`crate::Error::Unsupported`] if the runtime thread
     /// cannot be started.
     #[track_caller]
-    pub fn build(builder: crate::ClientBuilder) -> Result<Client> {
+    pub fn build(builder: crate::client::ClientBuilder) -> Result<Client> {
         refuse_inside_async();
         let rt = Rt::start()?;
         let inner = rt.block_on(builder.build())?;
@@ -81,7 +81,7 @@ impl Client {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        Client::build(crate::Client::builder().redlock(urls))
+        Client::build(crate::client::Client::builder().redlock(urls))
     }
 
     /// The blocking form of [`crate::Client::cluster`] (feature `cluster`).
@@ -97,7 +97,7 @@ impl Client {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        Client::build(crate::Client::builder().cluster(urls))
+        Client::build(crate::client::Client::builder().cluster(urls))
     }
 
     /// The blocking form of [`crate::Client::sentinel`] (feature `sentinel`).
@@ -113,7 +113,7 @@ impl Client {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        Client::build(crate::Client::builder().sentinel(sentinel_urls, master_name))
+        Client::build(crate::client::Client::builder().sentinel(sentinel_urls, master_name))
     }
 
     /// A handle to the lease lock `name`; see [`crate::Client::lock`].
@@ -164,7 +164,7 @@ impl Client {
     ///
     /// As the async method.
     #[track_caller]
-    pub fn list(&self, pattern: &str) -> Result<Vec<crate::LockStatus>> {
+    pub fn list(&self, pattern: &str) -> Result<Vec<crate::lock::LockStatus>> {
         self.rt.block_on(self.inner.list(pattern))
     }
 

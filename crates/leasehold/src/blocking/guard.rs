@@ -62,7 +62,7 @@ impl<G: AsyncGuard> Guard<G> {
     /// Why the lease was lost (of a `MultiLockGuard`, the first lost
     /// name's); `None` while it is not. See
     /// [`crate::LockGuard::lost_reason`].
-    pub fn lost_reason(&self) -> Option<crate::LostReason> {
+    pub fn lost_reason(&self) -> Option<crate::telemetry::LostReason> {
         self.inner.lost_reason()
     }
 

@@ -16,7 +16,7 @@ use crate::error::Result;
 /// Implemented for the library's guards only (it is not nameable outside).
 pub trait AsyncGuard {
     fn is_lost(&self) -> bool;
-    fn lost_reason(&self) -> Option<crate::LostReason>;
+    fn lost_reason(&self) -> Option<crate::telemetry::LostReason>;
     fn valid_for(&self) -> Duration;
     fn lost(&self) -> impl Future<Output = ()>;
     fn extend(&self, ttl: Duration) -> impl Future<Output = Result<()>>;
@@ -31,12 +31,12 @@ pub trait AsyncLease: AsyncGuard {
     fn name(&self) -> &str;
 }
 
-impl_each!(AsyncGuard for crate::LockGuard, crate::ReentrantGuard, crate::ReadGuard,
-    crate::WriteGuard, crate::Permit, crate::Leadership, crate::MultiLockGuard => {
+impl_each!(AsyncGuard for crate::lock::LockGuard, crate::reentrant::ReentrantGuard, crate::rwlock::ReadGuard,
+    crate::rwlock::WriteGuard, crate::semaphore::Permit, crate::election::Leadership, crate::multi::MultiLockGuard => {
     fn is_lost(&self) -> bool {
         Self::is_lost(self)
     }
-    fn lost_reason(&self) -> Option<crate::LostReason> {
+    fn lost_reason(&self) -> Option<crate::telemetry::LostReason> {
         Self::lost_reason(self)
     }
     fn valid_for(&self) -> Duration {
@@ -53,8 +53,8 @@ impl_each!(AsyncGuard for crate::LockGuard, crate::ReentrantGuard, crate::ReadGu
     }
 });
 
-impl_each!(AsyncLease for crate::LockGuard, crate::ReentrantGuard, crate::ReadGuard,
-    crate::WriteGuard, crate::Permit, crate::Leadership => {
+impl_each!(AsyncLease for crate::lock::LockGuard, crate::reentrant::ReentrantGuard, crate::rwlock::ReadGuard,
+    crate::rwlock::WriteGuard, crate::semaphore::Permit, crate::election::Leadership => {
     fn fence(&self) -> u64 {
         Self::fence(self)
     }
@@ -117,8 +117,8 @@ pub trait Acquire: Hold {
     fn status(&self) -> impl Future<Output = Result<Self::Status>>;
 }
 
-impl_each!(Settings for crate::Lock, crate::FairLock, crate::ReentrantLock, crate::RwLock,
-    crate::Semaphore, crate::MultiLock => {
+impl_each!(Settings for crate::lock::Lock, crate::fair::FairLock, crate::reentrant::ReentrantLock, crate::rwlock::RwLock,
+    crate::semaphore::Semaphore, crate::multi::MultiLock => {
     fn ttl(self, ttl: Duration) -> Self {
         Self::ttl(self, ttl)
     }
@@ -130,21 +130,21 @@ impl_each!(Settings for crate::Lock, crate::FairLock, crate::ReentrantLock, crat
     }
 });
 
-impl_each!(Named for crate::Lock, crate::FairLock, crate::ReentrantLock, crate::RwLock,
-    crate::Semaphore, crate::Election => {
+impl_each!(Named for crate::lock::Lock, crate::fair::FairLock, crate::reentrant::ReentrantLock, crate::rwlock::RwLock,
+    crate::semaphore::Semaphore, crate::election::Election => {
     fn name(&self) -> &str {
         Self::name(self)
     }
 });
 
-impl_each!(AtLeast for crate::Lock, crate::FairLock, crate::RwLock, crate::Semaphore,
-    crate::MultiLock => {
+impl_each!(AtLeast for crate::lock::Lock, crate::fair::FairLock, crate::rwlock::RwLock, crate::semaphore::Semaphore,
+    crate::multi::MultiLock => {
     fn hold_at_least(self, at_least: Duration) -> Self {
         Self::hold_at_least(self, at_least)
     }
 });
 
-impl_each!(Owned for crate::ReentrantLock, crate::RwLock => {
+impl_each!(Owned for crate::reentrant::ReentrantLock, crate::rwlock::RwLock => {
     fn owner(self, id: impl Into<String>) -> Self {
         Self::owner(self, id)
     }
@@ -153,7 +153,7 @@ impl_each!(Owned for crate::ReentrantLock, crate::RwLock => {
     }
 });
 
-impl_each!(Exclusive for crate::Lock, crate::FairLock => {
+impl_each!(Exclusive for crate::lock::Lock, crate::fair::FairLock => {
     fn lock_delay(self, delay: Duration) -> Self {
         Self::lock_delay(self, delay)
     }
@@ -165,7 +165,7 @@ impl_each!(Exclusive for crate::Lock, crate::FairLock => {
     }
 });
 
-impl_each!(Acquire for crate::Lock, crate::FairLock, crate::ReentrantLock, crate::Semaphore => {
+impl_each!(Acquire for crate::lock::Lock, crate::fair::FairLock, crate::reentrant::ReentrantLock, crate::semaphore::Semaphore => {
     fn acquire(&self) -> impl Future<Output = Result<Self::Guard>> {
         Self::acquire(self)
     }
@@ -195,8 +195,8 @@ macro_rules! holds {
 }
 
 holds! {
-    crate::Lock => crate::LockGuard, crate::LockStatus;
-    crate::FairLock => crate::LockGuard, crate::LockStatus;
-    crate::ReentrantLock => crate::ReentrantGuard, crate::ReentrantStatus;
-    crate::Semaphore => crate::Permit, crate::SemaphoreStatus;
+    crate::lock::Lock => crate::lock::LockGuard, crate::lock::LockStatus;
+    crate::fair::FairLock => crate::lock::LockGuard, crate::lock::LockStatus;
+    crate::reentrant::ReentrantLock => crate::reentrant::ReentrantGuard, crate::reentrant::ReentrantStatus;
+    crate::semaphore::Semaphore => crate::semaphore::Permit, crate::semaphore::SemaphoreStatus;
 }
