@@ -244,7 +244,8 @@ pub(crate) struct WaitArgs {
     pub(crate) no_wait: bool,
 
     /// The exit code when the lock is busy (--no-wait) or the wait ran out,
-    /// so a command's own 75 can be told apart; 0 skips quietly (cron).
+    /// so a command's own 75 can be told apart; 0 skips quietly (cron): exit 0
+    /// and nothing printed, as `flock -n` does.
     #[arg(short = 'E', long, value_name = "N", default_value_t = 75)]
     pub(crate) conflict_exit_code: u8,
 }

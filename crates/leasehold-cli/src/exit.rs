@@ -121,7 +121,13 @@ impl Failure {
 
     /// Prints the failure as one line on stderr (a JSON object
     /// `{"error", "exit_code"}` under `--json`) and returns its exit code.
+    /// A failure that exits 0 prints nothing: only a conflict the user made
+    /// exit 0 (`-E 0`, "skip quietly", as `flock -n` does) is one, and a
+    /// line on stderr would have cron mail every skip.
     pub(crate) fn report(&self) -> u8 {
+        if self.code == 0 {
+            return 0;
+        }
         if JSON_ERRORS.load(Ordering::Relaxed) {
             let object = serde_json::json!({ "error": self.message, "exit_code": self.code });
             eprintln!("{object}");
