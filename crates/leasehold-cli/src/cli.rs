@@ -362,8 +362,9 @@ pub(crate) struct Tls {
 pub(crate) fn address_of(url: &str) -> Result<String, Failure> {
     let bad = |why: &str| {
         Failure::usage(format!(
-            "--url {url:?} is not a Redis URL ({why}); write redis://[user:password@]host:port[/db] \
-             or rediss:// for TLS"
+            "--url {:?} is not a Redis URL ({why}); write redis://[user:password@]host:port[/db] \
+             or rediss:// for TLS",
+            crate::output::redacted(url)
         ))
     };
     let info =

@@ -162,7 +162,7 @@ async fn connect_riding(global: &Global, ride: Option<Duration>) -> Result<Clien
     .collect();
     let place = match servers {
         Servers::One(url) => {
-            let place = format!("Redis at {}", redacted(&url));
+            let place = format!("Redis at {}", crate::output::redacted(&url));
             builder = builder.url(url);
             place
         }
@@ -255,20 +255,10 @@ async fn answers_in_plain_text(address: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// A URL without its password, for messages.
-fn redacted(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}://{}", &url[..scheme], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
-}
-
 /// URLs joined for messages, passwords left out.
 fn list_of(urls: &[String]) -> String {
     urls.iter()
-        .map(|u| redacted(u))
+        .map(|u| crate::output::redacted(u))
         .collect::<Vec<_>>()
         .join(", ")
 }

@@ -1348,6 +1348,29 @@ fn run_and_acquire_wait_until_acquired_by_default() {
     }
 }
 
+/// A password in a URL never comes back in a message: a bad URL was echoed
+/// whole ("redis://:secret@...").
+#[test]
+fn a_bad_url_is_reported_without_its_password() {
+    for url in [
+        "redis://:secret@127.0.0.1:1/abc",
+        "redis://user:secret@127.0.0.1:1/abc",
+        "rediss://:secret@127.0.0.1:1/x/y",
+    ] {
+        for json in [false, true] {
+            let mut args = vec!["--url", url];
+            if json {
+                args.push("--json");
+            }
+            args.extend(["status", "x"]);
+            let out = run(&args);
+            assert_eq!(out.code(), 64, "{url}: {out:?}");
+            assert!(!out.stderr.contains("secret"), "{url}: {out:?}");
+            assert!(out.stderr.contains("127.0.0.1:1"), "{url}: {out:?}");
+        }
+    }
+}
+
 /// The README's cron recipe, "skip quietly": a conflict whose exit code is
 /// 0 (`-E 0`) prints nothing, with or without `-q`, as `flock -n` does; it
 /// printed "lock ... is held by someone else" and cron mailed every skip.
