@@ -953,15 +953,20 @@ fn run_acquire_extend_release_and_status_work_on_redlock() {
         acquired["fence"].as_u64().expect("fence") > fence,
         "{acquired}"
     );
-    // The lease is on every node, not just one.
-    for server in &servers {
-        let mut con = server.connection();
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg("leasehold:*")
-            .query(&mut con)
-            .unwrap();
-        assert!(!keys.is_empty(), "nothing on {}", server.url());
-    }
+    // The lease is on a majority of the nodes, not just one. (Not on every
+    // one: acquire returns once a majority granted, and a slow node's grant
+    // may still be on its way; it failed so once, under a full CI run.)
+    let holding = servers
+        .iter()
+        .filter(|server| {
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg("leasehold:*")
+                .query(&mut server.connection())
+                .unwrap();
+            !keys.is_empty()
+        })
+        .count();
+    assert!(holding >= 2, "the lease on {holding} of 3 nodes");
 
     let status = run_on(&urls, &["--json", "status", "rl"]);
     assert_eq!(status.code(), 0, "{status:?}");
