@@ -433,15 +433,7 @@ async fn a_dropped_cluster_client_leaves_no_task_running() {
 async fn a_frozen_master_costs_no_lease_and_no_wait_on_a_healthy_one() {
     const TTL: Duration = Duration::from_secs(1);
     const FREEZE: Duration = Duration::from_secs(5);
-    let cluster = RedisCluster::start(3, 0);
-    for node in cluster.nodes() {
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("cluster-node-timeout")
-            .arg("15000")
-            .query(&mut node.connection())
-            .expect("CONFIG SET");
-    }
+    let cluster = three_masters_with_node_timeout(15_000);
     let frozen = cluster.master_ports()[0];
     let on_frozen = |name: &str| cluster.master_of(&format!("leasehold:{{{name}}}:lock")) == frozen;
     let client = Client::cluster(cluster.urls()).await.expect("connect");
@@ -527,15 +519,7 @@ async fn a_frozen_master_under_load() {
     const TTL: Duration = Duration::from_secs(1);
     const BEFORE: Duration = Duration::from_secs(3);
     const FREEZE: Duration = Duration::from_secs(6);
-    let cluster = RedisCluster::start(3, 0);
-    for node in cluster.nodes() {
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("cluster-node-timeout")
-            .arg("60000")
-            .query(&mut node.connection())
-            .expect("CONFIG SET");
-    }
+    let cluster = three_masters_with_node_timeout(60_000);
     let frozen = cluster.master_ports()[0];
     let on_frozen = |name: &str| cluster.master_of(&format!("leasehold:{{{name}}}:lock")) == frozen;
     let client = Client::cluster(cluster.urls()).await.expect("connect");
@@ -614,4 +598,19 @@ async fn a_frozen_master_under_load() {
         long.len()
     );
     assert_eq!(lost, 0, "leases on healthy masters were lost");
+}
+
+/// Three masters whose cluster marks a node failed only after `ms`: a
+/// freeze shorter than that is never turned into a failover.
+fn three_masters_with_node_timeout(ms: u64) -> RedisCluster {
+    let cluster = RedisCluster::start(3, 0);
+    for node in cluster.nodes() {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("cluster-node-timeout")
+            .arg(ms)
+            .query(&mut node.connection())
+            .expect("CONFIG SET");
+    }
+    cluster
 }
