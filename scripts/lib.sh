@@ -154,3 +154,89 @@ ensure_redis6() {
   REDIS6_CLI="$bin/redis-cli"
   check_version "$REDIS6_SERVER" "Redis server v=6.2."
 }
+
+# test_binaries ARGS...: the test binaries `cargo test ARGS --no-run` builds,
+# one per line as "NAME<TAB>PACKAGE_DIR<TAB>EXECUTABLE" (NAME is the test
+# target's name, or the package's for unit tests), built now if stale.
+test_binaries() {
+  cargo test --no-run --message-format=json "$@" | python3 -c '
+import json, os, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+        continue
+    if not m["profile"]["test"]:
+        continue
+    t = m["target"]
+    name = t["name"] if t["kind"] == ["test"] else t["name"] + " (unit tests)"
+    print(name, os.path.dirname(m["manifest_path"]), m["executable"], sep="\t")
+'
+}
+
+# run_test_jobs LANES JOB...: runs every JOB, at most LANES at a time, and
+# prints each job's output whole when it ends (so lines of two jobs never
+# mix). A JOB is "LABEL<US>DIR<US>SERVER<US>CLI<US>EXECUTABLE" (US: the
+# unit separator, \x1f, as read collapses empty fields between tabs): the
+# binary runs in DIR (as cargo runs it, from its package), with the test
+# kit's LEASEHOLD_REDIS_SERVER/LEASEHOLD_REDIS_CLI set to SERVER/CLI when
+# they are not empty. Returns 1 after all jobs ended if any failed, naming
+# them. The jobs are tests that mostly wait on servers and timers, so
+# running several on two cores shortens the wall time without changing
+# what each checks.
+run_test_jobs() {
+  local lanes="$1" logs i=0 running=0 label dir server cli exe
+  shift
+  # Absolute: each job writes here from its own package's directory.
+  logs="$(realpath -m "${CARGO_TARGET_DIR:-target}")/test-logs/jobs"
+  rm -rf "$logs"
+  mkdir -p "$logs"
+  local -a labels=() printed=()
+  for job in "$@"; do
+    IFS=$'\x1f' read -r label dir server cli exe <<<"$job"
+    labels+=("$label")
+    printed+=(false)
+    while [ "$running" -ge "$lanes" ]; do
+      wait -n || true
+      running=$((running - 1))
+      print_ended_jobs
+    done
+    (
+      cd "$dir" || { echo "1 0" >"$logs/$i.rc"; exit 1; }
+      started=$SECONDS
+      rc=0
+      if [ -n "$server" ]; then
+        LEASEHOLD_REDIS_SERVER="$server" LEASEHOLD_REDIS_CLI="$cli" "$exe" >"$logs/$i.log" 2>&1 || rc=$?
+      else
+        "$exe" >"$logs/$i.log" 2>&1 || rc=$?
+      fi
+      echo "$rc $((SECONDS - started))" >"$logs/$i.rc"
+    ) &
+    running=$((running + 1))
+    i=$((i + 1))
+  done
+  wait
+  print_ended_jobs
+  local failed=()
+  for i in "${!labels[@]}"; do
+    rc=missing
+    if [ -f "$logs/$i.rc" ]; then read -r rc _ <"$logs/$i.rc"; fi
+    if [ "$rc" != 0 ]; then failed+=("${labels[$i]}"); fi
+  done
+  if [ "${#failed[@]}" != 0 ]; then
+    printf '== FAILED: %s\n' "${failed[@]}" >&2
+    return 1
+  fi
+}
+
+# For run_test_jobs: prints the output of every job that ended since the last call.
+print_ended_jobs() {
+  local j rc took
+  for j in "${!labels[@]}"; do
+    if [ "${printed[$j]}" = false ] && [ -f "$logs/$j.rc" ]; then
+      read -r rc took <"$logs/$j.rc"
+      echo "== ${labels[$j]}: exit $rc, $took s"
+      cat "$logs/$j.log"
+      printed[j]=true
+    fi
+  done
+}
