@@ -336,16 +336,30 @@ async fn downgrade_lets_readers_in_and_never_a_writer() {
     other_read.release().await.unwrap();
 
     // Under contention: a writer hammering try_write never holds the lock
-    // while `a` holds its write or the read it downgraded to.
+    // while `a` holds its write or the read it downgraded to. The hammer
+    // holds back while `a` waits for its write: a try_write may barge past
+    // a waiting writer (only new readers wait behind it), and a hammer
+    // winning every time would starve `a` past its wait on a loaded machine.
+    // It tries whenever `a` holds, which is what is checked.
     let a_holds = Arc::new(AtomicBool::new(false));
+    let a_wants = Arc::new(AtomicBool::new(false));
     let w_holds = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
     let hammer = {
-        let (a_holds, w_holds, stop) = (a_holds.clone(), w_holds.clone(), stop.clone());
+        let (a_holds, a_wants, w_holds, stop) = (
+            a_holds.clone(),
+            a_wants.clone(),
+            w_holds.clone(),
+            stop.clone(),
+        );
         let lock = other.rw_lock("catalog").owner("w");
         tokio::spawn(async move {
             let mut wins = 0;
             while !stop.load(Ordering::SeqCst) {
+                if a_wants.load(Ordering::SeqCst) {
+                    tokio::task::yield_now().await;
+                    continue;
+                }
                 if let Some(guard) = lock.try_write().await.unwrap() {
                     w_holds.store(true, Ordering::SeqCst);
                     assert!(!a_holds.load(Ordering::SeqCst), "a writer slipped in");
@@ -361,8 +375,10 @@ async fn downgrade_lets_readers_in_and_never_a_writer() {
         })
     };
     for _ in 0..150 {
+        a_wants.store(true, Ordering::SeqCst);
         let write = lock.write().await.unwrap();
         a_holds.store(true, Ordering::SeqCst);
+        a_wants.store(false, Ordering::SeqCst);
         assert!(!w_holds.load(Ordering::SeqCst));
         let read = write.downgrade().await.unwrap();
         tokio::task::yield_now().await;
