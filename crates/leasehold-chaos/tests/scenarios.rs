@@ -22,10 +22,17 @@ const MS: u64 = 1000;
 /// (`CARGO_BIN_EXE_*`) but not another crate's, and a binary-only crate
 /// cannot be a dependency (artifact dependencies are unstable), so this
 /// asks the cargo running the tests to build it next to ours.
+///
+/// `LEASEHOLD_EXE` names one already built instead: scripts/test builds every
+/// binary once and runs the tests beside each other, where a `cargo build`
+/// with other features would replace the `leasehold` the CLI's tests are running.
 fn leasehold_exe() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
+            if let Some(exe) = std::env::var_os("LEASEHOLD_EXE") {
+                return exe.into();
+            }
             let ours = Path::new(env!("CARGO_BIN_EXE_leasehold-chaos"));
             let profile_dir = ours.parent().expect("binaries live in a profile directory");
             let target_dir = profile_dir

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::acquire::{Core, Flights};
 #[cfg(feature = "sentinel")]
 use crate::backend::SentinelTarget;
-use crate::backend::{Backend, ConnectOptions, TlsOptions};
+use crate::backend::{Backend, ConnectOptions, Credentials, Endpoint, TlsOptions};
 use crate::election::Election;
 use crate::error::{Error, Result};
 use crate::events::{Events, Shared};
@@ -151,7 +151,7 @@ impl Client {
     ///
     /// [`Client::list`] scans every master of the cluster.
     ///
-    /// Needs the `cluster` feature (on by default).
+    /// Needs the `cluster` feature.
     ///
     /// # Errors
     ///
@@ -191,7 +191,7 @@ impl Client {
     /// A failover can lose a lease the old master had not yet passed to
     /// its replica; [`ClientBuilder::min_replicas`] narrows that window.
     ///
-    /// Needs the `sentinel` feature (on by default).
+    /// Needs the `sentinel` feature.
     ///
     /// # Errors
     ///
@@ -506,7 +506,8 @@ impl Client {
 /// Options for a [`Client`]; made by [`Client::builder`].
 #[derive(Debug, Clone)]
 pub struct ClientBuilder {
-    url: String,
+    server: Endpoint,
+    credentials: Credentials,
     redlock: Option<Vec<String>>,
     #[cfg(feature = "cluster")]
     cluster: Option<Vec<String>>,
@@ -527,7 +528,8 @@ pub struct ClientBuilder {
 impl Default for ClientBuilder {
     fn default() -> Self {
         ClientBuilder {
-            url: "redis://127.0.0.1:6379".into(),
+            server: Endpoint::Url("redis://127.0.0.1:6379".into()),
+            credentials: Credentials::default(),
             redlock: None,
             #[cfg(feature = "cluster")]
             cluster: None,
@@ -552,7 +554,50 @@ impl ClientBuilder {
     ///
     /// Defaults to `redis://127.0.0.1:6379`.
     pub fn url(mut self, url: impl Into<String>) -> Self {
-        self.url = url.into();
+        self.server = Endpoint::Url(url.into());
+        self
+    }
+
+    /// The server, as a [`redis::ConnectionInfo`] or anything the driver
+    /// turns into one ([`redis::IntoConnectionInfo`]): say, the
+    /// `get_connection_info()` of a `redis::Client` the application already
+    /// has. Instead of [`ClientBuilder::url`]; the protocol is set to RESP3
+    /// (leasehold's events ride on the command connection).
+    ///
+    /// Something that does not convert is reported by
+    /// [`build`](ClientBuilder::build) as [`Error::InvalidArgument`].
+    ///
+    /// ```no_run
+    /// # async fn example() -> leasehold::Result<()> {
+    /// let theirs = leasehold::redis::Client::open("redis://127.0.0.1:6379")?;
+    /// let client = leasehold::Client::builder()
+    ///     .connection_info(theirs.get_connection_info().clone())
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn connection_info(mut self, info: impl redis::IntoConnectionInfo) -> Self {
+        self.server = match info.into_connection_info() {
+            Ok(info) => Endpoint::Info(Box::new(info)),
+            Err(e) => Endpoint::Invalid(e.to_string()),
+        };
+        self
+    }
+
+    /// The ACL username to log in with, on every server the client opens
+    /// (Redlock's nodes, a cluster's, a Sentinel master and its sentinels);
+    /// it replaces a username in the URLs.
+    pub fn username(mut self, username: impl Into<String>) -> Self {
+        self.credentials.username = Some(username.into());
+        self
+    }
+
+    /// The password to log in with (`AUTH`), kept apart from the URLs so
+    /// that it comes from wherever secrets live, and never shown by
+    /// `Debug` or in errors; like [`ClientBuilder::username`], on every
+    /// server, replacing a password in the URLs.
+    pub fn password(mut self, password: impl Into<String>) -> Self {
+        self.credentials.password = Some(password.into());
         self
     }
 
@@ -586,7 +631,7 @@ impl ClientBuilder {
 
     /// Makes this a Sentinel client of the master monitored as
     /// `master_name`; see [`Client::sentinel`]. Needs the `sentinel`
-    /// feature (on by default).
+    /// feature.
     ///
     /// Defaults to one server, [`ClientBuilder::url`].
     #[cfg(feature = "sentinel")]
@@ -632,7 +677,7 @@ impl ClientBuilder {
 
     /// Trusts this CA (PEM) for `rediss://` servers instead of the system's
     /// trust store. Verification of the server's certificate and host name
-    /// is always on. Needs the `tls` feature (on by default).
+    /// is always on. Needs the `tls` feature.
     ///
     /// Defaults to the system's trust store.
     ///
@@ -655,7 +700,7 @@ impl ClientBuilder {
 
     /// Presents this certificate chain and private key (PEM) to
     /// `rediss://` servers that ask for one (mutual TLS,
-    /// `tls-auth-clients yes`). Needs the `tls` feature (on by default).
+    /// `tls-auth-clients yes`). Needs the `tls` feature.
     ///
     /// Defaults to no client certificate.
     #[cfg(feature = "tls")]
@@ -771,6 +816,7 @@ impl ClientBuilder {
             command_timeout: self.command_timeout,
             tls: self.tls.clone(),
             fence_memory: self.fence_memory,
+            credentials: self.credentials.clone(),
         };
         let push = move |info| on_push.on_push(info);
         let chosen = [
@@ -815,7 +861,7 @@ impl ClientBuilder {
                     Backend::connect_sentinel(target, &options, push).await?,
                 );
             }
-            Servers::One(Backend::connect(&self.url, &options, push).await?)
+            Servers::One(Backend::connect(&self.server, &options, push).await?)
         };
         Ok(Client {
             inner: Arc::new(Inner {

@@ -127,17 +127,25 @@
 //!
 //! # Features
 //!
-//! The default features cover the common case; each can be turned off
-//! (`default-features = false`, then name the ones you want).
+//! Without any feature you get what most users need: every primitive on one
+//! server ([`Client::connect`]) or on Redlock's nodes ([`Client::redlock`]),
+//! over TCP or a unix socket (`unix:///path/to/redis.sock`), on Tokio. The
+//! rest is opt-in, as redis-rs keeps TLS and cluster opt-in:
 //!
-//! | feature | default | what it adds |
-//! |---|---|---|
-//! | `tls` | on | `rediss://` URLs through rustls, [`ClientBuilder::tls_ca_cert`], [`ClientBuilder::tls_client_cert`]; chooses no crypto provider |
-//! | `tls-ring` | on | ring as the crypto provider when the application installed none (implies `tls`) |
-//! | `cluster` | on | [`Client::cluster`], [`ClientBuilder::cluster`] (redis's `cluster-async`) |
-//! | `sentinel` | on | [`Client::sentinel`], [`ClientBuilder::sentinel`] |
-//! | `blocking` | on | [`blocking`], the synchronous facade (a Tokio multi-thread runtime of its own) |
-//! | `metrics` | on | the counters, gauge and histogram below, through the `metrics` facade |
+//! ```toml
+//! leasehold = { version = "0.1", features = ["tls-ring", "sentinel"] }
+//! ```
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `tls` | `rediss://` URLs through rustls, [`ClientBuilder::tls_ca_cert`], [`ClientBuilder::tls_client_cert`]; chooses no crypto provider |
+//! | `tls-ring` | ring as the crypto provider when the application installed none (implies `tls`) |
+//! | `cluster` | [`Client::cluster`], [`ClientBuilder::cluster`] (redis's `cluster-async`) |
+//! | `sentinel` | [`Client::sentinel`], [`ClientBuilder::sentinel`] |
+//! | `blocking` | [`blocking`], the synchronous facade (a Tokio multi-thread runtime of its own) |
+//! | `metrics` | the counters, gauge and histogram below, through the `metrics` facade |
+//!
+//! On docs.rs every item that needs a feature is labelled with it.
 //!
 //! A `rediss://` URL in a build without `tls` fails with
 //! [`Error::Unsupported`], which names the feature.
@@ -156,7 +164,7 @@
 //!
 //! # Metrics and tracing
 //!
-//! With the `metrics` feature (on by default) the library reports through
+//! With the `metrics` feature the library reports through
 //! the [`metrics`](https://docs.rs/metrics/0.24) facade: nothing is recorded
 //! until the application installs a recorder (a Prometheus exporter, for
 //! one: `examples/metrics.rs`). No label carries a lock name, so the number
@@ -174,8 +182,8 @@
 //!
 //! `kind` is `lock` (also [`FairLock`], and each name of a [`MultiLock`],
 //! counted as its own acquisition), `reentrant`, `rwlock`, `semaphore` or
-//! `election` (a campaign's lease). Build with `default-features = false` to leave the facade
-//! out.
+//! `election` (a campaign's lease). Without the feature the facade is not
+//! built in.
 //!
 //! [`tracing`](https://docs.rs/tracing) spans: `leasehold.acquire` (INFO;
 //! fields `lock`, `kind`, `outcome`, `waited`), `leasehold.release` (INFO;
@@ -199,6 +207,9 @@
 //! # Ok(()) }
 //! ```
 
+// docs.rs (package.metadata.docs.rs): each item that needs a feature says which.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod acquire;
 mod backend;
 #[cfg(feature = "blocking")]
@@ -219,6 +230,7 @@ mod kind;
 mod lease;
 mod lock;
 mod multi;
+#[cfg(feature = "_raw")]
 #[doc(hidden)]
 pub mod raw;
 mod redlock;

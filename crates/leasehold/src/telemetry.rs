@@ -1,5 +1,5 @@
 //! What the library reports to an application's metrics recorder: the
-//! `metrics` facade (feature `metrics`, on by default), whose calls do
+//! `metrics` facade (feature `metrics`), whose calls do
 //! nothing until the application installs a recorder. Names and labels are
 //! in the crate docs' table; no label carries a lock name (cardinality).
 //!

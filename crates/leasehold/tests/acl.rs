@@ -87,3 +87,49 @@ async fn least_privilege_user_runs_an_election() {
     leadership.resign().await.expect("resign");
     assert_eq!(election.leader().await.expect("leader"), None);
 }
+
+/// Credentials given apart from the URL (from a secret store, say) log the
+/// client in, replace any in the URL, and never show in the builder's Debug.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_apart_from_the_url_log_in() {
+    let server = server_with_user("locker", LOCK_USER_RULES);
+    let builder = Client::builder()
+        .url(server.url())
+        .username("locker")
+        .password("pw");
+    assert!(!format!("{builder:?}").contains("pw\""), "{builder:?}");
+    let client = builder.build().await.expect("log in as the lock user");
+    common::lock_suite(&client, "acl-credentials").await;
+
+    let err = Client::builder()
+        .url(server.url_with_auth(Some("locker"), "pw"))
+        .password("wrong")
+        .build()
+        .await
+        .expect_err("the builder's password replaces the URL's");
+    assert!(matches!(err, Error::Auth { .. }), "got {err:?}");
+    assert!(!err.to_string().contains("wrong"), "{err}");
+}
+
+/// A `redis::ConnectionInfo` (here the one of an existing `redis::Client`)
+/// instead of a URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_info_names_the_server() {
+    let server = server_with_user("locker", LOCK_USER_RULES);
+    let theirs = leasehold::redis::Client::open(server.url_with_auth(Some("locker"), "pw"))
+        .expect("a redis client of the application's");
+    let client = Client::builder()
+        .connection_info(theirs.get_connection_info().clone())
+        .build()
+        .await
+        .expect("connect with the application's connection info");
+    common::lock_suite(&client, "acl-info").await;
+
+    let err = Client::builder()
+        .connection_info("not a url")
+        .build()
+        .await
+        .expect_err("a connection info that does not parse");
+    assert!(matches!(err, Error::InvalidArgument(_)), "got {err:?}");
+    assert!(err.to_string().contains("connection_info"), "{err}");
+}

@@ -1,5 +1,12 @@
 //! The blocking API from plain threads, against real redis-server processes.
 
+// A build without the feature this test needs fails here, loudly,
+// rather than leaving the test out.
+#[cfg(not(feature = "blocking"))]
+compile_error!(
+    "this test needs leasehold's `blocking` feature: `cargo test -p leasehold --all-features`"
+);
+
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -2,6 +2,13 @@
 //! Each test runs the script exactly as shipped (its `.lua` file with the
 //! shared prelude, as the client loads it) against a real server.
 
+// A build without the feature this test needs fails here, loudly,
+// rather than leaving the test out.
+#[cfg(not(feature = "_raw"))]
+compile_error!(
+    "this test needs leasehold's `_raw` feature: `cargo test -p leasehold --all-features`"
+);
+
 use std::sync::LazyLock;
 
 use leasehold_testkit::RedisServer;

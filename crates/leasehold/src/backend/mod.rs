@@ -77,6 +77,50 @@ pub(crate) struct ConnectOptions {
     /// after their acquisition; when zero, a release drops the name's last
     /// fence with its lease.
     pub(crate) fence_memory: Duration,
+    /// `ClientBuilder::username`/`password`: they replace the URLs' own.
+    pub(crate) credentials: Credentials,
+}
+
+/// A username and password given apart from the URLs; each replaces the
+/// URL's, on every server the client opens.
+#[derive(Clone, Default)]
+pub(crate) struct Credentials {
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+/// Where a one-server client connects.
+#[derive(Clone)]
+pub(crate) enum Endpoint {
+    /// `ClientBuilder::url`.
+    Url(String),
+    /// `ClientBuilder::connection_info`: the application's own.
+    Info(Box<ConnectionInfo>),
+    /// `ClientBuilder::connection_info` with something that does not
+    /// parse: the driver's reason, said when the client is built.
+    Invalid(String),
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Url(url) => f.debug_tuple("Url").field(&redact_url(url)).finish(),
+            Endpoint::Info(info) => f
+                .debug_tuple("Info")
+                .field(&info.addr().to_string())
+                .finish(),
+            Endpoint::Invalid(why) => f.debug_tuple("Invalid").field(why).finish(),
+        }
+    }
 }
 
 /// TLS material beyond the system's trust store.
@@ -286,19 +330,32 @@ impl Backend {
         &self.id
     }
 
-    /// Connects to `url` and checks the server answers (and accepts the
-    /// credentials in the URL). Pub/sub messages go to `on_push`.
+    /// Connects to `server` and checks it answers (and accepts the
+    /// credentials). Pub/sub messages go to `on_push`.
     pub(crate) async fn connect(
-        url: &str,
+        server: &Endpoint,
         options: &ConnectOptions,
         on_push: impl Fn(PushInfo) + Send + Sync + 'static,
     ) -> Result<Backend> {
         let on_push: OnPush = Arc::new(on_push);
         #[cfg(leasehold_sim)]
-        if let Some(wire) = crate::sim::dial(url, options.command_timeout, Arc::clone(&on_push)) {
+        if let Endpoint::Url(url) = server
+            && let Some(wire) = crate::sim::dial(url, options.command_timeout, Arc::clone(&on_push))
+        {
             return Backend::simulated(url, wire, options).await;
         }
-        let (client, pushes, addr) = prepare(url, options, on_push)?;
+        let info = match server {
+            Endpoint::Url(url) => parse_url(url, options)?,
+            Endpoint::Info(info) => {
+                checked_info((**info).clone(), options, &info.addr().to_string())?
+            }
+            Endpoint::Invalid(why) => {
+                return Err(Error::InvalidArgument(format!(
+                    "ClientBuilder::connection_info: {why}"
+                )));
+            }
+        };
+        let (client, pushes, addr) = prepare(info, options, on_push)?;
         let manager = ConnectionManager::new_with_config(client, pushes.config(options))
             .await
             .map_err(|e| Error::from_redis(e, &addr, ""))?;
@@ -322,7 +379,7 @@ impl Backend {
                 .await
                 .map(|b| (b, None));
         }
-        let (client, pushes, addr) = prepare(url, options, on_push)?;
+        let (client, pushes, addr) = prepare(parse_url(url, options)?, options, on_push)?;
         let config = pushes.config(options);
         match ConnectionManager::new_with_config(client.clone(), config.clone()).await {
             Ok(manager) => {
@@ -880,8 +937,9 @@ fn evicts_lock_keys(policy: &str) -> bool {
 /// Parses `url`, refusing TLS material for a plain `redis://` URL (it would
 /// be silently unused), and a TLS URL that this build cannot serve.
 fn parse_url(url: &str, options: &ConnectOptions) -> Result<ConnectionInfo> {
+    let shown = format!("{:?}", redact_url(url));
     if is_tls_url(url) {
-        tls_ready(url)?;
+        tls_ready(&shown)?;
     }
     let info = url.into_connection_info().map_err(|e| {
         Error::InvalidArgument(format!(
@@ -889,17 +947,36 @@ fn parse_url(url: &str, options: &ConnectOptions) -> Result<ConnectionInfo> {
             redact_url(url)
         ))
     })?;
+    checked_info(info, options, &shown)
+}
+
+/// `info` made ready for leasehold: TLS material refused without a TLS
+/// address (`shown` names the server in that error), the builder's
+/// credentials in place of the URL's, RESP3.
+fn checked_info(
+    info: ConnectionInfo,
+    options: &ConnectOptions,
+    shown: &str,
+) -> Result<ConnectionInfo> {
     let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
+    if tls {
+        tls_ready(shown)?;
+    }
     if options.tls.is_set() && !tls {
         return Err(Error::InvalidArgument(format!(
-            "TLS certificates were given but {:?} is not a rediss:// URL",
-            redact_url(url)
+            "TLS certificates were given but {shown} is not a rediss:// URL"
         )));
     }
-    let settings = info
+    let mut settings = info
         .redis_settings()
         .clone()
         .set_protocol(ProtocolVersion::RESP3);
+    if let Some(username) = &options.credentials.username {
+        settings = settings.set_username(username);
+    }
+    if let Some(password) = &options.credentials.password {
+        settings = settings.set_password(password);
+    }
     Ok(info.set_redis_settings(settings))
 }
 
@@ -911,23 +988,22 @@ fn is_tls_url(url: &str) -> bool {
     })
 }
 
-/// Whether this build can open the TLS URL `url`: rustls has a crypto
-/// provider (see [`tls`]).
+/// Whether this build can open the TLS server `shown` (its redacted URL or
+/// address, for errors): rustls has a crypto provider (see [`tls`]).
 #[cfg(feature = "tls")]
-fn tls_ready(_url: &str) -> Result<()> {
+fn tls_ready(_shown: &str) -> Result<()> {
     tls::ensure_provider()
 }
 
-/// Whether this build can open the TLS URL `url`: not without the `tls`
-/// feature. Said here, not by the driver, which may have TLS compiled in
-/// for another crate of the application and would then connect without
+/// Whether this build can open the TLS server `shown`: not without the
+/// `tls` feature. Said here, not by the driver, which may have TLS compiled
+/// in for another crate of the application and would then connect without
 /// the certificates given to the builder.
 #[cfg(not(feature = "tls"))]
-fn tls_ready(url: &str) -> Result<()> {
+fn tls_ready(shown: &str) -> Result<()> {
     Err(Error::Unsupported(format!(
-        "{:?} is a TLS URL, but this build of leasehold has no TLS: enable its `tls` feature \
-         (on by default), or use redis://",
-        redact_url(url)
+        "{shown} is a TLS server, but this build of leasehold has no TLS: enable its `tls` \
+         feature, or use redis://"
     )))
 }
 
@@ -947,11 +1023,10 @@ fn open_client(info: ConnectionInfo, options: &ConnectOptions) -> Result<redis::
 /// The client for `url` (RESP3, so pub/sub rides on the command
 /// connection) and the push routing of its manager.
 fn prepare(
-    url: &str,
+    info: ConnectionInfo,
     options: &ConnectOptions,
     on_push: OnPush,
 ) -> Result<(redis::Client, Pushes, String)> {
-    let info = parse_url(url, options)?;
     let addr = info.addr().to_string();
     let client = open_client(info, options)?;
     Ok((client, Pushes::new(on_push), addr))
@@ -1026,7 +1101,8 @@ mod tests {
             command_timeout: std::time::Duration::from_secs(1),
             ..Default::default()
         };
-        let err = super::Backend::connect("rediss://:secret@127.0.0.1:1", &options, |_| {})
+        let server = super::Endpoint::Url("rediss://:secret@127.0.0.1:1".into());
+        let err = super::Backend::connect(&server, &options, |_| {})
             .await
             .expect_err("no TLS in this build");
         let message = err.to_string();

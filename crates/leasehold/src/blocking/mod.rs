@@ -19,7 +19,7 @@
 //! - `run` and `lead` still take the work as a future (see [`Handle::run`]).
 //! - Guards are `Send`: they may move between threads.
 //!
-//! Needs the `blocking` feature (on by default).
+//! Needs the `blocking` feature.
 //!
 //! # Example
 //!

@@ -3,6 +3,21 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+// The contract runs on every deployment, and the tests use every feature:
+// a build without one fails here, loudly, rather than leaving tests out.
+#[cfg(not(all(
+    feature = "tls-ring",
+    feature = "cluster",
+    feature = "sentinel",
+    feature = "blocking",
+    feature = "metrics",
+    feature = "_raw"
+)))]
+compile_error!(
+    "leasehold's tests need every feature: `cargo test -p leasehold --all-features` \
+     (scripts/test builds them with scripts/lib.sh's TEST_FEATURES)"
+);
+
 use std::time::{Duration, Instant};
 
 pub mod contract;
