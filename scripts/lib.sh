@@ -1,5 +1,10 @@
 # Shared by scripts/*: installs what the project needs to run.
 
+# The library's features its tests need (it has none by default, and its
+# tests refuse to build without every one): scripts/test builds, lints and
+# runs the workspace with them. `_raw` is internal (leasehold::raw).
+TEST_FEATURES="leasehold/tls-ring,leasehold/cluster,leasehold/sentinel,leasehold/blocking,leasehold/metrics,leasehold/_raw"
+
 # redis-server (and redis-cli, redis-sentinel) from Debian, unless on PATH.
 ensure_redis() {
   if command -v redis-server >/dev/null 2>&1; then
