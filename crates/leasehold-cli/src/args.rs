@@ -165,7 +165,16 @@ pub(crate) enum Command {
     /// Set the lease held under TOKEN to end --ttl from now.
     Extend(ExtendArgs),
 
-    /// Release the lease held under TOKEN.
+    /// Release the lease held under TOKEN, or with --force whatever holds NAME.
+    ///
+    /// --force breaks a stuck lock of any kind (lock, election, reentrant,
+    /// rwlock, semaphore) without its token and says what it removed: the
+    /// kind, each holder's token prefix and the time its lease had left.
+    /// It breaks mutual exclusion: the holder is not told and runs on until
+    /// its next renewal fails, beside the next holder. A waiter queued for
+    /// a lock gets it at once. The last fence is kept, so the next holder's
+    /// fence is above the broken one's. Asks first when stdin is a terminal
+    /// (anything but y exits 1, having changed nothing); never otherwise.
     Release(ReleaseArgs),
 
     /// Show a lock's holder (token prefix), remaining TTL, last fence and waiters.
@@ -391,7 +400,7 @@ pub(crate) struct HoldArgs {
 
 /// Which kind of lock `status` shows, when the kind found on the server is
 /// not what is wanted: none of these finds it out.
-#[derive(Debug, Args)]
+#[derive(Debug, Default, Args)]
 pub(crate) struct KindArgs {
     /// Show NAME as a read-write lock: its writer, readers and waiting writers.
     #[arg(long, conflicts_with_all = ["write", "permits", "reentrant"])]
@@ -472,7 +481,12 @@ pub(crate) struct ReleaseArgs {
     pub(crate) name: String,
 
     /// The owner token printed by `leasehold acquire`.
-    pub(crate) token: String,
+    #[arg(required_unless_present = "force")]
+    pub(crate) token: Option<String>,
+
+    /// Break the lock whatever holds it, without its token (see above).
+    #[arg(long, conflicts_with = "token")]
+    pub(crate) force: bool,
 }
 
 /// Arguments of `status`.

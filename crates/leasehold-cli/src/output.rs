@@ -3,7 +3,9 @@
 use std::io::Write;
 use std::time::Duration;
 
-use leasehold::{HoldStatus, LockStatus, ReentrantStatus, RwLockStatus, SemaphoreStatus};
+use leasehold::{
+    BrokenLease, HoldStatus, LockStatus, ReentrantStatus, RwLockStatus, SemaphoreStatus,
+};
 use serde_json::{Value, json};
 
 /// Writes `text` and a newline to stdout. A closed stdout (`| head`) is not
@@ -162,6 +164,64 @@ pub(crate) fn reentrant_status_human(status: &ReentrantStatus) -> String {
         remaining_human(status.remaining),
         fence_human(status.fence)
     )
+}
+
+/// What `release --force` broke (`None`: nothing held the name) as a JSON
+/// object.
+pub(crate) fn broken_json(name: &str, broken: Option<&BrokenLease>) -> Value {
+    let Some(broken) = broken else {
+        return json!({ "name": name, "broken": false, "kind": null, "holds": [] });
+    };
+    json!({
+        "name": broken.name,
+        "broken": true,
+        "kind": broken.kind.as_str(),
+        "holds": broken.holds.iter().map(|h| json!({
+            "holder": h.holder,
+            "remaining_ms": h.remaining.map(millis),
+            "holds": h.holds,
+        })).collect::<Vec<_>>(),
+        "fence": broken.fence,
+    })
+}
+
+/// What `release --force` broke, one line per hold removed and the fence kept.
+pub(crate) fn broken_human(name: &str, broken: Option<&BrokenLease>) -> String {
+    let Some(broken) = broken else {
+        return format!(
+            "nothing broken: {} is not held (or changed hands just now)",
+            printable(name)
+        );
+    };
+    let mut out = format!(
+        "broke {} {}: removed {} hold(s)",
+        broken.kind,
+        printable(&broken.name),
+        broken.holds.len()
+    );
+    for hold in broken.holds.iter().take(HUMAN_MOST_HOLDS) {
+        let times = if hold.holds > 1 {
+            format!(" (x{})", hold.holds)
+        } else {
+            String::new()
+        };
+        out.push_str(&format!(
+            "\n  {}…{times} {} left",
+            hold.holder,
+            remaining_human(hold.remaining)
+        ));
+    }
+    if broken.holds.len() > HUMAN_MOST_HOLDS {
+        out.push_str(&format!(
+            "\n  … and {} more",
+            broken.holds.len() - HUMAN_MOST_HOLDS
+        ));
+    }
+    out.push_str(&format!(
+        "\nlast fence {} kept: the next holder's is above it",
+        fence_human(broken.fence)
+    ));
+    out
 }
 
 /// One hold of a read-write lock or semaphore as a JSON object.

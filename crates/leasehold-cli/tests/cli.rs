@@ -2222,3 +2222,111 @@ fn wait_for_existence(path: &Path) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+// ---- Issue 26: an operator's bad night ---------------------------------
+
+#[test]
+fn release_force_breaks_every_kind_says_what_it_removed_and_keeps_the_fence() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = leasehold::blocking::Client::connect(&url).expect("connect");
+    let ttl = Duration::from_secs(300);
+    let lock = client.lock("b:lock").ttl(ttl).acquire().unwrap();
+    let reentrant = client.reentrant_lock("b:re").ttl(ttl);
+    let re = reentrant.acquire().unwrap();
+    let _re2 = reentrant.acquire().unwrap();
+    let read = client.rw_lock("b:rw").ttl(ttl).read().unwrap();
+    let permit = client.semaphore("b:sem", 3).ttl(ttl).acquire().unwrap();
+    let leader = client.election("b:el").ttl(ttl).campaign("me").unwrap();
+    let cases = [
+        ("b:lock", "lock", lock.token().to_owned(), lock.fence()),
+        ("b:re", "reentrant", re.token().to_owned(), re.fence()),
+        ("b:rw", "rwlock", read.token().to_owned(), read.fence()),
+        (
+            "b:sem",
+            "semaphore",
+            permit.token().to_owned(),
+            permit.fence(),
+        ),
+        (
+            "b:el",
+            "election",
+            leader.token().to_owned(),
+            leader.fence(),
+        ),
+    ];
+    for (name, kind, token, fence) in &cases {
+        // stdin is not a terminal here: nothing is asked.
+        let out = run_at(&url, &["--json", "release", "--force", name]);
+        assert_eq!(out.code(), 0, "{name}: {out:?}");
+        let broken = out.json();
+        assert_eq!(broken["broken"], true, "{name}: {broken}");
+        assert_eq!(broken["kind"], *kind, "{name}: {broken}");
+        let hold = &broken["holds"][0];
+        assert_eq!(hold["holder"], token[..8], "{name}: {broken}");
+        let left = hold["remaining_ms"].as_u64().expect("remaining_ms");
+        assert!(left > 200_000 && left <= 300_000, "{name}: {broken}");
+        assert_eq!(broken["fence"], *fence, "{name}: {broken}");
+        assert!(!out.stdout.contains(token.as_str()), "whole token printed");
+        // Free now, and its last fence kept, so fences never go back.
+        let status = status_json(&url, name);
+        assert_eq!(status["kind"], Value::Null, "{name}: {status}");
+        assert_eq!(status["fence"], *fence, "{name}: {status}");
+    }
+    assert_eq!(
+        run_at(&url, &["--json", "list"]).json()["locks"],
+        serde_json::json!([])
+    );
+    // Nothing left to break: said so, exit 0.
+    let out = run_at(&url, &["release", "--force", "b:lock"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(out.stdout.contains("not held"), "{out:?}");
+    // The human form names the kind, the holder's prefix and the time left.
+    let held = client.semaphore("h:sem", 2).ttl(ttl).acquire().unwrap();
+    let out = run_at(&url, &["release", "--force", "h:sem"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(out.stdout.contains("semaphore"), "{out:?}");
+    assert!(out.stdout.contains(&held.token()[..8]), "{out:?}");
+    assert!(out.stdout.contains("left"), "{out:?}");
+    // A new holder's fence is above the broken one's.
+    let again = client.lock("b:lock").acquire().unwrap();
+    assert!(again.fence() > cases[0].3);
+}
+
+#[test]
+fn release_force_hands_a_lock_to_its_queued_waiter_at_once() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let held = run_at(&url, &["--json", "acquire", "stuck", "--ttl", "10m"]);
+    assert_eq!(held.code(), 0, "{held:?}");
+    let token = held.json()["token"].as_str().expect("token").to_owned();
+    let dir = temp_dir();
+    let waiter = spawn_in(
+        dir.path(),
+        std::slice::from_ref(&url),
+        &[
+            "run",
+            "stuck",
+            "--",
+            "sh",
+            "-c",
+            &format!("{WAIT_FOR}echo $LEASEHOLD_TOKEN > mine; wait_for go"),
+        ],
+    );
+    wait_for_waiters(&url, "stuck", 1);
+    let out = run_at(&url, &["release", "--force", "stuck"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    // The break handed the lease to the waiter inside the same script: it
+    // holds it when the break returns, before any timer of its own.
+    let status = status_json(&url, "stuck");
+    assert_eq!(status["held"], true, "{status}");
+    assert_ne!(status["holder"], token[..8], "{status}");
+    let mine = wait_for_file(&dir.path().join("mine"));
+    assert_eq!(status["holder"], mine[..8], "{status}");
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let out = waiter.finish();
+    assert_eq!(out.code(), 0, "{out:?}");
+    // The broken holder's token no longer releases anything.
+    let late = run_at(&url, &["release", "stuck", &token]);
+    assert_ne!(late.code(), 0, "{late:?}");
+}
