@@ -94,8 +94,10 @@ pub(crate) struct Global {
     #[arg(long, value_name = "P", default_value = DEFAULT_PREFIX, global = true)]
     pub(crate) prefix: String,
 
-    /// Print results as JSON on stdout (`run`: one object when it ends), and
-    /// every line on stderr (errors, warnings, events) as a JSON object.
+    /// Print results as JSON on stdout, and every line on stderr (errors,
+    /// warnings, events) as a JSON object. `run` and `elect` leave stdout to
+    /// CMD: their result (one object when they end) is the last line of
+    /// stderr, or goes to --json-file.
     #[arg(long, global = true)]
     pub(crate) json: bool,
 
@@ -321,6 +323,11 @@ pub(crate) struct RunArgs {
           conflicts_with_all = ["read", "write", "permits"])]
     pub(crate) lock_delay: Option<Duration>,
 
+    /// Write the result object (as --json does on stderr, with or without
+    /// --json) to FILE instead, when the run ends.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) json_file: Option<PathBuf>,
+
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub(crate) command: Vec<OsString>,
@@ -354,6 +361,11 @@ pub(crate) struct ElectArgs {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub(crate) kill_grace: Duration,
 
+    /// Write the result object (as --json does on stderr, with or without
+    /// --json) to FILE instead, when the run ends.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) json_file: Option<PathBuf>,
+
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub(crate) command: Vec<OsString>,
@@ -373,6 +385,7 @@ impl ElectArgs {
             kill_grace: self.kill_grace,
             at_least: None,
             lock_delay: None,
+            json_file: self.json_file,
             command: self.command,
             elect: Some(value),
         }

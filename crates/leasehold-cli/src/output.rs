@@ -1,4 +1,5 @@
-//! What the commands print: human text or JSON on stdout.
+//! What the commands print: human text or JSON on stdout (`run`'s result
+//! on stderr, stdout being its command's).
 
 use std::io::Write;
 use std::time::Duration;
@@ -19,6 +20,14 @@ pub(crate) fn emit(text: &str) {
 /// Writes `value` as one line of JSON on stdout.
 pub(crate) fn emit_json(value: &Value) {
     emit(&value.to_string());
+}
+
+/// Writes `value` as one line of JSON on stderr: a result that must not
+/// mix with a command's own stdout (`run --json`).
+pub(crate) fn emit_json_stderr(value: &Value) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{value}");
+    let _ = err.flush();
 }
 
 /// `name` with its control characters escaped (`\n`, `\u{1b}`), so a lock

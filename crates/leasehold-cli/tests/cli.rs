@@ -1641,12 +1641,18 @@ fn json_errors_are_objects_on_stderr() {
 }
 
 #[test]
-fn run_with_json_prints_one_object_when_it_ends() {
+fn run_with_json_writes_its_result_to_stderr_or_a_file_leaving_stdout_to_the_command() {
     let server = RedisServer::start();
     let url = server.url();
-    let out = run_at(&url, &["--json", "run", "job", "--", "sh", "-c", "exit 3"]);
+    let out = run_at(
+        &url,
+        &["--json", "run", "job", "--", "sh", "-c", "echo hi; exit 3"],
+    );
     assert_eq!(out.code(), 3, "{out:?}");
-    let summary = out.json();
+    // stdout is the command's alone; the result is the last line of stderr.
+    assert_eq!(out.stdout, "hi\n", "{out:?}");
+    let last = out.stderr.lines().last().expect("a result on stderr");
+    let summary: Value = serde_json::from_str(last).expect("JSON result");
     assert_eq!(summary["name"], "job", "{summary}");
     assert_eq!(summary["kind"], "lock", "{summary}");
     assert!(
@@ -1657,17 +1663,32 @@ fn run_with_json_prints_one_object_when_it_ends() {
     assert!(summary["held_ms"].as_u64().is_some(), "{summary}");
     assert_eq!(summary["lost"], false, "{summary}");
     assert_eq!(summary["exit_code"], 3, "{summary}");
-    // The command's own output comes first, the summary last.
-    let out = run_at(
-        &url,
-        &["--json", "run", "job", "--permits", "2", "--", "echo", "hi"],
-    );
-    assert_eq!(out.code(), 0, "{out:?}");
-    let mut lines = out.stdout.lines();
-    assert_eq!(lines.next(), Some("hi"), "{out:?}");
-    let summary: Value = serde_json::from_str(lines.next().expect("summary")).unwrap();
-    assert_eq!(summary["kind"], "semaphore", "{summary}");
-    assert_eq!(summary["exit_code"], 0, "{summary}");
+    // --json-file: the result goes there, and neither stdout nor stderr has it.
+    let dir = temp_dir();
+    let file = dir.path().join("result.json");
+    let file_arg = file.to_str().expect("utf-8 path");
+    for (args, kind) in [
+        (
+            &["run", "job", "--permits", "2", "--json-file", file_arg][..],
+            "semaphore",
+        ),
+        (
+            &["elect", "job:el", "--json-file", file_arg][..],
+            "election",
+        ),
+    ] {
+        let _ = std::fs::remove_file(&file);
+        let args = [&["--json"][..], args, &["--", "echo", "hi"]].concat();
+        let out = run_at(&url, &args);
+        assert_eq!(out.code(), 0, "{out:?}");
+        assert_eq!(out.stdout, "hi\n", "{out:?}");
+        assert!(!out.stderr.contains("exit_code"), "{out:?}");
+        let summary: Value =
+            serde_json::from_str(&std::fs::read_to_string(&file).expect("result file"))
+                .expect("JSON result");
+        assert_eq!(summary["kind"], kind, "{summary}");
+        assert_eq!(summary["exit_code"], 0, "{summary}");
+    }
 }
 
 #[test]
