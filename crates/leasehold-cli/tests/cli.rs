@@ -2351,3 +2351,44 @@ fn release_force_hands_a_lock_to_its_queued_waiter_at_once() {
     let late = run_at(&url, &["release", "stuck", &token]);
     assert_ne!(late.code(), 0, "{late:?}");
 }
+
+#[test]
+fn a_waiter_whose_redis_went_away_warns_once_not_at_every_retry() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    let held = run_at(&url, &["acquire", "busy", "--ttl", "5m"]);
+    assert_eq!(held.code(), 0, "{held:?}");
+    let dir = temp_dir();
+    let log = dir.path().join("stderr");
+    let mut cmd = leasehold();
+    cmd.args(["--url", &url, "run", "busy", "--", "true"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("stderr file"));
+    let waiter = Proc {
+        child: cmd.spawn().expect("spawn leasehold"),
+        started: Instant::now(),
+    };
+    wait_for_waiters(&url, "busy", 1);
+    server.kill();
+    // Once the first warning is out, the library retries its subscription
+    // at 50ms, 100ms, ... 2s: each retry warned again, 7 lines in 3 s, and
+    // then one every 2 s for as long as --wait forever waits.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_to_string(&log).unwrap_or_default().is_empty() {
+        assert!(Instant::now() < deadline, "no warning that Redis went away");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_secs(4));
+    // Killed (SIGKILL, by PID) and reaped.
+    drop(waiter);
+    let stderr = std::fs::read_to_string(&log).expect("stderr");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(!lines.is_empty(), "{stderr}");
+    // One line per distinct warning: none repeats (the first 40 characters
+    // name the warning; its fields, e.g. retry_in, vary).
+    let mut heads: Vec<String> = lines.iter().map(|l| l.chars().take(40).collect()).collect();
+    heads.sort();
+    let before = heads.len();
+    heads.dedup();
+    assert_eq!(heads.len(), before, "a warning repeated:\n{stderr}");
+}
