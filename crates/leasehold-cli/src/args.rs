@@ -97,7 +97,9 @@ pub(crate) struct Global {
     /// Print results as JSON on stdout, and every line on stderr (errors,
     /// warnings, events) as a JSON object. `run` and `elect` leave stdout to
     /// CMD: their result (one object when they end) is the last line of
-    /// stderr, or goes to --json-file.
+    /// stderr, or goes to --json-file. Every line on stderr has the fields
+    /// timestamp (RFC 3339, UTC), level and message, and its own beside them
+    /// (an error's exit_code).
     #[arg(long, global = true)]
     pub(crate) json: bool,
 

@@ -124,9 +124,7 @@ fn install_logging(global: &cli::Global) {
     } else {
         tracing_subscriber::fmt::format::FmtSpan::NONE
     };
-    let format = tracing_subscriber::fmt::format()
-        .without_time()
-        .with_target(global.verbose > 0);
+    let format = tracing_subscriber::fmt::format().with_target(global.verbose > 0);
     // A second subscriber cannot happen here (main sets the only one).
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -138,10 +136,15 @@ fn install_logging(global: &cli::Global) {
     let _ = if global.json {
         builder
             .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
-            .event_format(Collapsing::new(format.json()))
+            // The schema of exit::json_line: timestamp (RFC 3339 UTC),
+            // level, message, and the event's other fields (its span's too)
+            // beside them.
+            .event_format(Collapsing::new(format.json().flatten_event(true)))
             .try_init()
     } else {
-        builder.event_format(Collapsing::new(format)).try_init()
+        builder
+            .event_format(Collapsing::new(format.without_time()))
+            .try_init()
     };
 }
 

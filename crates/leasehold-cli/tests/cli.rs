@@ -664,14 +664,18 @@ fn a_paused_holder_whose_lease_is_taken_stops_its_command_and_exits_70() {
     assert_eq!(out.code(), 70, "{out:?}");
     // --json: the notice is a JSON object on stderr, and the one object at
     // the end on stdout says so too.
-    let notice: Value = serde_json::from_str(out.stderr.trim())
-        .unwrap_or_else(|e| panic!("stderr is not one JSON object ({e}): {out:?}"));
+    let lines: Vec<Value> = out
+        .stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {out:?}")))
+        .collect();
+    assert_eq!(lines.len(), 2, "the notice and the result: {out:?}");
     assert!(
-        notice["notice"].as_str().unwrap().contains("lost"),
+        lines[0]["message"].as_str().unwrap().contains("lost"),
         "{out:?}"
     );
     assert!(!child.alive(), "the command still runs after a lost lease");
-    let summary = out.json();
+    let summary = &lines[1];
     assert_eq!(summary["lost"], true, "{summary}");
     assert_eq!(summary["exit_code"], 70, "{summary}");
     assert_eq!(summary["fence"], first_fence, "{summary}");
@@ -1633,9 +1637,10 @@ fn json_errors_are_objects_on_stderr() {
             .unwrap_or_else(|e| panic!("{args:?}: stderr is not JSON ({e}): {out:?}"));
         assert_eq!(err["exit_code"], *code, "{args:?}: {err}");
         assert!(
-            err["error"].as_str().is_some_and(|m| !m.is_empty()),
+            err["message"].as_str().is_some_and(|m| !m.is_empty()),
             "{err}"
         );
+        assert_eq!(err["level"], "ERROR", "{err}");
         assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
     }
 }
@@ -2391,4 +2396,54 @@ fn a_waiter_whose_redis_went_away_warns_once_not_at_every_retry() {
     let before = heads.len();
     heads.dedup();
     assert_eq!(heads.len(), before, "a warning repeated:\n{stderr}");
+}
+
+/// Whether `text` is an RFC 3339 UTC timestamp: `2025-01-31T23:59:59[.frac]Z`.
+fn is_rfc3339_utc(text: &str) -> bool {
+    let b = text.as_bytes();
+    b.len() >= 20
+        && text.ends_with('Z')
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && b[10] == b'T'
+        && b[13] == b':'
+        && b[16] == b':'
+        && text[..4].parse::<u32>().is_ok_and(|y| y >= 2024)
+}
+
+#[test]
+fn json_lines_on_stderr_share_one_schema_with_timestamps() {
+    let server = RedisServer::builder()
+        .arg("maxmemory-policy", "allkeys-lru")
+        .start();
+    let url = server.url();
+    let dead = format!("redis://127.0.0.1:{}", closed_port());
+    // An error, one of the library's warnings, and one of the tool's own.
+    let error = run(&["--url", &dead, "--json", "status", "x"]);
+    let library = run_at(&url, &["--json", "status", "x"]);
+    let mut cmd = leasehold();
+    cmd.env("RUST_LOG", "leasehold=loudest")
+        .args(["--url", &url, "--json", "-v", "status", "x"]);
+    let own = Proc::spawn(cmd).finish();
+    for (out, level, says) in [
+        (&error, "ERROR", "cannot reach Redis"),
+        (&library, "WARN", "maxmemory-policy"),
+        (&own, "WARN", "RUST_LOG is not a filter"),
+    ] {
+        let line = out
+            .stderr
+            .lines()
+            .find(|l| l.contains(says))
+            .unwrap_or_else(|| panic!("no line saying {says}: {out:?}"));
+        let object: Value = serde_json::from_str(line).expect("a JSON line");
+        assert!(
+            object["timestamp"].as_str().is_some_and(is_rfc3339_utc),
+            "{object}"
+        );
+        assert_eq!(object["level"], level, "{object}");
+        assert!(
+            object["message"].as_str().is_some_and(|m| m.contains(says)),
+            "{object}"
+        );
+    }
 }
