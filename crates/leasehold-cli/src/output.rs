@@ -226,10 +226,10 @@ pub(crate) fn broken_human(name: &str, broken: Option<&BrokenLease>) -> String {
             broken.holds.len() - HUMAN_MOST_HOLDS
         ));
     }
-    out.push_str(&format!(
-        "\nlast fence {} kept: the next holder's is above it",
-        fence_human(broken.fence)
-    ));
+    out.push_str(&match broken.fence {
+        Some(fence) => format!("\nlast fence {fence} kept: the next holder's is above it"),
+        None => "\nlast fence - (not kept)".to_owned(),
+    });
     out
 }
 
@@ -265,9 +265,15 @@ fn remaining_human(remaining: Option<Duration>) -> String {
     remaining.map_or_else(|| "-".to_owned(), short)
 }
 
-/// The last fence, or a note that none was issued.
+/// The last fence, or a note that none is kept. Not "none issued": a
+/// release that frees a name drops its fence key with the lease (unless
+/// fences are kept longer), so a fence may well have been issued; the
+/// next one is above it all the same (the server clock's microseconds).
 fn fence_human(fence: Option<u64>) -> String {
-    fence.map_or_else(|| "- (none issued yet)".to_owned(), |f| f.to_string())
+    fence.map_or_else(
+        || "- (not kept: a name's last fence goes with its lease; the next is above it)".to_owned(),
+        |f| f.to_string(),
+    )
 }
 
 /// One held name in `list`: its kind and what the table shows of it.

@@ -2447,3 +2447,37 @@ fn json_lines_on_stderr_share_one_schema_with_timestamps() {
         );
     }
 }
+
+#[test]
+fn status_after_a_release_says_the_fence_is_not_kept_not_that_none_was_issued() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let held = run_at(&url, &["--json", "acquire", "once", "--ttl", "1m"]);
+    assert_eq!(held.code(), 0, "{held:?}");
+    let held = held.json();
+    let fence = held["fence"].as_u64().expect("fence");
+    // While held: the fence itself.
+    let out = run_at(&url, &["status", "once"]);
+    assert!(
+        out.stdout.contains(&format!("last fence {fence}")),
+        "{out:?}"
+    );
+    let token = held["token"].as_str().expect("token");
+    assert_eq!(run_at(&url, &["release", "once", token]).code(), 0);
+    // Released: a fence was issued, and is gone with the lease.
+    for name in ["once", "never-taken"] {
+        let out = run_at(&url, &["status", name]);
+        assert_eq!(out.code(), 0, "{out:?}");
+        assert!(!out.stdout.contains("none issued"), "{out:?}");
+        assert!(out.stdout.contains("not kept"), "{out:?}");
+    }
+    // Kept (a break leaves it): the last fence, said to be kept.
+    let held = run_at(&url, &["--json", "acquire", "broken", "--ttl", "1m"]).json();
+    let fence = held["fence"].as_u64().expect("fence");
+    assert_eq!(run_at(&url, &["release", "--force", "broken"]).code(), 0);
+    let out = run_at(&url, &["status", "broken"]);
+    assert!(
+        out.stdout.contains(&format!("last fence {fence}")),
+        "{out:?}"
+    );
+}
