@@ -247,9 +247,10 @@ pub(crate) enum Command {
 #[derive(Debug, Args)]
 pub(crate) struct WaitArgs {
     /// How long to wait for the lock while someone else holds it: a
-    /// duration (500ms, 30s, 2m) or forever (also inf). Past it, exit 75
-    /// (or -E). Defaults to forever: wait until acquired, as flock(1) does.
-    #[arg(long, value_name = "DURATION|forever", value_parser = parse_wait, conflicts_with = "no_wait")]
+    /// duration (500ms, 30s, 2m) or forever (also inf); 0 is --no-wait (as
+    /// flock -w 0). Past it, exit 75 (or -E). Defaults to forever: wait
+    /// until acquired, as flock(1) does.
+    #[arg(short = 'w', long, value_name = "DURATION|forever", value_parser = parse_wait, conflicts_with = "no_wait")]
     pub(crate) wait: Option<Wait>,
 
     /// Fail at once (exit 75, or -E) when someone else holds the lock.
@@ -728,10 +729,15 @@ pub(crate) fn parse_at_most_a_day(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// Parses `--wait`: a duration, or forever (`forever`, `inf`, `infinity`).
+/// Parses `--wait`: a duration, forever (`forever`, `inf`, `infinity`), or
+/// zero (`0`, `0s`: no wait, as flock's `-w 0`).
 pub(crate) fn parse_wait(s: &str) -> Result<Wait, String> {
     match s.trim().to_ascii_lowercase().as_str() {
         "forever" | "inf" | "infinity" => Ok(Wait::Forever),
+        "0" => Ok(Wait::For(Duration::ZERO)),
+        zero if humantime::parse_duration(zero).is_ok_and(|d| d.is_zero()) => {
+            Ok(Wait::For(Duration::ZERO))
+        }
         _ => parse_duration(s)
             .map(Wait::For)
             .map_err(|e| format!("{e}, or forever")),

@@ -490,7 +490,6 @@ fn bad_command_lines_exit_64_with_one_line() {
         &["run", "x", "--"],
         &["run", "--ttl", "0", "x", "--", "true"],
         &["run", "--ttl", "banana", "x", "--", "true"],
-        &["run", "--wait", "0s", "x", "--", "true"],
         &["acquire", "x", "--ttl", "0"],
         &["acquire", "x", "--wait", "1s", "--no-wait"],
         &["--frobnicate", "status", "x"],
@@ -2480,4 +2479,28 @@ fn status_after_a_release_says_the_fence_is_not_kept_not_that_none_was_issued() 
         out.stdout.contains(&format!("last fence {fence}")),
         "{out:?}"
     );
+}
+
+#[test]
+fn w_is_short_for_wait_and_wait_0_means_no_wait_as_flock_says() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let held = run_at(&url, &["acquire", "busy", "--ttl", "5m"]);
+    assert_eq!(held.code(), 0, "{held:?}");
+    for args in [
+        &["run", "busy", "-w", "0", "--", "true"][..],
+        &["run", "busy", "--wait", "0", "--", "true"][..],
+        &["run", "busy", "--wait=0s", "--", "true"][..],
+        &["acquire", "busy", "-w", "0"][..],
+    ] {
+        let out = run_at(&url, args);
+        assert_eq!(out.code(), 75, "{args:?}: {out:?}");
+        // The busy lock's line names --no-wait: it did not wait at all.
+        assert!(out.stderr.contains("--no-wait"), "{args:?}: {out:?}");
+    }
+    let out = run_at(&url, &["run", "busy", "-w", "200ms", "--", "true"]);
+    assert_eq!(out.code(), 75, "{out:?}");
+    assert!(out.stderr.contains("timed out"), "{out:?}");
+    let out = run_at(&url, &["run", "free", "-w", "0", "--", "true"]);
+    assert_eq!(out.code(), 0, "{out:?}");
 }
