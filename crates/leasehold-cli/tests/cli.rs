@@ -47,6 +47,13 @@ impl Outcome {
             .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
     }
 
+    /// The result `run --json` writes as the last line of stderr.
+    fn run_result(&self) -> Value {
+        let last = self.stderr.lines().last().unwrap_or_default();
+        serde_json::from_str(last)
+            .unwrap_or_else(|e| panic!("stderr's last line is not JSON ({e}): {self:?}"))
+    }
+
     /// Exactly one line on stderr, starting `leasehold: `, no panic.
     fn assert_one_error_line(&self) {
         let lines: Vec<&str> = self.stderr.lines().collect();
@@ -279,7 +286,7 @@ fn run_with_several_names_holds_them_all_while_the_command_runs() {
     assert_eq!(out.code(), 0, "{out:?}");
     let read = |file: &str| std::fs::read_to_string(dir.path().join(file)).unwrap();
     assert_eq!(read("held"), "1\n1\n1\n", "not all held while CMD ran");
-    let report = out.json();
+    let report = out.run_result();
     let fences = &report["fences"];
     let fence_of = |name: &str| fences[name].as_u64().expect("a fence per name");
     assert_eq!(
@@ -393,7 +400,7 @@ fn run_with_several_names_stops_the_command_when_one_lease_is_lost() {
     let out = proc.finish_within(Duration::from_secs(30));
     assert_eq!(out.code(), 70, "{out:?}");
     assert!(!child.alive(), "CMD still runs after the loss");
-    let report = out.json();
+    let report = out.run_result();
     assert_eq!(report["lost"], true, "{report}");
     assert_eq!(
         status_json(&url, "lost-a")["held"],
