@@ -94,8 +94,12 @@ pub(crate) struct Global {
     #[arg(long, value_name = "P", default_value = DEFAULT_PREFIX, global = true)]
     pub(crate) prefix: String,
 
-    /// Print results as JSON on stdout (`run`: one object when it ends), and
-    /// every line on stderr (errors, warnings, events) as a JSON object.
+    /// Print results as JSON on stdout, and every line on stderr (errors,
+    /// warnings, events) as a JSON object. `run` and `elect` leave stdout to
+    /// CMD: their result (one object when they end) is the last line of
+    /// stderr, or goes to --json-file. Every line on stderr has the fields
+    /// timestamp (RFC 3339, UTC), level and message, and its own beside them
+    /// (an error's exit_code).
     #[arg(long, global = true)]
     pub(crate) json: bool,
 
@@ -165,7 +169,16 @@ pub(crate) enum Command {
     /// Set the lease held under TOKEN to end --ttl from now.
     Extend(ExtendArgs),
 
-    /// Release the lease held under TOKEN.
+    /// Release the lease held under TOKEN, or with --force whatever holds NAME.
+    ///
+    /// --force breaks a stuck lock of any kind (lock, election, reentrant,
+    /// rwlock, semaphore) without its token and says what it removed: the
+    /// kind, each holder's token prefix and the time its lease had left.
+    /// It breaks mutual exclusion: the holder is not told and runs on until
+    /// its next renewal fails, beside the next holder. A waiter queued for
+    /// a lock gets it at once. The last fence is kept, so the next holder's
+    /// fence is above the broken one's. Asks first when stdin is a terminal
+    /// (anything but y exits 1, having changed nothing); never otherwise.
     Release(ReleaseArgs),
 
     /// Show a lock's holder (token prefix), remaining TTL, last fence and waiters.
@@ -234,9 +247,10 @@ pub(crate) enum Command {
 #[derive(Debug, Args)]
 pub(crate) struct WaitArgs {
     /// How long to wait for the lock while someone else holds it: a
-    /// duration (500ms, 30s, 2m) or forever (also inf). Past it, exit 75
-    /// (or -E). Defaults to forever: wait until acquired, as flock(1) does.
-    #[arg(long, value_name = "DURATION|forever", value_parser = parse_wait, conflicts_with = "no_wait")]
+    /// duration (500ms, 30s, 2m) or forever (also inf); 0 is --no-wait (as
+    /// flock -w 0). Past it, exit 75 (or -E). Defaults to forever: wait
+    /// until acquired, as flock(1) does.
+    #[arg(short = 'w', long, value_name = "DURATION|forever", value_parser = parse_wait, conflicts_with = "no_wait")]
     pub(crate) wait: Option<Wait>,
 
     /// Fail at once (exit 75, or -E) when someone else holds the lock.
@@ -312,6 +326,11 @@ pub(crate) struct RunArgs {
           conflicts_with_all = ["read", "write", "permits"])]
     pub(crate) lock_delay: Option<Duration>,
 
+    /// Write the result object (as --json does on stderr, with or without
+    /// --json) to FILE instead, when the run ends.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) json_file: Option<PathBuf>,
+
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub(crate) command: Vec<OsString>,
@@ -345,6 +364,11 @@ pub(crate) struct ElectArgs {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub(crate) kill_grace: Duration,
 
+    /// Write the result object (as --json does on stderr, with or without
+    /// --json) to FILE instead, when the run ends.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) json_file: Option<PathBuf>,
+
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub(crate) command: Vec<OsString>,
@@ -364,6 +388,7 @@ impl ElectArgs {
             kill_grace: self.kill_grace,
             at_least: None,
             lock_delay: None,
+            json_file: self.json_file,
             command: self.command,
             elect: Some(value),
         }
@@ -391,7 +416,7 @@ pub(crate) struct HoldArgs {
 
 /// Which kind of lock `status` shows, when the kind found on the server is
 /// not what is wanted: none of these finds it out.
-#[derive(Debug, Args)]
+#[derive(Debug, Default, Args)]
 pub(crate) struct KindArgs {
     /// Show NAME as a read-write lock: its writer, readers and waiting writers.
     #[arg(long, conflicts_with_all = ["write", "permits", "reentrant"])]
@@ -472,7 +497,12 @@ pub(crate) struct ReleaseArgs {
     pub(crate) name: String,
 
     /// The owner token printed by `leasehold acquire`.
-    pub(crate) token: String,
+    #[arg(required_unless_present = "force")]
+    pub(crate) token: Option<String>,
+
+    /// Break the lock whatever holds it, without its token (see above).
+    #[arg(long, conflicts_with = "token")]
+    pub(crate) force: bool,
 }
 
 /// Arguments of `status`.
@@ -699,10 +729,15 @@ pub(crate) fn parse_at_most_a_day(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// Parses `--wait`: a duration, or forever (`forever`, `inf`, `infinity`).
+/// Parses `--wait`: a duration, forever (`forever`, `inf`, `infinity`), or
+/// zero (`0`, `0s`: no wait, as flock's `-w 0`).
 pub(crate) fn parse_wait(s: &str) -> Result<Wait, String> {
     match s.trim().to_ascii_lowercase().as_str() {
         "forever" | "inf" | "infinity" => Ok(Wait::Forever),
+        "0" => Ok(Wait::For(Duration::ZERO)),
+        zero if humantime::parse_duration(zero).is_ok_and(|d| d.is_zero()) => {
+            Ok(Wait::For(Duration::ZERO))
+        }
         _ => parse_duration(s)
             .map(Wait::For)
             .map_err(|e| format!("{e}, or forever")),

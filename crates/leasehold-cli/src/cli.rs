@@ -325,7 +325,8 @@ impl LeaseArgs {
         LeaseArgs {
             ttl,
             wait: wait.wait.unwrap_or(Wait::Forever).duration(),
-            no_wait: wait.no_wait,
+            // --wait 0 is --no-wait, as flock's -w 0.
+            no_wait: wait.no_wait || wait.wait == Some(Wait::For(Duration::ZERO)),
             conflict: wait.conflict_exit_code,
             progress: !global.quiet && nix::unistd::isatty(std::io::stderr()).unwrap_or(false),
             at_least: None,

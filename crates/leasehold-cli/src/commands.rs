@@ -4,7 +4,7 @@ use leasehold::{Client, LockKind};
 use serde_json::{Value, json};
 
 use crate::cli::{
-    AcquireArgs, Cli, Command, CompletionsArgs, ExtendArgs, Global, LeaseArgs, ListArgs,
+    AcquireArgs, Cli, Command, CompletionsArgs, ExtendArgs, Global, KindArgs, LeaseArgs, ListArgs,
     ReleaseArgs, StatusArgs,
 };
 use crate::exit::Failure;
@@ -119,17 +119,58 @@ async fn extend(global: &Global, args: ExtendArgs) -> Result<u8, Failure> {
     Ok(0)
 }
 
-/// `leasehold release`: release the lease held under TOKEN.
+/// `leasehold release`: release the lease held under TOKEN, or with
+/// --force break whatever holds NAME.
 async fn release(global: &Global, args: ReleaseArgs) -> Result<u8, Failure> {
     let client = connect(global).await?;
-    client
-        .lock(&args.name)
-        .release_by_token(&args.token)
-        .await?;
+    let Some(token) = &args.token else {
+        return force_release(global, &client, &args.name).await;
+    };
+    client.lock(&args.name).release_by_token(token).await?;
     if global.json {
         emit_json(&json!({ "name": args.name, "released": true }));
     } else {
         emit(&format!("released lock {:?}", args.name));
+    }
+    Ok(0)
+}
+
+/// `leasehold release --force NAME`: break whatever holds NAME (asking
+/// first on a terminal) and say what was removed.
+async fn force_release(global: &Global, client: &Client, name: &str) -> Result<u8, Failure> {
+    use std::io::IsTerminal;
+    if std::io::stdin().is_terminal() {
+        let shown = StatusArgs {
+            name: name.to_owned(),
+            kind: KindArgs::default(),
+        };
+        let (_, human) = read_status(client, &shown).await?;
+        let question = format!(
+            "{human}\nbreak it? its holder is not told and may run on beside the next one [y/N] "
+        );
+        let answer = tokio::task::spawn_blocking(move || {
+            use std::io::Write;
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "{question}");
+            let _ = err.flush();
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).map(|_| line)
+        })
+        .await
+        .map_err(|e| Failure::with_code(crate::exit::SOFTWARE, e.to_string()))?
+        .unwrap_or_default();
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            return Err(Failure::with_code(
+                1,
+                format!("not broken: {:?} is left as it is", output::printable(name)),
+            ));
+        }
+    }
+    let broken = client.break_lease(name).await?;
+    if global.json {
+        emit_json(&output::broken_json(name, broken.as_ref()));
+    } else {
+        emit(&output::broken_human(name, broken.as_ref()));
     }
     Ok(0)
 }

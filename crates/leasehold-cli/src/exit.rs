@@ -70,7 +70,7 @@ pub(crate) fn quiet() {
 }
 
 /// Prints a warning on stderr: `leasehold: warning: MESSAGE`, or under
-/// `--json` the object `{"warning": MESSAGE}`; nothing with `-q`.
+/// `--json` a [`json_line`] at level WARN; nothing with `-q`.
 pub(crate) fn warning(message: impl Into<String>) {
     if !QUIET.load(Ordering::Relaxed) {
         say("warning", &one_line(message.into()));
@@ -78,16 +78,30 @@ pub(crate) fn warning(message: impl Into<String>) {
 }
 
 /// Prints a notice of what leasehold does (a lost lease, a command's
-/// leftovers stopped) on stderr: `leasehold: MESSAGE`, or under `--json` the
-/// object `{"notice": MESSAGE}`.
+/// leftovers stopped) on stderr: `leasehold: MESSAGE`, or under `--json` a
+/// [`json_line`] at level INFO.
 pub(crate) fn notice(message: impl Into<String>) {
     say("notice", &one_line(message.into()));
 }
 
-/// One line on stderr, text or JSON.
+/// One line of `--json` on stderr, in the one schema every line there
+/// shares, the library's events included (main.rs): `timestamp` (RFC 3339,
+/// UTC), `level` (`ERROR`, `WARN`, `INFO`, ...), `message`, and fields of
+/// its own (an error's `exit_code`).
+pub(crate) fn json_line(level: &str, message: &str) -> serde_json::Value {
+    serde_json::json!({
+        "timestamp": humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string(),
+        "level": level,
+        "message": message,
+    })
+}
+
+/// One line on stderr, text or JSON (a warning at level WARN, a notice at
+/// INFO).
 fn say(what: &str, message: &str) {
     if JSON_ERRORS.load(Ordering::Relaxed) {
-        eprintln!("{}", serde_json::json!({ what: message }));
+        let level = if what == "warning" { "WARN" } else { "INFO" };
+        eprintln!("{}", json_line(level, message));
     } else if what == "warning" {
         eprintln!("leasehold: warning: {message}");
     } else {
@@ -119,8 +133,8 @@ impl Failure {
         Failure::with_code(USAGE, message)
     }
 
-    /// Prints the failure as one line on stderr (a JSON object
-    /// `{"error", "exit_code"}` under `--json`) and returns its exit code.
+    /// Prints the failure as one line on stderr (under `--json` a JSON
+    /// object of [`json_line`]'s schema at level ERROR, with `exit_code`) and returns its exit code.
     /// A failure that exits 0 prints nothing: only a conflict the user made
     /// exit 0 (`-E 0`, "skip quietly", as `flock -n` does) is one, and a
     /// line on stderr would have cron mail every skip.
@@ -129,7 +143,8 @@ impl Failure {
             return 0;
         }
         if JSON_ERRORS.load(Ordering::Relaxed) {
-            let object = serde_json::json!({ "error": self.message, "exit_code": self.code });
+            let mut object = json_line("ERROR", &self.message);
+            object["exit_code"] = self.code.into();
             eprintln!("{object}");
         } else {
             eprintln!("leasehold: {}", self.message);

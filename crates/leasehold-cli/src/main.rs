@@ -16,6 +16,7 @@ mod args;
 #[cfg(feature = "bench")]
 mod bench;
 mod cli;
+mod collapse;
 mod commands;
 mod demo;
 mod embedded;
@@ -31,6 +32,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::cli::Parsed;
+use crate::collapse::Collapsing;
 use crate::exit::Failure;
 
 /// Parses the command line, runs the command on a Tokio runtime, and exits
@@ -122,19 +124,27 @@ fn install_logging(global: &cli::Global) {
     } else {
         tracing_subscriber::fmt::format::FmtSpan::NONE
     };
+    let format = tracing_subscriber::fmt::format().with_target(global.verbose > 0);
     // A second subscriber cannot happen here (main sets the only one).
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_span_events(spans)
         .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .without_time()
-        .with_target(global.verbose > 0);
+        .with_ansi(false);
     // Under --json every line on stderr is a JSON object, events included.
+    // Either way a warning that keeps coming is shown less and less often.
     let _ = if global.json {
-        builder.json().try_init()
+        builder
+            .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+            // The schema of exit::json_line: timestamp (RFC 3339 UTC),
+            // level, message, and the event's other fields (its span's too)
+            // beside them.
+            .event_format(Collapsing::new(format.json().flatten_event(true)))
+            .try_init()
     } else {
-        builder.try_init()
+        builder
+            .event_format(Collapsing::new(format.without_time()))
+            .try_init()
     };
 }
 

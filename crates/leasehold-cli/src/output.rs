@@ -1,9 +1,12 @@
-//! What the commands print: human text or JSON on stdout.
+//! What the commands print: human text or JSON on stdout (`run`'s result
+//! on stderr, stdout being its command's).
 
 use std::io::Write;
 use std::time::Duration;
 
-use leasehold::{HoldStatus, LockStatus, ReentrantStatus, RwLockStatus, SemaphoreStatus};
+use leasehold::{
+    BrokenLease, HoldStatus, LockStatus, ReentrantStatus, RwLockStatus, SemaphoreStatus,
+};
 use serde_json::{Value, json};
 
 /// Writes `text` and a newline to stdout. A closed stdout (`| head`) is not
@@ -17,6 +20,14 @@ pub(crate) fn emit(text: &str) {
 /// Writes `value` as one line of JSON on stdout.
 pub(crate) fn emit_json(value: &Value) {
     emit(&value.to_string());
+}
+
+/// Writes `value` as one line of JSON on stderr: a result that must not
+/// mix with a command's own stdout (`run --json`).
+pub(crate) fn emit_json_stderr(value: &Value) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{value}");
+    let _ = err.flush();
 }
 
 /// `name` with its control characters escaped (`\n`, `\u{1b}`), so a lock
@@ -164,6 +175,64 @@ pub(crate) fn reentrant_status_human(status: &ReentrantStatus) -> String {
     )
 }
 
+/// What `release --force` broke (`None`: nothing held the name) as a JSON
+/// object.
+pub(crate) fn broken_json(name: &str, broken: Option<&BrokenLease>) -> Value {
+    let Some(broken) = broken else {
+        return json!({ "name": name, "broken": false, "kind": null, "holds": [] });
+    };
+    json!({
+        "name": broken.name,
+        "broken": true,
+        "kind": broken.kind.as_str(),
+        "holds": broken.holds.iter().map(|h| json!({
+            "holder": h.holder,
+            "remaining_ms": h.remaining.map(millis),
+            "holds": h.holds,
+        })).collect::<Vec<_>>(),
+        "fence": broken.fence,
+    })
+}
+
+/// What `release --force` broke, one line per hold removed and the fence kept.
+pub(crate) fn broken_human(name: &str, broken: Option<&BrokenLease>) -> String {
+    let Some(broken) = broken else {
+        return format!(
+            "nothing broken: {} is not held (or changed hands just now)",
+            printable(name)
+        );
+    };
+    let mut out = format!(
+        "broke {} {}: removed {} hold(s)",
+        broken.kind,
+        printable(&broken.name),
+        broken.holds.len()
+    );
+    for hold in broken.holds.iter().take(HUMAN_MOST_HOLDS) {
+        let times = if hold.holds > 1 {
+            format!(" (x{})", hold.holds)
+        } else {
+            String::new()
+        };
+        out.push_str(&format!(
+            "\n  {}…{times} {} left",
+            hold.holder,
+            remaining_human(hold.remaining)
+        ));
+    }
+    if broken.holds.len() > HUMAN_MOST_HOLDS {
+        out.push_str(&format!(
+            "\n  … and {} more",
+            broken.holds.len() - HUMAN_MOST_HOLDS
+        ));
+    }
+    out.push_str(&match broken.fence {
+        Some(fence) => format!("\nlast fence {fence} kept: the next holder's is above it"),
+        None => "\nlast fence - (not kept)".to_owned(),
+    });
+    out
+}
+
 /// One hold of a read-write lock or semaphore as a JSON object.
 fn hold_json(hold: &HoldStatus) -> Value {
     json!({ "holder": hold.holder, "remaining_ms": millis(hold.remaining) })
@@ -196,9 +265,15 @@ fn remaining_human(remaining: Option<Duration>) -> String {
     remaining.map_or_else(|| "-".to_owned(), short)
 }
 
-/// The last fence, or a note that none was issued.
+/// The last fence, or a note that none is kept. Not "none issued": a
+/// release that frees a name drops its fence key with the lease (unless
+/// fences are kept longer), so a fence may well have been issued; the
+/// next one is above it all the same (the server clock's microseconds).
 fn fence_human(fence: Option<u64>) -> String {
-    fence.map_or_else(|| "- (none issued yet)".to_owned(), |f| f.to_string())
+    fence.map_or_else(
+        || "- (not kept: a name's last fence goes with its lease; the next is above it)".to_owned(),
+        |f| f.to_string(),
+    )
 }
 
 /// One held name in `list`: its kind and what the table shows of it.

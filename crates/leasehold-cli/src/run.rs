@@ -89,7 +89,8 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
 }
 
 /// [`run`] once connected: takes the hold, runs the command under it;
-/// with `--json`, one object on stdout when it ends.
+/// with `--json` or `--json-file`, one object when it ends (stdout is
+/// the command's).
 async fn run_locked(
     client: &leasehold::Client,
     global: &Global,
@@ -111,7 +112,7 @@ async fn run_locked(
         }
     };
     let acquired = Instant::now();
-    let summary = global.json.then(|| Summary {
+    let summary = (global.json || args.json_file.is_some()).then(|| Summary {
         name: args.name.clone(),
         kind: guard.kind(),
         fence: guard.fence(),
@@ -122,7 +123,7 @@ async fn run_locked(
     let mut lost = false;
     let result = run_held(guard, &args, &mut lost).await;
     if let Some(summary) = summary {
-        summary.emit(&result, lost);
+        summary.emit(&result, lost, args.json_file.as_deref());
     }
     result
 }
@@ -144,9 +145,10 @@ struct Summary {
 }
 
 impl Summary {
-    /// One JSON object on stdout: the hold, the times, whether the lease
-    /// was lost, and the exit code.
-    fn emit(self, result: &Result<u8, Failure>, lost: bool) {
+    /// One JSON object, on a line of stderr or in `file`: the hold, the
+    /// times, whether the lease was lost, and the exit code. Never on
+    /// stdout, which is the command's.
+    fn emit(self, result: &Result<u8, Failure>, lost: bool, file: Option<&std::path::Path>) {
         let code = match result {
             Ok(code) => *code,
             Err(failure) => failure.code,
@@ -157,7 +159,7 @@ impl Summary {
             .iter()
             .map(|(n, f)| (n.clone(), (*f).into()))
             .collect();
-        crate::output::emit_json(&serde_json::json!({
+        let object = serde_json::json!({
             "name": self.name,
             "names": names,
             "kind": self.kind,
@@ -167,7 +169,18 @@ impl Summary {
             "held_ms": crate::output::millis(self.acquired.elapsed()),
             "lost": lost,
             "exit_code": code,
-        }));
+        });
+        match file {
+            Some(path) => {
+                if let Err(e) = std::fs::write(path, format!("{object}\n")) {
+                    exit::warning(format!(
+                        "cannot write the result to {}: {e}",
+                        path.display()
+                    ));
+                }
+            }
+            None => crate::output::emit_json_stderr(&object),
+        }
     }
 }
 

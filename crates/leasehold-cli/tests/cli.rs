@@ -47,6 +47,13 @@ impl Outcome {
             .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
     }
 
+    /// The result `run --json` writes as the last line of stderr.
+    fn run_result(&self) -> Value {
+        let last = self.stderr.lines().last().unwrap_or_default();
+        serde_json::from_str(last)
+            .unwrap_or_else(|e| panic!("stderr's last line is not JSON ({e}): {self:?}"))
+    }
+
     /// Exactly one line on stderr, starting `leasehold: `, no panic.
     fn assert_one_error_line(&self) {
         let lines: Vec<&str> = self.stderr.lines().collect();
@@ -279,7 +286,7 @@ fn run_with_several_names_holds_them_all_while_the_command_runs() {
     assert_eq!(out.code(), 0, "{out:?}");
     let read = |file: &str| std::fs::read_to_string(dir.path().join(file)).unwrap();
     assert_eq!(read("held"), "1\n1\n1\n", "not all held while CMD ran");
-    let report = out.json();
+    let report = out.run_result();
     let fences = &report["fences"];
     let fence_of = |name: &str| fences[name].as_u64().expect("a fence per name");
     assert_eq!(
@@ -393,7 +400,7 @@ fn run_with_several_names_stops_the_command_when_one_lease_is_lost() {
     let out = proc.finish_within(Duration::from_secs(30));
     assert_eq!(out.code(), 70, "{out:?}");
     assert!(!child.alive(), "CMD still runs after the loss");
-    let report = out.json();
+    let report = out.run_result();
     assert_eq!(report["lost"], true, "{report}");
     assert_eq!(
         status_json(&url, "lost-a")["held"],
@@ -490,7 +497,6 @@ fn bad_command_lines_exit_64_with_one_line() {
         &["run", "x", "--"],
         &["run", "--ttl", "0", "x", "--", "true"],
         &["run", "--ttl", "banana", "x", "--", "true"],
-        &["run", "--wait", "0s", "x", "--", "true"],
         &["acquire", "x", "--ttl", "0"],
         &["acquire", "x", "--wait", "1s", "--no-wait"],
         &["--frobnicate", "status", "x"],
@@ -664,14 +670,18 @@ fn a_paused_holder_whose_lease_is_taken_stops_its_command_and_exits_70() {
     assert_eq!(out.code(), 70, "{out:?}");
     // --json: the notice is a JSON object on stderr, and the one object at
     // the end on stdout says so too.
-    let notice: Value = serde_json::from_str(out.stderr.trim())
-        .unwrap_or_else(|e| panic!("stderr is not one JSON object ({e}): {out:?}"));
+    let lines: Vec<Value> = out
+        .stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {out:?}")))
+        .collect();
+    assert_eq!(lines.len(), 2, "the notice and the result: {out:?}");
     assert!(
-        notice["notice"].as_str().unwrap().contains("lost"),
+        lines[0]["message"].as_str().unwrap().contains("lost"),
         "{out:?}"
     );
     assert!(!child.alive(), "the command still runs after a lost lease");
-    let summary = out.json();
+    let summary = &lines[1];
     assert_eq!(summary["lost"], true, "{summary}");
     assert_eq!(summary["exit_code"], 70, "{summary}");
     assert_eq!(summary["fence"], first_fence, "{summary}");
@@ -1633,20 +1643,27 @@ fn json_errors_are_objects_on_stderr() {
             .unwrap_or_else(|e| panic!("{args:?}: stderr is not JSON ({e}): {out:?}"));
         assert_eq!(err["exit_code"], *code, "{args:?}: {err}");
         assert!(
-            err["error"].as_str().is_some_and(|m| !m.is_empty()),
+            err["message"].as_str().is_some_and(|m| !m.is_empty()),
             "{err}"
         );
+        assert_eq!(err["level"], "ERROR", "{err}");
         assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
     }
 }
 
 #[test]
-fn run_with_json_prints_one_object_when_it_ends() {
+fn run_with_json_writes_its_result_to_stderr_or_a_file_leaving_stdout_to_the_command() {
     let server = RedisServer::start();
     let url = server.url();
-    let out = run_at(&url, &["--json", "run", "job", "--", "sh", "-c", "exit 3"]);
+    let out = run_at(
+        &url,
+        &["--json", "run", "job", "--", "sh", "-c", "echo hi; exit 3"],
+    );
     assert_eq!(out.code(), 3, "{out:?}");
-    let summary = out.json();
+    // stdout is the command's alone; the result is the last line of stderr.
+    assert_eq!(out.stdout, "hi\n", "{out:?}");
+    let last = out.stderr.lines().last().expect("a result on stderr");
+    let summary: Value = serde_json::from_str(last).expect("JSON result");
     assert_eq!(summary["name"], "job", "{summary}");
     assert_eq!(summary["kind"], "lock", "{summary}");
     assert!(
@@ -1657,17 +1674,32 @@ fn run_with_json_prints_one_object_when_it_ends() {
     assert!(summary["held_ms"].as_u64().is_some(), "{summary}");
     assert_eq!(summary["lost"], false, "{summary}");
     assert_eq!(summary["exit_code"], 3, "{summary}");
-    // The command's own output comes first, the summary last.
-    let out = run_at(
-        &url,
-        &["--json", "run", "job", "--permits", "2", "--", "echo", "hi"],
-    );
-    assert_eq!(out.code(), 0, "{out:?}");
-    let mut lines = out.stdout.lines();
-    assert_eq!(lines.next(), Some("hi"), "{out:?}");
-    let summary: Value = serde_json::from_str(lines.next().expect("summary")).unwrap();
-    assert_eq!(summary["kind"], "semaphore", "{summary}");
-    assert_eq!(summary["exit_code"], 0, "{summary}");
+    // --json-file: the result goes there, and neither stdout nor stderr has it.
+    let dir = temp_dir();
+    let file = dir.path().join("result.json");
+    let file_arg = file.to_str().expect("utf-8 path");
+    for (args, kind) in [
+        (
+            &["run", "job", "--permits", "2", "--json-file", file_arg][..],
+            "semaphore",
+        ),
+        (
+            &["elect", "job:el", "--json-file", file_arg][..],
+            "election",
+        ),
+    ] {
+        let _ = std::fs::remove_file(&file);
+        let args = [&["--json"][..], args, &["--", "echo", "hi"]].concat();
+        let out = run_at(&url, &args);
+        assert_eq!(out.code(), 0, "{out:?}");
+        assert_eq!(out.stdout, "hi\n", "{out:?}");
+        assert!(!out.stderr.contains("exit_code"), "{out:?}");
+        let summary: Value =
+            serde_json::from_str(&std::fs::read_to_string(&file).expect("result file"))
+                .expect("JSON result");
+        assert_eq!(summary["kind"], kind, "{summary}");
+        assert_eq!(summary["exit_code"], 0, "{summary}");
+    }
 }
 
 #[test]
@@ -2221,4 +2253,261 @@ fn wait_for_existence(path: &Path) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+// ---- Issue 26: an operator's bad night ---------------------------------
+
+#[test]
+fn release_force_breaks_every_kind_says_what_it_removed_and_keeps_the_fence() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = leasehold::blocking::Client::connect(&url).expect("connect");
+    let ttl = Duration::from_secs(300);
+    let lock = client.lock("b:lock").ttl(ttl).acquire().unwrap();
+    let reentrant = client.reentrant_lock("b:re").ttl(ttl);
+    let re = reentrant.acquire().unwrap();
+    let _re2 = reentrant.acquire().unwrap();
+    let read = client.rw_lock("b:rw").ttl(ttl).read().unwrap();
+    let permit = client.semaphore("b:sem", 3).ttl(ttl).acquire().unwrap();
+    let leader = client.election("b:el").ttl(ttl).campaign("me").unwrap();
+    let cases = [
+        ("b:lock", "lock", lock.token().to_owned(), lock.fence()),
+        ("b:re", "reentrant", re.token().to_owned(), re.fence()),
+        ("b:rw", "rwlock", read.token().to_owned(), read.fence()),
+        (
+            "b:sem",
+            "semaphore",
+            permit.token().to_owned(),
+            permit.fence(),
+        ),
+        (
+            "b:el",
+            "election",
+            leader.token().to_owned(),
+            leader.fence(),
+        ),
+    ];
+    for (name, kind, token, fence) in &cases {
+        // stdin is not a terminal here: nothing is asked.
+        let out = run_at(&url, &["--json", "release", "--force", name]);
+        assert_eq!(out.code(), 0, "{name}: {out:?}");
+        let broken = out.json();
+        assert_eq!(broken["broken"], true, "{name}: {broken}");
+        assert_eq!(broken["kind"], *kind, "{name}: {broken}");
+        let hold = &broken["holds"][0];
+        assert_eq!(hold["holder"], token[..8], "{name}: {broken}");
+        let left = hold["remaining_ms"].as_u64().expect("remaining_ms");
+        assert!(left > 200_000 && left <= 300_000, "{name}: {broken}");
+        assert_eq!(broken["fence"], *fence, "{name}: {broken}");
+        assert!(!out.stdout.contains(token.as_str()), "whole token printed");
+        // Free now, and its last fence kept, so fences never go back.
+        let status = status_json(&url, name);
+        assert_eq!(status["kind"], Value::Null, "{name}: {status}");
+        assert_eq!(status["fence"], *fence, "{name}: {status}");
+    }
+    assert_eq!(
+        run_at(&url, &["--json", "list"]).json()["locks"],
+        serde_json::json!([])
+    );
+    // Nothing left to break: said so, exit 0.
+    let out = run_at(&url, &["release", "--force", "b:lock"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(out.stdout.contains("not held"), "{out:?}");
+    // The human form names the kind, the holder's prefix and the time left.
+    let held = client.semaphore("h:sem", 2).ttl(ttl).acquire().unwrap();
+    let out = run_at(&url, &["release", "--force", "h:sem"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(out.stdout.contains("semaphore"), "{out:?}");
+    assert!(out.stdout.contains(&held.token()[..8]), "{out:?}");
+    assert!(out.stdout.contains("left"), "{out:?}");
+    // A new holder's fence is above the broken one's.
+    let again = client.lock("b:lock").acquire().unwrap();
+    assert!(again.fence() > cases[0].3);
+}
+
+#[test]
+fn release_force_hands_a_lock_to_its_queued_waiter_at_once() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let held = run_at(&url, &["--json", "acquire", "stuck", "--ttl", "10m"]);
+    assert_eq!(held.code(), 0, "{held:?}");
+    let token = held.json()["token"].as_str().expect("token").to_owned();
+    let dir = temp_dir();
+    let waiter = spawn_in(
+        dir.path(),
+        std::slice::from_ref(&url),
+        &[
+            "run",
+            "stuck",
+            "--",
+            "sh",
+            "-c",
+            &format!("{WAIT_FOR}echo $LEASEHOLD_TOKEN > mine; wait_for go"),
+        ],
+    );
+    wait_for_waiters(&url, "stuck", 1);
+    let out = run_at(&url, &["release", "--force", "stuck"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    // The break handed the lease to the waiter inside the same script: it
+    // holds it when the break returns, before any timer of its own.
+    let status = status_json(&url, "stuck");
+    assert_eq!(status["held"], true, "{status}");
+    assert_ne!(status["holder"], token[..8], "{status}");
+    let mine = wait_for_file(&dir.path().join("mine"));
+    assert_eq!(status["holder"], mine[..8], "{status}");
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let out = waiter.finish();
+    assert_eq!(out.code(), 0, "{out:?}");
+    // The broken holder's token no longer releases anything.
+    let late = run_at(&url, &["release", "stuck", &token]);
+    assert_ne!(late.code(), 0, "{late:?}");
+}
+
+#[test]
+fn a_waiter_whose_redis_went_away_warns_once_not_at_every_retry() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    let held = run_at(&url, &["acquire", "busy", "--ttl", "5m"]);
+    assert_eq!(held.code(), 0, "{held:?}");
+    let dir = temp_dir();
+    let log = dir.path().join("stderr");
+    let mut cmd = leasehold();
+    cmd.args(["--url", &url, "run", "busy", "--", "true"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("stderr file"));
+    let waiter = Proc {
+        child: cmd.spawn().expect("spawn leasehold"),
+        started: Instant::now(),
+    };
+    wait_for_waiters(&url, "busy", 1);
+    server.kill();
+    // Once the first warning is out, the library retries its subscription
+    // at 50ms, 100ms, ... 2s: each retry warned again, 7 lines in 3 s, and
+    // then one every 2 s for as long as --wait forever waits.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_to_string(&log).unwrap_or_default().is_empty() {
+        assert!(Instant::now() < deadline, "no warning that Redis went away");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_secs(4));
+    // Killed (SIGKILL, by PID) and reaped.
+    drop(waiter);
+    let stderr = std::fs::read_to_string(&log).expect("stderr");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(!lines.is_empty(), "{stderr}");
+    // One line per distinct warning: none repeats (the first 40 characters
+    // name the warning; its fields, e.g. retry_in, vary).
+    let mut heads: Vec<String> = lines.iter().map(|l| l.chars().take(40).collect()).collect();
+    heads.sort();
+    let before = heads.len();
+    heads.dedup();
+    assert_eq!(heads.len(), before, "a warning repeated:\n{stderr}");
+}
+
+/// Whether `text` is an RFC 3339 UTC timestamp: `2025-01-31T23:59:59[.frac]Z`.
+fn is_rfc3339_utc(text: &str) -> bool {
+    let b = text.as_bytes();
+    b.len() >= 20
+        && text.ends_with('Z')
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && b[10] == b'T'
+        && b[13] == b':'
+        && b[16] == b':'
+        && text[..4].parse::<u32>().is_ok_and(|y| y >= 2024)
+}
+
+#[test]
+fn json_lines_on_stderr_share_one_schema_with_timestamps() {
+    let server = RedisServer::builder()
+        .arg("maxmemory-policy", "allkeys-lru")
+        .start();
+    let url = server.url();
+    let dead = format!("redis://127.0.0.1:{}", closed_port());
+    // An error, one of the library's warnings, and one of the tool's own.
+    let error = run(&["--url", &dead, "--json", "status", "x"]);
+    let library = run_at(&url, &["--json", "status", "x"]);
+    let mut cmd = leasehold();
+    cmd.env("RUST_LOG", "leasehold=loudest")
+        .args(["--url", &url, "--json", "-v", "status", "x"]);
+    let own = Proc::spawn(cmd).finish();
+    for (out, level, says) in [
+        (&error, "ERROR", "cannot reach Redis"),
+        (&library, "WARN", "maxmemory-policy"),
+        (&own, "WARN", "RUST_LOG is not a filter"),
+    ] {
+        let line = out
+            .stderr
+            .lines()
+            .find(|l| l.contains(says))
+            .unwrap_or_else(|| panic!("no line saying {says}: {out:?}"));
+        let object: Value = serde_json::from_str(line).expect("a JSON line");
+        assert!(
+            object["timestamp"].as_str().is_some_and(is_rfc3339_utc),
+            "{object}"
+        );
+        assert_eq!(object["level"], level, "{object}");
+        assert!(
+            object["message"].as_str().is_some_and(|m| m.contains(says)),
+            "{object}"
+        );
+    }
+}
+
+#[test]
+fn status_after_a_release_says_the_fence_is_not_kept_not_that_none_was_issued() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let held = run_at(&url, &["--json", "acquire", "once", "--ttl", "1m"]);
+    assert_eq!(held.code(), 0, "{held:?}");
+    let held = held.json();
+    let fence = held["fence"].as_u64().expect("fence");
+    // While held: the fence itself.
+    let out = run_at(&url, &["status", "once"]);
+    assert!(
+        out.stdout.contains(&format!("last fence {fence}")),
+        "{out:?}"
+    );
+    let token = held["token"].as_str().expect("token");
+    assert_eq!(run_at(&url, &["release", "once", token]).code(), 0);
+    // Released: a fence was issued, and is gone with the lease.
+    for name in ["once", "never-taken"] {
+        let out = run_at(&url, &["status", name]);
+        assert_eq!(out.code(), 0, "{out:?}");
+        assert!(!out.stdout.contains("none issued"), "{out:?}");
+        assert!(out.stdout.contains("not kept"), "{out:?}");
+    }
+    // Kept (a break leaves it): the last fence, said to be kept.
+    let held = run_at(&url, &["--json", "acquire", "broken", "--ttl", "1m"]).json();
+    let fence = held["fence"].as_u64().expect("fence");
+    assert_eq!(run_at(&url, &["release", "--force", "broken"]).code(), 0);
+    let out = run_at(&url, &["status", "broken"]);
+    assert!(
+        out.stdout.contains(&format!("last fence {fence}")),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn w_is_short_for_wait_and_wait_0_means_no_wait_as_flock_says() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let held = run_at(&url, &["acquire", "busy", "--ttl", "5m"]);
+    assert_eq!(held.code(), 0, "{held:?}");
+    for args in [
+        &["run", "busy", "-w", "0", "--", "true"][..],
+        &["run", "busy", "--wait", "0", "--", "true"][..],
+        &["run", "busy", "--wait=0s", "--", "true"][..],
+        &["acquire", "busy", "-w", "0"][..],
+    ] {
+        let out = run_at(&url, args);
+        assert_eq!(out.code(), 75, "{args:?}: {out:?}");
+        // The busy lock's line names --no-wait: it did not wait at all.
+        assert!(out.stderr.contains("--no-wait"), "{args:?}: {out:?}");
+    }
+    let out = run_at(&url, &["run", "busy", "-w", "200ms", "--", "true"]);
+    assert_eq!(out.code(), 75, "{out:?}");
+    assert!(out.stderr.contains("timed out"), "{out:?}");
+    let out = run_at(&url, &["run", "free", "-w", "0", "--", "true"]);
+    assert_eq!(out.code(), 0, "{out:?}");
 }

@@ -214,6 +214,7 @@ mod acquire;
 mod backend;
 #[cfg(feature = "blocking")]
 pub mod blocking;
+mod break_lease;
 mod client;
 mod clock;
 mod election;
@@ -253,6 +254,7 @@ mod telemetry;
 mod token;
 mod watchdog;
 
+pub use break_lease::{BrokenHold, BrokenLease};
 pub use client::{Client, ClientBuilder, DEFAULT_PREFIX};
 pub use election::{Election, Leader, LeaderChanges, Leadership, MAX_VALUE_LEN};
 pub use error::{Error, Result};

@@ -179,6 +179,28 @@ impl Servers {
         }
     }
 
+    /// Breaks the lease lock held under `token` whatever the client's
+    /// fence memory ([`scripts::lock_break`]); on Redlock, released on the
+    /// nodes as its holder would (Redlock has no elections).
+    pub(crate) async fn lock_break(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        election: bool,
+    ) -> Result<Owned> {
+        match self {
+            Servers::One(backend) => scripts::lock_break(backend, keys, token, election).await,
+            Servers::Quorum(redlock) => redlock.release(LockKind::Lock, keys, token).await,
+        }
+    }
+
+    /// Breaks every live hold of a reentrant lock, RwLock or semaphore
+    /// ([`scripts::lease_break`]); refused on Redlock, which has none.
+    pub(crate) async fn lease_break(&self, keys: &LockKeys) -> Result<scripts::BrokenSet> {
+        let backend = self.single("ReentrantLock, RwLock or Semaphore")?;
+        scripts::lease_break(backend, keys).await
+    }
+
     // The primitives that need one server (their state cannot be split over
     // independent masters): each refuses a Redlock client with a clear error.
 

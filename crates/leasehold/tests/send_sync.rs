@@ -45,6 +45,7 @@ fn futures_of_the_client_and_handles_are_send(c: Client) {
     send(c.list("*"));
     send(c.list_kinds("*"));
     send(c.kind("x"));
+    send(c.break_lease("x"));
     send(c.close());
 
     let lock = c.lock("x");

@@ -1,0 +1,174 @@
+//! An operator's way out of a stuck lock: [`Client::break_lease`] removes
+//! whatever holds a name, whatever its token, for tools that break locks
+//! by hand (`leasehold release --force`).
+
+use std::time::Duration;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::key::{LockKeys, validate_name};
+use crate::kind::LockKind;
+use crate::scripts::Owned;
+use crate::token::redact;
+
+/// What [`Client::break_lease`] removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BrokenLease {
+    /// The lock name.
+    pub name: String,
+    /// The kind of lock that held the name.
+    pub kind: LockKind,
+    /// The holds removed: one for a lock, an election or a reentrant lock
+    /// (its owner), one per read or write hold of an RwLock, one per
+    /// permit of a semaphore.
+    pub holds: Vec<BrokenHold>,
+    /// The name's last fence, kept: the next holder's fence is above it.
+    pub fence: Option<u64>,
+}
+
+/// One hold [`Client::break_lease`] removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BrokenHold {
+    /// The first 8 characters of the holder's id, as a status shows it:
+    /// the owner token of a lock or an election, the owner id of a
+    /// reentrant lock or of an RwLock hold, the permit's token of a
+    /// semaphore.
+    pub holder: String,
+    /// How long its lease had left; `None` if it had no expiry.
+    pub remaining: Option<Duration>,
+    /// How many holds it stood for: a reentrant owner's count, else 1.
+    pub holds: usize,
+}
+
+impl Client {
+    /// **Breaks mutual exclusion for the holder**: removes whatever holds
+    /// `name` now, whatever its owner token, for an operator freeing a
+    /// lock whose holder is stuck (a hung process, a lost token). The
+    /// holder is not told: it goes on believing it holds the lock until
+    /// its next renewal is refused (its guard then reports the lease lost),
+    /// and meanwhile the next holder runs beside it. Only fencing tokens
+    /// protect a resource from the broken holder's late writes; the name's
+    /// last fence is kept (with its expiry), so the next holder's fence is
+    /// above the broken one's whatever the client's fence memory.
+    ///
+    /// A lock or an election is released as its holder would release it
+    /// (an election's leader record first): handed to its first live
+    /// waiter at once, who wakes without waiting for its timer. A
+    /// reentrant lock loses its owner with all its holds; an RwLock every
+    /// read and write hold (waiting writers stay, and go first); a
+    /// semaphore every permit; their waiters are woken.
+    ///
+    /// Returns `None`, having changed nothing, when nothing held the name,
+    /// or when the lock's holder read first had left before the break
+    /// (released, expired, or handed on: call again to break the new one).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name; [`Error::WrongType`] when
+    /// the key holds data no lock of this library wrote;
+    /// [`Error::Unsupported`] for a reentrant lock, RwLock or semaphore on
+    /// a Redlock client; connection errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the break done or not; call
+    /// [`Client::kind`] to see what holds the name now.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// if let Some(broken) = client.break_lease("nightly-backup").await? {
+    ///     for hold in &broken.holds {
+    ///         println!("broke the {} held by {}…", broken.kind, hold.holder);
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn break_lease(&self, name: &str) -> Result<Option<BrokenLease>> {
+        validate_name(name)?;
+        let keys = LockKeys::new(self.prefix(), name);
+        let servers = &self.inner.servers;
+        match servers.lock_status(&keys).await {
+            Ok(status) => {
+                let Some(token) = status.holder else {
+                    return Ok(None);
+                };
+                let election = matches!(self.election(name).leader().await, Ok(Some(_)));
+                match servers.lock_break(&keys, &token, election).await? {
+                    Owned::Done => Ok(Some(BrokenLease {
+                        name: name.to_owned(),
+                        kind: if election {
+                            LockKind::Election
+                        } else {
+                            LockKind::Lock
+                        },
+                        holds: vec![BrokenHold {
+                            holder: redact(&token).to_owned(),
+                            remaining: status.remaining,
+                            holds: 1,
+                        }],
+                        fence: status.fence,
+                    })),
+                    Owned::Missing | Owned::OtherOwner => Ok(None),
+                }
+            }
+            // Not a lease lock's string: one of the sets of holds.
+            Err(Error::WrongType { .. }) => {
+                let broken = servers.lease_break(&keys).await?;
+                let kind = match broken.kind.as_str() {
+                    "reentrant" => LockKind::Reentrant,
+                    "rwlock" => LockKind::RwLock,
+                    "semaphore" => LockKind::Semaphore,
+                    // Gone, or a lock again, since the status read.
+                    _ => return Ok(None),
+                };
+                if broken.holds.is_empty() {
+                    return Ok(None);
+                }
+                let holds = broken
+                    .holds
+                    .iter()
+                    .map(|(member, remaining, holds)| BrokenHold {
+                        holder: redact(holder_of(kind, member)).to_owned(),
+                        remaining: *remaining,
+                        holds: *holds,
+                    })
+                    .collect();
+                Ok(Some(BrokenLease {
+                    name: name.to_owned(),
+                    kind,
+                    holds,
+                    fence: broken.fence,
+                }))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The holder's id in what `lease_break.lua` answers for a hold: a
+/// reentrant lock's owner as it is; an RwLock member `<r|w>:<hold>:<owner>`
+/// its owner; a semaphore member `<permits>:<hold>` its hold (hold ids
+/// have no ':').
+fn holder_of(kind: LockKind, member: &str) -> &str {
+    match kind {
+        LockKind::RwLock => member.splitn(3, ':').nth(2).unwrap_or(member),
+        LockKind::Semaphore => member.split_once(':').map_or(member, |(_, hold)| hold),
+        _ => member,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_holder_is_read_from_each_kind_of_member() {
+        assert_eq!(holder_of(LockKind::RwLock, "r:h1:owner:x"), "owner:x");
+        assert_eq!(holder_of(LockKind::Semaphore, "3:h1"), "h1");
+        assert_eq!(holder_of(LockKind::Reentrant, "own:er"), "own:er");
+    }
+}
