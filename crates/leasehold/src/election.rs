@@ -47,10 +47,10 @@ const CAMPAIGN_ROUND: Duration = Duration::from_secs(24 * 60 * 60);
 /// case a change message was lost (a reconnect wakes it as well).
 const SAFETY_NET: Duration = Duration::from_secs(30);
 
-/// A handle to one named election; made by [`Client::election`].
+/// A handle to one named election; made by [`Client::election`](crate::Client::election).
 ///
 /// Cheap to clone; holds no leadership itself. The election `name` is the
-/// lease lock `name` ([`Client::lock`]), so `status` of that lock shows
+/// lease lock `name` ([`Client::lock`](crate::Client::lock)), so `status` of that lock shows
 /// the leader's lease; its value lives next to it.
 ///
 /// # Example
@@ -126,10 +126,10 @@ impl Election {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a bad name, TTL or a value over
-    /// [`MAX_VALUE_LEN`]; [`Error::Unsupported`] on a Redlock client;
-    /// [`Error::WrongType`] when a key of the election holds data of another
-    /// type; [`Error::Closed`] once the client is closed; connection errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad name, TTL or a value over
+    /// [`MAX_VALUE_LEN`]; [`Error::Unsupported`](crate::Error::Unsupported) on a Redlock client;
+    /// [`Error::WrongType`](crate::Error::WrongType) when a key of the election holds data of another
+    /// type; [`Error::Closed`](crate::Error::Closed) once the client is closed; connection errors
     /// that outlast the retries of one attempt.
     ///
     /// # Cancel safety
@@ -195,7 +195,7 @@ impl Election {
     /// Campaigns with `value` (as [`Election::campaign`], waiting until it
     /// leads), runs `work(term)` while leading, then resigns and returns the
     /// work's output. If the leadership is lost before the work finishes,
-    /// the work is dropped at once and the call returns [`Error::Lost`]:
+    /// the work is dropped at once and the call returns [`Error::Lost`](crate::Error::Lost):
     /// what a leader does cannot outlast its lead by more than the time to
     /// notice (see [`Lock::run`](crate::Lock::run) for what "dropped" means
     /// for work already sent elsewhere, and why the term still matters).
@@ -203,7 +203,7 @@ impl Election {
     /// # Errors
     ///
     /// As [`Election::campaign`] before the work starts; then
-    /// [`Error::Lost`] when the leadership was lost while the work ran (or
+    /// [`Error::Lost`](crate::Error::Lost) when the leadership was lost while the work ran (or
     /// was found gone by the resignation). A resignation that fails for
     /// another reason is retried in the background and the output returned.
     ///
@@ -236,8 +236,8 @@ impl Election {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a bad name; [`Error::Unsupported`] on a
-    /// Redlock client; [`Error::WrongType`]; connection errors.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad name; [`Error::Unsupported`](crate::Error::Unsupported) on a
+    /// Redlock client; [`Error::WrongType`](crate::Error::WrongType); connection errors.
     ///
     /// # Example
     ///
@@ -270,9 +270,9 @@ impl Election {
     ///
     /// Errors are yielded as items: after a connection error the stream
     /// tries again (with a growing pause, at most 1 s); after
-    /// [`Error::Closed`] (the client was closed, [`Client::close`]),
-    /// [`Error::InvalidArgument`], [`Error::Unsupported`] or
-    /// [`Error::WrongType`] it ends.
+    /// [`Error::Closed`](crate::Error::Closed) (the client was closed, [`Client::close`](crate::Client::close)),
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument), [`Error::Unsupported`](crate::Error::Unsupported) or
+    /// [`Error::WrongType`](crate::Error::WrongType) it ends.
     ///
     /// # Example
     ///
@@ -529,7 +529,7 @@ impl Leadership {
     ///
     /// # Errors
     ///
-    /// [`Error::Lost`] if the leadership had already been lost (its lease
+    /// [`Error::Lost`](crate::Error::Lost) if the leadership had already been lost (its lease
     /// expired or was taken); connection errors (the resignation is then
     /// retried once in the background, and the lease ends by its TTL at
     /// the latest).

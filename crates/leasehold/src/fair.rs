@@ -9,9 +9,9 @@ use crate::inner::Inner;
 use crate::lock::{Lock, LockGuard, LockStatus};
 
 /// A handle to one named lease lock whose waiters are served in arrival
-/// order; made by [`Client::fair_lock`].
+/// order; made by [`Client::fair_lock`](crate::Client::fair_lock).
 ///
-/// The same lease as [`Lock`] (same keys, guard, fence, renewal and
+/// The same lease as [`Lock`](crate::Lock) (same keys, guard, fence, renewal and
 /// release), with one more rule: a free lock goes to a caller only if no
 /// live waiter queued before it. So:
 ///
@@ -25,7 +25,7 @@ use crate::lock::{Lock, LockGuard, LockStatus};
 ///   once. A lock handed to a waiter that died since waits 0.5 s for it,
 ///   then goes to the next. So a dead waiter delays the queue by about 4 s
 ///   at most, once.
-/// - Fairness holds among fair callers: a [`Lock`] of the same name shares
+/// - Fairness holds among fair callers: a [`Lock`](crate::Lock) of the same name shares
 ///   the lease and the queue but may take a free lock ahead of the queue.
 ///
 /// Use it when starvation matters more than throughput: strict order costs
@@ -67,7 +67,7 @@ impl FairLock {
     ///
     /// # Errors
     ///
-    /// As [`Lock::acquire`]: [`Error::Timeout`](crate::Error::Timeout) when
+    /// As [`Lock::acquire`](crate::Lock::acquire): [`Error::Timeout`](crate::Error::Timeout) when
     /// the wait ran out (the caller then leaves the queue),
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad
     /// name or TTL, [`Error::WrongType`](crate::Error::WrongType), connection
@@ -119,10 +119,10 @@ impl FairLock {
 
     /// Releases the lease held under `token`, for holders that kept only
     /// the token (for example across processes); see
-    /// [`Lock::release_by_token`]. As with [`LockGuard::release`], the lock
+    /// [`Lock::release_by_token`](crate::Lock::release_by_token). As with [`LockGuard::release`](crate::LockGuard::release), the lock
     /// is handed straight to the first live waiter in the queue. Refused on
     /// a handle with [`hold_at_least`](Self::hold_at_least), as
-    /// [`Lock::release_by_token`] explains.
+    /// [`Lock::release_by_token`](crate::Lock::release_by_token) explains.
     ///
     /// # Errors
     ///
@@ -144,7 +144,7 @@ impl FairLock {
     }
 
     /// Sets the lease held under `token` to end `ttl` from now; see
-    /// [`Lock::extend_by_token`].
+    /// [`Lock::extend_by_token`](crate::Lock::extend_by_token).
     ///
     /// # Errors
     ///
@@ -167,11 +167,11 @@ impl FairLock {
     }
 
     /// Reads who holds the lock and how many wait for it; see
-    /// [`Lock::status`].
+    /// [`Lock::status`](crate::Lock::status).
     ///
     /// # Errors
     ///
-    /// As [`Lock::status`].
+    /// As [`Lock::status`](crate::Lock::status).
     ///
     /// # Example
     ///

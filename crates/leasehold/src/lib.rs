@@ -215,6 +215,7 @@ mod backend;
 #[cfg(feature = "blocking")]
 pub mod blocking;
 mod break_lease;
+mod builder;
 mod client;
 mod clock;
 mod election;
@@ -255,7 +256,8 @@ mod token;
 mod watchdog;
 
 pub use break_lease::{BrokenHold, BrokenLease};
-pub use client::{Client, ClientBuilder, DEFAULT_PREFIX};
+pub use builder::{ClientBuilder, DEFAULT_PREFIX};
+pub use client::Client;
 pub use election::{Election, Leader, LeaderChanges, Leadership, MAX_VALUE_LEN};
 pub use error::{Error, Result};
 pub use fair::FairLock;

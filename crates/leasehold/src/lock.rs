@@ -15,10 +15,10 @@ use crate::lease::server_ttl;
 use crate::scripts::{Acquire, Extension, Owned, Queueing};
 use crate::token::{Token, redact};
 
-/// A handle to one named lease lock; made by [`Client::lock`].
+/// A handle to one named lease lock; made by [`Client::lock`](crate::Client::lock).
 ///
 /// Cheap to clone; holds no lease itself. Each successful acquire returns a
-/// [`LockGuard`] that owns the lease until it is released or dropped.
+/// [`LockGuard`](crate::LockGuard) that owns the lease until it is released or dropped.
 ///
 /// The lock is not reentrant: a second `acquire` through any handle waits
 /// for the first guard to go.
@@ -46,7 +46,7 @@ impl Lock {
         Lock { h, fair }
     }
 
-    /// Takes the lock, waiting up to [`Lock::wait`] for the holder to release.
+    /// Takes the lock, waiting up to [`Lock::wait`](crate::Lock::wait) for the holder to release.
     ///
     /// Waiting is event-driven: a release wakes one waiter of this client at
     /// once. If a release event is lost (or the holder simply expires), the
@@ -54,8 +54,8 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`Error::Timeout`] when the wait ran out; [`Error::InvalidArgument`]
-    /// for a bad name or TTL; [`Error::WrongType`] when the lock's key holds
+    /// [`Error::Timeout`](crate::Error::Timeout) when the wait ran out; [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// for a bad name or TTL; [`Error::WrongType`](crate::Error::WrongType) when the lock's key holds
     /// data of another type; connection errors if Redis stayed unreachable
     /// until the wait ran out.
     ///
@@ -85,11 +85,11 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// As [`Lock::acquire`], except [`Error::Timeout`].
+    /// As [`Lock::acquire`](crate::Lock::acquire), except [`Error::Timeout`](crate::Error::Timeout).
     ///
     /// # Cancel safety
     ///
-    /// As [`Lock::acquire`].
+    /// As [`Lock::acquire`](crate::Lock::acquire).
     ///
     /// # Example
     ///
@@ -106,11 +106,11 @@ impl Lock {
     }
 
     /// Takes the lock (as [`acquire`](Self::acquire), waiting up to
-    /// [`Lock::wait`]), runs `work(fence)` under it, releases it and returns
+    /// [`Lock::wait`](crate::Lock::wait)), runs `work(fence)` under it, releases it and returns
     /// the work's output: a critical section that stops when the lease does.
     /// If the lease is lost before the work finishes (another owner took
     /// it, or it could not be renewed before its validity ran out), the
-    /// work is dropped at once and the call returns [`Error::Lost`].
+    /// work is dropped at once and the call returns [`Error::Lost`](crate::Error::Lost).
     ///
     /// # What "dropped" means
     ///
@@ -162,7 +162,7 @@ impl Lock {
     /// # Errors
     ///
     /// As [`acquire`](Self::acquire) before the work starts; then
-    /// [`Error::Lost`] when the lease was lost while the work ran (or was
+    /// [`Error::Lost`](crate::Error::Lost) when the lease was lost while the work ran (or was
     /// found gone by the release). A release that fails for another reason
     /// (the connection) is retried in the background and the output is
     /// returned: the work finished inside the lease.
@@ -190,9 +190,9 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`Error::NotOwner`] when another owner holds the lock (nothing is
-    /// changed); [`Error::Lost`] when nobody holds it;
-    /// [`Error::InvalidArgument`] for a bad name or a handle with
+    /// [`Error::NotOwner`](crate::Error::NotOwner) when another owner holds the lock (nothing is
+    /// changed); [`Error::Lost`](crate::Error::Lost) when nobody holds it;
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad name or a handle with
     /// `hold_at_least`; connection errors.
     ///
     /// # Example
@@ -224,9 +224,9 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`Error::NotOwner`] when another owner holds the lock (nothing is
-    /// changed); [`Error::Lost`] when nobody holds it;
-    /// [`Error::InvalidArgument`] for a TTL out of bounds; connection errors.
+    /// [`Error::NotOwner`](crate::Error::NotOwner) when another owner holds the lock (nothing is
+    /// changed); [`Error::Lost`](crate::Error::Lost) when nobody holds it;
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a TTL out of bounds; connection errors.
     ///
     /// # Example
     ///
@@ -269,7 +269,7 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`] if the
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad name, [`Error::WrongType`](crate::Error::WrongType) if the
     /// key holds another type, connection errors.
     ///
     /// # Example
@@ -358,7 +358,7 @@ pub(crate) async fn take_lease(
     }))
 }
 
-/// A lock's state at one moment, from [`Lock::status`] or [`Client::list`].
+/// A lock's state at one moment, from [`Lock::status`](crate::Lock::status) or [`Client::list`](crate::Client::list).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockStatus {
@@ -374,7 +374,7 @@ pub struct LockStatus {
     /// [`fence_memory`](crate::ClientBuilder::fence_memory) of the client
     /// that took it, if set.
     pub fence: Option<u64>,
-    /// Waiters queued for the lock (callers of [`Lock::acquire`] that were
+    /// Waiters queued for the lock (callers of [`Lock::acquire`](crate::Lock::acquire) that were
     /// refused and are still waiting), in every client.
     pub waiters: usize,
     /// Client connections subscribed to this lock's releases: clients
@@ -382,11 +382,11 @@ pub struct LockStatus {
     pub waiting_clients: usize,
 }
 
-/// Proof of holding a [`Lock`]; the lease is renewed while it lives.
+/// Proof of holding a [`Lock`](crate::Lock); the lease is renewed while it lives.
 ///
 /// Dropping the guard stops renewal and releases the lease in the background
 /// (never blocking, never panicking): the client's watchdog task sends the
-/// release. Call [`LockGuard::release`] instead to learn whether the lease
+/// release. Call [`LockGuard::release`](crate::LockGuard::release) instead to learn whether the lease
 /// was still held.
 ///
 /// When the runtime is shutting down (a guard dropped as `main` returns, or
@@ -407,7 +407,7 @@ guard_api!(
 impl LockGuard {
     /// Stops renewal and hands back the owner token *without* releasing:
     /// the lease then ends by its TTL unless someone extends or releases it
-    /// with the token ([`Lock::extend_by_token`], [`Lock::release_by_token`]).
+    /// with the token ([`Lock::extend_by_token`](crate::Lock::extend_by_token), [`Lock::release_by_token`](crate::Lock::release_by_token)).
     /// For handing a lease to another process, as `leasehold acquire` does.
     ///
     /// # Example

@@ -1,10 +1,10 @@
 //! Several lease locks at once: all or none, one guard, a fence per name.
 //!
-//! Built on [`Lock`]: one lock per name, taken one after the other in
+//! Built on [`Lock`](crate::Lock): one lock per name, taken one after the other in
 //! sorted order (names deduplicated), each with what is left of the wait;
 //! if one cannot be had, those already taken are given back. No new script:
 //! each name keeps its own keys, slot, queue, hand-off and renewal, so the
-//! set works wherever a single [`Lock`] does (one server, a cluster with the
+//! set works wherever a single [`Lock`](crate::Lock) does (one server, a cluster with the
 //! names in different slots, Sentinel, Redlock).
 
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use crate::inner::Inner;
 use crate::lock::{Lock, LockGuard};
 
 /// A handle to several lease locks taken together; made by
-/// [`Client::multi_lock`].
+/// [`Client::multi_lock`](crate::Client::multi_lock).
 ///
 /// [`acquire`](MultiLock::acquire) takes every name or none: one
 /// [`MultiLockGuard`] with a fence per name, or an error (or `None` from
@@ -45,7 +45,7 @@ use crate::lock::{Lock, LockGuard};
 ///
 /// # Fences
 ///
-/// Each name gets the fence its own [`Lock`] would: strictly increasing per
+/// Each name gets the fence its own [`Lock`](crate::Lock) would: strictly increasing per
 /// name. Pass each resource the fence of the name that guards it
 /// ([`MultiLockGuard::fence`]).
 #[derive(Clone)]
@@ -90,7 +90,7 @@ impl MultiLock {
         self
     }
 
-    /// The lease length of every name; see [`Lock::ttl`]. The watchdog
+    /// The lease length of every name; see [`Lock::ttl`](crate::Lock::ttl). The watchdog
     /// renews each name's lease every `ttl / 3` while the guard lives.
     ///
     /// Defaults to 30 s.
@@ -109,7 +109,7 @@ impl MultiLock {
     }
 
     /// Whether the client's watchdog renews the leases; see
-    /// [`Lock::watchdog`].
+    /// [`Lock::watchdog`](crate::Lock::watchdog).
     ///
     /// Without renewal, a name taken first can expire while a later one is
     /// waited for; [`MultiLock::acquire`] then gives the set back and takes
@@ -122,7 +122,7 @@ impl MultiLock {
     }
 
     /// Scheduled-job semantics for the whole set; see
-    /// [`Lock::hold_at_least`]. Counted from when the last name was
+    /// [`Lock::hold_at_least`](crate::Lock::hold_at_least). Counted from when the last name was
     /// acquired, and applied only then: names given back because another
     /// could not be had are freed at once.
     ///
@@ -132,7 +132,7 @@ impl MultiLock {
         self
     }
 
-    /// Chubby's lock-delay on every name; see [`Lock::lock_delay`].
+    /// Chubby's lock-delay on every name; see [`Lock::lock_delay`](crate::Lock::lock_delay).
     ///
     /// Defaults to zero.
     pub fn lock_delay(self, delay: Duration) -> MultiLock {
@@ -170,18 +170,18 @@ impl MultiLock {
     ///
     /// # Errors
     ///
-    /// [`Error::Timeout`] naming the first name that could not be had in
+    /// [`Error::Timeout`](crate::Error::Timeout) naming the first name that could not be had in
     /// time, or whose lease was lost as the wait ran out (every name taken
     /// is given back first);
-    /// [`Error::InvalidArgument`] for no names, a bad name or TTL (nothing
-    /// is sent then); otherwise as [`Lock::acquire`], again with nothing
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for no names, a bad name or TTL (nothing
+    /// is sent then); otherwise as [`Lock::acquire`](crate::Lock::acquire), again with nothing
     /// left held.
     ///
     /// # Cancel safety
     ///
     /// Dropping the future leaves nothing held and no place in any queue:
     /// the names already taken are released in the background, and the
-    /// name being waited for is left as a cancelled [`Lock::acquire`]
+    /// name being waited for is left as a cancelled [`Lock::acquire`](crate::Lock::acquire)
     /// leaves it.
     ///
     /// # Example
@@ -239,7 +239,7 @@ impl MultiLock {
     ///
     /// # Errors
     ///
-    /// As [`MultiLock::acquire`], except [`Error::Timeout`].
+    /// As [`MultiLock::acquire`], except [`Error::Timeout`](crate::Error::Timeout).
     ///
     /// # Cancel safety
     ///
@@ -282,8 +282,8 @@ impl MultiLock {
     /// Takes every name (as [`acquire`](Self::acquire)), runs
     /// `work(fences)` under them, releases them and returns the work's
     /// output. If any lease is lost before the work finishes, the work is
-    /// dropped at once and the call returns [`Error::Lost`] naming it. See
-    /// [`Lock::run`] for what "dropped" means for work already sent
+    /// dropped at once and the call returns [`Error::Lost`](crate::Error::Lost) naming it. See
+    /// [`Lock::run`](crate::Lock::run) for what "dropped" means for work already sent
     /// elsewhere, and why the fences still matter.
     ///
     /// ```no_run
@@ -297,7 +297,7 @@ impl MultiLock {
     ///
     /// # Errors
     ///
-    /// As [`acquire`](Self::acquire), then [`Error::Lost`] as [`Lock::run`].
+    /// As [`acquire`](Self::acquire), then [`Error::Lost`](crate::Error::Lost) as [`Lock::run`](crate::Lock::run).
     ///
     /// # Cancel safety
     ///
@@ -356,7 +356,7 @@ fn first_lost(guards: &[LockGuard]) -> Option<String> {
 }
 
 /// Releases `guards` together, after a name could not be had. Each release
-/// that fails is retried in the background (as [`LockGuard::release`]
+/// that fails is retried in the background (as [`LockGuard::release`](crate::LockGuard::release)
 /// does); dropped midway, the rest go to the background too.
 async fn give_back(guards: Vec<LockGuard>) {
     for outcome in join_all(guards.into_iter().map(LockGuard::release)).await {
@@ -370,7 +370,7 @@ async fn give_back(guards: Vec<LockGuard>) {
 /// while it lives.
 ///
 /// Dropping it stops renewal and releases every name in the background
-/// (never blocking, never panicking), as a dropped [`LockGuard`] does.
+/// (never blocking, never panicking), as a dropped [`LockGuard`](crate::LockGuard) does.
 /// Call [`MultiLockGuard::release`] to learn whether all were still held.
 #[must_use = "dropping the guard releases every name at once"]
 pub struct MultiLockGuard {
@@ -424,7 +424,7 @@ impl MultiLockGuard {
     }
 
     /// Why the first name whose lease is lost lost it (see
-    /// [`LockGuard::lost_reason`]); `None` while none is.
+    /// [`LockGuard::lost_reason`](crate::LockGuard::lost_reason)); `None` while none is.
     pub fn lost_reason(&self) -> Option<crate::telemetry::LostReason> {
         self.guards.iter().find_map(LockGuard::lost_reason)
     }
@@ -447,7 +447,7 @@ impl MultiLockGuard {
             .unwrap_or_default()
     }
 
-    /// Resolves when any name's lease is lost. See [`LockGuard::lost`].
+    /// Resolves when any name's lease is lost. See [`LockGuard::lost`](crate::LockGuard::lost).
     ///
     /// # Cancel safety
     ///
@@ -463,8 +463,8 @@ impl MultiLockGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::Lost`] naming a lease that was gone (the others are
-    /// extended all the same); otherwise as [`LockGuard::extend`].
+    /// [`Error::Lost`](crate::Error::Lost) naming a lease that was gone (the others are
+    /// extended all the same); otherwise as [`LockGuard::extend`](crate::LockGuard::extend).
     ///
     /// # Cancel safety
     ///
@@ -477,7 +477,7 @@ impl MultiLockGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::Lost`] naming a lease that was already gone (every other
+    /// [`Error::Lost`](crate::Error::Lost) naming a lease that was already gone (every other
     /// name is released all the same); connection errors (that release is
     /// retried in the background).
     ///
@@ -500,7 +500,7 @@ impl MultiLockGuard {
     }
 }
 
-/// The first [`Error::Lost`] of `outcomes`, else the first error.
+/// The first [`Error::Lost`](crate::Error::Lost) of `outcomes`, else the first error.
 fn first_error(outcomes: Vec<Result<()>>) -> Result<()> {
     let mut first = None;
     for outcome in outcomes {

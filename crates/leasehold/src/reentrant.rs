@@ -13,7 +13,7 @@ use crate::kind::LockKind;
 use crate::scripts::Owned;
 use crate::token::{Token, redact};
 
-/// A handle to one named reentrant lock; made by [`Client::reentrant_lock`].
+/// A handle to one named reentrant lock; made by [`Client::reentrant_lock`](crate::Client::reentrant_lock).
 ///
 /// The lock belongs to an *owner*, a string: every handle with the same
 /// owner id may acquire it while that owner holds it, from any task or
@@ -63,8 +63,8 @@ impl ReentrantLock {
     ///
     /// # Errors
     ///
-    /// [`Error::Timeout`] when the wait ran out; [`Error::InvalidArgument`]
-    /// for a bad name, owner or TTL; [`Error::WrongType`] when the name is in
+    /// [`Error::Timeout`](crate::Error::Timeout) when the wait ran out; [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// for a bad name, owner or TTL; [`Error::WrongType`](crate::Error::WrongType) when the name is in
     /// use by another kind of lock (a [`Lock`](crate::Lock) or
     /// [`RwLock`](crate::RwLock)); connection errors if Redis stayed
     /// unreachable until the wait ran out.
@@ -101,7 +101,7 @@ impl ReentrantLock {
     ///
     /// # Errors
     ///
-    /// As [`ReentrantLock::acquire`], except [`Error::Timeout`].
+    /// As [`ReentrantLock::acquire`], except [`Error::Timeout`](crate::Error::Timeout).
     ///
     /// # Cancel safety
     ///
@@ -132,8 +132,8 @@ impl ReentrantLock {
     ///
     /// # Errors
     ///
-    /// [`Error::NotOwner`] when another owner holds the lock (nothing is
-    /// changed); [`Error::Lost`] when nobody holds it; connection errors.
+    /// [`Error::NotOwner`](crate::Error::NotOwner) when another owner holds the lock (nothing is
+    /// changed); [`Error::Lost`](crate::Error::Lost) when nobody holds it; connection errors.
     ///
     /// # Example
     ///
@@ -166,8 +166,8 @@ impl ReentrantLock {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a bad name; [`Error::WrongType`] when
-    /// the name is in use by another kind of lock; [`Error::Unsupported`] on
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad name; [`Error::WrongType`](crate::Error::WrongType) when
+    /// the name is in use by another kind of lock; [`Error::Unsupported`](crate::Error::Unsupported) on
     /// a Redlock client; connection errors.
     ///
     /// # Example

@@ -17,7 +17,7 @@ use crate::reentrant::validate_owner;
 use crate::scripts::{Acquire, Mode, Owned, RwAcquire, RwAttempt};
 use crate::token::{Token, redact};
 
-/// A handle to one named read-write lock; made by [`Client::rw_lock`].
+/// A handle to one named read-write lock; made by [`Client::rw_lock`](crate::Client::rw_lock).
 ///
 /// Many readers or one writer at a time:
 ///
@@ -33,7 +33,7 @@ use crate::token::{Token, redact};
 /// - **Downgrade, never upgrade.** [`WriteGuard::downgrade`] turns a write
 ///   into a read in one step (no writer can slip in between). An owner
 ///   that holds only reads and asks to write gets
-///   [`Error::UpgradeRefused`]: two readers upgrading at once would wait for
+///   [`Error::UpgradeRefused`](crate::Error::UpgradeRefused): two readers upgrading at once would wait for
 ///   each other forever. A read guard dropped before the write does not
 ///   count: the write waits for its release in the background first.
 ///
@@ -77,8 +77,8 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// [`Error::Timeout`] when the wait ran out; [`Error::InvalidArgument`]
-    /// for a bad name, owner or TTL; [`Error::WrongType`] when the name is in
+    /// [`Error::Timeout`](crate::Error::Timeout) when the wait ran out; [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// for a bad name, owner or TTL; [`Error::WrongType`](crate::Error::WrongType) when the name is in
     /// use by another kind of lock; connection errors if Redis stayed
     /// unreachable until the wait ran out.
     ///
@@ -108,7 +108,7 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// As [`RwLock::read`], except [`Error::Timeout`].
+    /// As [`RwLock::read`], except [`Error::Timeout`](crate::Error::Timeout).
     ///
     /// # Cancel safety
     ///
@@ -134,7 +134,7 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// [`Error::UpgradeRefused`] when this owner holds reads but no write
+    /// [`Error::UpgradeRefused`](crate::Error::UpgradeRefused) when this owner holds reads but no write
     /// (a read guard of this client dropped before the call is not one: its
     /// release in the background goes first, waited for up to the command
     /// timeout); otherwise as [`RwLock::read`].
@@ -170,7 +170,7 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// As [`RwLock::write`], except [`Error::Timeout`].
+    /// As [`RwLock::write`], except [`Error::Timeout`](crate::Error::Timeout).
     ///
     /// # Cancel safety
     ///
@@ -197,9 +197,9 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a bad name; [`Error::WrongType`] when
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad name; [`Error::WrongType`](crate::Error::WrongType) when
     /// the name is in use by another kind of lock (a
-    /// [`Semaphore`](crate::Semaphore) too); [`Error::Unsupported`] on a
+    /// [`Semaphore`](crate::Semaphore) too); [`Error::Unsupported`](crate::Error::Unsupported) on a
     /// Redlock client; connection errors.
     ///
     /// # Example
@@ -432,7 +432,7 @@ impl WriteGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::Lost`] if the write hold had expired or was taken (nothing
+    /// [`Error::Lost`](crate::Error::Lost) if the write hold had expired or was taken (nothing
     /// is held then); connection errors (the write hold is then released in
     /// the background).
     ///

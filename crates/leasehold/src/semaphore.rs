@@ -15,14 +15,14 @@ use crate::scripts::{self, STATUS_MOST_ENTRIES, SemAcquire};
 use crate::token::{Token, redact};
 
 /// A handle to one named semaphore of N permits; made by
-/// [`Client::semaphore`].
+/// [`Client::semaphore`](crate::Client::semaphore).
 ///
 /// - **Each permit is its own lease**, renewed by the watchdog while its
 ///   [`Permit`] lives. A holder that dies gives its permit back after its
 ///   TTL; the other permits are not touched by it.
 /// - **Every client must count the same N.** A client that asks for a
 ///   permit with another N while permits are held gets
-///   [`Error::PermitsMismatch`] with both numbers. (Once every permit is
+///   [`Error::PermitsMismatch`](crate::Error::PermitsMismatch) with both numbers. (Once every permit is
 ///   gone, the next caller's N counts.)
 /// - **Waiting is event-driven**: a release wakes one waiter in each client
 ///   at once; permits that expire are noticed when the first of them would
@@ -69,10 +69,10 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// [`Error::Timeout`] when the wait ran out; [`Error::PermitsMismatch`]
+    /// [`Error::Timeout`](crate::Error::Timeout) when the wait ran out; [`Error::PermitsMismatch`](crate::Error::PermitsMismatch)
     /// when the permits held now were taken with another number of permits;
-    /// [`Error::InvalidArgument`] for a bad name or TTL or zero permits;
-    /// [`Error::WrongType`] when the name is in use by another kind of lock;
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad name or TTL or zero permits;
+    /// [`Error::WrongType`](crate::Error::WrongType) when the name is in use by another kind of lock;
     /// connection errors if Redis stayed unreachable until the wait ran out.
     ///
     /// # Cancel safety
@@ -101,7 +101,7 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// As [`Semaphore::acquire`], except [`Error::Timeout`].
+    /// As [`Semaphore::acquire`], except [`Error::Timeout`](crate::Error::Timeout).
     ///
     /// # Cancel safety
     ///
@@ -128,9 +128,9 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a bad name; [`Error::WrongType`] when
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad name; [`Error::WrongType`](crate::Error::WrongType) when
     /// the name is in use by another kind of lock (an
-    /// [`RwLock`](crate::RwLock) too); [`Error::Unsupported`] on a Redlock
+    /// [`RwLock`](crate::RwLock) too); [`Error::Unsupported`](crate::Error::Unsupported) on a Redlock
     /// client; connection errors.
     ///
     /// # Example

@@ -29,6 +29,7 @@
 //! Cluster support is compiled with the `cluster` feature, Sentinel support
 //! with `sentinel`, TLS with `tls`.
 
+mod address;
 mod managed;
 #[cfg(feature = "sentinel")]
 mod sentinel;
@@ -44,6 +45,12 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 
+#[cfg(test)]
+use address::is_tls_url;
+#[cfg(any(test, feature = "sentinel"))]
+use address::redact_url;
+pub(crate) use address::{Credentials, Endpoint, TlsOptions};
+use address::{checked_info, open_client, parse_url};
 use managed::{Managed, Pushes};
 #[cfg(feature = "cluster")]
 use redis::cluster_async::ClusterConnection;
@@ -51,12 +58,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{
     MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
 };
-#[cfg(feature = "tls")]
-use redis::{ClientTlsConfig, TlsCertificates};
-use redis::{
-    Cmd, ConnectionInfo, FromRedisValue, IntoConnectionInfo, ProtocolVersion, PushInfo,
-    RedisFuture, ScriptInvocation, Value,
-};
+use redis::{Cmd, ConnectionInfo, FromRedisValue, PushInfo, RedisFuture, ScriptInvocation, Value};
 
 use crate::error::{Error, Result};
 
@@ -79,83 +81,6 @@ pub(crate) struct ConnectOptions {
     pub(crate) fence_memory: Duration,
     /// `ClientBuilder::username`/`password`: they replace the URLs' own.
     pub(crate) credentials: Credentials,
-}
-
-/// A username and password given apart from the URLs; each replaces the
-/// URL's, on every server the client opens.
-#[derive(Clone, Default)]
-pub(crate) struct Credentials {
-    pub(crate) username: Option<String>,
-    pub(crate) password: Option<String>,
-}
-
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credentials")
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "***"))
-            .finish()
-    }
-}
-
-/// Where a one-server client connects.
-#[derive(Clone)]
-pub(crate) enum Endpoint {
-    /// `ClientBuilder::url`.
-    Url(String),
-    /// `ClientBuilder::connection_info`: the application's own.
-    Info(Box<ConnectionInfo>),
-    /// `ClientBuilder::connection_info` with something that does not
-    /// parse: the driver's reason, said when the client is built.
-    Invalid(String),
-}
-
-impl std::fmt::Debug for Endpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Endpoint::Url(url) => f.debug_tuple("Url").field(&redact_url(url)).finish(),
-            Endpoint::Info(info) => f
-                .debug_tuple("Info")
-                .field(&info.addr().to_string())
-                .finish(),
-            Endpoint::Invalid(why) => f.debug_tuple("Invalid").field(why).finish(),
-        }
-    }
-}
-
-/// TLS material beyond the system's trust store.
-#[derive(Clone, Default)]
-pub(crate) struct TlsOptions {
-    /// PEM of the CA to trust instead of the system roots.
-    pub(crate) ca: Option<Vec<u8>>,
-    /// PEM certificate chain and key for mutual TLS.
-    pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
-}
-
-impl std::fmt::Debug for TlsOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TlsOptions")
-            .field("ca", &self.ca.is_some())
-            .field("client", &self.client.is_some())
-            .finish()
-    }
-}
-
-impl TlsOptions {
-    fn is_set(&self) -> bool {
-        self.ca.is_some() || self.client.is_some()
-    }
-
-    #[cfg(feature = "tls")]
-    fn certificates(&self) -> TlsCertificates {
-        TlsCertificates {
-            client_tls: self.client.as_ref().map(|(cert, key)| ClientTlsConfig {
-                client_cert: cert.clone(),
-                client_key: key.clone(),
-            }),
-            root_cert: self.ca.clone(),
-        }
-    }
 }
 
 /// A connection to one Redis deployment whose every key lives on one
@@ -424,7 +349,7 @@ impl Backend {
         // resends them on this connection (see `subscriber`).
         #[cfg_attr(not(feature = "tls"), allow(unused_mut))]
         let mut builder = redis::cluster::ClusterClientBuilder::new(infos.clone())
-            .use_protocol(ProtocolVersion::RESP3)
+            .use_protocol(redis::ProtocolVersion::RESP3)
             .connection_timeout(options.command_timeout)
             .response_timeout(options.command_timeout)
             .retries(3);
@@ -934,92 +859,6 @@ fn evicts_lock_keys(policy: &str) -> bool {
     !policy.is_empty() && policy != "noeviction"
 }
 
-/// Parses `url`, refusing TLS material for a plain `redis://` URL (it would
-/// be silently unused), and a TLS URL that this build cannot serve.
-fn parse_url(url: &str, options: &ConnectOptions) -> Result<ConnectionInfo> {
-    let shown = format!("{:?}", redact_url(url));
-    if is_tls_url(url) {
-        tls_ready(&shown)?;
-    }
-    let info = url.into_connection_info().map_err(|e| {
-        Error::InvalidArgument(format!(
-            "invalid Redis URL {:?}: {e}; expected redis[s]://[user:password@]host:port[/db]",
-            redact_url(url)
-        ))
-    })?;
-    checked_info(info, options, &shown)
-}
-
-/// `info` made ready for leasehold: TLS material refused without a TLS
-/// address (`shown` names the server in that error), the builder's
-/// credentials in place of the URL's, RESP3.
-fn checked_info(
-    info: ConnectionInfo,
-    options: &ConnectOptions,
-    shown: &str,
-) -> Result<ConnectionInfo> {
-    let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
-    if tls {
-        tls_ready(shown)?;
-    }
-    if options.tls.is_set() && !tls {
-        return Err(Error::InvalidArgument(format!(
-            "TLS certificates were given but {shown} is not a rediss:// URL"
-        )));
-    }
-    let mut settings = info
-        .redis_settings()
-        .clone()
-        .set_protocol(ProtocolVersion::RESP3);
-    if let Some(username) = &options.credentials.username {
-        settings = settings.set_username(username);
-    }
-    if let Some(password) = &options.credentials.password {
-        settings = settings.set_password(password);
-    }
-    Ok(info.set_redis_settings(settings))
-}
-
-/// Whether `url` asks for TLS (`rediss://`, or `valkeys://` as the driver
-/// also reads it).
-fn is_tls_url(url: &str) -> bool {
-    url.split_once("://").is_some_and(|(scheme, _)| {
-        scheme.eq_ignore_ascii_case("rediss") || scheme.eq_ignore_ascii_case("valkeys")
-    })
-}
-
-/// Whether this build can open the TLS server `shown` (its redacted URL or
-/// address, for errors): rustls has a crypto provider (see [`tls`]).
-#[cfg(feature = "tls")]
-fn tls_ready(_shown: &str) -> Result<()> {
-    tls::ensure_provider()
-}
-
-/// Whether this build can open the TLS server `shown`: not without the
-/// `tls` feature. Said here, not by the driver, which may have TLS compiled
-/// in for another crate of the application and would then connect without
-/// the certificates given to the builder.
-#[cfg(not(feature = "tls"))]
-fn tls_ready(shown: &str) -> Result<()> {
-    Err(Error::Unsupported(format!(
-        "{shown} is a TLS server, but this build of leasehold has no TLS: enable its `tls` \
-         feature, or use redis://"
-    )))
-}
-
-/// A driver client for `url` with the TLS material of `options`.
-fn open_client(info: ConnectionInfo, options: &ConnectOptions) -> Result<redis::Client> {
-    let addr = info.addr().to_string();
-    #[cfg(feature = "tls")]
-    if options.tls.is_set() && matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
-        return redis::Client::build_with_tls(info, options.tls.certificates())
-            .map_err(|e| Error::from_redis(e, &addr, ""));
-    }
-    #[cfg(not(feature = "tls"))]
-    let _ = options;
-    redis::Client::open(info).map_err(|e| Error::from_redis(e, &addr, ""))
-}
-
 /// The client for `url` (RESP3, so pub/sub rides on the command
 /// connection) and the push routing of its manager.
 fn prepare(
@@ -1036,18 +875,6 @@ fn prepare(
 /// sent again after each reconnect by a [`Managed`].
 fn single(addr: String, manager: ConnectionManager, pushes: &Pushes) -> Conn {
     Conn::Single(manager.clone(), Managed::start(addr, manager, pushes))
-}
-
-/// A URL with any password replaced, fit for error messages.
-pub(crate) fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
-        }
-        _ => url.to_owned(),
-    }
 }
 
 /// One page of `SCAN cursor MATCH pattern COUNT 1000 TYPE kind`.

@@ -4,7 +4,6 @@
 //! keys of one call share one hash tag. Primitives call these functions and
 //! never build Redis commands themselves.
 
-use std::collections::HashMap;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -18,6 +17,16 @@ use crate::kind::LockKind;
 
 /// The prelude every script starts with: the helpers they share (server
 /// time, fences).
+mod election;
+mod status;
+
+use election::election_release;
+pub(crate) use election::{Leading, election_announce, election_leader};
+pub(crate) use status::{
+    ReentrantState, STATUS_MOST_ENTRIES, SetStatus, Status, lock_status, reentrant_status,
+    rw_status, subscribers,
+};
+
 const PRELUDE: &str = include_str!("prelude.lua");
 
 /// Every script, by name, as written in its file (without the prelude).
@@ -816,219 +825,6 @@ pub(crate) async fn rw_downgrade(
         )
         .await?;
     Ok(Owned::from_code(code))
-}
-
-/// A lock's state as stored, from [`lock_status`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Status {
-    /// The holder's owner token.
-    pub(crate) holder: Option<String>,
-    /// The lease's remaining time, if held with an expiry.
-    pub(crate) remaining: Option<Duration>,
-    /// The last fencing token issued.
-    pub(crate) fence: Option<u64>,
-    /// Live waiters in the queue.
-    pub(crate) waiters: usize,
-}
-
-/// Steps down from an election (its leader record dropped, observers told)
-/// if `token` leads it, then gives the lease back as [`lock_release`] does,
-/// handing it to the first live standby.
-async fn election_release(
-    backend: &Backend,
-    keys: &LockKeys,
-    token: &str,
-    spread: Spread,
-) -> Result<Owned> {
-    let mut invocation = ELECTION_VACATE.prepare_invoke();
-    invocation
-        .key(keys.lock())
-        .key(keys.leader())
-        .key(keys.elected())
-        .arg(token)
-        .arg(sharded(backend));
-    let _led: i64 = backend.invoke(&invocation, keys.lock()).await?;
-    lock_release(backend, keys, token, spread).await
-}
-
-/// Records `value` and `term` as the leader of the election `keys` if
-/// `token` holds its lease, for as long as the lease lasts, and tells the
-/// observers. Says whether it did.
-pub(crate) async fn election_announce(
-    backend: &Backend,
-    keys: &LockKeys,
-    token: &str,
-    term: u64,
-    value: &str,
-) -> Result<bool> {
-    let mut invocation = ELECTION_ANNOUNCE.prepare_invoke();
-    invocation
-        .key(keys.lock())
-        .key(keys.leader())
-        .key(keys.elected())
-        .arg(token)
-        .arg(term)
-        .arg(value)
-        .arg(sharded(backend));
-    let code: i64 = invoke_typed(backend, &invocation, keys, "string").await?;
-    Ok(code == 1)
-}
-
-/// An election's leader as stored: its value, term and remaining lease.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Leading {
-    pub(crate) value: String,
-    pub(crate) term: u64,
-    pub(crate) remaining: Option<Duration>,
-}
-
-/// Reads who leads the election `keys`: `None` when nobody holds its lease
-/// or the holder has not recorded its value yet. Changes nothing.
-pub(crate) async fn election_leader(backend: &Backend, keys: &LockKeys) -> Result<Option<Leading>> {
-    let mut invocation = ELECTION_LEADER.prepare_invoke();
-    invocation.key(keys.lock()).key(keys.leader());
-    let reply: Vec<redis::Value> = invoke_typed(backend, &invocation, keys, "string").await?;
-    if reply.is_empty() {
-        return Ok(None);
-    }
-    let (value, term, pttl): (String, u64, i64) =
-        redis::FromRedisValue::from_redis_value(redis::Value::Array(reply))
-            .map_err(|e| Error::Redis(e.into()))?;
-    Ok(Some(Leading {
-        value,
-        term,
-        remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
-    }))
-}
-
-/// Reads a lock's holder, remaining lease and last fence; changes nothing.
-pub(crate) async fn lock_status(backend: &Backend, keys: &LockKeys) -> Result<Status> {
-    let (holder, pttl, fence, waiters): (Option<String>, i64, Option<u64>, usize) = backend
-        .invoke(
-            LOCK_STATUS
-                .key(keys.lock())
-                .key(keys.fence())
-                .key(keys.queue())
-                .key(keys.alive())
-                .arg(millis(QUEUE_WINDOW)),
-            keys.lock(),
-        )
-        .await?;
-    Ok(Status {
-        holder,
-        remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
-        fence,
-        waiters,
-    })
-}
-
-/// The most entries of one kind [`rw_status`] lists (it counts them all):
-/// enough to see who holds, small enough for one reply.
-pub(crate) const STATUS_MOST_ENTRIES: usize = 100;
-
-/// The live entries of an RwLock or a semaphore, from [`rw_status`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SetStatus {
-    /// The last fencing token issued.
-    pub(crate) fence: Option<u64>,
-    /// The entries, grouped by the text before the first `:` of their
-    /// member: an RwLock's kind (`r`, `w`, `i`), a semaphore's permits.
-    pub(crate) groups: Vec<EntryGroup>,
-}
-
-/// Live entries whose members start alike, from [`rw_status`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct EntryGroup {
-    /// What their members start with, up to the first `:`.
-    pub(crate) prefix: String,
-    /// How many there are.
-    pub(crate) count: usize,
-    /// The first [`STATUS_MOST_ENTRIES`] of them, soonest to expire first:
-    /// the rest of the member (after `prefix:`) and the time left.
-    pub(crate) entries: Vec<(String, Duration)>,
-}
-
-/// Reads the live entries of an RwLock or a semaphore and the last fence;
-/// changes nothing (expired entries are skipped, not pruned).
-pub(crate) async fn rw_status(backend: &Backend, keys: &LockKeys) -> Result<SetStatus> {
-    type Group = (String, usize, Vec<(String, u64)>);
-    let mut invocation = RW_STATUS.prepare_invoke();
-    invocation
-        .key(keys.lock())
-        .key(keys.fence())
-        .arg(STATUS_MOST_ENTRIES);
-    let (fence, groups): (Option<u64>, Vec<Group>) =
-        invoke_typed(backend, &invocation, keys, "zset").await?;
-    let groups = groups
-        .into_iter()
-        .map(|(prefix, count, entries)| EntryGroup {
-            prefix,
-            count,
-            entries: entries
-                .into_iter()
-                .map(|(rest, left)| (rest, Duration::from_millis(left)))
-                .collect(),
-        })
-        .collect();
-    Ok(SetStatus { fence, groups })
-}
-
-/// A reentrant lock's state as stored, from [`reentrant_status`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ReentrantState {
-    /// The owner id.
-    pub(crate) owner: Option<String>,
-    /// The owner's holds.
-    pub(crate) holds: usize,
-    /// The lock's remaining time, if held with an expiry.
-    pub(crate) remaining: Option<Duration>,
-    /// The owner's fence while held, else the last one issued.
-    pub(crate) fence: Option<u64>,
-}
-
-/// Reads a reentrant lock's owner, holds, remaining lease and fence;
-/// changes nothing.
-pub(crate) async fn reentrant_status(backend: &Backend, keys: &LockKeys) -> Result<ReentrantState> {
-    let mut invocation = REENTRANT_STATUS.prepare_invoke();
-    invocation.key(keys.lock()).key(keys.fence());
-    let (owner, holds, pttl, fence): (Option<String>, usize, i64, Option<u64>) =
-        invoke_typed(backend, &invocation, keys, "hash").await?;
-    Ok(ReentrantState {
-        owner,
-        holds,
-        remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
-        fence,
-    })
-}
-
-/// How many connections listen for the releases of the lock whose release
-/// channel is `channel` (clients waiting for it, or that did so in the last
-/// seconds): those on the channel itself, and one per hand-off channel
-/// `<channel>:<connection id>` (each belongs to one connection), over every
-/// node of a cluster. Where servers have sharded pub/sub, shard
-/// subscriptions count too (a client without it, e.g. an ACL user without
-/// SSUBSCRIBE, still subscribes the plain way).
-pub(crate) async fn subscribers(backend: &Backend, channel: &str) -> Result<usize> {
-    let mut kinds = vec![("NUMSUB", "CHANNELS")];
-    if backend.sharded_pubsub() {
-        kinds.push(("SHARDNUMSUB", "SHARDCHANNELS"));
-    }
-    let mut count = 0;
-    for (numsub, channels) in kinds {
-        let on_channel: Vec<HashMap<String, usize>> = backend
-            .query_each_node(redis::cmd("PUBSUB").arg(numsub).arg(channel))
-            .await?;
-        let handoff: Vec<Vec<String>> = backend
-            .query_each_node(
-                redis::cmd("PUBSUB")
-                    .arg(channels)
-                    .arg(format!("{}:*", crate::key::glob_escape(channel))),
-            )
-            .await?;
-        count += on_channel.iter().flat_map(HashMap::values).sum::<usize>();
-        count += handoff.iter().map(Vec::len).sum::<usize>();
-    }
-    Ok(count)
 }
 
 /// The last argument of every script that publishes (`publish` in
