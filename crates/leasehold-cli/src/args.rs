@@ -7,27 +7,13 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args, Parser, Subcommand};
 
 /// Distributed locks on Redis from the shell: run a command under a lock
 /// (a distributed flock(1)), hand leases between processes, inspect locks.
 #[derive(Debug, Parser)]
-#[command(
-    name = "leasehold",
-    version,
-    after_help = "Exit codes: the command's own for `run` (128+N if it died by signal N); \
-                  64 usage error (also: semaphore users that disagree on --permits, and \
-                  --read/--write/--permits/--reentrant on Redlock); 65 a lock key holds another \
-                  data type; 69 Redis or the Redlock quorum unreachable, TLS failed, or a server \
-                  too old; 70 lease lost; 75 lock busy, \
-                  wait timed out (or the code given with -E) or not the owner; 77 authentication \
-                  or permission refused.\n\n\
-                  Examples:\n  \
-                  leasehold run nightly-backup -- ./backup.sh     wait until free, then run\n  \
-                  leasehold run -n -E 0 nightly -- ./job.sh       skip quietly when busy (cron)\n  \
-                  leasehold run --wait 5m deploy -- ./deploy.sh   give up after 5 minutes (exit 75)\n  \
-                  leasehold --cluster --url redis://10.0.0.1:7000 status deploy"
-)]
+#[command(name = "leasehold", version, after_help = after_help())]
 pub(crate) struct Cli {
     /// Options that apply to every command.
     #[command(flatten)]
@@ -38,42 +24,77 @@ pub(crate) struct Cli {
     pub(crate) command: Command,
 }
 
-/// Options shared by every command.
+/// Options shared by every command. Each also comes from its `LEASEHOLD_*`
+/// variable (the flag wins); `hide_env_values` keeps the variables' values
+/// (a URL's password) out of `--help` and out of the man page, which
+/// build.rs renders in its own environment.
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Global options")]
 pub(crate) struct Global {
-    /// Redis server, redis://[user:password@]host:port[/db] (rediss:// for
-    /// TLS). Defaults to $LEASEHOLD_URL, else redis://127.0.0.1:6379. Three
-    /// or more distinct servers (independent masters) mean Redlock, for the
-    /// plain lock only: run and status (without
-    /// --read/--write/--permits/--reentrant), acquire, extend, release,
-    /// list. With --cluster, nodes of one cluster; with --sentinel, the
-    /// sentinels.
-    #[arg(long = "url", value_name = "URL", global = true)]
+    /// Redis server: redis://[user:password@]host:port[/db], rediss:// for
+    /// TLS, or unix:///path/to/redis.sock for a Unix socket. Defaults to
+    /// redis://127.0.0.1:6379. Three or more distinct servers (independent
+    /// masters) mean Redlock, for the plain lock only: run and status
+    /// (without --read/--write/--permits/--reentrant), acquire, extend,
+    /// release, list. With --cluster, nodes of one cluster; with
+    /// --sentinel, the sentinels. LEASEHOLD_URL holds one URL, or several
+    /// separated by spaces.
+    #[arg(
+        long = "url",
+        value_name = "URL",
+        global = true,
+        env = "LEASEHOLD_URL",
+        hide_env_values = true
+    )]
     pub(crate) urls: Vec<String>,
 
     /// The --url are nodes of one Redis Cluster (any one is enough; more
     /// are tried in turn when one is down).
-    #[arg(long, global = true, conflicts_with = "sentinel")]
+    #[arg(long, global = true, env = "LEASEHOLD_CLUSTER", hide_env_values = true,
+          value_parser = BoolishValueParser::new())]
     pub(crate) cluster: bool,
 
     /// The --url are Redis Sentinels: use the master they monitor as
     /// MASTER, and follow it through failovers.
-    #[arg(long, value_name = "MASTER", global = true)]
+    #[arg(
+        long,
+        value_name = "MASTER",
+        global = true,
+        env = "LEASEHOLD_SENTINEL",
+        hide_env_values = true
+    )]
     pub(crate) sentinel: Option<String>,
 
     /// Trust this CA certificate (PEM) for rediss:// servers instead of the
     /// system's trust store.
-    #[arg(long, value_name = "FILE", global = true)]
+    #[arg(
+        long,
+        value_name = "FILE",
+        global = true,
+        env = "LEASEHOLD_TLS_CA",
+        hide_env_values = true
+    )]
     pub(crate) tls_ca: Option<PathBuf>,
 
     /// Present this certificate chain (PEM) to rediss:// servers that ask
     /// for one (mutual TLS); needs --tls-key.
-    #[arg(long, value_name = "FILE", global = true)]
+    #[arg(
+        long,
+        value_name = "FILE",
+        global = true,
+        env = "LEASEHOLD_TLS_CERT",
+        hide_env_values = true
+    )]
     pub(crate) tls_cert: Option<PathBuf>,
 
     /// The private key (PEM) of --tls-cert.
-    #[arg(long, value_name = "FILE", global = true)]
+    #[arg(
+        long,
+        value_name = "FILE",
+        global = true,
+        env = "LEASEHOLD_TLS_KEY",
+        hide_env_values = true
+    )]
     pub(crate) tls_key: Option<PathBuf>,
 
     /// How long connecting to Redis (and its checks) may take in all before
@@ -81,17 +102,20 @@ pub(crate) struct Global {
     /// for a failover while connecting (the master named is dead or not a
     /// master yet) for as long as their --wait instead. Defaults to 3s.
     #[arg(long, value_name = "DURATION", default_value = "3s", hide_default_value = true,
-          value_parser = parse_duration, global = true)]
+          value_parser = parse_duration, global = true,
+          env = "LEASEHOLD_CONNECT_TIMEOUT", hide_env_values = true)]
     pub(crate) connect_timeout: Duration,
 
     /// Redlock only (three or more --url): how long one node may take to
     /// answer a request before it counts as failed, e.g. 50ms. Keep it far
     /// below --ttl (it is capped at half of it). Defaults to 200ms.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, global = true)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, global = true,
+          env = "LEASEHOLD_NODE_TIMEOUT", hide_env_values = true)]
     pub(crate) node_timeout: Option<Duration>,
 
     /// Prefix of every Redis key and channel leasehold uses.
-    #[arg(long, value_name = "P", default_value = DEFAULT_PREFIX, global = true)]
+    #[arg(long, value_name = "P", default_value = DEFAULT_PREFIX, global = true,
+          env = "LEASEHOLD_PREFIX", hide_env_values = true)]
     pub(crate) prefix: String,
 
     /// Print results as JSON on stdout, and every line on stderr (errors,
@@ -100,19 +124,142 @@ pub(crate) struct Global {
     /// stderr, or goes to --json-file. Every line on stderr has the fields
     /// timestamp (RFC 3339, UTC), level and message, and its own beside them
     /// (an error's exit_code).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, env = "LEASEHOLD_JSON", hide_env_values = true,
+          value_parser = BoolishValueParser::new())]
     pub(crate) json: bool,
 
     /// Say more on stderr: -v the library's info events, -vv debug events
     /// too. Warnings are shown without it. RUST_LOG, when set, chooses
-    /// instead (e.g. RUST_LOG=leasehold=trace).
-    #[arg(short, long, action = ArgAction::Count, global = true, conflicts_with = "quiet")]
+    /// instead (e.g. RUST_LOG=leasehold=trace). LEASEHOLD_VERBOSE is the
+    /// count (2 is -vv).
+    #[arg(short, long, action = ArgAction::Count, global = true,
+          env = "LEASEHOLD_VERBOSE", hide_env_values = true)]
     pub(crate) verbose: u8,
 
     /// Say nothing on stderr but errors and what happens to the command (a
     /// lost lease): no warnings, no events, no progress line.
-    #[arg(short, long, global = true)]
+    #[arg(short, long, global = true, env = "LEASEHOLD_QUIET", hide_env_values = true,
+          value_parser = BoolishValueParser::new())]
     pub(crate) quiet: bool,
+
+    /// The ids of the options above whose value came from their variable
+    /// (set by `cli::parse`), so that a message names what the user wrote.
+    #[arg(skip)]
+    pub(crate) from_env: Vec<(String, String)>,
+}
+
+/// The exit codes, for `--help` and the man page's EXIT STATUS.
+pub(crate) const EXIT_CODES: &[(&str, &str)] = &[
+    (
+        "0",
+        "Success. `run` and `elect` exit with CMD's own code instead (128+N if it died by \
+         signal N); a conflict exits 0 with -E 0.",
+    ),
+    (
+        "64",
+        "Usage error (also: semaphore users that disagree on --permits, and \
+         --read/--write/--permits/--reentrant on Redlock).",
+    ),
+    ("65", "A lock key holds another data type."),
+    (
+        "69",
+        "Redis or the Redlock quorum unreachable, TLS failed, or a server too old.",
+    ),
+    ("70", "Lease lost: CMD was stopped."),
+    (
+        "75",
+        "Lock busy, wait timed out (or the code given with -E), or not the owner.",
+    ),
+    ("77", "Authentication or permission refused."),
+];
+
+/// The variables leasehold reads or sets, for the man page's ENVIRONMENT
+/// (build.rs checks that every global option's variable is here).
+#[allow(dead_code)] // Read by build.rs only.
+pub(crate) const ENVIRONMENT: &[(&str, &str)] = &[
+    (
+        "LEASEHOLD_URL",
+        "--url: one URL, or several separated by spaces (three or more: Redlock). The URL may \
+         carry a password; leasehold never prints it.",
+    ),
+    (
+        "LEASEHOLD_CLUSTER",
+        "--cluster, as 1/true/yes/on or 0/false/no/off.",
+    ),
+    ("LEASEHOLD_SENTINEL", "--sentinel: the master's name."),
+    ("LEASEHOLD_TLS_CA", "--tls-ca: a PEM file."),
+    ("LEASEHOLD_TLS_CERT", "--tls-cert: a PEM file."),
+    ("LEASEHOLD_TLS_KEY", "--tls-key: a PEM file."),
+    (
+        "LEASEHOLD_CONNECT_TIMEOUT",
+        "--connect-timeout: a duration (500ms, 3s).",
+    ),
+    (
+        "LEASEHOLD_NODE_TIMEOUT",
+        "--node-timeout: a duration (50ms).",
+    ),
+    ("LEASEHOLD_PREFIX", "--prefix."),
+    (
+        "LEASEHOLD_JSON",
+        "--json, as 1/true/yes/on or 0/false/no/off.",
+    ),
+    (
+        "LEASEHOLD_VERBOSE",
+        "--verbose: a count (1 is -v, 2 is -vv).",
+    ),
+    (
+        "LEASEHOLD_QUIET",
+        "--quiet, as 1/true/yes/on or 0/false/no/off.",
+    ),
+    (
+        "RUST_LOG",
+        "Which events show on stderr, instead of -v/-q (e.g. leasehold=trace).",
+    ),
+    (
+        "LEASEHOLD_FENCE, LEASEHOLD_TOKEN, LEASEHOLD_FENCES",
+        "Set by `run` and `elect` for CMD: the fence (an election's term) and owner token of \
+         the first NAME, and name=fence for every NAME (sorted, space-separated).",
+    ),
+];
+
+/// Examples, for `--help` and the man page's EXAMPLES.
+pub(crate) const EXAMPLES: &[(&str, &str)] = &[
+    (
+        "leasehold run nightly-backup -- ./backup.sh",
+        "wait until free, then run",
+    ),
+    (
+        "leasehold run -n -E 0 nightly -- ./job.sh",
+        "skip quietly when busy (cron)",
+    ),
+    (
+        "leasehold run --wait 5m deploy -- ./deploy.sh",
+        "give up after 5 minutes (exit 75)",
+    ),
+    (
+        "leasehold --cluster --url redis://127.0.0.1:7000 status deploy",
+        "a lock on a Redis Cluster",
+    ),
+    (
+        "LEASEHOLD_URL=unix:///run/redis/redis.sock leasehold list",
+        "the server from the environment, on a Unix socket",
+    ),
+];
+
+/// `--help`'s closing text: exit codes, the variables, examples.
+fn after_help() -> String {
+    let mut text = String::from("Exit codes:\n");
+    for (code, meaning) in EXIT_CODES {
+        text.push_str(&format!("  {code:<4}{meaning}\n"));
+    }
+    text.push_str(
+        "\nEvery global option also comes from its LEASEHOLD_* variable ([env: ...] above; \
+         the flag wins); see ENVIRONMENT in `leasehold man`.\n\nExamples:\n",
+    );
+    for (example, what) in EXAMPLES {
+        text.push_str(&format!("  {example}\n      {what}\n"));
+    }
+    text.trim_end().to_owned()
 }
 
 /// The key prefix when --prefix is not given; the library's

@@ -3,15 +3,14 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use clap::Parser;
-use clap::error::ErrorKind;
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches};
 
 pub(crate) use crate::args::*;
 
 use crate::exit::Failure;
 
-/// Environment variable read when no `--url` is given.
-pub(crate) const URL_ENV: &str = "LEASEHOLD_URL";
 /// The server used when neither `--url` nor `LEASEHOLD_URL` is given.
 pub(crate) const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
@@ -32,8 +31,18 @@ where
     T: Into<OsString> + Clone,
 {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
-    match Cli::try_parse_from(&args) {
-        Ok(cli) => {
+    let parsed = command(&args)
+        .try_get_matches_from(&args)
+        .and_then(|mut matches| {
+            // Before from_arg_matches_mut, which takes the values out.
+            let from_env = from_env(&matches);
+            let mut cli = Cli::from_arg_matches_mut(&mut matches)?;
+            cli.global.from_env = from_env;
+            Ok(cli)
+        });
+    match parsed {
+        Ok(mut cli) => {
+            cli.global.settle_conflicts()?;
             cli.global.check()?;
             check_kind_on_redlock(&cli)?;
             check_name(&cli.command)?;
@@ -46,6 +55,74 @@ where
         }
         Err(e) => Err(Failure::usage(one_line(&e, &args))),
     }
+}
+
+/// The clap command for `args`, without the variables it must not read:
+/// one that is set but empty (or blank) counts as unset, as an empty
+/// `LEASEHOLD_URL` always did; and the variable of a global option given
+/// on the command line is not read at all. clap would read it anyway
+/// when the option comes before the command: each command parses the
+/// global options again, finds this one missing from its own part of the
+/// line, and takes the variable, so `--prefix a status` under
+/// `LEASEHOLD_PREFIX=b` used b, and a bad variable failed the command.
+fn command(args: &[OsString]) -> clap::Command {
+    let given: Vec<&str> = args
+        .iter()
+        .skip(1)
+        .take_while(|a| *a != "--")
+        .filter_map(|a| a.to_str())
+        .collect();
+    Cli::command().mut_args(|arg| {
+        let blank = arg
+            .get_env()
+            .and_then(std::env::var_os)
+            .is_some_and(|value| value.to_string_lossy().trim().is_empty());
+        let long = arg.get_long().map(|long| format!("--{long}"));
+        let on_line = given.iter().any(|a| {
+            long.as_deref()
+                .is_some_and(|long| *a == long || a.starts_with(&format!("{long}=")))
+                // A cluster of short flags: -q, -vv, -qn.
+                || arg.get_short().is_some_and(|short| {
+                    a.len() > 1
+                        && a.starts_with('-')
+                        && !a.starts_with("--")
+                        && a[1..].split('=').next().is_some_and(|s| s.contains(short))
+                })
+        });
+        if arg.get_env().is_some() && (blank || on_line) {
+            arg.env(None)
+        } else {
+            arg
+        }
+    })
+}
+
+/// The ids of the global options whose value came from their variable,
+/// each with the variable's name.
+fn from_env(matches: &ArgMatches) -> Vec<(String, String)> {
+    Cli::command()
+        .get_arguments()
+        .filter(|arg| matches.value_source(arg.get_id().as_str()) == Some(ValueSource::EnvVariable))
+        .filter_map(|arg| {
+            let var = arg.get_env()?.to_string_lossy().into_owned();
+            Some((arg.get_id().as_str().to_owned(), var))
+        })
+        .collect()
+}
+
+/// Whether `--json` or `LEASEHOLD_JSON` asks for JSON, known before
+/// parsing so that a usage error is JSON too.
+pub(crate) fn json_asked(args: &[OsString]) -> bool {
+    use clap::builder::TypedValueParser;
+    let flag = args
+        .iter()
+        .take_while(|a| *a != "--")
+        .any(|a| a == "--json");
+    flag || std::env::var_os("LEASEHOLD_JSON").is_some_and(|value| {
+        clap::builder::BoolishValueParser::new()
+            .parse_ref(&Cli::command(), None, &value)
+            .unwrap_or(false)
+    })
 }
 
 /// The library's rules for a lock name (1 to 512 bytes), checked before
@@ -152,6 +229,10 @@ fn one_line(err: &clap::Error, args: &[OsString]) -> String {
         paragraph.join(" ")
     };
     let first = joined.strip_prefix("error: ").unwrap_or(&joined);
+    let first = match variable_of(err, args) {
+        Some(var) => format!("in {var}: {first}"),
+        None => first.to_owned(),
+    };
     let is_run = args.iter().skip(1).any(|a| a == "run");
     let has_separator = args.iter().any(|a| a == "--");
     if is_run
@@ -170,17 +251,107 @@ fn one_line(err: &clap::Error, args: &[OsString]) -> String {
     format!("{first}; see `leasehold --help`")
 }
 
+/// The variable a bad value of a global option came from, when it did:
+/// clap's message names the flag only. A flag on the command line is read
+/// before its variable, and a bad one fails before the variable is looked
+/// at, so a flag absent from the command line means the variable.
+fn variable_of(err: &clap::Error, args: &[OsString]) -> Option<String> {
+    if !matches!(
+        err.kind(),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation
+    ) {
+        return None;
+    }
+    let Some(ContextValue::String(invalid)) = err.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    // "--connect-timeout <DURATION>", "--verbose...", "-v, --verbose".
+    let flag = invalid
+        .split([' ', ','])
+        .find(|word| word.starts_with("--"))?
+        .trim_end_matches('.');
+    let command = Cli::command();
+    let arg = command.get_arguments().find(|arg| {
+        arg.get_long()
+            .is_some_and(|long| flag == format!("--{long}"))
+    })?;
+    let var = arg.get_env()?.to_string_lossy().into_owned();
+    std::env::var_os(&var)?;
+    let on_line = args
+        .iter()
+        .skip(1)
+        .take_while(|a| *a != "--")
+        .filter_map(|a| a.to_str())
+        .any(|a| a == flag || a.starts_with(&format!("{flag}=")));
+    (!on_line).then_some(var)
+}
+
 impl Global {
-    /// The server URLs to use: `--url`s, else `$LEASEHOLD_URL`, else the
-    /// default. `None` when neither flag nor environment gave one.
+    /// How a message names the option `id`: by its variable when its value
+    /// came from there, else by `flag`.
+    pub(crate) fn named(&self, id: &str, flag: &str) -> String {
+        self.from_env
+            .iter()
+            .find(|(from, _)| from == id)
+            .map_or_else(|| flag.to_owned(), |(_, var)| var.clone())
+    }
+
+    /// Whether the option `id` came from its variable.
+    fn is_from_env(&self, id: &str) -> bool {
+        self.from_env.iter().any(|(from, _)| from == id)
+    }
+
+    /// Settles the options that exclude each other (--verbose and --quiet,
+    /// --cluster and --sentinel): a flag on the command line wins over a
+    /// variable; two flags, or two variables, are refused.
+    ///
+    /// # Errors
+    ///
+    /// A usage failure naming both.
+    pub(crate) fn settle_conflicts(&mut self) -> Result<(), Failure> {
+        if self.verbose > 0 && self.quiet {
+            match (self.is_from_env("verbose"), self.is_from_env("quiet")) {
+                (true, false) => self.verbose = 0,
+                (false, true) => self.quiet = false,
+                _ => {
+                    return Err(Failure::usage(format!(
+                        "{} and {} cannot be used together; drop one",
+                        self.named("verbose", "--verbose"),
+                        self.named("quiet", "--quiet")
+                    )));
+                }
+            }
+        }
+        if self.cluster && self.sentinel.is_some() {
+            match (self.is_from_env("cluster"), self.is_from_env("sentinel")) {
+                (true, false) => self.cluster = false,
+                (false, true) => self.sentinel = None,
+                _ => {
+                    return Err(Failure::usage(format!(
+                        "{} and {} cannot be used together: a Redis Cluster has no Sentinels; \
+                         drop one",
+                        self.named("cluster", "--cluster"),
+                        self.named("sentinel", "--sentinel")
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The server URLs to use: the `--url`s, or those of `LEASEHOLD_URL`
+    /// (separated by spaces). `None` when neither gave one.
     pub(crate) fn given_urls(&self) -> Option<Vec<String>> {
-        if !self.urls.is_empty() {
-            return Some(self.urls.clone());
-        }
-        match std::env::var(URL_ENV) {
-            Ok(url) if !url.trim().is_empty() => Some(vec![url.trim().to_owned()]),
-            _ => None,
-        }
+        let urls: Vec<String> = if self.is_from_env("urls") {
+            self.urls
+                .iter()
+                .flat_map(|urls| urls.split_whitespace())
+                .map(str::to_owned)
+                .collect()
+        } else {
+            self.urls.clone()
+        };
+        (!urls.is_empty()).then_some(urls)
     }
 
     /// The servers to use: one, the masters of a Redlock, a cluster or
@@ -219,35 +390,41 @@ impl Global {
             Servers::Sentinel { sentinels, .. } => sentinels.clone(),
         };
         let mut addresses = Vec::new();
+        let url_flag = self.named("urls", "--url");
         for url in &urls {
-            addresses.push(address_of(url)?);
+            addresses.push(address_named(url, &url_flag)?);
         }
         if let Servers::Redlock(_) = servers {
             for (i, address) in addresses.iter().enumerate() {
                 if addresses[..i].contains(address) {
                     return Err(Failure::usage(format!(
-                        "--url {address} is given twice: Redlock needs distinct, independent                          masters, and copies of the same server are not a quorum; pass each                          server once"
+                        "{url_flag} {address} is given twice: Redlock needs distinct, independent                          masters, and copies of the same server are not a quorum; pass each                          server once"
                     )));
                 }
             }
         }
         if self.node_timeout.is_some() && !matches!(servers, Servers::Redlock(_)) {
-            return Err(Failure::usage(
-                "--node-timeout is for Redlock (three or more --url), but one Redis is given; \
-                 drop --node-timeout, or pass three or more --url",
-            ));
+            let flag = self.named("node_timeout", "--node-timeout");
+            return Err(Failure::usage(format!(
+                "{flag} is for Redlock (three or more --url), but one Redis is given; \
+                 drop {flag}, or pass three or more --url"
+            )));
         }
-        check_prefix(&self.prefix)?;
+        check_prefix(&self.prefix, &self.named("prefix", "--prefix"))?;
+        let (cert, key) = (
+            self.named("tls_cert", "--tls-cert"),
+            self.named("tls_key", "--tls-key"),
+        );
         match (&self.tls_cert, &self.tls_key) {
             (Some(_), None) => {
-                return Err(Failure::usage(
-                    "--tls-cert needs --tls-key (the certificate's private key)",
-                ));
+                return Err(Failure::usage(format!(
+                    "{cert} needs {key} (the certificate's private key)"
+                )));
             }
             (None, Some(_)) => {
-                return Err(Failure::usage(
-                    "--tls-key needs --tls-cert (the certificate it belongs to)",
-                ));
+                return Err(Failure::usage(format!(
+                    "{key} needs {cert} (the certificate it belongs to)"
+                )));
             }
             _ => {}
         }
@@ -255,10 +432,11 @@ impl Global {
         let tls_given = self.tls_ca.is_some() || self.tls_cert.is_some();
         let secure = urls.iter().any(|u| u.trim_start().starts_with("rediss://"));
         if tls_given && !secure && self.sentinel.is_none() {
-            return Err(Failure::usage(
-                "--tls-ca / --tls-cert are for TLS servers, but no --url is rediss://; write \
+            return Err(Failure::usage(format!(
+                "{} / {cert} are for TLS servers, but no {url_flag} is rediss://; write \
                  the URL as rediss://host:port",
-            ));
+                self.named("tls_ca", "--tls-ca")
+            )));
         }
         Ok(())
     }
@@ -278,9 +456,9 @@ impl Global {
                 })
                 .transpose()
         };
-        let ca = read("--tls-ca", &self.tls_ca)?;
-        let cert = read("--tls-cert", &self.tls_cert)?;
-        let key = read("--tls-key", &self.tls_key)?;
+        let ca = read(&self.named("tls_ca", "--tls-ca"), &self.tls_ca)?;
+        let cert = read(&self.named("tls_cert", "--tls-cert"), &self.tls_cert)?;
+        let key = read(&self.named("tls_key", "--tls-key"), &self.tls_key)?;
         Ok(Tls {
             ca,
             client: cert.zip(key),
@@ -361,10 +539,16 @@ pub(crate) struct Tls {
 ///
 /// A usage failure for a URL that is not a Redis URL.
 pub(crate) fn address_of(url: &str) -> Result<String, Failure> {
+    address_named(url, "--url")
+}
+
+/// [`address_of`], with the failure naming `flag` (`--url`, or
+/// `LEASEHOLD_URL` when the URL came from there).
+fn address_named(url: &str, flag: &str) -> Result<String, Failure> {
     let bad = |why: &str| {
         Failure::usage(format!(
-            "--url {:?} is not a Redis URL ({why}); write redis://[user:password@]host:port[/db] \
-             or rediss:// for TLS",
+            "{flag} {:?} is not a Redis URL ({why}); write redis://[user:password@]host:port[/db], \
+             rediss:// for TLS, or unix:///path/to/redis.sock",
             crate::output::redacted(url)
         ))
     };
@@ -379,14 +563,14 @@ pub(crate) fn address_of(url: &str) -> Result<String, Failure> {
 }
 
 /// The library's rules for a key prefix, checked before connecting.
-fn check_prefix(prefix: &str) -> Result<(), Failure> {
+fn check_prefix(prefix: &str, flag: &str) -> Result<(), Failure> {
     let bad = prefix.is_empty()
         || prefix.len() > 128
         || prefix.contains(['{', '}', '*', '?', '[', ']', '\\'])
         || prefix.contains(char::is_whitespace);
     if bad {
         return Err(Failure::usage(format!(
-            "--prefix {prefix:?}: a prefix is 1 to 128 bytes without braces, glob characters \
+            "{flag} {prefix:?}: a prefix is 1 to 128 bytes without braces, glob characters \
              (*?[]\\) or whitespace"
         )));
     }

@@ -41,11 +41,7 @@ fn main() -> ExitCode {
     install_panic_hook();
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     // Known before parsing, so a usage error is JSON too.
-    if args
-        .iter()
-        .take_while(|a| *a != "--")
-        .any(|a| a == "--json")
-    {
+    if cli::json_asked(&args) {
         exit::json_errors();
     }
     let cli = match cli::parse(args) {

@@ -2511,3 +2511,245 @@ fn w_is_short_for_wait_and_wait_0_means_no_wait_as_flock_says() {
     let out = run_at(&url, &["run", "free", "-w", "0", "--", "true"]);
     assert_eq!(out.code(), 0, "{out:?}");
 }
+
+/// Runs `leasehold ARGS` to completion with `vars` in its environment.
+fn run_with_env(vars: &[(&str, &str)], args: &[&str]) -> Outcome {
+    let mut cmd = leasehold();
+    cmd.envs(vars.iter().copied()).args(args);
+    Proc::spawn(cmd).finish()
+}
+
+/// Every global flag comes from a `LEASEHOLD_*` variable too, as etcdctl's
+/// from `ETCDCTL_*`; only `LEASEHOLD_URL` was read, so `LEASEHOLD_PREFIX=x
+/// leasehold status NAME` looked under the default prefix and found NAME
+/// free.
+#[test]
+fn every_global_flag_is_read_from_its_leasehold_variable() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let held = run_at(
+        &url,
+        &["--prefix", "envtest", "acquire", "jobs", "--ttl", "5m"],
+    );
+    assert_eq!(held.code(), 0, "{held:?}");
+
+    let status = run_with_env(
+        &[
+            ("LEASEHOLD_URL", &url),
+            ("LEASEHOLD_PREFIX", "envtest"),
+            ("LEASEHOLD_JSON", "1"),
+            ("LEASEHOLD_CONNECT_TIMEOUT", "5s"),
+        ],
+        &["status", "jobs"],
+    );
+    assert_eq!(status.code(), 0, "{status:?}");
+    assert_eq!(status.json()["held"], true, "{status:?}");
+
+    // Three URLs in one variable, separated by spaces, are a Redlock: the
+    // same server three times is refused before connecting.
+    let three = format!("{url} {url} {url}");
+    let out = run_with_env(&[("LEASEHOLD_URL", &three)], &["status", "jobs"]);
+    assert_eq!(out.code(), 64, "{out:?}");
+    assert!(out.stderr.contains("same server"), "{out:?}");
+
+    // An empty variable counts as unset, as an empty LEASEHOLD_URL did.
+    let out = run_with_env(
+        &[("LEASEHOLD_PREFIX", ""), ("LEASEHOLD_JSON", "")],
+        &["--url", &url, "status", "jobs"],
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(out.stdout.contains("none (the lock is free)"), "{out:?}");
+
+    // A bad value is a usage error that names the variable, before connecting.
+    let dead = format!("redis://127.0.0.1:{}", closed_port());
+    for (var, value) in [
+        ("LEASEHOLD_CONNECT_TIMEOUT", "soon"),
+        ("LEASEHOLD_NODE_TIMEOUT", "0s"),
+        ("LEASEHOLD_PREFIX", "a{b}"),
+        ("LEASEHOLD_CLUSTER", "maybe"),
+        ("LEASEHOLD_JSON", "maybe"),
+        ("LEASEHOLD_QUIET", "maybe"),
+        ("LEASEHOLD_VERBOSE", "lots"),
+        ("LEASEHOLD_TLS_CA", "/nonexistent/ca.pem"),
+        ("LEASEHOLD_URL", "http://127.0.0.1:1"),
+    ] {
+        let out = run_with_env(&[("LEASEHOLD_URL", &dead), (var, value)], &["status", "x"]);
+        assert_eq!(out.code(), 64, "{var}={value}: {out:?}");
+        assert!(out.stderr.contains(var), "{var}={value}: {out:?}");
+        out.assert_one_error_line();
+    }
+    // The Redlock-only timeout on one server names the variable too.
+    let out = run_with_env(
+        &[("LEASEHOLD_URL", &dead), ("LEASEHOLD_NODE_TIMEOUT", "50ms")],
+        &["status", "x"],
+    );
+    assert_eq!(out.code(), 64, "{out:?}");
+    assert!(out.stderr.contains("LEASEHOLD_NODE_TIMEOUT"), "{out:?}");
+}
+
+/// A flag on the command line wins over its variable, even over one whose
+/// value is bad or that would conflict with the flag.
+#[test]
+fn a_flag_on_the_command_line_wins_over_its_variable() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dead = format!("redis://127.0.0.1:{}", closed_port());
+    let held = run_at(
+        &url,
+        &["--prefix", "flagwins", "acquire", "jobs", "--ttl", "5m"],
+    );
+    assert_eq!(held.code(), 0, "{held:?}");
+    let out = run_with_env(
+        &[
+            ("LEASEHOLD_URL", &dead),
+            ("LEASEHOLD_PREFIX", "elsewhere"),
+            ("LEASEHOLD_CONNECT_TIMEOUT", "soon"),
+            ("LEASEHOLD_JSON", "no"),
+            // -vv on the command line overrides LEASEHOLD_QUIET, and
+            // --sentinel would conflict with --cluster.
+            ("LEASEHOLD_QUIET", "1"),
+            ("LEASEHOLD_SENTINEL", "mymaster"),
+        ],
+        &[
+            "--url",
+            &url,
+            "--prefix",
+            "flagwins",
+            "--connect-timeout",
+            "5s",
+            "-vv",
+            "--json",
+            "--cluster",
+            "--help",
+        ],
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+    let out = run_with_env(
+        &[
+            ("LEASEHOLD_URL", &dead),
+            ("LEASEHOLD_PREFIX", "elsewhere"),
+            ("LEASEHOLD_CONNECT_TIMEOUT", "soon"),
+            ("LEASEHOLD_JSON", "no"),
+            ("LEASEHOLD_QUIET", "1"),
+            ("LEASEHOLD_CLUSTER", "1"),
+        ],
+        &[
+            "--url",
+            &url,
+            "--prefix",
+            "flagwins",
+            "--connect-timeout",
+            "5s",
+            "-vv",
+            "--json",
+            "--sentinel",
+            "mymaster",
+            "--help",
+        ],
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+    let out = run_with_env(
+        &[
+            ("LEASEHOLD_URL", &dead),
+            ("LEASEHOLD_PREFIX", "elsewhere"),
+            ("LEASEHOLD_CONNECT_TIMEOUT", "soon"),
+            ("LEASEHOLD_JSON", "no"),
+            ("LEASEHOLD_QUIET", "1"),
+        ],
+        &[
+            "--url",
+            &url,
+            "--prefix",
+            "flagwins",
+            "--connect-timeout",
+            "5s",
+            "-vv",
+            "--json",
+            "status",
+            "jobs",
+        ],
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert_eq!(out.json()["held"], true, "{out:?}");
+    // -vv won over LEASEHOLD_QUIET: the connection's debug event is shown.
+    assert!(!out.stderr.is_empty(), "{out:?}");
+    // Both from variables, or both from flags, they still conflict.
+    let out = run_with_env(
+        &[("LEASEHOLD_CLUSTER", "1"), ("LEASEHOLD_SENTINEL", "m")],
+        &["--url", &dead, "status", "x"],
+    );
+    assert_eq!(out.code(), 64, "{out:?}");
+    assert!(out.stderr.contains("LEASEHOLD_CLUSTER"), "{out:?}");
+}
+
+/// A URL carries its password: `--help` names the variables but never
+/// shows their values.
+#[test]
+fn help_names_the_variables_but_never_shows_their_values() {
+    let secret = [
+        ("LEASEHOLD_URL", "redis://:s3cret@127.0.0.1:1"),
+        ("LEASEHOLD_PREFIX", "s3cret"),
+        ("LEASEHOLD_SENTINEL", "s3cret"),
+    ];
+    for args in [&["--help"][..], &["-h"][..], &["status", "--help"][..]] {
+        let out = run_with_env(&secret, args);
+        assert_eq!(out.code(), 0, "{args:?}: {out:?}");
+        assert!(!out.stdout.contains("s3cret"), "{args:?}: {out:?}");
+        for var in [
+            "LEASEHOLD_URL",
+            "LEASEHOLD_PREFIX",
+            "LEASEHOLD_CONNECT_TIMEOUT",
+        ] {
+            assert!(out.stdout.contains(var), "{var} in {args:?}: {out:?}");
+        }
+    }
+    let help = run(&["--help"]);
+    assert!(help.stdout.contains("unix://"), "{help:?}");
+}
+
+/// The man page has the sections a man page has: EXIT STATUS (the codes
+/// were under "EXTRA"), ENVIRONMENT and SEE ALSO.
+#[test]
+fn the_man_page_has_exit_status_environment_and_see_also() {
+    let out = run(&["man"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let page = &out.stdout;
+    for heading in [".SH \"EXIT STATUS\"", ".SH ENVIRONMENT", ".SH \"SEE ALSO\""] {
+        assert!(page.contains(heading), "{heading}: {page}");
+    }
+    assert!(!page.contains(".SH EXTRA"), "{page}");
+    let section = |heading: &str| {
+        page.split(heading)
+            .nth(1)
+            .and_then(|rest| rest.split("\n.SH ").next())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let exit = section(".SH \"EXIT STATUS\"");
+    for code in ["64", "65", "69", "70", "75", "77"] {
+        assert!(exit.contains(code), "{code}: {exit}");
+    }
+    let env = section(".SH ENVIRONMENT");
+    for var in [
+        "LEASEHOLD_URL",
+        "LEASEHOLD_CLUSTER",
+        "LEASEHOLD_SENTINEL",
+        "LEASEHOLD_TLS_CA",
+        "LEASEHOLD_TLS_CERT",
+        "LEASEHOLD_TLS_KEY",
+        "LEASEHOLD_CONNECT_TIMEOUT",
+        "LEASEHOLD_NODE_TIMEOUT",
+        "LEASEHOLD_PREFIX",
+        "LEASEHOLD_JSON",
+        "LEASEHOLD_VERBOSE",
+        "LEASEHOLD_QUIET",
+        "RUST_LOG",
+    ] {
+        assert!(env.contains(var), "{var}: {env}");
+    }
+    let see_also = section(".SH \"SEE ALSO\"");
+    for page in ["flock", "redis\\-server", "redis\\-cli"] {
+        assert!(see_also.contains(page), "{page}: {see_also}");
+    }
+    assert!(page.contains("unix://"), "{page}");
+}

@@ -112,9 +112,9 @@ impl Client {
     /// ```no_run
     /// # async fn run() -> Result<(), leasehold::Error> {
     /// let client = leasehold::Client::redlock([
-    ///     "redis://10.0.0.1:6379",
-    ///     "redis://10.0.0.2:6379",
-    ///     "redis://10.0.0.3:6379",
+    ///     "redis://127.0.0.1:7001",
+    ///     "redis://127.0.0.1:7002",
+    ///     "redis://127.0.0.1:7003",
     /// ])
     /// .await?;
     /// let guard = client.lock("orders:42").acquire().await?;
@@ -162,7 +162,7 @@ impl Client {
     ///
     /// ```no_run
     /// # async fn run() -> Result<(), leasehold::Error> {
-    /// let client = leasehold::Client::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7001"]).await?;
+    /// let client = leasehold::Client::cluster(["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"]).await?;
     /// let guard = client.lock("orders:42").acquire().await?;
     /// guard.release().await?;
     /// # Ok(()) }
@@ -203,7 +203,7 @@ impl Client {
     ///
     /// ```no_run
     /// # async fn run() -> Result<(), leasehold::Error> {
-    /// let client = leasehold::Client::sentinel(["redis://10.0.0.1:26379"], "mymaster").await?;
+    /// let client = leasehold::Client::sentinel(["redis://127.0.0.1:26379"], "mymaster").await?;
     /// # Ok(()) }
     /// ```
     #[cfg(feature = "sentinel")]

@@ -245,7 +245,7 @@ impl Workers {
                 .arg(format!("--ttl-ms={}", job.ttl.as_millis()))
                 .arg(format!("--run-ms={}", job.run.as_millis()))
                 .arg(format!("--max-count={}", job.max_count))
-                .env_remove(crate::cli::URL_ENV)
+                .env_remove("LEASEHOLD_URL")
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())

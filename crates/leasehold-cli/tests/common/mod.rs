@@ -7,11 +7,17 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 
-/// The binary, with a clean environment for the variables it reads, and
-/// backtraces switched on so a panic would show.
+/// The binary, with a clean environment for the variables it reads (every
+/// `LEASEHOLD_*` and `RUST_LOG`), and backtraces switched on so a panic
+/// would show.
 pub fn leasehold() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-    cmd.env_remove("LEASEHOLD_URL")
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("LEASEHOLD_") {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.env_remove("RUST_LOG")
         .env("RUST_BACKTRACE", "1")
         .stdin(Stdio::null());
     cmd
