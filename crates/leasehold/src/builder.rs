@@ -75,7 +75,7 @@ impl ClientBuilder {
     /// [`build`](ClientBuilder::build) as [`Error::InvalidArgument`](crate::Error::InvalidArgument).
     ///
     /// ```no_run
-    /// # async fn example() -> leasehold::Result<()> {
+    /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
     /// let theirs = leasehold::redis::Client::open("redis://127.0.0.1:6379")?;
     /// let client = leasehold::Client::builder()
     ///     .connection_info(theirs.get_connection_info().clone())
