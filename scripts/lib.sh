@@ -178,50 +178,70 @@ for line in sys.stdin:
 '
 }
 
-# run_test_jobs LANES JOB...: runs every JOB, at most LANES at a time, and
-# prints each job's output whole when it ends (so lines of two jobs never
-# mix). A JOB is "LABEL<US>DIR<US>SERVER<US>CLI<US>EXECUTABLE" (US: the
-# unit separator, \x1f, as read collapses empty fields between tabs): the
-# binary runs in DIR (as cargo runs it, from its package), with the test
-# kit's LEASEHOLD_REDIS_SERVER/LEASEHOLD_REDIS_CLI set to SERVER/CLI when
-# they are not empty. Returns 1 after all jobs ended if any failed, naming
-# them. The jobs are tests that mostly wait on servers and timers, so
-# running several on two cores shortens the wall time without changing
-# what each checks.
+# run_test_jobs LANES JOB...: runs every JOB, at most LANES at a time and
+# at most one HEAVY job among them, and prints each job's output whole when
+# it ends (so lines of two jobs never mix). A JOB is
+# "LABEL<US>HEAVY<US>DIR<US>SERVER<US>CLI<US>EXECUTABLE" (US: the unit
+# separator, \x1f, as read collapses empty fields between tabs): the binary
+# runs in DIR (as cargo runs it, from its package), with the test kit's
+# LEASEHOLD_REDIS_SERVER/LEASEHOLD_REDIS_CLI set to SERVER/CLI when they
+# are not empty. HEAVY is 1 for a test that keeps the CPU busy with a load
+# of its own under a time bound (chaos runs, a live reshard): two of them
+# at once on two cores, beside the rest, ran past their bounds. The other
+# jobs mostly wait on servers and timers, so running several shortens the
+# wall time without changing what each checks. Jobs start in the order
+# given (the first that fits). Returns 1 after all jobs ended if any
+# failed, naming them.
 run_test_jobs() {
-  local lanes="$1" logs i=0 running=0 label dir server cli exe
+  local lanes="$1" logs i running heavy_running
   shift
   # Absolute: each job writes here from its own package's directory.
   logs="$(realpath -m "${CARGO_TARGET_DIR:-target}")/test-logs/jobs"
   rm -rf "$logs"
   mkdir -p "$logs"
-  local -a labels=() printed=()
+  local -a labels=() heavy=() dirs=() servers=() clis=() exes=() state=() printed=()
   for job in "$@"; do
-    IFS=$'\x1f' read -r label dir server cli exe <<<"$job"
+    IFS=$'\x1f' read -r label h dir server cli exe <<<"$job"
     labels+=("$label")
+    heavy+=("$h")
+    dirs+=("$dir")
+    servers+=("$server")
+    clis+=("$cli")
+    exes+=("$exe")
+    state+=(pending)
     printed+=(false)
-    while [ "$running" -ge "$lanes" ]; do
-      wait -n || true
-      running=$((running - 1))
-      print_ended_jobs
-    done
-    (
-      cd "$dir" || { echo "1 0" >"$logs/$i.rc"; exit 1; }
-      started=$SECONDS
-      rc=0
-      if [ -n "$server" ]; then
-        LEASEHOLD_REDIS_SERVER="$server" LEASEHOLD_REDIS_CLI="$cli" "$exe" >"$logs/$i.log" 2>&1 || rc=$?
-      else
-        "$exe" >"$logs/$i.log" 2>&1 || rc=$?
+  done
+  while :; do
+    # What ended (its .rc is its last write), and what runs.
+    running=0
+    heavy_running=0
+    for i in "${!labels[@]}"; do
+      if [ "${state[$i]}" = running ] && [ -f "$logs/$i.rc" ]; then state[i]=ended; fi
+      if [ "${state[$i]}" = running ]; then
+        running=$((running + 1))
+        if [ "${heavy[$i]}" = 1 ]; then heavy_running=1; fi
       fi
-      echo "$rc $((SECONDS - started))" >"$logs/$i.rc"
-    ) &
-    running=$((running + 1))
-    i=$((i + 1))
+    done
+    print_ended_jobs
+    # Start what fits, in order.
+    local started=false
+    for i in "${!labels[@]}"; do
+      [ "${state[$i]}" = pending ] || continue
+      [ "$running" -lt "$lanes" ] || break
+      if [ "${heavy[$i]}" = 1 ] && [ "$heavy_running" = 1 ]; then continue; fi
+      start_test_job "$i" &
+      state[i]=running
+      running=$((running + 1))
+      if [ "${heavy[$i]}" = 1 ]; then heavy_running=1; fi
+      started=true
+    done
+    if [ "$running" = 0 ] && [ "$started" = false ]; then break; fi
+    # Until a job ends (or at most a second, for one that ended unreaped).
+    wait -n 2>/dev/null || sleep 1
   done
   wait
   print_ended_jobs
-  local failed=()
+  local failed=() rc
   for i in "${!labels[@]}"; do
     rc=missing
     if [ -f "$logs/$i.rc" ]; then read -r rc _ <"$logs/$i.rc"; fi
@@ -231,6 +251,19 @@ run_test_jobs() {
     printf '== FAILED: %s\n' "${failed[@]}" >&2
     return 1
   fi
+}
+
+# For run_test_jobs: runs job I; its exit code and time go to I.rc last.
+start_test_job() {
+  local i="$1" rc=0 started=$SECONDS
+  cd "${dirs[$i]}" || { echo "1 0" >"$logs/$i.rc"; return 1; }
+  if [ -n "${servers[$i]}" ]; then
+    LEASEHOLD_REDIS_SERVER="${servers[$i]}" LEASEHOLD_REDIS_CLI="${clis[$i]}" \
+      "${exes[$i]}" >"$logs/$i.log" 2>&1 || rc=$?
+  else
+    "${exes[$i]}" >"$logs/$i.log" 2>&1 || rc=$?
+  fi
+  echo "$rc $((SECONDS - started))" >"$logs/$i.rc"
 }
 
 # For run_test_jobs: prints the output of every job that ended since the last call.
