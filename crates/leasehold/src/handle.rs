@@ -15,6 +15,19 @@ use crate::kind::LockKind;
 use crate::lease::Lease;
 use crate::token::Token;
 
+/// One live hold of an [`RwLock`](crate::RwLock) or one [`Permit`](crate::Permit) of a
+/// [`Semaphore`](crate::Semaphore), as a status shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HoldStatus {
+    /// The first 8 characters of the holder's id, as its guard's `token()`
+    /// gives it: the owner id of an RwLock hold, the permit's token of a
+    /// semaphore. Never the whole id: a token is a capability.
+    pub holder: String,
+    /// How long the hold's lease has left.
+    pub remaining: Duration,
+}
+
 /// Default lease length of every handle.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 /// Default bound on how long a handle's acquire waits for the holders.

@@ -13,6 +13,17 @@ pub(crate) const MAX_NAME_LEN: usize = 512;
 /// Longest accepted key prefix, in bytes.
 pub(crate) const MAX_PREFIX_LEN: usize = 128;
 
+/// Checks an owner id: non-empty and at most [`MAX_NAME_LEN`] bytes.
+pub(crate) fn validate_owner(owner: &str) -> Result<()> {
+    if owner.is_empty() || owner.len() > MAX_NAME_LEN {
+        return Err(Error::InvalidArgument(format!(
+            "owner id must be 1 to {MAX_NAME_LEN} bytes, got {}",
+            owner.len()
+        )));
+    }
+    Ok(())
+}
+
 /// Checks a lock name: non-empty and at most [`MAX_NAME_LEN`] bytes.
 pub(crate) fn validate_name(name: &str) -> Result<()> {
     if name.is_empty() {

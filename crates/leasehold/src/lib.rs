@@ -261,12 +261,12 @@ pub use client::Client;
 pub use election::{Election, Leader, LeaderChanges, Leadership, MAX_VALUE_LEN};
 pub use error::{Error, Result};
 pub use fair::FairLock;
-pub use handle::{DEFAULT_TTL, DEFAULT_WAIT};
+pub use handle::{DEFAULT_TTL, DEFAULT_WAIT, HoldStatus};
 pub use kind::LockKind;
 pub use lock::{Lock, LockGuard, LockStatus};
 pub use multi::{MultiLock, MultiLockGuard};
 pub use reentrant::{ReentrantGuard, ReentrantLock, ReentrantStatus};
-pub use rwlock::{HoldStatus, ReadGuard, RwLock, RwLockStatus, WriteGuard};
+pub use rwlock::{ReadGuard, RwLock, RwLockStatus, WriteGuard};
 pub use semaphore::{Permit, Semaphore, SemaphoreStatus};
 pub use telemetry::LostReason;
 

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::guard::{Held, guard_api};
 use crate::handle::{Handle, handle_api, owner_api};
 use crate::inner::Inner;
-use crate::key::{MAX_NAME_LEN, validate_name};
+use crate::key::{validate_name, validate_owner};
 use crate::kind::LockKind;
 use crate::scripts::Owned;
 use crate::token::{Token, redact};
@@ -239,17 +239,6 @@ pub struct ReentrantStatus {
     /// after it was issued, or the client's
     /// [`fence_memory`](crate::ClientBuilder::fence_memory) if longer.
     pub fence: Option<u64>,
-}
-
-/// Checks an owner id: non-empty and at most [`MAX_NAME_LEN`] bytes.
-pub(crate) fn validate_owner(owner: &str) -> Result<()> {
-    if owner.is_empty() || owner.len() > MAX_NAME_LEN {
-        return Err(Error::InvalidArgument(format!(
-            "owner id must be 1 to {MAX_NAME_LEN} bytes, got {}",
-            owner.len()
-        )));
-    }
-    Ok(())
 }
 
 /// One hold on a [`ReentrantLock`]; renewed while it lives.

@@ -8,12 +8,11 @@ use crate::clock::Instant;
 use crate::acquire::acquire;
 use crate::error::{Error, Result};
 use crate::guard::{Held, guard_api};
-use crate::handle::{Handle, at_least_api, handle_api, owner_api};
+use crate::handle::{Handle, HoldStatus, at_least_api, handle_api, owner_api};
 use crate::inner::Inner;
-use crate::key::{LockKeys, validate_name};
+use crate::key::{LockKeys, validate_name, validate_owner};
 use crate::kind::LockKind;
 use crate::lease::Lease;
-use crate::reentrant::validate_owner;
 use crate::scripts::{Acquire, Mode, Owned, RwAcquire, RwAttempt};
 use crate::token::{Token, redact};
 
@@ -330,19 +329,6 @@ pub struct RwLockStatus {
     /// lease's TTL after it was issued, or the client's
     /// [`fence_memory`](crate::ClientBuilder::fence_memory) if longer.
     pub fence: Option<u64>,
-}
-
-/// One live hold of an [`RwLock`] or one [`Permit`](crate::Permit) of a
-/// [`Semaphore`](crate::Semaphore), as a status shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct HoldStatus {
-    /// The first 8 characters of the holder's id, as its guard's `token()`
-    /// gives it: the owner id of an RwLock hold, the permit's token of a
-    /// semaphore. Never the whole id: a token is a capability.
-    pub holder: String,
-    /// How long the hold's lease has left.
-    pub remaining: Duration,
 }
 
 /// One attempt, shaped for the shared wait loop.

@@ -6,11 +6,10 @@ use std::time::Duration;
 use crate::acquire::acquire;
 use crate::error::{Error, Result};
 use crate::guard::{Held, guard_api};
-use crate::handle::{Handle, at_least_api, handle_api};
+use crate::handle::{Handle, HoldStatus, at_least_api, handle_api};
 use crate::inner::Inner;
 use crate::key::validate_name;
 use crate::kind::LockKind;
-use crate::rwlock::HoldStatus;
 use crate::scripts::{self, STATUS_MOST_ENTRIES, SemAcquire};
 use crate::token::{Token, redact};
 
