@@ -21,7 +21,7 @@ use crate::events::{Events, Grant, Subscription};
 use crate::key::LockKeys;
 use crate::kind::LockKind;
 use crate::lease::{server_ttl, validity};
-use crate::scripts::{Acquire, Owned, QUEUE_HEARTBEAT, QUEUE_WINDOW};
+use crate::scripts::{Acquire, LeaseId, Owned, OwnedLeaseId, QUEUE_HEARTBEAT, QUEUE_WINDOW};
 use crate::telemetry::{self, Outcome};
 
 /// What the wait loop needs from its client: the client's [`Inner`] in a
@@ -50,16 +50,9 @@ pub(crate) trait Core: Sync {
         timeout: Duration,
     ) -> impl Future<Output = Result<usize>> + Send;
 
-    /// Releases a hold now, owner-checked, and answers with the outcome;
-    /// `queued` is the TTL it queued with, if it may be a queued waiter of a
-    /// lease lock (which then leaves the queue).
-    fn release(
-        &self,
-        kind: LockKind,
-        keys: &LockKeys,
-        hold: &str,
-        queued: Option<Duration>,
-    ) -> impl Future<Output = Result<Owned>> + Send;
+    /// Releases a hold now, owner-checked, and answers with the outcome; a
+    /// queued waiter of a lease lock (`id.queued`) then leaves the queue.
+    fn release(&self, id: LeaseId<'_>) -> impl Future<Output = Result<Owned>> + Send;
 
     /// Gives back a grant that came too late, before the caller tries again
     /// with the same hold: as [`Core::release`], but it returns only once
@@ -68,24 +61,12 @@ pub(crate) trait Core: Sync {
     /// left running, such as a release re-sent after a NOSCRIPT reload,
     /// could land behind the retry's acquire and delete the lease the
     /// retry returns.
-    fn give_back(
-        &self,
-        kind: LockKind,
-        keys: &LockKeys,
-        hold: &str,
-        queued: Option<Duration>,
-    ) -> impl Future<Output = Result<Owned>> + Send {
-        self.release(kind, keys, hold, queued)
+    fn give_back(&self, id: LeaseId<'_>) -> impl Future<Output = Result<Owned>> + Send {
+        self.release(id)
     }
 
     /// Releases a hold in the background (the watchdog); never blocks.
-    fn release_in_background(
-        &self,
-        kind: LockKind,
-        keys: Arc<LockKeys>,
-        hold: String,
-        queued: Option<Duration>,
-    );
+    fn release_in_background(&self, id: OwnedLeaseId);
 
     /// The client's acquisitions and releases in flight, which
     /// [`Client::close`] waits for.
@@ -173,6 +154,16 @@ impl<C: Core> Target<'_, C> {
     /// if they queue.
     fn queued(&self) -> Option<Duration> {
         self.queues.then_some(server_ttl(self.ttl, self.delay))
+    }
+
+    /// The hold its attempts take, as a release names it.
+    fn id(&self) -> LeaseId<'_> {
+        LeaseId {
+            kind: self.kind,
+            keys: self.keys,
+            hold: self.hold,
+            queued: self.queued(),
+        }
     }
 }
 
@@ -687,7 +678,7 @@ impl<C: Core> PendingAttempt<'_, '_, C> {
         if acked >= needed {
             return Ok(());
         }
-        match t.core.release(t.kind, t.keys, t.hold, t.queued()).await {
+        match t.core.release(t.id()).await {
             Ok(_) => self.settled(),
             Err(e) => {
                 tracing::warn!(lock = %t.name, error = %e,
@@ -720,7 +711,7 @@ impl<C: Core> PendingAttempt<'_, '_, C> {
     /// could race it.
     async fn give_back(&mut self) -> Result<()> {
         let t = self.target;
-        match t.core.give_back(t.kind, t.keys, t.hold, t.queued()).await {
+        match t.core.give_back(t.id()).await {
             Ok(_) => {
                 self.settled();
                 Ok(())
@@ -745,7 +736,7 @@ impl<C: Core> PendingAttempt<'_, '_, C> {
             return;
         }
         let t = self.target;
-        match t.core.release(t.kind, t.keys, t.hold, t.queued()).await {
+        match t.core.release(t.id()).await {
             Ok(_) => self.settled(),
             Err(e) => {
                 tracing::debug!(lock = %t.name, error = %e,
@@ -758,8 +749,12 @@ impl<C: Core> PendingAttempt<'_, '_, C> {
     fn release_in_background(&mut self) {
         self.settled();
         let t = self.target;
-        t.core
-            .release_in_background(t.kind, Arc::clone(t.keys), t.hold.to_owned(), t.queued());
+        t.core.release_in_background(OwnedLeaseId {
+            kind: t.kind,
+            keys: Arc::clone(t.keys),
+            hold: t.hold.to_owned(),
+            queued: t.queued(),
+        });
     }
 }
 
@@ -953,14 +948,8 @@ mod tests {
             }
         }
 
-        fn release(
-            &self,
-            _kind: LockKind,
-            _keys: &LockKeys,
-            hold: &str,
-            _queued: Option<Duration>,
-        ) -> impl Future<Output = Result<Owned>> + Send {
-            assert_eq!(hold, HOLD);
+        fn release(&self, id: LeaseId<'_>) -> impl Future<Output = Result<Owned>> + Send {
+            assert_eq!(id.hold, HOLD);
             self.log("release sent");
             let (entries, start) = (Arc::clone(&self.log), self.start);
             async move {
@@ -970,14 +959,8 @@ mod tests {
             }
         }
 
-        fn give_back(
-            &self,
-            _kind: LockKind,
-            _keys: &LockKeys,
-            hold: &str,
-            _queued: Option<Duration>,
-        ) -> impl Future<Output = Result<Owned>> + Send {
-            assert_eq!(hold, HOLD);
+        fn give_back(&self, id: LeaseId<'_>) -> impl Future<Output = Result<Owned>> + Send {
+            assert_eq!(id.hold, HOLD);
             self.log("give-back sent");
             let (entries, start) = (Arc::clone(&self.log), self.start);
             async move {
@@ -987,14 +970,8 @@ mod tests {
             }
         }
 
-        fn release_in_background(
-            &self,
-            _kind: LockKind,
-            _keys: Arc<LockKeys>,
-            hold: String,
-            _queued: Option<Duration>,
-        ) {
-            assert_eq!(hold, HOLD);
+        fn release_in_background(&self, id: OwnedLeaseId) {
+            assert_eq!(id.hold, HOLD);
             self.log("background release");
         }
 
