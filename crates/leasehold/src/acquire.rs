@@ -858,6 +858,23 @@ mod tests {
             })
         }
 
+        /// A release or a give-back (`what`), logged as sent and as
+        /// answered [`RELEASE_RTT`] later.
+        fn answered_after_rtt(
+            &self,
+            id: LeaseId<'_>,
+            what: &'static str,
+        ) -> impl Future<Output = Result<Owned>> + Send {
+            assert_eq!(id.hold, HOLD);
+            self.log(&format!("{what} sent"));
+            let (entries, start) = (Arc::clone(&self.log), self.start);
+            async move {
+                tokio::time::sleep(RELEASE_RTT).await;
+                log(&entries, start, &format!("{what} answered"));
+                Ok(Owned::Done)
+            }
+        }
+
         fn log(&self, what: &str) {
             log(&self.log, self.start, what);
         }
@@ -949,25 +966,11 @@ mod tests {
         }
 
         fn release(&self, id: LeaseId<'_>) -> impl Future<Output = Result<Owned>> + Send {
-            assert_eq!(id.hold, HOLD);
-            self.log("release sent");
-            let (entries, start) = (Arc::clone(&self.log), self.start);
-            async move {
-                tokio::time::sleep(RELEASE_RTT).await;
-                log(&entries, start, "release answered");
-                Ok(Owned::Done)
-            }
+            self.answered_after_rtt(id, "release")
         }
 
         fn give_back(&self, id: LeaseId<'_>) -> impl Future<Output = Result<Owned>> + Send {
-            assert_eq!(id.hold, HOLD);
-            self.log("give-back sent");
-            let (entries, start) = (Arc::clone(&self.log), self.start);
-            async move {
-                tokio::time::sleep(RELEASE_RTT).await;
-                log(&entries, start, "give-back answered");
-                Ok(Owned::Done)
-            }
+            self.answered_after_rtt(id, "give-back")
         }
 
         fn release_in_background(&self, id: OwnedLeaseId) {
@@ -1215,20 +1218,26 @@ mod tests {
         messages.await.expect("messages");
     }
 
-    /// Runs one acquire with a grant sent by `grants` (spawned), and
-    /// returns what it won.
+    /// Runs one acquire to which the lease is handed (fence 77) `at` after
+    /// the start by a grant naming the deadline `deadline`, and returns
+    /// what it won.
     async fn run_granted(
         core: &Arc<FakeCore>,
         takes_grants: bool,
         steps: &[Step],
-        grants: impl Future<Output = ()> + Send + 'static,
+        at: Duration,
+        deadline: u64,
     ) -> Won {
         let keys = keys();
         let target = Target {
             takes_grants,
             ..target(core, &keys, true)
         };
-        let grants = tokio::spawn(grants);
+        let c = Arc::clone(core);
+        let grants = tokio::spawn(async move {
+            tokio::time::sleep(at).await;
+            c.grant(77, deadline);
+        });
         let won = acquire(&target, WAIT, script(core, steps))
             .await
             .expect("acquire")
@@ -1245,12 +1254,7 @@ mod tests {
     async fn a_lease_handed_over_whole_is_held_without_another_attempt() {
         let core = FakeCore::new();
         let steps = [Step::Queued(10), Step::Queued(11), Step::Queued(12)];
-        let c = Arc::clone(&core);
-        let won = run_granted(&core, true, &steps, async move {
-            tokio::time::sleep(QUEUE_HEARTBEAT + ms(300)).await;
-            c.grant(77, 12);
-        })
-        .await;
+        let won = run_granted(&core, true, &steps, QUEUE_HEARTBEAT + ms(300), 12).await;
         let s = QUEUE_HEARTBEAT;
         assert_eq!(core.attempts(), [ms(0), ms(0), s], "no claim attempt");
         assert_eq!(won.fence, 77);
@@ -1265,12 +1269,7 @@ mod tests {
     async fn a_grant_is_dated_from_the_attempt_it_names() {
         let core = FakeCore::new();
         let steps = [Step::Queued(10), Step::Queued(11), Step::Queued(12)];
-        let c = Arc::clone(&core);
-        let won = run_granted(&core, true, &steps, async move {
-            tokio::time::sleep(QUEUE_HEARTBEAT + ms(300)).await;
-            c.grant(77, 11);
-        })
-        .await;
+        let won = run_granted(&core, true, &steps, QUEUE_HEARTBEAT + ms(300), 11).await;
         assert_eq!(won.sent - core.start, ms(0));
     }
 
@@ -1301,12 +1300,7 @@ mod tests {
         ];
         for (takes_grants, deadline, at, steps, attempts) in cases {
             let core = FakeCore::new();
-            let c = Arc::clone(&core);
-            let won = run_granted(&core, takes_grants, steps, async move {
-                tokio::time::sleep(at).await;
-                c.grant(77, deadline);
-            })
-            .await;
+            let won = run_granted(&core, takes_grants, steps, at, deadline).await;
             assert_eq!(
                 won.fence, 8,
                 "grant naming {deadline} at {at:?} (grants taken: {takes_grants})"
@@ -1327,13 +1321,9 @@ mod tests {
             Step::Queued(12),
             Step::Granted(8),
         ];
-        let c = Arc::clone(&core);
-        let won = run_granted(&core, true, &steps, async move {
-            // After the give-back and the next refusal.
-            tokio::time::sleep(TTL + RELEASE_RTT + ms(100)).await;
-            c.grant(77, 10);
-        })
-        .await;
+        // After the give-back and the next refusal.
+        let at = TTL + RELEASE_RTT + ms(100);
+        let won = run_granted(&core, true, &steps, at, 10).await;
         assert_eq!(won.fence, 8);
         assert_eq!(
             core.count("give-back answered"),

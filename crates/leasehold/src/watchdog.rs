@@ -1042,10 +1042,9 @@ mod tests {
         assert!(!held.is_lost(), "the lease lapsed before its first renewal");
     }
 
-    /// Issue 13, item 4: an extend waits while a renewal of its lease is in
-    /// flight, so the renewal (sent with the old TTL) cannot land after it.
-    #[tokio::test(start_paused = true)]
-    async fn an_extend_waits_for_a_renewal_in_flight() {
+    /// A lease on the books of a watchdog whose server lets no renewal
+    /// answer, once its first renewal is in flight.
+    async fn a_renewal_in_flight() -> (Fake, Watchdog, Arc<Lease>) {
         let fake = Fake::new(false, false);
         let watchdog = Watchdog::start(fake.clone());
         let held = lease("held", TTL, Instant::now());
@@ -1056,6 +1055,14 @@ mod tests {
             1,
             "the renewal is in flight"
         );
+        (fake, watchdog, held)
+    }
+
+    /// Issue 13, item 4: an extend waits while a renewal of its lease is in
+    /// flight, so the renewal (sent with the old TTL) cannot land after it.
+    #[tokio::test(start_paused = true)]
+    async fn an_extend_waits_for_a_renewal_in_flight() {
+        let (fake, _watchdog, held) = a_renewal_in_flight().await;
         let sent = Arc::new(Mutex::new(None));
         let extend = |sent: Arc<Mutex<Option<Instant>>>| {
             let held = Arc::clone(&held);
@@ -1088,16 +1095,7 @@ mod tests {
     /// waits for the renewal's answer, and goes out once it came.
     #[tokio::test(start_paused = true)]
     async fn a_release_waits_for_a_renewal_in_flight() {
-        let fake = Fake::new(false, false);
-        let watchdog = Watchdog::start(fake.clone());
-        let held = lease("held", TTL, Instant::now());
-        watchdog.track(Arc::clone(&held), true);
-        tokio::time::sleep(TTL / 3 + Duration::from_millis(1)).await;
-        assert_eq!(
-            fake.renewals_of("held").len(),
-            1,
-            "the renewal is in flight"
-        );
+        let (fake, watchdog, held) = a_renewal_in_flight().await;
         watchdog.untrack(held.id);
         let sent = Arc::new(Mutex::new(None));
         let release = |sent: Arc<Mutex<Option<Instant>>>| {
