@@ -21,7 +21,7 @@ use crate::events::{Events, Grant, Subscription};
 use crate::key::LockKeys;
 use crate::kind::LockKind;
 use crate::lease::{server_ttl, validity};
-use crate::scripts::{Acquire, Owned, QUEUE_HEARTBEAT, QUEUE_WINDOW};
+use crate::scripts::{Acquire, LeaseId, Owned, OwnedLeaseId, QUEUE_HEARTBEAT, QUEUE_WINDOW};
 use crate::telemetry::{self, Outcome};
 
 /// What the wait loop needs from its client: the client's [`Inner`] in a
@@ -50,16 +50,9 @@ pub(crate) trait Core: Sync {
         timeout: Duration,
     ) -> impl Future<Output = Result<usize>> + Send;
 
-    /// Releases a hold now, owner-checked, and answers with the outcome;
-    /// `queued` is the TTL it queued with, if it may be a queued waiter of a
-    /// lease lock (which then leaves the queue).
-    fn release(
-        &self,
-        kind: LockKind,
-        keys: &LockKeys,
-        hold: &str,
-        queued: Option<Duration>,
-    ) -> impl Future<Output = Result<Owned>> + Send;
+    /// Releases a hold now, owner-checked, and answers with the outcome; a
+    /// queued waiter of a lease lock (`id.queued`) then leaves the queue.
+    fn release(&self, id: LeaseId<'_>) -> impl Future<Output = Result<Owned>> + Send;
 
     /// Gives back a grant that came too late, before the caller tries again
     /// with the same hold: as [`Core::release`], but it returns only once
@@ -68,24 +61,12 @@ pub(crate) trait Core: Sync {
     /// left running, such as a release re-sent after a NOSCRIPT reload,
     /// could land behind the retry's acquire and delete the lease the
     /// retry returns.
-    fn give_back(
-        &self,
-        kind: LockKind,
-        keys: &LockKeys,
-        hold: &str,
-        queued: Option<Duration>,
-    ) -> impl Future<Output = Result<Owned>> + Send {
-        self.release(kind, keys, hold, queued)
+    fn give_back(&self, id: LeaseId<'_>) -> impl Future<Output = Result<Owned>> + Send {
+        self.release(id)
     }
 
     /// Releases a hold in the background (the watchdog); never blocks.
-    fn release_in_background(
-        &self,
-        kind: LockKind,
-        keys: Arc<LockKeys>,
-        hold: String,
-        queued: Option<Duration>,
-    );
+    fn release_in_background(&self, id: OwnedLeaseId);
 
     /// The client's acquisitions and releases in flight, which
     /// [`Client::close`] waits for.
@@ -173,6 +154,16 @@ impl<C: Core> Target<'_, C> {
     /// if they queue.
     fn queued(&self) -> Option<Duration> {
         self.queues.then_some(server_ttl(self.ttl, self.delay))
+    }
+
+    /// The hold its attempts take, as a release names it.
+    fn id(&self) -> LeaseId<'_> {
+        LeaseId {
+            kind: self.kind,
+            keys: self.keys,
+            hold: self.hold,
+            queued: self.queued(),
+        }
     }
 }
 
@@ -687,7 +678,7 @@ impl<C: Core> PendingAttempt<'_, '_, C> {
         if acked >= needed {
             return Ok(());
         }
-        match t.core.release(t.kind, t.keys, t.hold, t.queued()).await {
+        match t.core.release(t.id()).await {
             Ok(_) => self.settled(),
             Err(e) => {
                 tracing::warn!(lock = %t.name, error = %e,
@@ -720,7 +711,7 @@ impl<C: Core> PendingAttempt<'_, '_, C> {
     /// could race it.
     async fn give_back(&mut self) -> Result<()> {
         let t = self.target;
-        match t.core.give_back(t.kind, t.keys, t.hold, t.queued()).await {
+        match t.core.give_back(t.id()).await {
             Ok(_) => {
                 self.settled();
                 Ok(())
@@ -745,7 +736,7 @@ impl<C: Core> PendingAttempt<'_, '_, C> {
             return;
         }
         let t = self.target;
-        match t.core.release(t.kind, t.keys, t.hold, t.queued()).await {
+        match t.core.release(t.id()).await {
             Ok(_) => self.settled(),
             Err(e) => {
                 tracing::debug!(lock = %t.name, error = %e,
@@ -758,8 +749,12 @@ impl<C: Core> PendingAttempt<'_, '_, C> {
     fn release_in_background(&mut self) {
         self.settled();
         let t = self.target;
-        t.core
-            .release_in_background(t.kind, Arc::clone(t.keys), t.hold.to_owned(), t.queued());
+        t.core.release_in_background(OwnedLeaseId {
+            kind: t.kind,
+            keys: Arc::clone(t.keys),
+            hold: t.hold.to_owned(),
+            queued: t.queued(),
+        });
     }
 }
 
@@ -863,6 +858,23 @@ mod tests {
             })
         }
 
+        /// A release or a give-back (`what`), logged as sent and as
+        /// answered [`RELEASE_RTT`] later.
+        fn answered_after_rtt(
+            &self,
+            id: LeaseId<'_>,
+            what: &'static str,
+        ) -> impl Future<Output = Result<Owned>> + Send {
+            assert_eq!(id.hold, HOLD);
+            self.log(&format!("{what} sent"));
+            let (entries, start) = (Arc::clone(&self.log), self.start);
+            async move {
+                tokio::time::sleep(RELEASE_RTT).await;
+                log(&entries, start, &format!("{what} answered"));
+                Ok(Owned::Done)
+            }
+        }
+
         fn log(&self, what: &str) {
             log(&self.log, self.start, what);
         }
@@ -953,48 +965,16 @@ mod tests {
             }
         }
 
-        fn release(
-            &self,
-            _kind: LockKind,
-            _keys: &LockKeys,
-            hold: &str,
-            _queued: Option<Duration>,
-        ) -> impl Future<Output = Result<Owned>> + Send {
-            assert_eq!(hold, HOLD);
-            self.log("release sent");
-            let (entries, start) = (Arc::clone(&self.log), self.start);
-            async move {
-                tokio::time::sleep(RELEASE_RTT).await;
-                log(&entries, start, "release answered");
-                Ok(Owned::Done)
-            }
+        fn release(&self, id: LeaseId<'_>) -> impl Future<Output = Result<Owned>> + Send {
+            self.answered_after_rtt(id, "release")
         }
 
-        fn give_back(
-            &self,
-            _kind: LockKind,
-            _keys: &LockKeys,
-            hold: &str,
-            _queued: Option<Duration>,
-        ) -> impl Future<Output = Result<Owned>> + Send {
-            assert_eq!(hold, HOLD);
-            self.log("give-back sent");
-            let (entries, start) = (Arc::clone(&self.log), self.start);
-            async move {
-                tokio::time::sleep(RELEASE_RTT).await;
-                log(&entries, start, "give-back answered");
-                Ok(Owned::Done)
-            }
+        fn give_back(&self, id: LeaseId<'_>) -> impl Future<Output = Result<Owned>> + Send {
+            self.answered_after_rtt(id, "give-back")
         }
 
-        fn release_in_background(
-            &self,
-            _kind: LockKind,
-            _keys: Arc<LockKeys>,
-            hold: String,
-            _queued: Option<Duration>,
-        ) {
-            assert_eq!(hold, HOLD);
+        fn release_in_background(&self, id: OwnedLeaseId) {
+            assert_eq!(id.hold, HOLD);
             self.log("background release");
         }
 
@@ -1238,20 +1218,26 @@ mod tests {
         messages.await.expect("messages");
     }
 
-    /// Runs one acquire with a grant sent by `grants` (spawned), and
-    /// returns what it won.
+    /// Runs one acquire to which the lease is handed (fence 77) `at` after
+    /// the start by a grant naming the deadline `deadline`, and returns
+    /// what it won.
     async fn run_granted(
         core: &Arc<FakeCore>,
         takes_grants: bool,
         steps: &[Step],
-        grants: impl Future<Output = ()> + Send + 'static,
+        at: Duration,
+        deadline: u64,
     ) -> Won {
         let keys = keys();
         let target = Target {
             takes_grants,
             ..target(core, &keys, true)
         };
-        let grants = tokio::spawn(grants);
+        let c = Arc::clone(core);
+        let grants = tokio::spawn(async move {
+            tokio::time::sleep(at).await;
+            c.grant(77, deadline);
+        });
         let won = acquire(&target, WAIT, script(core, steps))
             .await
             .expect("acquire")
@@ -1268,12 +1254,7 @@ mod tests {
     async fn a_lease_handed_over_whole_is_held_without_another_attempt() {
         let core = FakeCore::new();
         let steps = [Step::Queued(10), Step::Queued(11), Step::Queued(12)];
-        let c = Arc::clone(&core);
-        let won = run_granted(&core, true, &steps, async move {
-            tokio::time::sleep(QUEUE_HEARTBEAT + ms(300)).await;
-            c.grant(77, 12);
-        })
-        .await;
+        let won = run_granted(&core, true, &steps, QUEUE_HEARTBEAT + ms(300), 12).await;
         let s = QUEUE_HEARTBEAT;
         assert_eq!(core.attempts(), [ms(0), ms(0), s], "no claim attempt");
         assert_eq!(won.fence, 77);
@@ -1288,12 +1269,7 @@ mod tests {
     async fn a_grant_is_dated_from_the_attempt_it_names() {
         let core = FakeCore::new();
         let steps = [Step::Queued(10), Step::Queued(11), Step::Queued(12)];
-        let c = Arc::clone(&core);
-        let won = run_granted(&core, true, &steps, async move {
-            tokio::time::sleep(QUEUE_HEARTBEAT + ms(300)).await;
-            c.grant(77, 11);
-        })
-        .await;
+        let won = run_granted(&core, true, &steps, QUEUE_HEARTBEAT + ms(300), 11).await;
         assert_eq!(won.sent - core.start, ms(0));
     }
 
@@ -1324,12 +1300,7 @@ mod tests {
         ];
         for (takes_grants, deadline, at, steps, attempts) in cases {
             let core = FakeCore::new();
-            let c = Arc::clone(&core);
-            let won = run_granted(&core, takes_grants, steps, async move {
-                tokio::time::sleep(at).await;
-                c.grant(77, deadline);
-            })
-            .await;
+            let won = run_granted(&core, takes_grants, steps, at, deadline).await;
             assert_eq!(
                 won.fence, 8,
                 "grant naming {deadline} at {at:?} (grants taken: {takes_grants})"
@@ -1350,13 +1321,9 @@ mod tests {
             Step::Queued(12),
             Step::Granted(8),
         ];
-        let c = Arc::clone(&core);
-        let won = run_granted(&core, true, &steps, async move {
-            // After the give-back and the next refusal.
-            tokio::time::sleep(TTL + RELEASE_RTT + ms(100)).await;
-            c.grant(77, 10);
-        })
-        .await;
+        // After the give-back and the next refusal.
+        let at = TTL + RELEASE_RTT + ms(100);
+        let won = run_granted(&core, true, &steps, at, 10).await;
         assert_eq!(won.fence, 8);
         assert_eq!(
             core.count("give-back answered"),

@@ -141,11 +141,7 @@ impl Held {
                     .map(|kept| if kept { Owned::Done } else { Owned::Missing })
             }
             None => {
-                let send = || {
-                    inner
-                        .servers
-                        .release(lease.kind, &lease.keys, &lease.hold, None)
-                };
+                let send = || inner.servers.release(lease.id());
                 lease.release(send).instrument(span).await
             }
         };

@@ -10,9 +10,7 @@ use std::time::Duration;
 use crate::acquire::{Core, Flights};
 use crate::error::{Error, Result};
 use crate::events::Events;
-use crate::key::LockKeys;
-use crate::kind::LockKind;
-use crate::scripts::Owned;
+use crate::scripts::{LeaseId, Owned, OwnedLeaseId};
 use crate::servers::Servers;
 use crate::watchdog::Watchdog;
 
@@ -98,34 +96,16 @@ impl Core for Inner {
         self.servers.wait_replicas(key, replicas, timeout)
     }
 
-    fn release(
-        &self,
-        kind: LockKind,
-        keys: &LockKeys,
-        hold: &str,
-        queued: Option<Duration>,
-    ) -> impl Future<Output = Result<Owned>> + Send {
-        self.servers.release(kind, keys, hold, queued)
+    fn release(&self, id: LeaseId<'_>) -> impl Future<Output = Result<Owned>> + Send {
+        self.servers.release(id)
     }
 
-    fn give_back(
-        &self,
-        kind: LockKind,
-        keys: &LockKeys,
-        hold: &str,
-        queued: Option<Duration>,
-    ) -> impl Future<Output = Result<Owned>> + Send {
-        self.servers.give_back(kind, keys, hold, queued)
+    fn give_back(&self, id: LeaseId<'_>) -> impl Future<Output = Result<Owned>> + Send {
+        self.servers.give_back(id)
     }
 
-    fn release_in_background(
-        &self,
-        kind: LockKind,
-        keys: Arc<LockKeys>,
-        hold: String,
-        queued: Option<Duration>,
-    ) {
-        self.watchdog.release(kind, keys, hold, queued);
+    fn release_in_background(&self, id: OwnedLeaseId) {
+        self.watchdog.release(id);
     }
 
     fn flights(&self) -> &Arc<Flights> {

@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 
 use crate::error::Result;
 use crate::key::LockKeys;
-use crate::scripts::Owned;
+use crate::scripts::{LeaseId, Owned};
 use crate::telemetry::{self, LostReason};
 use crate::token::Token;
 
@@ -189,6 +189,16 @@ impl Lease {
     /// as the holder counts it.
     pub(crate) fn server_ttl(&self, ttl: Duration) -> Duration {
         server_ttl(ttl, self.delay)
+    }
+
+    /// The lease as a release names it (a held lease: not a queued waiter).
+    pub(crate) fn id(&self) -> LeaseId<'_> {
+        LeaseId {
+            kind: self.kind,
+            keys: &self.keys,
+            hold: &self.hold,
+            queued: None,
+        }
     }
 
     /// Until when a release keeps the lease, if `hold_at_least` asked.

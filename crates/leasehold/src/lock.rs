@@ -12,7 +12,7 @@ use crate::inner::Inner;
 use crate::key::validate_name;
 use crate::kind::LockKind;
 use crate::lease::server_ttl;
-use crate::scripts::{Acquire, Extension, Owned, Queueing};
+use crate::scripts::{Acquire, Extension, LeaseId, Owned, Queueing};
 use crate::token::{Token, redact};
 
 /// A handle to one named lease lock; made by [`Client::lock`](crate::Client::lock).
@@ -215,7 +215,12 @@ impl Lock {
             .h
             .inner
             .servers
-            .release(LockKind::Lock, &self.h.keys, token, None)
+            .release(LeaseId {
+                kind: LockKind::Lock,
+                keys: &self.h.keys,
+                hold: token,
+                queued: None,
+            })
             .await?;
         self.by_token_outcome(outcome)
     }

@@ -13,7 +13,7 @@ use crate::inner::Inner;
 use crate::key::{LockKeys, validate_name, validate_owner};
 use crate::kind::LockKind;
 use crate::lease::Lease;
-use crate::scripts::{Acquire, Mode, Owned, RwAcquire, RwAttempt};
+use crate::scripts::{Acquire, Mode, Owned, OwnedLeaseId, RwAcquire, RwAttempt};
 use crate::token::{Token, redact};
 
 /// A handle to one named read-write lock; made by [`Client::rw_lock`](crate::Client::rw_lock).
@@ -367,9 +367,12 @@ impl Drop for WithdrawOnDrop<'_> {
     fn drop(&mut self) {
         if !self.member.is_empty() {
             let member = std::mem::take(&mut self.member);
-            self.inner
-                .watchdog
-                .release(LockKind::RwLock, Arc::clone(self.keys), member, None);
+            self.inner.watchdog.release(OwnedLeaseId {
+                kind: LockKind::RwLock,
+                keys: Arc::clone(self.keys),
+                hold: member,
+                queued: None,
+            });
         }
     }
 }

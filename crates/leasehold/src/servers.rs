@@ -13,8 +13,8 @@ use crate::key::LockKeys;
 use crate::kind::LockKind;
 use crate::redlock::Redlock;
 use crate::scripts::{
-    self, Acquire, Extension, Leading, Owned, Queueing, ReentrantState, RwAcquire, RwAttempt,
-    SemAcquire, SetStatus, Spread, Status,
+    self, Acquire, Extension, Leading, LeaseId, Owned, Queueing, ReentrantState, RwAcquire,
+    RwAttempt, SemAcquire, SetStatus, Spread, Status,
 };
 
 /// The servers of one client.
@@ -96,35 +96,23 @@ impl Servers {
         }
     }
 
-    /// Gives back `hold`; `queued` is the TTL it queued with if it may be a
-    /// waiter of a lease lock (which then leaves the queue).
-    pub(crate) async fn release(
-        &self,
-        kind: LockKind,
-        keys: &LockKeys,
-        hold: &str,
-        queued: Option<Duration>,
-    ) -> Result<Owned> {
+    /// Gives back the hold `id` (a waiter of a lease lock that may be
+    /// queued, `id.queued`, then leaves the queue).
+    pub(crate) async fn release(&self, id: LeaseId<'_>) -> Result<Owned> {
         match self {
             Servers::One(backend) => {
-                scripts::release(backend, kind, keys, hold, Spread::One { queued }).await
+                scripts::release(backend, id, Spread::One { queued: id.queued }).await
             }
-            Servers::Quorum(redlock) => redlock.release(kind, keys, hold).await,
+            Servers::Quorum(redlock) => redlock.release(id).await,
         }
     }
 
     /// [`Servers::release`] before a retry with the same hold: on Redlock
     /// it waits for every node (see [`crate::acquire::Core::give_back`]).
-    pub(crate) async fn give_back(
-        &self,
-        kind: LockKind,
-        keys: &LockKeys,
-        hold: &str,
-        queued: Option<Duration>,
-    ) -> Result<Owned> {
+    pub(crate) async fn give_back(&self, id: LeaseId<'_>) -> Result<Owned> {
         match self {
-            Servers::One(_) => self.release(kind, keys, hold, queued).await,
-            Servers::Quorum(redlock) => redlock.release_everywhere(kind, keys, hold).await,
+            Servers::One(_) => self.release(id).await,
+            Servers::Quorum(redlock) => redlock.release_everywhere(id).await,
         }
     }
 
@@ -190,7 +178,15 @@ impl Servers {
     ) -> Result<Owned> {
         match self {
             Servers::One(backend) => scripts::lock_break(backend, keys, token, election).await,
-            Servers::Quorum(redlock) => redlock.release(LockKind::Lock, keys, token).await,
+            Servers::Quorum(redlock) => {
+                let id = LeaseId {
+                    kind: LockKind::Lock,
+                    keys,
+                    hold: token,
+                    queued: None,
+                };
+                redlock.release(id).await
+            }
         }
     }
 

@@ -42,10 +42,10 @@ use tracing::Instrument;
 
 use crate::error::{Error, Result};
 
-use crate::key::{LockKeys, slot};
+use crate::key::slot;
 use crate::kind::LockKind;
 use crate::lease::{Lease, Snapshot};
-use crate::scripts::{Extension, Owned};
+use crate::scripts::{Extension, LeaseId, Owned, OwnedLeaseId};
 use crate::servers::Servers;
 use crate::telemetry::{self, LostReason};
 
@@ -71,11 +71,7 @@ enum Command {
 
 /// One background release.
 struct Release {
-    kind: LockKind,
-    keys: Arc<LockKeys>,
-    hold: String,
-    /// The TTL the hold queued with, if it may be a queued waiter.
-    queued: Option<Duration>,
+    id: OwnedLeaseId,
     /// `hold_at_least`: until then the lease is kept (set on the server to
     /// last until then) instead of released.
     keep_until: Option<Instant>,
@@ -130,13 +126,7 @@ impl Unsettled {
 /// tokio's paused clock.
 pub(crate) trait Door: Clone + Send + Sync + 'static {
     /// Releases one lease, owner-checked.
-    fn release(
-        &self,
-        kind: LockKind,
-        keys: &LockKeys,
-        hold: &str,
-        queued: Option<Duration>,
-    ) -> impl Future<Output = Result<Owned>> + Send;
+    fn release(&self, id: LeaseId<'_>) -> impl Future<Output = Result<Owned>> + Send;
 
     /// Renews leases of one kind; `None` where the outcome is not known.
     fn extend(
@@ -150,14 +140,8 @@ pub(crate) trait Door: Clone + Send + Sync + 'static {
 }
 
 impl Door for Servers {
-    fn release(
-        &self,
-        kind: LockKind,
-        keys: &LockKeys,
-        hold: &str,
-        queued: Option<Duration>,
-    ) -> impl Future<Output = Result<Owned>> + Send {
-        Servers::release(self, kind, keys, hold, queued)
+    fn release(&self, id: LeaseId<'_>) -> impl Future<Output = Result<Owned>> + Send {
+        Servers::release(self, id)
     }
 
     fn extend(
@@ -190,7 +174,7 @@ impl Watchdog {
 
     /// Hands a release to the task, counted in [`Unsettled`] until done.
     fn hand_over(&self, release: Release) {
-        let key = release.keys.lock().to_owned();
+        let key = release.id.keys.lock().to_owned();
         self.unsettled.add(&key);
         if self.tx.send(Command::Release(release)).is_err() {
             self.unsettled.remove(&key);
@@ -228,22 +212,12 @@ impl Watchdog {
         let _ = self.tx.send(Command::Untrack(id));
     }
 
-    /// Releases in the background; never blocks. `hold` is the lease's
-    /// identity in its kind's scripts (see [`Lease::hold`]).
-    /// `queued`: the TTL the hold queued with, if it may be a queued waiter
-    /// of a lease lock (a cancelled acquire), which then leaves the queue.
-    pub(crate) fn release(
-        &self,
-        kind: LockKind,
-        keys: Arc<LockKeys>,
-        hold: String,
-        queued: Option<Duration>,
-    ) {
+    /// Releases the hold `id` in the background; never blocks. A queued
+    /// waiter of a lease lock (`id.queued`: a cancelled acquire) then
+    /// leaves the queue.
+    pub(crate) fn release(&self, id: OwnedLeaseId) {
         self.hand_over(Release {
-            kind,
-            keys,
-            hold,
-            queued,
+            id,
             keep_until: None,
             counted: true,
             changes: None,
@@ -429,10 +403,7 @@ impl<D: Door> State<D> {
     fn start_releases(&mut self) {
         while self.releasing.len() < MAX_RELEASES_IN_FLIGHT {
             let Some(Release {
-                kind,
-                keys,
-                hold,
-                queued,
+                id,
                 keep_until,
                 counted,
                 changes,
@@ -443,7 +414,7 @@ impl<D: Door> State<D> {
             let servers = self.servers.clone();
             let kept_for = keep_until.and_then(crate::lease::rest_until);
             let unsettled = counted.then(|| Arc::clone(&self.unsettled));
-            let settle = keys.lock().to_owned();
+            let settle = id.keys.lock().to_owned();
             let release = async move {
                 let _changing = match changes {
                     Some(changes) => Some(changes.lock_owned().await),
@@ -452,23 +423,23 @@ impl<D: Door> State<D> {
                 if let Some(ttl) = kept_for {
                     // hold_at_least: the lease stays until then, unrenewed.
                     let extension = Extension {
-                        key: keys.lock(),
-                        hold: &hold,
+                        key: id.keys.lock(),
+                        hold: &id.hold,
                         ttl,
                     };
-                    return match servers.extend(kind, &[extension]).await {
+                    return match servers.extend(id.kind, &[extension]).await {
                         Ok(_) => Ok(()),
                         Err(e) => {
-                            tracing::warn!(key = %keys.lock(), error = %e,
+                            tracing::warn!(key = %id.keys.lock(), error = %e,
                                 "keeping a lease for hold_at_least failed; it will expire by its TTL");
                             Err(e)
                         }
                     };
                 }
-                match servers.release(kind, &keys, &hold, queued).await {
+                match servers.release(id.id()).await {
                     Ok(_) => Ok(()),
                     Err(e) => {
-                        tracing::warn!(key = %keys.lock(), error = %e,
+                        tracing::warn!(key = %id.keys.lock(), error = %e,
                             "background release failed; the lease will expire by its TTL");
                         Err(e)
                     }
@@ -668,10 +639,12 @@ impl<D: Door> State<D> {
 impl Release {
     fn of(lease: &Lease) -> Release {
         Release {
-            kind: lease.kind,
-            keys: Arc::clone(&lease.keys),
-            hold: lease.hold.clone(),
-            queued: None,
+            id: OwnedLeaseId {
+                kind: lease.kind,
+                keys: Arc::clone(&lease.keys),
+                hold: lease.hold.clone(),
+                queued: None,
+            },
             keep_until: lease.kept_until(),
             counted: false,
             changes: Some(lease.changes()),
@@ -714,6 +687,16 @@ mod tests {
     use super::*;
     use crate::key::{LockKeys, slot};
     use crate::token::Token;
+
+    /// A dropped guard's lock lease, released in the background.
+    fn dropped(keys: Arc<LockKeys>, hold: String) -> OwnedLeaseId {
+        OwnedLeaseId {
+            kind: LockKind::Lock,
+            keys,
+            hold,
+            queued: None,
+        }
+    }
 
     #[test]
     fn renewal_batches_split_by_slot() {
@@ -780,13 +763,7 @@ mod tests {
     }
 
     impl Door for Fake {
-        fn release(
-            &self,
-            _kind: LockKind,
-            _keys: &LockKeys,
-            _hold: &str,
-            _queued: Option<Duration>,
-        ) -> impl Future<Output = Result<Owned>> + Send {
+        fn release(&self, _id: LeaseId<'_>) -> impl Future<Output = Result<Owned>> + Send {
             let (sent, stuck) = (Arc::clone(&self.releases_sent), self.stuck);
             async move {
                 *sent.lock().unwrap() += 1;
@@ -968,7 +945,7 @@ mod tests {
         let other = LockKeys::new("t", "other");
         let stuck = Fake::new(true, true);
         let watchdog = Watchdog::start(stuck.clone());
-        watchdog.release(LockKind::Lock, Arc::clone(&keys), "dropped".into(), None);
+        watchdog.release(dropped(Arc::clone(&keys), "dropped".into()));
         tokio::time::timeout(Duration::from_millis(1), watchdog.settled(other.lock()))
             .await
             .expect("nothing handed over for that key");
@@ -982,7 +959,7 @@ mod tests {
 
         let fake = Fake::new(true, false);
         let watchdog = Watchdog::start(fake.clone());
-        watchdog.release(LockKind::Lock, Arc::clone(&keys), "dropped".into(), None);
+        watchdog.release(dropped(Arc::clone(&keys), "dropped".into()));
         tokio::time::timeout(Duration::from_millis(1), watchdog.settled(keys.lock()))
             .await
             .expect("done once answered");
@@ -999,7 +976,7 @@ mod tests {
         let start = Instant::now();
         for i in 0..1000 {
             let keys = Arc::new(LockKeys::new("t", &format!("dropped:{i}")));
-            watchdog.release(LockKind::Lock, keys, format!("dropped:{i}"), None);
+            watchdog.release(dropped(keys, format!("dropped:{i}")));
         }
         let held = lease("held", TTL, start);
         watchdog.track(Arc::clone(&held), true);
@@ -1065,10 +1042,9 @@ mod tests {
         assert!(!held.is_lost(), "the lease lapsed before its first renewal");
     }
 
-    /// Issue 13, item 4: an extend waits while a renewal of its lease is in
-    /// flight, so the renewal (sent with the old TTL) cannot land after it.
-    #[tokio::test(start_paused = true)]
-    async fn an_extend_waits_for_a_renewal_in_flight() {
+    /// A lease on the books of a watchdog whose server lets no renewal
+    /// answer, once its first renewal is in flight.
+    async fn a_renewal_in_flight() -> (Fake, Watchdog, Arc<Lease>) {
         let fake = Fake::new(false, false);
         let watchdog = Watchdog::start(fake.clone());
         let held = lease("held", TTL, Instant::now());
@@ -1079,6 +1055,14 @@ mod tests {
             1,
             "the renewal is in flight"
         );
+        (fake, watchdog, held)
+    }
+
+    /// Issue 13, item 4: an extend waits while a renewal of its lease is in
+    /// flight, so the renewal (sent with the old TTL) cannot land after it.
+    #[tokio::test(start_paused = true)]
+    async fn an_extend_waits_for_a_renewal_in_flight() {
+        let (fake, _watchdog, held) = a_renewal_in_flight().await;
         let sent = Arc::new(Mutex::new(None));
         let extend = |sent: Arc<Mutex<Option<Instant>>>| {
             let held = Arc::clone(&held);
@@ -1111,16 +1095,7 @@ mod tests {
     /// waits for the renewal's answer, and goes out once it came.
     #[tokio::test(start_paused = true)]
     async fn a_release_waits_for_a_renewal_in_flight() {
-        let fake = Fake::new(false, false);
-        let watchdog = Watchdog::start(fake.clone());
-        let held = lease("held", TTL, Instant::now());
-        watchdog.track(Arc::clone(&held), true);
-        tokio::time::sleep(TTL / 3 + Duration::from_millis(1)).await;
-        assert_eq!(
-            fake.renewals_of("held").len(),
-            1,
-            "the renewal is in flight"
-        );
+        let (fake, watchdog, held) = a_renewal_in_flight().await;
         watchdog.untrack(held.id);
         let sent = Arc::new(Mutex::new(None));
         let release = |sent: Arc<Mutex<Option<Instant>>>| {
@@ -1194,12 +1169,10 @@ mod tests {
         // A new lease, and a dropped guard's release.
         let fresh = lease("fresh", Duration::from_millis(600), Instant::now());
         watchdog.track(Arc::clone(&fresh), true);
-        watchdog.release(
-            LockKind::Lock,
+        watchdog.release(dropped(
             Arc::new(LockKeys::new("t", "dropped")),
             "dropped".into(),
-            None,
-        );
+        ));
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(
             *door.releases_sent.lock().unwrap(),

@@ -27,7 +27,7 @@ use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::key::LockKeys;
 use crate::kind::LockKind;
-use crate::scripts::{self, Acquire, Extension, Owned, Queueing, Spread, Status};
+use crate::scripts::{self, Acquire, Extension, LeaseId, Owned, Queueing, Spread, Status};
 use quorum::{Verdict, retake_in_time, verdict};
 
 /// The nodes of a Redlock client.
@@ -304,24 +304,20 @@ impl Redlock {
         futures_util::future::join_all(releases).await;
     }
 
-    /// Releases one lease on every node.
+    /// Releases one lease on every node (`id.queued` goes unused: waiters
+    /// do not queue on Redlock).
     ///
     /// # Errors
     ///
     /// [`Error::QuorumNotReached`] (with each node's error) when too few
     /// nodes answered to tell whether the lease was still held.
-    pub(crate) async fn release(
-        &self,
-        kind: LockKind,
-        keys: &LockKeys,
-        hold: &str,
-    ) -> Result<Owned> {
+    pub(crate) async fn release(&self, id: LeaseId<'_>) -> Result<Owned> {
         let (results, stragglers) = self
             .until_decided(
                 self.release_timeout,
                 |node| {
-                    let (keys, hold) = (keys.clone(), hold.to_owned());
-                    async move { scripts::release(&node, kind, &keys, &hold, Spread::Quorum).await }
+                    let id = id.owned();
+                    async move { scripts::release(&node, id.id(), Spread::Quorum).await }
                 },
                 |so_far| {
                     self.tally(so_far.iter().map(|r| r.as_ref().ok().copied()))
@@ -332,7 +328,7 @@ impl Redlock {
             .await;
         // The lease is gone from a quorum; the rest follow in the background.
         stragglers.run_on();
-        self.released(hold, &results)
+        self.released(id.hold, &results)
     }
 
     /// The outcome of a release by `hold` from each node's answer.
@@ -350,18 +346,13 @@ impl Redlock {
     /// # Errors
     ///
     /// As [`Redlock::release`].
-    pub(crate) async fn release_everywhere(
-        &self,
-        kind: LockKind,
-        keys: &LockKeys,
-        hold: &str,
-    ) -> Result<Owned> {
+    pub(crate) async fn release_everywhere(&self, id: LeaseId<'_>) -> Result<Owned> {
         let results = self
             .on_all(self.release_timeout, |node| {
-                scripts::release(node, kind, keys, hold, Spread::Quorum)
+                scripts::release(node, id, Spread::Quorum)
             })
             .await;
-        self.released(hold, &results)
+        self.released(id.hold, &results)
     }
 
     /// Renews leases of one kind on every node. Each lease's outcome is

@@ -4,7 +4,7 @@
 //! keys of one call share one hash tag. Primitives call these functions and
 //! never build Redis commands themselves.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -518,6 +518,50 @@ pub(crate) fn lock_release_call(
     invocation
 }
 
+/// One hold as a release names it: its kind (whose scripts release it), its
+/// lock's keys, its identity in those scripts (see [`Extension`]) and, for
+/// a waiter of a lease lock that may be queued (a cancelled acquire), the
+/// TTL it queued with: its member of the queue names it, and the release
+/// takes it out (on one server only: Redlock's waiters do not queue).
+#[derive(Clone, Copy)]
+pub(crate) struct LeaseId<'a> {
+    pub(crate) kind: LockKind,
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) hold: &'a str,
+    pub(crate) queued: Option<Duration>,
+}
+
+impl LeaseId<'_> {
+    /// The same hold, owned: for a release that outlives the caller's borrow.
+    pub(crate) fn owned(self) -> OwnedLeaseId {
+        OwnedLeaseId {
+            kind: self.kind,
+            keys: Arc::new(self.keys.clone()),
+            hold: self.hold.to_owned(),
+            queued: self.queued,
+        }
+    }
+}
+
+/// A [`LeaseId`] that owns its parts: a release handed to a task.
+pub(crate) struct OwnedLeaseId {
+    pub(crate) kind: LockKind,
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) hold: String,
+    pub(crate) queued: Option<Duration>,
+}
+
+impl OwnedLeaseId {
+    pub(crate) fn id(&self) -> LeaseId<'_> {
+        LeaseId {
+            kind: self.kind,
+            keys: &self.keys,
+            hold: &self.hold,
+            queued: self.queued,
+        }
+    }
+}
+
 /// One lease to renew: its key, its identity in its kind's scripts (the
 /// owner token of a lock, the hold id of a reentrant lock, the member of an
 /// RwLock) and its new TTL.
@@ -589,16 +633,11 @@ async fn per_lease(
     Ok(codes)
 }
 
-/// Gives back one lease of any kind by its identity (see [`Extension`]),
-/// waking waiters if that frees the lock.
-pub(crate) async fn release(
-    backend: &Backend,
-    kind: LockKind,
-    keys: &LockKeys,
-    hold: &str,
-    spread: Spread,
-) -> Result<Owned> {
-    (kind.describe().release)(backend, keys, hold, spread).await
+/// Gives back one lease of any kind by its identity, waking waiters if that
+/// frees the lock. `spread` says how the lock is spread over servers (on
+/// one server, [`Spread::One`] carries `id.queued`).
+pub(crate) async fn release(backend: &Backend, id: LeaseId<'_>, spread: Spread) -> Result<Owned> {
+    (id.kind.describe().release)(backend, id.keys, id.hold, spread).await
 }
 
 /// Adds hold `hold` for `owner` to the reentrant lock if it is free or
