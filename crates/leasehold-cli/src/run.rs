@@ -36,10 +36,13 @@
 
 mod exec;
 mod group;
+mod timing;
 mod tty;
 mod watch;
 
 pub(crate) use exec::exec;
+#[cfg(feature = "bench")]
+pub(crate) use timing::VAR as TIMES_VAR;
 pub(crate) use watch::watch;
 
 use std::future::poll_fn;
@@ -70,6 +73,8 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
     if args.command.is_empty() {
         return Err(Failure::usage("no command given after `--`"));
     }
+    let me = nix::unistd::getpid();
+    timing::mark(me, "start");
     let started = Instant::now();
     let mut lease = LeaseArgs {
         at_least: args.at_least,
@@ -77,6 +82,7 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
         ..LeaseArgs::new(args.ttl, &args.wait, global)
     };
     let client = connect_for(global, &lease).await?;
+    timing::mark(me, "connected");
     // --wait covers riding through a failover while connecting too.
     lease.spend(started.elapsed());
     let outcome = run_locked(&client, global, args, &lease).await;
@@ -85,6 +91,7 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
     if let Err(e) = client.close().await {
         exit::warning(Failure::from(e).message);
     }
+    timing::mark(me, "end");
     outcome
 }
 
@@ -112,6 +119,7 @@ async fn run_locked(
         }
     };
     let acquired = Instant::now();
+    timing::mark(nix::unistd::getpid(), "acquired");
     let summary = (global.json || args.json_file.is_some()).then(|| Summary {
         name: args.name.clone(),
         kind: guard.kind(),
@@ -235,7 +243,10 @@ async fn run_held(guard: Held, args: &RunArgs, lost: &mut bool) -> Result<u8, Fa
         .report_pipe()
         .and_then(|pipe| exec::spawn(&args.command, &envs, pipe, foreground_of));
     let child = match spawned {
-        Ok(child) => child,
+        Ok(child) => {
+            timing::mark(nix::unistd::getpid(), "spawned");
+            child
+        }
         Err(e) => {
             watcher.done().await;
             let _ = guard.release().await;
@@ -349,7 +360,10 @@ impl Supervisor<'_> {
             // Checked before every wait: each state change also raises
             // SIGCHLD, so none is missed between a check and the wait.
             match self.check_command() {
-                Ok(true) => return self.after_exit(watcher).await,
+                Ok(true) => {
+                    timing::mark(nix::unistd::getpid(), "exited");
+                    return self.after_exit(watcher).await;
+                }
                 Ok(false) => {}
                 Err(e) => {
                     group::signal(self.leader, Signal::SIGKILL);
@@ -542,6 +556,13 @@ impl Supervisor<'_> {
 /// Releases the lock after the command ended and picks the exit code;
 /// sets `lost` when the release finds the lease gone.
 async fn finish(guard: Held, outcome: Outcome, lost: &mut bool) -> Result<u8, Failure> {
+    let result = finish_release(guard, outcome, lost).await;
+    timing::mark(nix::unistd::getpid(), "released");
+    result
+}
+
+/// [`finish`]'s release and exit code.
+async fn finish_release(guard: Held, outcome: Outcome, lost: &mut bool) -> Result<u8, Failure> {
     let what = guard.what();
     match outcome {
         Outcome::Lost => {

@@ -87,6 +87,7 @@ pub(crate) fn exec(args: RunExecArgs) -> u8 {
     let Some((program, rest)) = args.command.split_first() else {
         return Failure::usage("no command given after `--`").report();
     };
+    super::timing::mark(nix::unistd::getppid(), "exec");
     // Resets the signal mask and SIGPIPE to their defaults, as for any
     // command std starts.
     let e = Command::new(program).args(rest).exec();
