@@ -680,16 +680,12 @@ pub(crate) struct BenchWorkerArgs {
 /// Arguments of the hidden `run-exec`.
 #[derive(Debug, Args)]
 pub(crate) struct RunExecArgs {
-    /// An inherited descriptor of the watcher's pipe: the launcher writes
-    /// its process group there, then closes it before executing CMD.
+    /// An inherited descriptor of the pipe `run` writes its go-ahead on
+    /// (the environment to add, the group to take the terminal from); the
+    /// launcher closes it before executing CMD, and without a whole
+    /// go-ahead exits without running anything.
     #[arg(long, value_name = "FD")]
-    pub(crate) report_fd: i32,
-
-    /// Take the terminal on stdin for the new process group, if this
-    /// process group (`run`'s) still has it.
-    #[arg(long, value_name = "PGID")]
-    pub(crate) foreground_of: Option<i32>,
-
+    pub(crate) go_fd: i32,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub(crate) command: Vec<OsString>,

@@ -159,7 +159,10 @@ fn quick_bench_reports_every_scenario_with_targets_and_sane_values() {
     let rounds = stampede["rounds"].as_array().expect("run-stampede rounds");
     assert!(!rounds.is_empty());
     for round in rounds {
-        assert_eq!(round["leasehold_counter"], stampede["plan"]["jobs"], "{round}");
+        assert_eq!(
+            round["leasehold_counter"], stampede["plan"]["jobs"],
+            "{round}"
+        );
         assert_eq!(round["flock_counter"], stampede["plan"]["jobs"], "{round}");
     }
     assert_eq!(stampede["keys_left"].as_array().map(Vec::len), Some(0));
