@@ -343,6 +343,7 @@ async fn run_held(
         .supervise(&mut signals, &mut helpers.watcher)
         .await;
     *lost = matches!(outcome, Outcome::Lost) || guard.is_lost();
+    timing::mark(nix::unistd::getpid(), "group-gone");
     // Nothing of the command's group runs any more: the release goes out
     // first, the clean-up after it.
     let result = finish(guard, outcome, lost).await;

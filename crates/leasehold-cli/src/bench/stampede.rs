@@ -364,6 +364,8 @@ struct Breakdown {
     command: Vec<f64>,
     /// Its exit -> the release answered.
     release: Vec<f64>,
+    /// Its exit -> nothing of its group left (one look at /proc).
+    leftovers: Vec<f64>,
     /// The release answered -> the next holder acquired.
     handoff: Vec<f64>,
     /// One command's exit -> the next command's exec (the critical path).
@@ -392,6 +394,7 @@ impl Breakdown {
                 b.spawn.extend(step("acquired", "exec"));
                 b.command.extend(step("exec", "exited"));
                 b.release.extend(step("exited", "released"));
+                b.leftovers.extend(step("exited", "group-gone"));
                 if let Some(r) = s.get("released") {
                     b.tail.push(job.reaped.saturating_sub(*r) as f64);
                 }
@@ -441,6 +444,11 @@ impl Breakdown {
                 "release",
                 "exit seen -> release answered",
                 median(&self.release),
+            ),
+            (
+                "leftovers",
+                "exit seen -> its group found empty (part of release)",
+                median(&self.leftovers),
             ),
             (
                 "hand-off",
