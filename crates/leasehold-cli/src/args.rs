@@ -362,7 +362,8 @@ pub(crate) enum Command {
     /// Scenarios: uncontended (1), contended (2: one key, 4/16/64 waiter
     /// processes), many-keys (3: 10,000 keys, 256 tasks on one client),
     /// held-leases (4: 100,000 leases renewed by the watchdog), redlock (5:
-    /// 5 nodes against 1). Each figure is printed with its target and PASS
+    /// 5 nodes against 1), run-stampede (6: 200 `run` jobs of one lock, 40 at
+    /// a time, against flock(1)). Each figure is printed with its target and PASS
     /// or SHORT. With no --url (and no LEASEHOLD_URL) it starts a private
     /// redis-server and stops it at the end; redlock always starts its own 5.
     /// Build with --release for figures worth comparing.
@@ -741,6 +742,23 @@ pub(crate) struct BenchArgs {
     /// Also write an SVG plot of the wait-time distributions to FILE.
     #[arg(long, value_name = "FILE")]
     pub(crate) svg: Option<std::path::PathBuf>,
+
+    /// run-stampede: jobs per round and tool. Defaults to 200, or 40 with --quick.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=10_000))]
+    pub(crate) jobs: Option<u32>,
+
+    /// run-stampede: jobs at a time. Defaults to 40, or 10 with --quick.
+    #[arg(long, value_name = "P", value_parser = clap::value_parser!(u32).range(1..=200))]
+    pub(crate) parallel: Option<u32>,
+
+    /// run-stampede: each job's critical section (a sleep). Defaults to 10ms.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) section: Option<Duration>,
+
+    /// run-stampede: rounds, each running leasehold and flock(1) in turn.
+    /// Defaults to 3, or 1 with --quick.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub(crate) rounds: Option<u32>,
 }
 
 /// The scenarios of `bench`.
@@ -762,6 +780,9 @@ pub(crate) enum Scenario {
     /// 5: Redlock over 5 private nodes against one node, uncontended.
     #[value(alias = "5")]
     Redlock,
+    /// 6: N `leasehold run` jobs of one lock, P at a time, against flock(1).
+    #[value(alias = "6")]
+    RunStampede,
 }
 
 /// The lock libraries a bench worker can use.
@@ -806,16 +827,12 @@ pub(crate) struct BenchWorkerArgs {
 /// Arguments of the hidden `run-exec`.
 #[derive(Debug, Args)]
 pub(crate) struct RunExecArgs {
-    /// An inherited descriptor of the watcher's pipe: the launcher writes
-    /// its process group there, then closes it before executing CMD.
+    /// An inherited descriptor of the pipe `run` writes its go-ahead on
+    /// (the environment to add, the group to take the terminal from); the
+    /// launcher closes it before executing CMD, and without a whole
+    /// go-ahead exits without running anything.
     #[arg(long, value_name = "FD")]
-    pub(crate) report_fd: i32,
-
-    /// Take the terminal on stdin for the new process group, if this
-    /// process group (`run`'s) still has it.
-    #[arg(long, value_name = "PGID")]
-    pub(crate) foreground_of: Option<i32>,
-
+    pub(crate) go_fd: i32,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub(crate) command: Vec<OsString>,

@@ -9,7 +9,12 @@
 //! - The command runs in a process group of its own, so a lost lease (or
 //!   the end of the command) can stop everything it started without
 //!   touching leasehold or its pipeline neighbours. It is started through a
-//!   launcher ([`exec`]) that tells the watcher its group before it runs.
+//!   launcher ([`exec`]) that waits for leasehold's go-ahead; leasehold tells
+//!   the watcher the launcher's group before it gives it.
+//! - Both helpers start before leasehold connects, so their start-up runs
+//!   while it connects and waits: once the lock is held only the exec of
+//!   the command is left, and once the command and its group are gone the
+//!   release goes out before any clean-up.
 //! - A watcher process ([`watch`]) in yet another group SIGKILLs the
 //!   command's group the moment leasehold dies (SIGKILL, a crash), and
 //!   SIGSTOPs it while leasehold is stopped by a signal it cannot catch
@@ -36,16 +41,19 @@
 
 mod exec;
 mod group;
+mod timing;
 mod tty;
 mod watch;
 
 pub(crate) use exec::exec;
+#[cfg(feature = "bench")]
+pub(crate) use timing::VAR as TIMES_VAR;
 pub(crate) use watch::watch;
 
 use std::future::poll_fn;
 use std::io;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, ExitStatus};
+use std::process::ExitStatus;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -62,6 +70,7 @@ use crate::exit::{self, Failure};
 use crate::hold::{Held, take_all, take_hold, take_leadership};
 use crate::session::catch;
 use crate::session::connect_for;
+use exec::Launcher;
 use watch::Watcher;
 
 /// `leasehold run NAME [NAME]... -- CMD...`: returns CMD's exit code, or 70 when the
@@ -70,22 +79,86 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
     if args.command.is_empty() {
         return Err(Failure::usage("no command given after `--`"));
     }
+    let me = nix::unistd::getpid();
+    timing::mark(me, "start");
     let started = Instant::now();
+    let mut helpers = Helpers::start(&args.command, poll_period(args.ttl)).await?;
     let mut lease = LeaseArgs {
         at_least: args.at_least,
         lock_delay: args.lock_delay.unwrap_or_default(),
         ..LeaseArgs::new(args.ttl, &args.wait, global)
     };
-    let client = connect_for(global, &lease).await?;
+    let client = match connect_for(global, &lease).await {
+        Ok(client) => client,
+        Err(failure) => {
+            helpers.dismiss().await;
+            return Err(failure);
+        }
+    };
+    timing::mark(me, "connected");
     // --wait covers riding through a failover while connecting too.
     lease.spend(started.elapsed());
-    let outcome = run_locked(&client, global, args, &lease).await;
+    let outcome = run_locked(&client, global, args, &lease, &mut helpers).await;
+    // What the command did not use (the lock was not had, or the command
+    // not run): sent away, reaped.
+    helpers.dismiss().await;
     // Nothing stays held when leasehold exits: a release that failed above
     // went to the background, and the runtime's shutdown would drop it.
     if let Err(e) = client.close().await {
         exit::warning(Failure::from(e).message);
     }
+    timing::mark(me, "end");
     outcome
+}
+
+/// The processes `run` starts before it connects: the watcher, and the
+/// launcher waiting to become the command.
+struct Helpers {
+    /// The watcher.
+    watcher: Watcher,
+    /// The launcher, until it is told to run the command or sent away.
+    launcher: Option<Launcher>,
+}
+
+impl Helpers {
+    /// Starts both; exit 70 if either cannot start (nothing connected or
+    /// held yet).
+    async fn start(command: &[std::ffi::OsString], poll: Duration) -> Result<Helpers, Failure> {
+        let mut watcher = Watcher::spawn(poll).map_err(|e| {
+            Failure::with_code(
+                exit::SOFTWARE,
+                format!(
+                    "cannot start the watcher process that stops the command if leasehold dies \
+                     ({e}); the command was not run"
+                ),
+            )
+        })?;
+        match Launcher::start(command) {
+            Ok(launcher) => Ok(Helpers {
+                watcher,
+                launcher: Some(launcher),
+            }),
+            Err(e) => {
+                watcher.done().await;
+                Err(Failure::with_code(
+                    exit::SOFTWARE,
+                    format!(
+                        "cannot start the command's launcher (leasehold itself): {e}; the \
+                         command was not run"
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// Sends away what is left: a launcher never told to go exits without
+    /// running anything, the watcher without touching anything.
+    async fn dismiss(&mut self) {
+        if let Some(launcher) = self.launcher.take() {
+            launcher.dismiss().await;
+        }
+        self.watcher.done().await;
+    }
 }
 
 /// [`run`] once connected: takes the hold, runs the command under it;
@@ -96,6 +169,7 @@ async fn run_locked(
     global: &Global,
     args: RunArgs,
     lease: &LeaseArgs,
+    helpers: &mut Helpers,
 ) -> Result<u8, Failure> {
     let started = Instant::now();
     let guard = match &args.elect {
@@ -112,6 +186,7 @@ async fn run_locked(
         }
     };
     let acquired = Instant::now();
+    timing::mark(nix::unistd::getpid(), "acquired");
     let summary = (global.json || args.json_file.is_some()).then(|| Summary {
         name: args.name.clone(),
         kind: guard.kind(),
@@ -121,7 +196,7 @@ async fn run_locked(
         acquired,
     });
     let mut lost = false;
-    let result = run_held(guard, &args, &mut lost).await;
+    let result = run_held(guard, &args, &mut lost, helpers).await;
     if let Some(summary) = summary {
         summary.emit(&result, lost, args.json_file.as_deref());
     }
@@ -186,24 +261,16 @@ impl Summary {
 
 /// Runs the command under `guard` and returns the exit code; sets `lost`
 /// when the lease was lost while the command ran.
-async fn run_held(guard: Held, args: &RunArgs, lost: &mut bool) -> Result<u8, Failure> {
-    // Handlers go in before the child exists, so a signal that arrives
+async fn run_held(
+    guard: Held,
+    args: &RunArgs,
+    lost: &mut bool,
+    helpers: &mut Helpers,
+) -> Result<u8, Failure> {
+    // Handlers go in before the command may run, so a signal that arrives
     // while it starts is handled instead of killing leasehold.
     let mut signals = Signals::install()?;
 
-    let mut watcher = match Watcher::spawn(poll_period(args.ttl)) {
-        Ok(watcher) => watcher,
-        Err(e) => {
-            let _ = guard.release().await;
-            return Err(Failure::with_code(
-                exit::SOFTWARE,
-                format!(
-                    "cannot start the watcher process that stops the command if leasehold dies \
-                     ({e}); the command was not run"
-                ),
-            ));
-        }
-    };
     let own_group = getpgrp();
     let terminal = tty::on_stdin();
     let foreground_of = (terminal && tty::foreground() == Some(own_group)).then_some(own_group);
@@ -217,8 +284,11 @@ async fn run_held(guard: Held, args: &RunArgs, lost: &mut bool) -> Result<u8, Fa
     // stopped or paused since it acquired (the watcher has no group to stop
     // yet), and a command spawned now would run without the lease until
     // the supervisor saw the loss.
+    let launcher = helpers.launcher.take();
     if guard.is_lost() {
-        watcher.done().await;
+        if let Some(launcher) = launcher {
+            launcher.dismiss().await;
+        }
         *lost = true;
         let what = guard.what();
         let _ = guard.release().await;
@@ -231,27 +301,35 @@ async fn run_held(guard: Held, args: &RunArgs, lost: &mut bool) -> Result<u8, Fa
             ),
         ));
     }
-    let spawned = watcher
-        .report_pipe()
-        .and_then(|pipe| exec::spawn(&args.command, &envs, pipe, foreground_of));
-    let child = match spawned {
-        Ok(child) => child,
-        Err(e) => {
-            watcher.done().await;
-            let _ = guard.release().await;
-            return Err(Failure::with_code(
-                exit::SOFTWARE,
-                format!("cannot start the command's launcher (leasehold itself): {e}"),
-            ));
-        }
+    let Some(mut launcher) = launcher else {
+        let _ = guard.release().await;
+        return Err(Failure::with_code(
+            exit::SOFTWARE,
+            "the command's launcher is gone; the command was not run",
+        ));
     };
-    let leader = i32::try_from(child.id())
-        .map(Pid::from_raw)
-        .map_err(|_| Failure::with_code(exit::SOFTWARE, "the command has an invalid process id"))?;
+    let leader = launcher.pid();
+    // The watcher learns the command's group before the command may run:
+    // from here on, a leasehold that dies takes that group with it.
+    let told = helpers
+        .watcher
+        .watch_group(leader)
+        .and_then(|()| launcher.go(&envs, foreground_of));
+    let mut child = launcher.into_child();
+    if let Err(e) = told {
+        group::signal(leader, Signal::SIGKILL);
+        helpers.watcher.done().await;
+        let _ = child.wait();
+        let _ = guard.release().await;
+        return Err(Failure::with_code(
+            exit::SOFTWARE,
+            format!("cannot start the command through its launcher (leasehold itself): {e}"),
+        ));
+    }
+    timing::mark(nix::unistd::getpid(), "spawned");
 
     let mut supervisor = Supervisor {
         guard: &guard,
-        child,
         leader,
         own_group,
         terminal,
@@ -259,10 +337,21 @@ async fn run_held(guard: Held, args: &RunArgs, lost: &mut bool) -> Result<u8, Fa
         kill_at: None,
         killed: false,
         job_stopped: false,
+        status: None,
     };
-    let outcome = supervisor.supervise(&mut signals, &mut watcher).await;
+    let outcome = supervisor
+        .supervise(&mut signals, &mut helpers.watcher)
+        .await;
     *lost = matches!(outcome, Outcome::Lost) || guard.is_lost();
-    finish(guard, outcome, lost).await
+    timing::mark(nix::unistd::getpid(), "group-gone");
+    // Nothing of the command's group runs any more: the release goes out
+    // first, the clean-up after it.
+    let result = finish(guard, outcome, lost).await;
+    // The watcher leaves before the command is reaped: until then the
+    // group's id cannot be reused, so the watcher never kills a stranger.
+    helpers.watcher.done().await;
+    let _ = child.wait();
+    result
 }
 
 /// Debug builds only (the tests'): with `LEASEHOLD_TEST_STOP_BEFORE_SPAWN`
@@ -323,9 +412,8 @@ enum Event {
 struct Supervisor<'a> {
     /// The lease.
     guard: &'a Held,
-    /// The command (first the launcher, which becomes it).
-    child: Child,
-    /// Its PID, also its process group's id.
+    /// The command's PID (first the launcher's, which becomes it), also
+    /// its process group's id.
     leader: Pid,
     /// leasehold's own process group.
     own_group: Pid,
@@ -339,6 +427,8 @@ struct Supervisor<'a> {
     killed: bool,
     /// Set while leasehold stops itself with its command, for job control.
     job_stopped: bool,
+    /// How the command ended, once it did (read without reaping it).
+    status: Option<ExitStatus>,
 }
 
 impl Supervisor<'_> {
@@ -349,7 +439,10 @@ impl Supervisor<'_> {
             // Checked before every wait: each state change also raises
             // SIGCHLD, so none is missed between a check and the wait.
             match self.check_command() {
-                Ok(true) => return self.after_exit(watcher).await,
+                Ok(true) => {
+                    timing::mark(nix::unistd::getpid(), "exited");
+                    return self.after_exit().await;
+                }
                 Ok(false) => {}
                 Err(e) => {
                     group::signal(self.leader, Signal::SIGKILL);
@@ -386,16 +479,25 @@ impl Supervisor<'_> {
     }
 
     /// True once the command exited (it is left unreaped, so its PID, the
-    /// group's id, cannot be reused yet). Acts on a stop reported meanwhile.
+    /// group's id, cannot be reused yet; its status is kept). Acts on a
+    /// stop reported meanwhile.
     fn check_command(&mut self) -> io::Result<bool> {
         let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
-        match waitid(Id::Pid(self.leader), flags) {
-            Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) => return Ok(true),
-            Ok(_) => {}
+        let raw = match waitid(Id::Pid(self.leader), flags) {
+            Ok(WaitStatus::Exited(_, code)) => Some((code & 0xff) << 8),
+            Ok(WaitStatus::Signaled(_, sig, core)) => {
+                Some(sig as i32 | if core { 0x80 } else { 0 })
+            }
+            Ok(_) => None,
             // With WEXITED only, EINVAL comes from nix naming the signal
-            // the command died of (a real-time one): it exited all the same.
-            Err(Errno::EINVAL) => return Ok(true),
+            // the command died of (a real-time one): it exited all the
+            // same, and /proc still shows the zombie's status.
+            Err(Errno::EINVAL) => Some(group::wait_status(self.leader).unwrap_or(0x7f)),
             Err(e) => return Err(e.into()),
+        };
+        if let Some(raw) = raw {
+            self.status = Some(ExitStatus::from_raw(raw));
+            return Ok(true);
         }
         let flags = WaitPidFlag::WSTOPPED | WaitPidFlag::WCONTINUED | WaitPidFlag::WNOHANG;
         if let WaitStatus::Stopped(_, sig) = waitid(Id::Pid(self.leader), flags)? {
@@ -502,12 +604,15 @@ impl Supervisor<'_> {
         }
     }
 
-    /// The command exited: ends what it left running in its group, tells
-    /// the watcher, reaps it.
-    async fn after_exit(&mut self, watcher: &mut Watcher) -> Outcome {
+    /// The command exited: ends what it left running in its group. It is
+    /// reaped after the release ([`run_held`]).
+    async fn after_exit(&mut self) -> Outcome {
         self.take_terminal();
+        // One look at /proc (every process's stat) when nothing is left,
+        // the common case: it stands between the command's exit and the
+        // release.
         let deadline = match self.kill_at {
-            Some(deadline) => deadline,
+            Some(deadline) => Some(deadline),
             None if group::others_alive(self.leader) => {
                 exit::notice(format!(
                     "the command exited with processes of its group still running; stopping \
@@ -517,24 +622,24 @@ impl Supervisor<'_> {
                 ));
                 group::signal(self.leader, Signal::SIGTERM);
                 group::signal(self.leader, Signal::SIGCONT);
-                Instant::now() + self.kill_grace
+                Some(Instant::now() + self.kill_grace)
             }
-            None => Instant::now(),
+            None => None,
         };
-        while group::others_alive(self.leader) && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        if let Some(deadline) = deadline {
+            while group::others_alive(self.leader) && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            if group::others_alive(self.leader) {
+                group::signal(self.leader, Signal::SIGKILL);
+            }
         }
-        if group::others_alive(self.leader) {
-            group::signal(self.leader, Signal::SIGKILL);
-        }
-        // Nothing of the group runs any more: the watcher has nothing left
-        // to kill, and must not try once the group's id is free.
-        watcher.done().await;
-        let status = self.child.wait();
-        match (status, self.kill_at) {
-            (Err(e), _) => Outcome::WaitFailed(e),
-            (Ok(_), Some(_)) => Outcome::Lost,
-            (Ok(status), None) => Outcome::Exited(status),
+        match (self.status, self.kill_at) {
+            (_, Some(_)) => Outcome::Lost,
+            (Some(status), None) => Outcome::Exited(status),
+            (None, None) => {
+                Outcome::WaitFailed(io::Error::other("the command's status is unknown"))
+            }
         }
     }
 }
@@ -542,6 +647,13 @@ impl Supervisor<'_> {
 /// Releases the lock after the command ended and picks the exit code;
 /// sets `lost` when the release finds the lease gone.
 async fn finish(guard: Held, outcome: Outcome, lost: &mut bool) -> Result<u8, Failure> {
+    let result = finish_release(guard, outcome, lost).await;
+    timing::mark(nix::unistd::getpid(), "released");
+    result
+}
+
+/// [`finish`]'s release and exit code.
+async fn finish_release(guard: Held, outcome: Outcome, lost: &mut bool) -> Result<u8, Failure> {
     let what = guard.what();
     match outcome {
         Outcome::Lost => {

@@ -69,6 +69,7 @@ fn quick_bench_reports_every_scenario_with_targets_and_sane_values() {
         "many_keys",
         "held_leases",
         "redlock",
+        "run_stampede",
     ] {
         let section = &report["scenarios"][key];
         let rows = section["rows"]
@@ -153,6 +154,18 @@ fn quick_bench_reports_every_scenario_with_targets_and_sane_values() {
     for ratio in ["ratio_acquire_p50", "ratio_acquire_release_p50"] {
         assert!(redlock[ratio].as_f64().is_some_and(|v| v > 0.0), "{ratio}");
     }
+
+    let stampede = &report["scenarios"]["run_stampede"]["data"];
+    let rounds = stampede["rounds"].as_array().expect("run-stampede rounds");
+    assert!(!rounds.is_empty());
+    for round in rounds {
+        assert_eq!(
+            round["leasehold_counter"], stampede["plan"]["jobs"],
+            "{round}"
+        );
+        assert_eq!(round["flock_counter"], stampede["plan"]["jobs"], "{round}");
+    }
+    assert_eq!(stampede["keys_left"].as_array().map(Vec::len), Some(0));
 
     let held = &report["scenarios"]["held_leases"]["data"];
     assert_eq!(held["leases"], report["settings"]["leases"]);

@@ -171,14 +171,31 @@ fn alive(pid: Pid) -> bool {
     !matches!(state(pid), None | Some('Z' | 'X'))
 }
 
-/// Whether `pid` exists and may run: neither a zombie nor stopped.
+/// Whether `pid` exists and may run: neither a zombie nor stopped, nor
+/// held still by a stopped child ([`held_still`]).
 fn running(pid: Pid) -> bool {
-    !matches!(state(pid), None | Some('Z' | 'X' | 'T'))
+    alive(pid) && !held_still(pid)
 }
 
 /// Whether `pid` is stopped by a signal.
 fn stopped(pid: Pid) -> bool {
     state(pid) == Some('T')
+}
+
+/// Whether `pid` is stopped, or held still by a stopped child: a shell
+/// that vforked waits in state `D` until its child execs, so a group
+/// stopped between the vfork and the exec leaves the shell in `D`, not
+/// `T`, for as long as the child stays stopped (seen in 1 of 40 stops of
+/// the stubborn loop below; 2 of 4 runs of the test that stops it first).
+fn held_still(pid: Pid) -> bool {
+    match state(pid) {
+        Some('T') => true,
+        Some('D') => {
+            let children = children_of(pid);
+            !children.is_empty() && children.into_iter().all(stopped)
+        }
+        _ => false,
+    }
 }
 
 /// Waits up to [`BOUND`] for `ready`; panics saying `what` otherwise.
@@ -394,7 +411,10 @@ fn wait_all_stopped(first: &First) -> u128 {
         )
     };
     let deadline = Instant::now() + BOUND;
-    while !(stopped(first.proc.pid()) && stopped(first.command.0) && stopped(first.grandchild.0)) {
+    while !(stopped(first.proc.pid())
+        && held_still(first.command.0)
+        && held_still(first.grandchild.0))
+    {
         assert!(
             Instant::now() < deadline,
             "leasehold and its command's tree are not all stopped: {}",

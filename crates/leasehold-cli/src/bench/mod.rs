@@ -8,7 +8,8 @@
 //! 3. 10,000 keys, 256 tasks on one client, against the raw scripts;
 //! 4. 100,000 leases held on one client, renewed by the watchdog;
 //! 5. Redlock over 5 private nodes against one node and against rslock
-//!    over the same nodes.
+//!    over the same nodes;
+//! 6. `leasehold run` jobs of one lock under a stampede, against flock(1).
 //!
 //! Every loop is bounded in count and time. With no URL the bench starts a
 //! private redis-server (loopback) and kills it, and every worker process,
@@ -22,6 +23,7 @@ mod raw;
 mod redlock;
 mod report;
 mod server;
+mod stampede;
 mod svg;
 mod uncontended;
 pub(crate) mod worker;
@@ -70,6 +72,8 @@ pub(crate) struct Settings {
     redlock_ops: usize,
     /// Rounds in scenario 5.
     redlock_rounds: usize,
+    /// Scenario 6.
+    stampede: stampede::Plan,
 }
 
 impl Settings {
@@ -96,6 +100,19 @@ impl Settings {
             lease_periods: if quick { 2 } else { 3 },
             redlock_ops: if quick { 200 } else { 1000 },
             redlock_rounds: if quick { 3 } else { 5 },
+            stampede: stampede::Plan {
+                jobs: args
+                    .jobs
+                    .map_or(if quick { 40 } else { 200 }, |n| n as usize),
+                parallel: args
+                    .parallel
+                    .map_or(if quick { 10 } else { 40 }, |n| n as usize),
+                section: args.section.unwrap_or(Duration::from_millis(10)),
+                rounds: args
+                    .rounds
+                    .map_or(if quick { 1 } else { 3 }, |n| n as usize),
+                alone: if quick { 5 } else { 20 },
+            },
         }
     }
 
@@ -119,6 +136,7 @@ impl Settings {
             "redlock_rounds": self.redlock_rounds,
             "names_used_once": once::NAMES,
             "names_used_once_counted_after_ms": once::AFTER.as_millis(),
+            "run_stampede": self.stampede.to_json(),
         })
     }
 }
@@ -173,6 +191,7 @@ pub(crate) async fn bench(global: &Global, args: BenchArgs) -> Result<u8, Failur
             Scenario::ManyKeys,
             Scenario::HeldLeases,
             Scenario::Redlock,
+            Scenario::RunStampede,
         ],
     };
     if !global.json {
@@ -250,6 +269,7 @@ fn scenario_name(s: Scenario) -> &'static str {
         Scenario::ManyKeys => "many-keys",
         Scenario::HeldLeases => "held-leases",
         Scenario::Redlock => "redlock",
+        Scenario::RunStampede => "run-stampede",
     }
 }
 
@@ -302,12 +322,16 @@ async fn run_all(
         sections.push(section);
         series.extend(s);
     }
+    if selected.contains(&Scenario::RunStampede) {
+        sections.push(stampede::run(&ctx).await?);
+    }
     let order = [
         "uncontended",
         "contended",
         "many_keys",
         "held_leases",
         "redlock",
+        "run_stampede",
     ];
     sections.sort_by_key(|s| order.iter().position(|k| *k == s.key));
     Ok((machine, sections, series))

@@ -20,6 +20,18 @@ pub(crate) fn state(pid: Pid) -> Option<char> {
     stat_fields(&stat).map(|(state, _)| state)
 }
 
+/// The wait status (as waitpid(2) gives it) of `pid`, a zombie not yet
+/// reaped: field 52 of `/proc/PID/stat`.
+pub(crate) fn wait_status(pid: Pid) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields 3 on follow the command name; field 52 is the 50th of them.
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(49)?
+        .parse()
+        .ok()
+}
+
 /// The state and process group in a `/proc/PID/stat` line. The command
 /// name (second field) may hold spaces and parentheses, so the fields are
 /// read after its last `)`.
@@ -50,11 +62,24 @@ pub(crate) fn others_alive(leader: Pid) -> bool {
         if pid == leader.as_raw() {
             return false;
         }
-        std::fs::read_to_string(entry.path().join("stat"))
-            .ok()
+        stat_head(pid)
             .and_then(|stat| stat_fields(&stat))
             .is_some_and(|(state, pgrp)| pgrp == leader.as_raw() && !matches!(state, 'Z' | 'X'))
     })
+}
+
+/// The start of `/proc/PID/stat`, through the process group field at
+/// least: one open and one read into a buffer on the stack (no stat(2),
+/// no allocation for the file), since [`others_alive`] reads every
+/// process's.
+fn stat_head(pid: i32) -> Option<String> {
+    use std::io::Read;
+    // PID, the command name (at most 64 bytes in parentheses), state,
+    // ppid, pgrp: well inside 256 bytes.
+    let mut buf = [0u8; 256];
+    let mut file = std::fs::File::open(format!("/proc/{pid}/stat")).ok()?;
+    let n = file.read(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf[..n]).into_owned())
 }
 
 #[cfg(test)]
@@ -72,5 +97,10 @@ mod tests {
     fn this_process_is_seen_in_its_own_group() {
         let me = nix::unistd::getpid();
         assert!(matches!(state(me), Some('R' | 'S')));
+        let head = stat_head(me.as_raw()).expect("our own stat");
+        assert_eq!(
+            stat_fields(&head).map(|(_, pgrp)| pgrp),
+            Some(nix::unistd::getpgrp().as_raw())
+        );
     }
 }

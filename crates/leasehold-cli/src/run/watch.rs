@@ -2,10 +2,11 @@
 //! process group of its own, so the terminal's signals and `kill %job`
 //! (which reach `run`'s group) never reach it.
 //!
-//! Its stdin is a pipe whose write end only `run` holds (close-on-exec,
-//! so the command never inherits it), plus, for a moment, the launcher
-//! (see [`super::exec`]), which writes the command's process group there.
-//! Then:
+//! `run` starts it before it connects. Its stdin is a pipe whose write
+//! end only `run` holds (close-on-exec, so neither the launcher nor the
+//! command inherits it); `run` writes the command's process group there
+//! before it lets the launcher run the command (see [`super::exec`]).
+//! Until then it has nothing to kill or stop. Then:
 //!
 //! - `run` dies, however (SIGKILL, a crash): the kernel closes the pipe,
 //!   the watcher reads end-of-file and SIGKILLs the command's process
@@ -22,7 +23,7 @@
 //!   left): the watcher exits without touching anything.
 
 use std::io::{self, BufRead, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
@@ -85,12 +86,16 @@ impl Watcher {
         })
     }
 
-    /// The pipe the launcher reports the command's process group on.
-    pub(crate) fn report_pipe(&self) -> io::Result<BorrowedFd<'_>> {
-        self.orders
-            .as_ref()
-            .map(AsFd::as_fd)
-            .ok_or_else(|| io::Error::other("the watcher's pipe is closed"))
+    /// Tells the watcher the command's process group, before the command
+    /// may run. Once this returns the line is in the pipe: a `run` killed
+    /// right after leaves the watcher reading it, then end-of-file.
+    pub(crate) fn watch_group(&mut self, group: Pid) -> io::Result<()> {
+        let orders = self
+            .orders
+            .as_mut()
+            .ok_or_else(|| io::Error::other("the watcher's pipe is closed"))?;
+        orders.write_all(format!("group {group}\n").as_bytes())?;
+        orders.flush()
     }
 
     /// Resolves each time the watcher stopped the command because this
@@ -133,19 +138,25 @@ impl Watcher {
         }
     }
 
-    /// Tells the watcher the command's group is gone, closes its pipe and
-    /// reaps it (it exits at once; waits 2 s at most).
+    /// Tells the watcher the command's group is gone (or never was),
+    /// closes its pipe and reaps it (it exits at once; waits 2 s at most).
     pub(crate) async fn done(&mut self) {
         if let Some(mut orders) = self.orders.take() {
             // A watcher already gone cannot be told, and needs not be.
             let _ = orders.write_all(b"done\n");
         }
-        for _ in 0..400 {
-            if !matches!(self.child.try_wait(), Ok(None)) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        reap(&mut self.child).await;
+    }
+}
+
+/// Waits for `child` to exit and reaps it: 2 s at most, looking every
+/// millisecond (it is told to exit just before).
+pub(crate) async fn reap(child: &mut Child) {
+    for _ in 0..2000 {
+        if !matches!(child.try_wait(), Ok(None)) {
+            return;
         }
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
 
