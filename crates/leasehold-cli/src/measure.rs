@@ -3,6 +3,19 @@
 
 use std::time::{Duration, Instant};
 
+/// CLOCK_MONOTONIC now, in nanoseconds: the same clock in every process
+/// (the bench's workers, and `run`'s steps under `run-stampede`).
+#[cfg(feature = "bench")]
+pub(crate) fn monotonic_ns() -> u64 {
+    // CLOCK_MONOTONIC always exists on Linux; 0 would only make a record odd.
+    use nix::time::{ClockId, clock_gettime};
+    clock_gettime(ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
+        let secs = u64::try_from(t.tv_sec()).unwrap_or(0);
+        let nanos = u64::try_from(t.tv_nsec()).unwrap_or(0);
+        secs * 1_000_000_000 + nanos
+    })
+}
+
 /// Nearest-rank percentile of sorted `values`.
 pub(crate) fn percentile<T: Copy>(sorted: &[T], p: f64) -> Option<T> {
     if sorted.is_empty() {

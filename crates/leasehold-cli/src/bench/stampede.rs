@@ -30,9 +30,9 @@ use futures_util::stream::FuturesUnordered;
 use serde_json::{Value, json};
 
 use super::report::{Figure, Goal, Row, Section, Unit};
-use super::worker::monotonic_ns;
 use super::{Context, server};
 use crate::exit::{self, Failure};
+use crate::measure::monotonic_ns;
 use crate::measure::percentile;
 use crate::session::plain_connection;
 

@@ -8,14 +8,13 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use nix::time::{ClockId, clock_gettime};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::cli::{BenchWorkerArgs, Global, Library};
 use crate::exit::{self, Failure};
-use crate::measure::hold;
+use crate::measure::{hold, monotonic_ns};
 use crate::output::{emit, emit_json};
 use crate::session::connect_to;
 
@@ -25,16 +24,6 @@ const GO_WAIT: Duration = Duration::from_secs(60);
 pub(crate) const GRACE: Duration = Duration::from_secs(10);
 /// How long all workers together may take to say `ready`.
 const READY_WAIT: Duration = Duration::from_secs(60);
-
-/// CLOCK_MONOTONIC now, in nanoseconds: the same clock in every process.
-pub(crate) fn monotonic_ns() -> u64 {
-    // CLOCK_MONOTONIC always exists on Linux; 0 would only make a record odd.
-    clock_gettime(ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
-        let secs = u64::try_from(t.tv_sec()).unwrap_or(0);
-        let nanos = u64::try_from(t.tv_nsec()).unwrap_or(0);
-        secs * 1_000_000_000 + nanos
-    })
-}
 
 /// One acquisition: when asked, acquired and released (monotonic ns).
 pub(crate) type Record = [u64; 3];

@@ -25,7 +25,7 @@ pub(crate) fn mark(run_pid: nix::unistd::Pid, step: &str) {
             .ok()
     });
     if let Some(mut file) = file.as_ref() {
-        let micros = crate::bench::worker::monotonic_ns() / 1000;
+        let micros = crate::measure::monotonic_ns() / 1000;
         // One write(2) per line with O_APPEND: lines of processes never mix.
         let _ = file.write_all(format!("{run_pid} {step} {micros}\n").as_bytes());
     }
