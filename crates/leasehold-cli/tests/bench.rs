@@ -80,6 +80,13 @@ fn quick_bench_reports_every_scenario_with_targets_and_sane_values() {
             rows.iter().any(|r| r["target"].is_object()),
             "{key}: no figure with a target"
         );
+        // Every scenario keeps a floor of DESIGN.md section 8, with the
+        // guarantee it pays for.
+        assert!(
+            rows.iter()
+                .any(|r| r["target"].is_object() && r["floor_reason"].is_string()),
+            "{key}: no floor with its reason"
+        );
         for row in rows {
             if let Some(v) = row["value"].as_f64() {
                 assert!(v.is_finite() && v >= 0.0, "{key}: {row}");

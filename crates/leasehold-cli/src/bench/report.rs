@@ -127,6 +127,9 @@ pub(crate) struct Row {
     pub(crate) goal: Option<Goal>,
     /// The same figure for the section's peer (raw loop or rslock), if any.
     pub(crate) peer: Option<Figure>,
+    /// For a floor of DESIGN.md section 8: the guarantee its cost pays for,
+    /// in one line.
+    pub(crate) reason: Option<&'static str>,
 }
 
 impl Row {
@@ -137,6 +140,7 @@ impl Row {
             value,
             goal: None,
             peer: None,
+            reason: None,
         }
     }
 
@@ -151,6 +155,13 @@ impl Row {
     /// The peer's value beside it.
     pub(crate) fn beside(mut self, peer: Figure) -> Row {
         self.peer = Some(peer);
+        self
+    }
+
+    /// Marks the target as a floor of DESIGN.md section 8, kept for `reason`
+    /// (the guarantee it pays for); printed under the table.
+    pub(crate) fn because(mut self, reason: &'static str) -> Row {
+        self.reason = Some(reason);
         self
     }
 
@@ -249,6 +260,18 @@ impl Section {
                 .collect();
             out.push_str(padded.join("  ").trim_end());
         }
+        let floors: Vec<&Row> = self.rows.iter().filter(|r| r.reason.is_some()).collect();
+        if !floors.is_empty() {
+            out.push_str("\n  floors to keep (DESIGN.md section 8), each for what it pays:");
+        }
+        for row in floors {
+            out.push_str(&format!(
+                "\n    {} {}: {}",
+                row.verdict(),
+                row.figure,
+                row.reason.unwrap_or_default()
+            ));
+        }
         for note in &self.notes {
             out.push_str("\n  ");
             out.push_str(note);
@@ -273,6 +296,7 @@ impl Section {
                     }),
                     "verdict": match r.verdict() { "" => Value::Null, v => json!(v) },
                     "peer": r.peer.map(|p| num(p.value)),
+                    "floor_reason": r.reason,
                 })
             })
             .collect();
@@ -289,6 +313,45 @@ impl Section {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// DESIGN.md section 8's floors are printed under the table, each with
+    /// its verdict and the guarantee it pays for, and carried in the JSON.
+    #[test]
+    fn floors_are_printed_with_what_they_pay_for() {
+        let section = Section {
+            key: "x",
+            title: "x".into(),
+            peer: None,
+            rows: vec![
+                Row::goal(
+                    "commands",
+                    Figure::new(9.0, Unit::Count),
+                    Goal::at_most(9.0, Unit::Count),
+                )
+                .because("fences that survive failovers"),
+                Row::goal(
+                    "not a floor",
+                    Figure::new(2.0, Unit::Count),
+                    Goal::at_most(1.0, Unit::Count),
+                ),
+            ],
+            notes: vec![],
+            data: Value::Null,
+        };
+        let human = section.to_human();
+        assert!(
+            human.contains("floors to keep (DESIGN.md section 8)")
+                && human.contains("PASS commands: fences that survive failovers"),
+            "{human}"
+        );
+        assert!(!human.contains("SHORT not a floor:"), "{human}");
+        let json = section.to_json();
+        assert_eq!(
+            json["rows"][0]["floor_reason"],
+            "fences that survive failovers"
+        );
+        assert!(json["rows"][1]["floor_reason"].is_null());
+    }
 
     #[test]
     fn verdicts_follow_the_goal_and_missing_values_are_not_a_pass() {
