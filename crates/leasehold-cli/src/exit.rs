@@ -163,7 +163,7 @@ impl From<Error> for Failure {
                 format!(
                     "timed out after {} waiting for lock {name:?}: another holder kept it; \
                      wait longer (--wait) or check who holds it (`leasehold status {name}`)",
-                    humantime::format_duration(waited)
+                    crate::output::short(waited)
                 ),
             ),
             Error::Unreachable { addr, source } => Failure::with_code(

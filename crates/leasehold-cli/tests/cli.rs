@@ -2512,6 +2512,32 @@ fn w_is_short_for_wait_and_wait_0_means_no_wait_as_flock_says() {
     assert_eq!(out.code(), 0, "{out:?}");
 }
 
+/// A wait that ran out says how long it waited as a person reads it
+/// (`200.4ms`), not down to the nanosecond (`200ms 352us 117ns`).
+#[test]
+fn a_timed_out_wait_says_how_long_in_a_readable_form() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let held = run_at(&url, &["acquire", "busy", "--ttl", "5m"]);
+    assert_eq!(held.code(), 0, "{held:?}");
+    let out = run_at(&url, &["run", "busy", "--wait", "200ms", "--", "true"]);
+    assert_eq!(out.code(), 75, "{out:?}");
+    let line = out
+        .stderr
+        .lines()
+        .find(|l| l.contains("timed out after"))
+        .unwrap_or_else(|| panic!("no timed-out line: {out:?}"));
+    let waited = line
+        .split("timed out after ")
+        .nth(1)
+        .and_then(|rest| rest.split(" waiting").next())
+        .unwrap_or_default();
+    assert!(
+        waited.ends_with("ms") && !waited.contains(' ') && !waited.contains("us"),
+        "{line}"
+    );
+}
+
 /// Runs `leasehold ARGS` to completion with `vars` in its environment.
 fn run_with_env(vars: &[(&str, &str)], args: &[&str]) -> Outcome {
     let mut cmd = leasehold();
