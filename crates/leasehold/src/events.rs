@@ -36,7 +36,6 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::error::{Error, Result};
-use crate::servers::Servers;
 
 /// How long a channel stays subscribed after its last waiter left.
 const LINGER: Duration = Duration::from_secs(5);
@@ -153,7 +152,7 @@ impl Shared {
     }
 }
 
-/// What the subscription task needs from the servers: [`Servers`] in a
+/// What the subscription task needs from the servers: `Servers` in a
 /// client, an in-process fake in the unit tests, which check the routing
 /// and the task's calls on tokio's paused clock.
 pub(crate) trait Channels: Send + Sync + 'static {
@@ -162,16 +161,6 @@ pub(crate) trait Channels: Send + Sync + 'static {
 
     /// Ends a subscription made by [`Channels::subscribe`].
     fn unsubscribe(&self, channel: &str) -> impl Future<Output = Result<()>> + Send;
-}
-
-impl Channels for Servers {
-    fn subscribe(&self, channel: &str) -> impl Future<Output = Result<()>> + Send {
-        Servers::subscribe(self, channel)
-    }
-
-    fn unsubscribe(&self, channel: &str) -> impl Future<Output = Result<()>> + Send {
-        Servers::unsubscribe(self, channel)
-    }
 }
 
 /// The client's registry of subscriptions.

@@ -1,6 +1,6 @@
 //! The state every handle and guard of one client shares: its servers,
 //! release events, watchdog, settings and what `close` waits for. Handles
-//! and guards hold it directly (`Arc<Inner>`); `Client` (client.rs) only
+//! and guards hold it directly (`Arc<Inner>`); `Client` (client/mod.rs) only
 //! makes handles from it, so no primitive imports the client.
 
 use std::future::Future;

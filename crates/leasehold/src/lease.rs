@@ -301,7 +301,7 @@ impl Lease {
         match send().await? {
             Owned::Done => {}
             gone => {
-                self.mark_lost(LostReason::gone(gone));
+                self.mark_lost(gone.lost_reason());
                 return Ok(false);
             }
         }

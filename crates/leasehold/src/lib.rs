@@ -214,33 +214,20 @@ mod acquire;
 mod backend;
 #[cfg(feature = "blocking")]
 pub mod blocking;
-mod break_lease;
-mod builder;
 mod client;
 mod clock;
-mod election;
 mod error;
 mod events;
-mod fair;
 pub mod fenced;
-mod guard;
-mod handle;
 mod inner;
-mod inspect;
 mod key;
 mod kind;
 mod lease;
-mod lock;
-mod multi;
+mod primitives;
 #[cfg(feature = "_raw")]
 #[doc(hidden)]
 pub mod raw;
-mod redlock;
-mod reentrant;
-mod run;
-mod rwlock;
 mod scripts;
-mod semaphore;
 mod servers;
 #[cfg(leasehold_sim)]
 #[doc(hidden)]
@@ -255,19 +242,19 @@ mod telemetry;
 mod token;
 mod watchdog;
 
-pub use break_lease::{BrokenHold, BrokenLease};
-pub use builder::{ClientBuilder, DEFAULT_PREFIX};
 pub use client::Client;
-pub use election::{Election, Leader, LeaderChanges, Leadership, MAX_VALUE_LEN};
+pub use client::break_lease::{BrokenHold, BrokenLease};
+pub use client::builder::{ClientBuilder, DEFAULT_PREFIX};
 pub use error::{Error, Result};
-pub use fair::FairLock;
-pub use handle::{DEFAULT_TTL, DEFAULT_WAIT, HoldStatus};
 pub use kind::LockKind;
-pub use lock::{Lock, LockGuard, LockStatus};
-pub use multi::{MultiLock, MultiLockGuard};
-pub use reentrant::{ReentrantGuard, ReentrantLock, ReentrantStatus};
-pub use rwlock::{ReadGuard, RwLock, RwLockStatus, WriteGuard};
-pub use semaphore::{Permit, Semaphore, SemaphoreStatus};
+pub use primitives::election::{Election, Leader, LeaderChanges, Leadership, MAX_VALUE_LEN};
+pub use primitives::fair::FairLock;
+pub use primitives::handle::{DEFAULT_TTL, DEFAULT_WAIT, HoldStatus};
+pub use primitives::lock::{Lock, LockGuard, LockStatus};
+pub use primitives::multi::{MultiLock, MultiLockGuard};
+pub use primitives::reentrant::{ReentrantGuard, ReentrantLock, ReentrantStatus};
+pub use primitives::rwlock::{ReadGuard, RwLock, RwLockStatus, WriteGuard};
+pub use primitives::semaphore::{Permit, Semaphore, SemaphoreStatus};
 pub use telemetry::LostReason;
 
 /// The `redis` crate leasehold is built with. [`Error::Redis`] and the

@@ -9,7 +9,6 @@
 use std::time::Duration;
 
 use crate::kind::LockKind;
-use crate::scripts::Owned;
 
 /// `leasehold_acquisitions_total{kind, outcome}`.
 #[cfg(feature = "metrics")]
@@ -120,15 +119,6 @@ impl std::fmt::Display for LostReason {
 }
 
 impl LostReason {
-    /// The reason a renewal, extend or release that found the lease not
-    /// ours gives.
-    pub(crate) fn gone(outcome: Owned) -> LostReason {
-        match outcome {
-            Owned::OtherOwner => LostReason::Taken,
-            Owned::Missing | Owned::Done => LostReason::Expired,
-        }
-    }
-
     pub(crate) fn label(self) -> &'static str {
         match self {
             LostReason::Expired => "expired",

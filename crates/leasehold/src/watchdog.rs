@@ -589,7 +589,7 @@ impl<D: Door> State<D> {
                 }
                 Some(gone @ (Owned::Missing | Owned::OtherOwner)) => {
                     self.untrack(lease.id);
-                    lease.mark_lost(LostReason::gone(gone));
+                    lease.mark_lost(gone.lost_reason());
                     answered = true;
                 }
                 // Not known: keep trying while the lease may still be valid.

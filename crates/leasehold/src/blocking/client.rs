@@ -62,7 +62,7 @@ impl Client {
     /// As the async method; [`crate::Error::Unsupported`] if the runtime thread
     /// cannot be started.
     #[track_caller]
-    pub fn build(builder: crate::builder::ClientBuilder) -> Result<Client> {
+    pub fn build(builder: crate::client::builder::ClientBuilder) -> Result<Client> {
         refuse_inside_async();
         let rt = Rt::start()?;
         let inner = rt.block_on(builder.build())?;
@@ -164,7 +164,7 @@ impl Client {
     ///
     /// As the async method.
     #[track_caller]
-    pub fn list(&self, pattern: &str) -> Result<Vec<crate::lock::LockStatus>> {
+    pub fn list(&self, pattern: &str) -> Result<Vec<crate::primitives::lock::LockStatus>> {
         self.rt.block_on(self.inner.list(pattern))
     }
 

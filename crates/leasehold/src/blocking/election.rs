@@ -25,10 +25,10 @@ use crate::error::Result;
 /// }
 /// # Ok(()) }
 /// ```
-pub type Election = Handle<crate::election::Election>;
+pub type Election = Handle<crate::primitives::election::Election>;
 
 /// The blocking twin of [`crate::Leadership`]: renewed while it lives.
-pub type Leadership = Guard<crate::election::Leadership>;
+pub type Leadership = Guard<crate::primitives::election::Leadership>;
 
 impl Election {
     /// The length of a leader's lease; see [`crate::Election::ttl`].
@@ -79,7 +79,7 @@ impl Election {
     ///
     /// As the async method.
     #[track_caller]
-    pub fn leader(&self) -> Result<Option<crate::election::Leader>> {
+    pub fn leader(&self) -> Result<Option<crate::primitives::election::Leader>> {
         self.block_on(self.inner.leader())
     }
 
@@ -111,7 +111,8 @@ impl Leadership {
     /// As the async method.
     #[track_caller]
     pub fn resign(self) -> Result<()> {
-        self.finish(crate::election::Leadership::resign).0
+        self.finish(crate::primitives::election::Leadership::resign)
+            .0
     }
 }
 
@@ -119,7 +120,7 @@ impl Leadership {
 /// each `next` blocks until the leader changes (the first returns who leads
 /// now).
 pub struct LeaderChanges {
-    inner: crate::election::LeaderChanges,
+    inner: crate::primitives::election::LeaderChanges,
     rt: Rt,
 }
 
@@ -131,7 +132,7 @@ impl std::fmt::Debug for LeaderChanges {
 }
 
 impl Iterator for LeaderChanges {
-    type Item = Result<Option<crate::election::Leader>>;
+    type Item = Result<Option<crate::primitives::election::Leader>>;
 
     #[track_caller]
     fn next(&mut self) -> Option<Self::Item> {

@@ -16,4 +16,4 @@ use super::handle::Handle;
 /// guard.release()?;
 /// # Ok(()) }
 /// ```
-pub type FairLock = Handle<crate::fair::FairLock>;
+pub type FairLock = Handle<crate::primitives::fair::FairLock>;

@@ -23,11 +23,11 @@ use super::handle::Handle;
 /// lock.release_by_token(&token)?;
 /// # Ok(()) }
 /// ```
-pub type Lock = Handle<crate::lock::Lock>;
+pub type Lock = Handle<crate::primitives::lock::Lock>;
 
 /// The blocking twin of [`crate::LockGuard`], given by [`Lock`] and
 /// [`FairLock`](super::FairLock).
-pub type LockGuard = Guard<crate::lock::LockGuard>;
+pub type LockGuard = Guard<crate::primitives::lock::LockGuard>;
 
 impl LockGuard {
     /// Stops renewal and hands back the owner token without releasing; see

@@ -20,11 +20,11 @@ use crate::error::Result;
 /// guard.release()?;
 /// # Ok(()) }
 /// ```
-pub type MultiLock = Handle<crate::multi::MultiLock>;
+pub type MultiLock = Handle<crate::primitives::multi::MultiLock>;
 
 /// The blocking twin of [`crate::MultiLockGuard`]: one lease per name, each
 /// renewed while it lives, all released when it is dropped.
-pub type MultiLockGuard = Guard<crate::multi::MultiLockGuard>;
+pub type MultiLockGuard = Guard<crate::primitives::multi::MultiLockGuard>;
 
 impl MultiLock {
     /// See [`crate::MultiLock::lock_delay`].

@@ -18,7 +18,7 @@ use super::handle::Handle;
 /// outer.release()?;
 /// # Ok(()) }
 /// ```
-pub type ReentrantLock = Handle<crate::reentrant::ReentrantLock>;
+pub type ReentrantLock = Handle<crate::primitives::reentrant::ReentrantLock>;
 
 /// The blocking twin of [`crate::ReentrantGuard`]: one hold.
-pub type ReentrantGuard = Guard<crate::reentrant::ReentrantGuard>;
+pub type ReentrantGuard = Guard<crate::primitives::reentrant::ReentrantGuard>;

@@ -21,13 +21,13 @@ use crate::error::Result;
 /// read.release()?;
 /// # Ok(()) }
 /// ```
-pub type RwLock = Handle<crate::rwlock::RwLock>;
+pub type RwLock = Handle<crate::primitives::rwlock::RwLock>;
 
 /// The blocking twin of [`crate::ReadGuard`].
-pub type ReadGuard = Guard<crate::rwlock::ReadGuard>;
+pub type ReadGuard = Guard<crate::primitives::rwlock::ReadGuard>;
 
 /// The blocking twin of [`crate::WriteGuard`].
-pub type WriteGuard = Guard<crate::rwlock::WriteGuard>;
+pub type WriteGuard = Guard<crate::primitives::rwlock::WriteGuard>;
 
 impl RwLock {
     /// The blocking form of [`crate::RwLock::read`].
@@ -106,7 +106,7 @@ impl RwLock {
     ///
     /// As the async method.
     #[track_caller]
-    pub fn status(&self) -> Result<crate::rwlock::RwLockStatus> {
+    pub fn status(&self) -> Result<crate::primitives::rwlock::RwLockStatus> {
         self.block_on(self.inner.status())
     }
 }
@@ -120,7 +120,7 @@ impl WriteGuard {
     /// As the async method.
     #[track_caller]
     pub fn downgrade(self) -> Result<ReadGuard> {
-        let (read, rt) = self.finish(crate::rwlock::WriteGuard::downgrade);
+        let (read, rt) = self.finish(crate::primitives::rwlock::WriteGuard::downgrade);
         Ok(Guard { inner: read?, rt })
     }
 }

@@ -17,10 +17,10 @@ use super::handle::Handle;
 /// permit.release()?;
 /// # Ok(()) }
 /// ```
-pub type Semaphore = Handle<crate::semaphore::Semaphore>;
+pub type Semaphore = Handle<crate::primitives::semaphore::Semaphore>;
 
 /// The blocking twin of [`crate::Permit`].
-pub type Permit = Guard<crate::semaphore::Permit>;
+pub type Permit = Guard<crate::primitives::semaphore::Permit>;
 
 impl Semaphore {
     /// The number of permits this handle counts.

@@ -31,8 +31,8 @@ pub trait AsyncLease: AsyncGuard {
     fn name(&self) -> &str;
 }
 
-impl_each!(AsyncGuard for crate::lock::LockGuard, crate::reentrant::ReentrantGuard, crate::rwlock::ReadGuard,
-    crate::rwlock::WriteGuard, crate::semaphore::Permit, crate::election::Leadership, crate::multi::MultiLockGuard => {
+impl_each!(AsyncGuard for crate::primitives::lock::LockGuard, crate::primitives::reentrant::ReentrantGuard, crate::primitives::rwlock::ReadGuard,
+    crate::primitives::rwlock::WriteGuard, crate::primitives::semaphore::Permit, crate::primitives::election::Leadership, crate::primitives::multi::MultiLockGuard => {
     fn is_lost(&self) -> bool {
         Self::is_lost(self)
     }
@@ -53,8 +53,8 @@ impl_each!(AsyncGuard for crate::lock::LockGuard, crate::reentrant::ReentrantGua
     }
 });
 
-impl_each!(AsyncLease for crate::lock::LockGuard, crate::reentrant::ReentrantGuard, crate::rwlock::ReadGuard,
-    crate::rwlock::WriteGuard, crate::semaphore::Permit, crate::election::Leadership => {
+impl_each!(AsyncLease for crate::primitives::lock::LockGuard, crate::primitives::reentrant::ReentrantGuard, crate::primitives::rwlock::ReadGuard,
+    crate::primitives::rwlock::WriteGuard, crate::primitives::semaphore::Permit, crate::primitives::election::Leadership => {
     fn fence(&self) -> u64 {
         Self::fence(self)
     }
@@ -117,8 +117,8 @@ pub trait Acquire: Hold {
     fn status(&self) -> impl Future<Output = Result<Self::Status>>;
 }
 
-impl_each!(Settings for crate::lock::Lock, crate::fair::FairLock, crate::reentrant::ReentrantLock, crate::rwlock::RwLock,
-    crate::semaphore::Semaphore, crate::multi::MultiLock => {
+impl_each!(Settings for crate::primitives::lock::Lock, crate::primitives::fair::FairLock, crate::primitives::reentrant::ReentrantLock, crate::primitives::rwlock::RwLock,
+    crate::primitives::semaphore::Semaphore, crate::primitives::multi::MultiLock => {
     fn ttl(self, ttl: Duration) -> Self {
         Self::ttl(self, ttl)
     }
@@ -130,21 +130,21 @@ impl_each!(Settings for crate::lock::Lock, crate::fair::FairLock, crate::reentra
     }
 });
 
-impl_each!(Named for crate::lock::Lock, crate::fair::FairLock, crate::reentrant::ReentrantLock, crate::rwlock::RwLock,
-    crate::semaphore::Semaphore, crate::election::Election => {
+impl_each!(Named for crate::primitives::lock::Lock, crate::primitives::fair::FairLock, crate::primitives::reentrant::ReentrantLock, crate::primitives::rwlock::RwLock,
+    crate::primitives::semaphore::Semaphore, crate::primitives::election::Election => {
     fn name(&self) -> &str {
         Self::name(self)
     }
 });
 
-impl_each!(AtLeast for crate::lock::Lock, crate::fair::FairLock, crate::rwlock::RwLock, crate::semaphore::Semaphore,
-    crate::multi::MultiLock => {
+impl_each!(AtLeast for crate::primitives::lock::Lock, crate::primitives::fair::FairLock, crate::primitives::rwlock::RwLock, crate::primitives::semaphore::Semaphore,
+    crate::primitives::multi::MultiLock => {
     fn hold_at_least(self, at_least: Duration) -> Self {
         Self::hold_at_least(self, at_least)
     }
 });
 
-impl_each!(Owned for crate::reentrant::ReentrantLock, crate::rwlock::RwLock => {
+impl_each!(Owned for crate::primitives::reentrant::ReentrantLock, crate::primitives::rwlock::RwLock => {
     fn owner(self, id: impl Into<String>) -> Self {
         Self::owner(self, id)
     }
@@ -153,7 +153,7 @@ impl_each!(Owned for crate::reentrant::ReentrantLock, crate::rwlock::RwLock => {
     }
 });
 
-impl_each!(Exclusive for crate::lock::Lock, crate::fair::FairLock => {
+impl_each!(Exclusive for crate::primitives::lock::Lock, crate::primitives::fair::FairLock => {
     fn lock_delay(self, delay: Duration) -> Self {
         Self::lock_delay(self, delay)
     }
@@ -165,7 +165,7 @@ impl_each!(Exclusive for crate::lock::Lock, crate::fair::FairLock => {
     }
 });
 
-impl_each!(Acquire for crate::lock::Lock, crate::fair::FairLock, crate::reentrant::ReentrantLock, crate::semaphore::Semaphore => {
+impl_each!(Acquire for crate::primitives::lock::Lock, crate::primitives::fair::FairLock, crate::primitives::reentrant::ReentrantLock, crate::primitives::semaphore::Semaphore => {
     fn acquire(&self) -> impl Future<Output = Result<Self::Guard>> {
         Self::acquire(self)
     }
@@ -195,8 +195,8 @@ macro_rules! holds {
 }
 
 holds! {
-    crate::lock::Lock => crate::lock::LockGuard, crate::lock::LockStatus;
-    crate::fair::FairLock => crate::lock::LockGuard, crate::lock::LockStatus;
-    crate::reentrant::ReentrantLock => crate::reentrant::ReentrantGuard, crate::reentrant::ReentrantStatus;
-    crate::semaphore::Semaphore => crate::semaphore::Permit, crate::semaphore::SemaphoreStatus;
+    crate::primitives::lock::Lock => crate::primitives::lock::LockGuard, crate::primitives::lock::LockStatus;
+    crate::primitives::fair::FairLock => crate::primitives::lock::LockGuard, crate::primitives::lock::LockStatus;
+    crate::primitives::reentrant::ReentrantLock => crate::primitives::reentrant::ReentrantGuard, crate::primitives::reentrant::ReentrantStatus;
+    crate::primitives::semaphore::Semaphore => crate::primitives::semaphore::Permit, crate::primitives::semaphore::SemaphoreStatus;
 }

@@ -14,6 +14,7 @@ use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::key::LockKeys;
 use crate::kind::LockKind;
+use crate::telemetry::LostReason;
 
 /// The prelude every script starts with: the helpers they share (server
 /// time, fences).
@@ -230,6 +231,15 @@ pub(crate) enum Owned {
 }
 
 impl Owned {
+    /// The reason a renewal, extend or release that found the lease not
+    /// ours gives.
+    pub(crate) fn lost_reason(self) -> LostReason {
+        match self {
+            Owned::OtherOwner => LostReason::Taken,
+            Owned::Missing | Owned::Done => LostReason::Expired,
+        }
+    }
+
     fn from_code(code: i64) -> Owned {
         match code {
             1 => Owned::Done,

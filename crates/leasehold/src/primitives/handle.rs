@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use crate::acquire::{Target, Won};
 use crate::error::{Error, Result};
-use crate::guard::Held;
 use crate::inner::Inner;
 use crate::key::{LockKeys, validate_name};
 use crate::kind::LockKind;
 use crate::lease::Lease;
+use crate::primitives::guard::Held;
 use crate::token::Token;
 
 /// One live hold of an [`RwLock`](crate::RwLock) or one [`Permit`](crate::Permit) of a

@@ -4,9 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Result;
-use crate::handle::{Handle, at_least_api, handle_api, lock_delay_api};
 use crate::inner::Inner;
-use crate::lock::{Lock, LockGuard, LockStatus};
+use crate::primitives::handle::{Handle, at_least_api, handle_api, lock_delay_api};
+use crate::primitives::lock::{Lock, LockGuard, LockStatus};
 
 /// A handle to one named lease lock whose waiters are served in arrival
 /// order; made by [`Client::fair_lock`](crate::Client::fair_lock).
@@ -91,7 +91,7 @@ impl FairLock {
         self.lock().acquire().await
     }
 
-    crate::run::run_api!(run, acquire, "lock", "client.fair_lock(\"payouts\")");
+    crate::primitives::run::run_api!(run, acquire, "lock", "client.fair_lock(\"payouts\")");
 
     /// Takes the lock if it is free and nobody waits for it, without
     /// waiting (and without joining the queue): `Ok(None)` otherwise.

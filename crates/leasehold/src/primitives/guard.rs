@@ -149,7 +149,7 @@ impl Held {
         match outcome {
             Ok(Owned::Done) => Ok(()),
             Ok(gone @ (Owned::Missing | Owned::OtherOwner)) => {
-                self.lease.mark_lost(LostReason::gone(gone));
+                self.lease.mark_lost(gone.lost_reason());
                 Err(self.lost_error())
             }
             Err(e) => {

@@ -28,11 +28,11 @@ use tokio::sync::Notify;
 use crate::clock::Instant;
 use crate::error::{Error, Result};
 use crate::events::Subscription;
-use crate::guard::{Held, guard_api};
-use crate::handle::Handle;
 use crate::inner::Inner;
 use crate::key::validate_name;
 use crate::kind::LockKind;
+use crate::primitives::guard::{Held, guard_api};
+use crate::primitives::handle::Handle;
 use crate::scripts::Leading;
 use crate::token::Token;
 
@@ -227,7 +227,7 @@ impl Election {
         F: FnOnce(u64) -> Fut,
         Fut: std::future::Future<Output = T>,
     {
-        crate::run::run(self.campaign(value).await?.held, work).await
+        crate::primitives::run::run(self.campaign(value).await?.held, work).await
     }
 
     /// Reads who leads the election now: `None` when nobody does, which
@@ -362,7 +362,7 @@ impl Election {
     /// The lease lock's acquisition, as [`Lock`](crate::Lock)'s, of kind
     /// [`LockKind::Election`] (its renewals and release carry the record).
     async fn win(&self, wait: Option<Duration>) -> Result<Option<Held>> {
-        crate::lock::take_lease(&self.h, LockKind::Election, false, wait).await
+        crate::primitives::lock::take_lease(&self.h, LockKind::Election, false, wait).await
     }
 }
 

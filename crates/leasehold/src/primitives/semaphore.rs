@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use crate::acquire::acquire;
 use crate::error::{Error, Result};
-use crate::guard::{Held, guard_api};
-use crate::handle::{Handle, HoldStatus, at_least_api, handle_api};
 use crate::inner::Inner;
 use crate::key::validate_name;
 use crate::kind::LockKind;
+use crate::primitives::guard::{Held, guard_api};
+use crate::primitives::handle::{Handle, HoldStatus, at_least_api, handle_api};
 use crate::scripts::{self, STATUS_MOST_ENTRIES, SemAcquire};
 use crate::token::{Token, redact};
 
@@ -93,7 +93,7 @@ impl Semaphore {
             .ok_or_else(|| self.h.timeout())
     }
 
-    crate::run::run_api!(run, acquire, "permit", "client.semaphore(\"exports\", 4)");
+    crate::primitives::run::run_api!(run, acquire, "permit", "client.semaphore(\"exports\", 4)");
 
     /// Takes a permit if one is free, without waiting: `Ok(None)` when all
     /// are held.

@@ -15,7 +15,7 @@ use futures_util::future::{join_all, select_all};
 use crate::clock::Instant;
 use crate::error::{Error, Result};
 use crate::inner::Inner;
-use crate::lock::{Lock, LockGuard};
+use crate::primitives::lock::{Lock, LockGuard};
 
 /// A handle to several lease locks taken together; made by
 /// [`Client::multi_lock`](crate::Client::multi_lock).
@@ -80,7 +80,7 @@ impl MultiLock {
         MultiLock {
             inner,
             locks,
-            wait: crate::handle::DEFAULT_WAIT,
+            wait: crate::primitives::handle::DEFAULT_WAIT,
             at_least: None,
         }
     }

@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use crate::acquire::acquire;
 use crate::error::{Error, Result};
-use crate::guard::{Held, guard_api};
-use crate::handle::{Handle, handle_api, owner_api};
 use crate::inner::Inner;
 use crate::key::{validate_name, validate_owner};
 use crate::kind::LockKind;
+use crate::primitives::guard::{Held, guard_api};
+use crate::primitives::handle::{Handle, handle_api, owner_api};
 use crate::scripts::Owned;
 use crate::token::{Token, redact};
 
@@ -89,7 +89,7 @@ impl ReentrantLock {
             .ok_or_else(|| self.h.timeout())
     }
 
-    crate::run::run_api!(
+    crate::primitives::run::run_api!(
         run,
         acquire,
         "hold",

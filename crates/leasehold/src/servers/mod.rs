@@ -9,13 +9,16 @@ use futures_util::stream::FuturesUnordered;
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
+use crate::events::Channels;
 use crate::key::LockKeys;
 use crate::kind::LockKind;
-use crate::redlock::Redlock;
 use crate::scripts::{
     self, Acquire, Extension, Leading, LeaseId, Owned, Queueing, ReentrantState, RwAcquire,
     RwAttempt, SemAcquire, SetStatus, Spread, Status,
 };
+use crate::servers::redlock::Redlock;
+
+pub(crate) mod redlock;
 
 /// The servers of one client.
 #[derive(Clone)]
@@ -344,4 +347,14 @@ fn needs_one_server(primitive: &str) -> Error {
         "{primitive} is not available on a Redlock client (its state cannot be split over \
          independent masters); use Lock, or a client on one Redis"
     ))
+}
+
+impl Channels for Servers {
+    fn subscribe(&self, channel: &str) -> impl Future<Output = Result<()>> + Send {
+        Servers::subscribe(self, channel)
+    }
+
+    fn unsubscribe(&self, channel: &str) -> impl Future<Output = Result<()>> + Send {
+        Servers::unsubscribe(self, channel)
+    }
 }

@@ -7,12 +7,12 @@ use crate::clock::Instant;
 
 use crate::acquire::acquire;
 use crate::error::{Error, Result};
-use crate::guard::{Held, guard_api};
-use crate::handle::{Handle, HoldStatus, at_least_api, handle_api, owner_api};
 use crate::inner::Inner;
 use crate::key::{LockKeys, validate_name, validate_owner};
 use crate::kind::LockKind;
 use crate::lease::Lease;
+use crate::primitives::guard::{Held, guard_api};
+use crate::primitives::handle::{Handle, HoldStatus, at_least_api, handle_api, owner_api};
 use crate::scripts::{Acquire, Mode, Owned, OwnedLeaseId, RwAcquire, RwAttempt};
 use crate::token::{Token, redact};
 
@@ -100,7 +100,7 @@ impl RwLock {
         Ok(ReadGuard { held })
     }
 
-    crate::run::run_api!(run_read, read, "read hold", "client.rw_lock(\"catalog\")");
+    crate::primitives::run::run_api!(run_read, read, "read hold", "client.rw_lock(\"catalog\")");
 
     /// As [`RwLock::read`], without waiting: `Ok(None)` while another owner
     /// writes or waits to write.
@@ -157,7 +157,7 @@ impl RwLock {
         Ok(WriteGuard { held })
     }
 
-    crate::run::run_api!(
+    crate::primitives::run::run_api!(
         run_write,
         write,
         "write hold",
@@ -487,7 +487,7 @@ impl WriteGuard {
                 })
             }
             gone @ (Owned::Missing | Owned::OtherOwner) => {
-                lease.mark_lost(crate::telemetry::LostReason::gone(gone));
+                lease.mark_lost(gone.lost_reason());
                 Err(error)
             }
         }

@@ -1,4 +1,8 @@
 //! The entry point: a cheap, cloneable handle to one Redis deployment.
+//!
+//! [`Client`] connects and makes the primitives' handles; beside it, its
+//! options ([`builder`]) and the operator's tools over any name
+//! ([`inspect`]: what holds it; [`break_lease`]: remove it).
 
 use std::sync::Arc;
 
@@ -6,22 +10,26 @@ use crate::acquire::{Core, Flights};
 #[cfg(feature = "sentinel")]
 use crate::backend::SentinelTarget;
 use crate::backend::{Backend, ConnectOptions};
-use crate::builder::ClientBuilder;
-use crate::election::Election;
+use crate::client::builder::ClientBuilder;
 use crate::error::{Error, Result};
 use crate::events::{Events, Shared};
-use crate::fair::FairLock;
 use crate::inner::Inner;
 use crate::key::{glob_match, name_of_lock_key, validate_prefix};
-use crate::lock::{Lock, LockStatus};
-use crate::multi::MultiLock;
-use crate::redlock::Redlock;
-use crate::redlock::quorum::quorum;
-use crate::reentrant::ReentrantLock;
-use crate::rwlock::RwLock;
-use crate::semaphore::Semaphore;
+use crate::primitives::election::Election;
+use crate::primitives::fair::FairLock;
+use crate::primitives::lock::{Lock, LockStatus};
+use crate::primitives::multi::MultiLock;
+use crate::primitives::reentrant::ReentrantLock;
+use crate::primitives::rwlock::RwLock;
+use crate::primitives::semaphore::Semaphore;
 use crate::servers::Servers;
+use crate::servers::redlock::Redlock;
+use crate::servers::redlock::quorum::quorum;
 use crate::watchdog::Watchdog;
+
+pub(crate) mod break_lease;
+pub(crate) mod builder;
+mod inspect;
 
 /// A connection to Redis from which locks are made.
 ///

@@ -1,5 +1,5 @@
 //! The options of a [`Client`](crate::Client): where it connects, how it logs in, its
-//! timeouts and bounds. [`ClientBuilder::build`] (in `client.rs`) connects.
+//! timeouts and bounds. [`ClientBuilder::build`] (in `client/mod.rs`) connects.
 
 use std::time::Duration;
 

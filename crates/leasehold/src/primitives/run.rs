@@ -6,7 +6,7 @@
 use std::future::Future;
 
 use crate::error::Result;
-use crate::guard::Held;
+use crate::primitives::guard::Held;
 
 /// Runs `work(fence)` while `held` lasts, then releases it.
 ///
@@ -90,7 +90,7 @@ macro_rules! run_api {
             F: FnOnce(u64) -> Fut,
             Fut: std::future::Future<Output = T>,
         {
-            crate::run::run(self.$acquire().await?.held, work).await
+            crate::primitives::run::run(self.$acquire().await?.held, work).await
         }
     };
 }

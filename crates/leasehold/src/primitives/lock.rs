@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use crate::acquire::acquire;
 use crate::error::{Error, Result};
-use crate::guard::{Held, guard_api};
-use crate::handle::{Handle, at_least_api, handle_api, lock_delay_api};
 use crate::inner::Inner;
 use crate::key::validate_name;
 use crate::kind::LockKind;
 use crate::lease::server_ttl;
+use crate::primitives::guard::{Held, guard_api};
+use crate::primitives::handle::{Handle, at_least_api, handle_api, lock_delay_api};
 use crate::scripts::{Acquire, Extension, LeaseId, Owned, Queueing};
 use crate::token::{Token, redact};
 
@@ -175,7 +175,7 @@ impl Lock {
         F: FnOnce(u64) -> Fut,
         Fut: std::future::Future<Output = T>,
     {
-        crate::run::run(self.acquire().await?.held, work).await
+        crate::primitives::run::run(self.acquire().await?.held, work).await
     }
 
     /// Releases the lease held under `token`, for holders that kept only
