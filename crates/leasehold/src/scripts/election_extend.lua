@@ -4,23 +4,15 @@
 -- ARGV[2i-1] owner token of lease i   ARGV[2i] new ttl of lease i in ms
 -- Returns a list with, for each lease: 1 if extended, 0 if missing, -1 if another owner
 -- holds it or the key now holds another type (then it is left alone).
-local out = {}
-for i = 1, #KEYS / 2 do
+return each_lease(#KEYS / 2, function(i)
   local key, record_key, token = KEYS[2 * i - 1], KEYS[2 * i], ARGV[2 * i - 1]
-  local holder = redis.pcall('GET', key)
-  if type(holder) == 'table' then
-    out[i] = -1
-  elseif holder == token then
+  local owned = holder_check(key, token)
+  if owned == 1 then
     redis.call('PEXPIRE', key, ARGV[2 * i])
     local record = redis.pcall('GET', record_key)
     if type(record) == 'string' and string.match(record, '^%d+ (%S+) ') == token then
       redis.call('PEXPIRE', record_key, ARGV[2 * i])
     end
-    out[i] = 1
-  elseif holder then
-    out[i] = -1
-  else
-    out[i] = 0
   end
-end
-return out
+  return owned
+end)

@@ -15,12 +15,9 @@
 -- ARGV[2i-1] owner token of lease i   ARGV[2i] its ttl in ms
 -- Returns a list with, for each lease: 1 if set back, 0 if left alone (ours already,
 -- another token's, or a key of another type).
-local out = {}
-for i, key in ipairs(KEYS) do
-  if redis.call('SET', key, ARGV[2 * i - 1], 'NX', 'PX', ARGV[2 * i]) then
-    out[i] = 1
-  else
-    out[i] = 0
+return each_lease(#KEYS, function(i)
+  if redis.call('SET', KEYS[i], ARGV[2 * i - 1], 'NX', 'PX', ARGV[2 * i]) then
+    return 1
   end
-end
-return out
+  return 0
+end)

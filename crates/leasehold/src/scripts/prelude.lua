@@ -139,6 +139,31 @@ local function publish(sharded, channel, message)
   return redis.call('PUBLISH', channel, message)
 end
 
+-- A batched call (the watchdog's renewals): answer(i) for each lease i = 1..n, as one list.
+-- One odd key must not fail the others in the batch: answers read keys with redis.pcall and
+-- answer -1 for a key of another type, which they leave alone.
+local function each_lease(n, answer)
+  local out = {}
+  for i = 1, n do
+    out[i] = answer(i)
+  end
+  return out
+end
+
+-- Whether token holds the lock key (a string lease): 1 it does, 0 the key is missing, -1
+-- another owner holds it or the key holds another type.
+local function holder_check(key, token)
+  local holder = redis.pcall('GET', key)
+  if type(holder) == 'table' then
+    return -1
+  elseif holder == token then
+    return 1
+  elseif holder then
+    return -1
+  end
+  return 0
+end
+
 -- Drops the name's last fence when its lock is freed by a release: it lives no longer than
 -- the lease (unless the client keeps fences longer, and then the caller does not call this),
 -- so a name used once leaves nothing behind. A fence ahead of the clock (it stepped back)

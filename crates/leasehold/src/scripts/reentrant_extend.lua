@@ -7,23 +7,20 @@
 -- holds another type (left alone).
 -- The key's expiry only grows (PEXPIRE GT): the owner's other holds may have asked for longer.
 local now = now_ms()
-local out = {}
-for i, key in ipairs(KEYS) do
-  local field = 'h:' .. ARGV[2 * i - 1]
+return each_lease(#KEYS, function(i)
+  local key, field = KEYS[i], 'h:' .. ARGV[2 * i - 1]
   local value = redis.pcall('HGET', key, field)
   if type(value) == 'table' then
-    out[i] = -1
+    return -1
   elseif value and hold_live(value, now) then
     redis.call('HSET', key, field, string.format('%d', now + tonumber(ARGV[2 * i])))
     pexpire_gt(key, ARGV[2 * i])
-    out[i] = 1
+    return 1
   elseif value then
     redis.call('HDEL', key, field)
-    out[i] = 0
+    return 0
   elseif redis.call('EXISTS', key) == 1 then
-    out[i] = -1
-  else
-    out[i] = 0
+    return -1
   end
-end
-return out
+  return 0
+end)

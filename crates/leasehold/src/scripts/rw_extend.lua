@@ -6,18 +6,15 @@
 -- changes), 0 if it is missing or expired, -1 if the key holds another type (left alone).
 -- The key's expiry only grows here (PEXPIRE GT), to cover the renewed hold.
 local now = now_ms()
-local out = {}
-for i, key in ipairs(KEYS) do
-  local member, ttl = ARGV[2 * i - 1], tonumber(ARGV[2 * i])
+return each_lease(#KEYS, function(i)
+  local key, member, ttl = KEYS[i], ARGV[2 * i - 1], tonumber(ARGV[2 * i])
   local score = redis.pcall('ZSCORE', key, member)
   if type(score) == 'table' then
-    out[i] = -1
+    return -1
   elseif score and tonumber(score) > now then
     redis.call('ZADD', key, 'XX', now + ttl, member)
     pexpire_gt(key, ttl)
-    out[i] = 1
-  else
-    out[i] = 0
+    return 1
   end
-end
-return out
+  return 0
+end)
