@@ -397,6 +397,20 @@ impl RedisServer {
             })
     }
 
+    /// How many clients are subscribed to `channel` (`PUBSUB NUMSUB`).
+    ///
+    /// ```
+    /// let server = leasehold_testkit::RedisServer::start();
+    /// assert_eq!(server.subscribers("news"), 0);
+    /// ```
+    pub fn subscribers(&self, channel: &str) -> i64 {
+        let (_, n): (String, i64) = redis::cmd("PUBSUB")
+            .arg(&["NUMSUB", channel])
+            .query(&mut self.connection())
+            .expect("PUBSUB NUMSUB");
+        n
+    }
+
     /// Kills the process with SIGKILL and reaps it. Does nothing if it is
     /// already dead; the port stays reserved for [`restart`](Self::restart).
     ///

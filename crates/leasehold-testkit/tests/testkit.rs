@@ -304,6 +304,25 @@ fn proxy_drop_is_prompt_and_closes_connections() {
     assert!(!port_accepts(proxy_port));
 }
 
+/// Runs the test `name` of this binary again as a child process, marked by
+/// the variable `mark` and with `var` set to its value; fails unless the
+/// child fails. Returns its stdout and stderr.
+fn failing_child(name: &str, mark: &str, (var, value): (&str, &str)) -> (String, String) {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture"])
+        .env(mark, "1")
+        .env(var, value)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        !out.status.success(),
+        "child must fail:\n{stdout}\n{stderr}"
+    );
+    (stdout, stderr)
+}
+
 /// Runs this test binary again with `LEASEHOLD_REDIS_SERVER` pointing nowhere;
 /// the child's start() must panic with the install command.
 #[test]
@@ -313,21 +332,10 @@ fn missing_binary_panics_with_install_command() {
         let _server = RedisServer::start();
         unreachable!("start() must panic when the binary is missing");
     }
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "missing_binary_panics_with_install_command",
-            "--nocapture",
-        ])
-        .env(CHILD, "1")
-        .env("LEASEHOLD_REDIS_SERVER", "/nonexistent/redis-server")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        !out.status.success(),
-        "child must fail:\n{stdout}\n{stderr}"
+    let (stdout, stderr) = failing_child(
+        "missing_binary_panics_with_install_command",
+        CHILD,
+        ("LEASEHOLD_REDIS_SERVER", "/nonexistent/redis-server"),
     );
     assert!(
         stderr.contains(INSTALL_HINT),
@@ -345,21 +353,10 @@ fn missing_cli_panics_naming_the_variable() {
         let _cluster = RedisCluster::start(3, 0);
         unreachable!("start() must panic when the cli is missing");
     }
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "missing_cli_panics_naming_the_variable",
-            "--nocapture",
-        ])
-        .env(CHILD, "1")
-        .env("LEASEHOLD_REDIS_CLI", "/nonexistent/valkey-cli")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        !out.status.success(),
-        "child must fail:\n{stdout}\n{stderr}"
+    let (stdout, stderr) = failing_child(
+        "missing_cli_panics_naming_the_variable",
+        CHILD,
+        ("LEASEHOLD_REDIS_CLI", "/nonexistent/valkey-cli"),
     );
     assert!(
         stderr.contains("LEASEHOLD_REDIS_CLI=/nonexistent/valkey-cli"),

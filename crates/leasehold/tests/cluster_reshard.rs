@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::holds::{Hold, take, violations};
+use common::holds::{self, Load, violations};
 use leasehold::Client;
 use leasehold_testkit::RedisCluster;
 
@@ -31,27 +31,6 @@ const LOAD_LIMIT: Duration = Duration::from_secs(45);
 /// never tolerated, whatever its count.
 const ERRORS_TOLERATED: usize = 20;
 
-#[derive(Default)]
-struct Outcome {
-    holds: Vec<(usize, Hold)>,
-    errors: Vec<String>,
-    acquired: usize,
-}
-
-/// Whether an error says a command got a reply of another shape than its
-/// own: the mark of a reply delivered to the wrong command.
-fn is_wrong_reply(error: &str) -> bool {
-    [
-        "ncompatible type",
-        "Not a",
-        "value was",
-        "unexpected reply",
-        "Response was",
-    ]
-    .iter()
-    .any(|mark| error.contains(mark))
-}
-
 fn name(i: usize) -> String {
     format!("reshard:{i}")
 }
@@ -59,8 +38,8 @@ fn name(i: usize) -> String {
 /// One task: takes names in a task-specific order, holds each briefly, and
 /// records every hold and every error. Even tasks wait (short), odd ones
 /// only try. Stops when `stop` is set or its own bounds are reached.
-async fn worker(client: Client, task: usize, stop: Arc<AtomicBool>, deadline: Instant) -> Outcome {
-    let mut out = Outcome::default();
+async fn worker(client: Client, task: usize, stop: Arc<AtomicBool>, deadline: Instant) -> Load {
+    let mut out = Load::default();
     let ttl = Duration::from_millis(1500);
     for attempt in 0..MAX_ATTEMPTS {
         if stop.load(Ordering::Relaxed) || Instant::now() >= deadline {
@@ -68,39 +47,16 @@ async fn worker(client: Client, task: usize, stop: Arc<AtomicBool>, deadline: In
         }
         let i = (task * 7 + attempt * 13) % NAMES;
         let lock = client.lock(name(i)).ttl(ttl);
-        let result = take(lock, task.is_multiple_of(2)).await;
-        let guard = match result {
-            Ok(Some(guard)) => guard,
-            Ok(None) => continue,
-            Err(e) => {
-                out.errors.push(format!("acquire {}: {e}", name(i)));
-                // Never retry at once: an error loop must not spin.
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                continue;
-            }
+        let Some(guard) = out.attempt(lock, task, &name(i)).await else {
+            continue;
         };
         let start = Instant::now();
-        out.acquired += 1;
         if attempt % 4 == 0 {
             tokio::time::sleep(Duration::from_millis(1)).await;
         } else {
             tokio::task::yield_now().await;
         }
-        let fence = guard.fence();
-        let end = Instant::now();
-        out.holds.push((
-            i,
-            Hold {
-                start,
-                end,
-                fence,
-                task,
-            },
-        ));
-        if let Err(e) = guard.release().await {
-            out.errors.push(format!("release {}: {e}", name(i)));
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        out.give_back(guard, (i, &name(i)), task, start).await;
     }
     out
 }
@@ -146,21 +102,21 @@ async fn live_reshard_crosses_no_replies_and_overlaps_no_holds() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, Ordering::Relaxed);
 
-    let mut holds = Vec::new();
-    let mut errors = Vec::new();
-    let mut acquired = 0;
+    let mut load = Load::default();
     for w in workers {
-        let out = w.await.expect("worker");
-        holds.extend(out.holds);
-        errors.extend(out.errors);
-        acquired += out.acquired;
+        load.add(w.await.expect("worker"));
     }
+    let Load {
+        holds,
+        errors,
+        acquired,
+    } = load;
     assert!(
         Instant::now() < deadline,
         "the load ran into its time bound ({LOAD_LIMIT:?})"
     );
     let (overlaps, fences) = violations(&holds, name);
-    let wrong: Vec<&String> = errors.iter().filter(|e| is_wrong_reply(e)).collect();
+    let wrong: Vec<&String> = errors.iter().filter(|e| holds::is_wrong_reply(e)).collect();
     let summary = format!(
         "{acquired} holds, {} errors ({} of the wrong-reply class), {} overlaps, {} fences \
          out of order; reshards took {moved:?}",
@@ -173,19 +129,8 @@ async fn live_reshard_crosses_no_replies_and_overlaps_no_holds() {
     for e in errors.iter().take(10) {
         eprintln!("  error: {e}");
     }
-    assert!(
-        overlaps.is_empty(),
-        "two holders of one name: {overlaps:#?}\n{summary}"
-    );
-    assert!(
-        fences.is_empty(),
-        "fences out of hold order: {fences:#?}\n{summary}"
-    );
-    assert!(
-        wrong.is_empty(),
-        "replies seen by the wrong command: {:#?}\n{summary}",
-        wrong.iter().take(10).collect::<Vec<_>>()
-    );
+    holds::assert_holds_in_order(&overlaps, &fences, &summary);
+    holds::assert_no_wrong_replies(&wrong, &summary);
     assert!(
         errors.len() <= ERRORS_TOLERATED,
         "{} errors, at most {ERRORS_TOLERATED} tolerated: {:#?}\n{summary}",
@@ -208,6 +153,14 @@ async fn live_reshard_crosses_no_replies_and_overlaps_no_holds() {
             .unwrap_or_else(|e| panic!("release {} after the reshards: {e}\n{summary}", name(i)));
     }
     eprintln!("whole test: {:?}", began.elapsed());
+}
+
+/// Waits, off the runtime's threads, until `cluster` reports ok again.
+async fn wait_until_ok(cluster: &Arc<RedisCluster>) {
+    let settle = Arc::clone(cluster);
+    tokio::task::spawn_blocking(move || settle.wait_until_ok())
+        .await
+        .expect("cluster ok again");
 }
 
 /// The nodes (by port) whose `PUBSUB <sub>` (`CHANNELS`, `SHARDCHANNELS`)
@@ -351,10 +304,7 @@ async fn plain_pubsub_moves_to_another_node_when_its_node_dies() {
         killed.elapsed()
     );
     let cluster = Arc::new(cluster);
-    let settle = Arc::clone(&cluster);
-    tokio::task::spawn_blocking(move || settle.wait_until_ok())
-        .await
-        .expect("cluster ok again");
+    wait_until_ok(&cluster).await;
 
     // The waiter's attempts failed while the cluster was down; once it is
     // ok again, one heartbeat (at most a second) puts it back in the queue.
@@ -631,10 +581,7 @@ async fn sharded_waiters_wake_after_their_master_failed_over() {
         killed.elapsed()
     );
     let cluster = Arc::new(cluster);
-    let settle = Arc::clone(&cluster);
-    tokio::task::spawn_blocking(move || settle.wait_until_ok())
-        .await
-        .expect("cluster ok again");
+    wait_until_ok(&cluster).await;
     // The lock waiter's attempts failed while the slot had no master; one
     // heartbeat puts it back in the queue.
     tokio::time::sleep(Duration::from_millis(1500)).await;

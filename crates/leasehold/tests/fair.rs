@@ -36,6 +36,38 @@ fn waiter(lock: FairLock, i: usize, log: &Log) -> tokio::task::JoinHandle<()> {
     })
 }
 
+/// `n` waiters on `lock`'s name, waiter `i` on the client `on(i)`, each
+/// queued before the next arrives.
+async fn queue_waiters<'a>(
+    lock: &FairLock,
+    n: usize,
+    on: impl Fn(usize) -> &'a Client,
+    log: &Log,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        tasks.push(waiter(
+            on(i).fair_lock("queue").wait(Duration::from_secs(60)),
+            i,
+            log,
+        ));
+        queued(lock, i + 1).await;
+    }
+    tasks
+}
+
+/// Waits until each of `tasks` has had its turn (60 s at most each); the
+/// order the waiters got the lock in, as `log` has it.
+async fn turns(tasks: Vec<tokio::task::JoinHandle<()>>, log: &Log) -> Vec<usize> {
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(60), task)
+            .await
+            .expect("every live waiter gets its turn")
+            .unwrap();
+    }
+    log.lock().unwrap().iter().map(|(i, _)| *i).collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_waiters_acquire_in_exactly_their_arrival_order() {
     let server = RedisServer::start();
@@ -44,28 +76,13 @@ async fn ten_waiters_acquire_in_exactly_their_arrival_order() {
     let lock = first.fair_lock("queue").wait(Duration::from_secs(60));
     let guard = lock.acquire().await.unwrap();
     let log: Log = Arc::default();
-    let mut tasks = Vec::new();
-    for i in 0..10 {
-        // Waiters alternate between two clients.
-        let c = if i % 2 == 0 { &first } else { &second };
-        tasks.push(waiter(
-            c.fair_lock("queue").wait(Duration::from_secs(60)),
-            i,
-            &log,
-        ));
-        queued(&lock, i + 1).await;
-    }
+    // Waiters alternate between two clients.
+    let on = |i: usize| if i.is_multiple_of(2) { &first } else { &second };
+    let tasks = queue_waiters(&lock, 10, on, &log).await;
     // Nobody barges in while they wait, not even the holder's own client.
     guard.release().await.unwrap();
     assert!(lock.try_acquire().await.unwrap().is_none());
-    for task in tasks {
-        tokio::time::timeout(Duration::from_secs(60), task)
-            .await
-            .expect("every waiter gets its turn")
-            .unwrap();
-    }
-    let order: Vec<usize> = log.lock().unwrap().iter().map(|(i, _)| *i).collect();
-    assert_eq!(order, (0..10).collect::<Vec<_>>());
+    assert_eq!(turns(tasks, &log).await, (0..10).collect::<Vec<_>>());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -77,18 +94,9 @@ async fn a_waiter_killed_in_the_middle_of_the_queue_is_skipped_within_the_bound(
     let lock = client.fair_lock("queue").wait(Duration::from_secs(60));
     let guard = lock.acquire().await.unwrap();
     let log: Log = Arc::default();
-    let mut tasks = Vec::new();
-    let mut killed = None;
-    for i in 0..10 {
-        let c = if i == 5 { &doomed } else { &client };
-        let task = waiter(c.fair_lock("queue").wait(Duration::from_secs(60)), i, &log);
-        if i == 5 {
-            killed = Some(task);
-        } else {
-            tasks.push(task);
-        }
-        queued(&lock, i + 1).await;
-    }
+    let on = |i: usize| if i == 5 { &doomed } else { &client };
+    let mut tasks = queue_waiters(&lock, 10, on, &log).await;
+    let killed = tasks.remove(5);
     // Waiter 5's connection goes dark: no more heartbeats, no hand-off reaches it.
     proxy.set_mode(ProxyMode::Blackhole);
     // A newcomer keeps trying to slip in, e.g. while waiter 5's turn lapses.
@@ -105,15 +113,9 @@ async fn a_waiter_killed_in_the_middle_of_the_queue_is_skipped_within_the_bound(
         })
     };
     guard.release().await.unwrap();
-    for task in tasks {
-        tokio::time::timeout(Duration::from_secs(60), task)
-            .await
-            .expect("every live waiter gets its turn")
-            .unwrap();
-    }
+    let order = turns(tasks, &log).await;
     barger.abort();
     let log = log.lock().unwrap().clone();
-    let order: Vec<usize> = log.iter().map(|(i, _)| *i).collect();
     assert_eq!(
         order[..9],
         [0, 1, 2, 3, 4, 6, 7, 8, 9],
@@ -131,9 +133,7 @@ async fn a_waiter_killed_in_the_middle_of_the_queue_is_skipped_within_the_bound(
         gap > Duration::from_millis(300),
         "waiter 6 got the lock {gap:?} after 4: the dead waiter's turn was not even tried"
     );
-    if let Some(task) = killed {
-        task.abort();
-    }
+    killed.abort();
 }
 
 #[tokio::test]
@@ -166,27 +166,12 @@ async fn release_by_token_hands_the_lock_to_the_queued_waiters_in_order() {
     // The holder keeps only the token, as another process would.
     let token = lock.acquire().await.unwrap().detach();
     let log: Log = Arc::default();
-    let mut tasks = Vec::new();
-    for i in 0..4 {
-        let c = if i % 2 == 0 { &first } else { &second };
-        tasks.push(waiter(
-            c.fair_lock("queue").wait(Duration::from_secs(60)),
-            i,
-            &log,
-        ));
-        queued(&lock, i + 1).await;
-    }
+    let on = |i: usize| if i.is_multiple_of(2) { &first } else { &second };
+    let tasks = queue_waiters(&lock, 4, on, &log).await;
     lock.release_by_token(&token).await.unwrap();
     // Handed to the first waiter, not left free for a newcomer.
     assert!(lock.try_acquire().await.unwrap().is_none());
-    for task in tasks {
-        tokio::time::timeout(Duration::from_secs(60), task)
-            .await
-            .expect("every waiter gets its turn")
-            .unwrap();
-    }
-    let order: Vec<usize> = log.lock().unwrap().iter().map(|(i, _)| *i).collect();
-    assert_eq!(order, [0, 1, 2, 3]);
+    assert_eq!(turns(tasks, &log).await, [0, 1, 2, 3]);
     assert!(matches!(
         lock.release_by_token(&token).await,
         Err(Error::Lost { .. })

@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use leasehold::{Error, fenced};
-use leasehold_testkit::{Proxy, ProxyMode, RedisServer};
+use leasehold_testkit::{ProxyMode, RedisServer};
 
 async fn resource(server: &RedisServer) -> leasehold::redis::aio::MultiplexedConnection {
     leasehold::redis::Client::open(server.url())
@@ -120,16 +120,11 @@ fn the_script_works_from_any_client_and_refuses_bad_fences() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_holders_late_write_is_rejected() {
     let server = RedisServer::start();
-    // Holder A reaches the locks' Redis through a proxy that will go
-    // silent: its renewals stop getting through, as for a paused process.
-    let proxy = Proxy::start(server.port());
-    let a = leasehold::Client::connect(&proxy.url()).await.unwrap();
-    let b = common::client(&server).await;
-    let ttl = Duration::from_millis(600);
+    let holders = common::PausedHolder::start(&server).await;
     let mut resource_a = resource(&server).await;
     let mut resource_b = resource(&server).await;
 
-    let guard_a = a.lock("ledger").ttl(ttl).acquire().await.unwrap();
+    let guard_a = holders.a_acquires("ledger").await;
     fenced::set(
         &mut resource_a,
         "ledger:total",
@@ -139,16 +134,9 @@ async fn a_paused_holders_late_write_is_rejected() {
     )
     .await
     .expect("A writes while it holds the lock");
-    proxy.set_mode(ProxyMode::Blackhole);
 
     // B gets the lock only once A's lease has ended on the server.
-    let guard_b = b
-        .lock("ledger")
-        .ttl(ttl)
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .unwrap();
+    let guard_b = holders.take_over("ledger").await;
     assert!(guard_b.fence() > guard_a.fence());
     fenced::set(
         &mut resource_b,
@@ -177,7 +165,7 @@ async fn a_paused_holders_late_write_is_rejected() {
     }
     assert_eq!(get(&server, "ledger:total").as_deref(), Some("200"));
     guard_b.release().await.unwrap();
-    proxy.set_mode(ProxyMode::Pass);
+    holders.proxy.set_mode(ProxyMode::Pass);
     drop(guard_a);
 }
 
@@ -188,29 +176,19 @@ async fn a_paused_holders_late_write_is_rejected() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_write_between_a_newer_holders_fenced_read_and_write_is_refused() {
     let server = RedisServer::start();
-    let proxy = Proxy::start(server.port());
-    let a = leasehold::Client::connect(&proxy.url()).await.unwrap();
-    let b = common::client(&server).await;
-    let ttl = Duration::from_millis(600);
+    let holders = common::PausedHolder::start(&server).await;
     let mut resource_a = resource(&server).await;
     let mut resource_b = resource(&server).await;
     fenced::set(&mut resource_b, "ledger:total", 1, 100, None)
         .await
         .unwrap();
 
-    let guard_a = a.lock("ledger").ttl(ttl).acquire().await.unwrap();
+    let guard_a = holders.a_acquires("ledger").await;
     let read_by_a: u64 = fenced::get(&mut resource_a, "ledger:total", guard_a.fence(), None)
         .await
         .unwrap()
         .expect("a value");
-    proxy.set_mode(ProxyMode::Blackhole);
-    let guard_b = b
-        .lock("ledger")
-        .ttl(ttl)
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .unwrap();
+    let guard_b = holders.take_over("ledger").await;
     let read_by_b: u64 = fenced::get(&mut resource_b, "ledger:total", guard_b.fence(), None)
         .await
         .unwrap()

@@ -8,9 +8,7 @@ mod common;
 #[path = "../examples/fenced_postgres.rs"]
 mod example;
 
-use std::time::Duration;
-
-use leasehold_testkit::{PostgresServer, Proxy, ProxyMode, RedisServer};
+use leasehold_testkit::{PostgresServer, ProxyMode, RedisServer};
 
 async fn database(pg: &PostgresServer) -> tokio_postgres::Client {
     let (db, connection) = tokio_postgres::connect(&pg.connection_string(), tokio_postgres::NoTls)
@@ -50,26 +48,14 @@ async fn a_holder_paused_past_its_ttl_has_its_late_update_rejected() {
     let pg = PostgresServer::start();
     let server = RedisServer::start();
     let db = database(&pg).await;
-    // A reaches the locks' Redis through a proxy that goes silent: none of
-    // its renewals get through, as for a process paused past its TTL.
-    let proxy = Proxy::start(server.port());
-    let a = leasehold::Client::connect(&proxy.url()).await.unwrap();
-    let b = common::client(&server).await;
-    let ttl = Duration::from_millis(600);
+    let holders = common::PausedHolder::start(&server).await;
 
-    let guard_a = a.lock("ledger").ttl(ttl).acquire().await.unwrap();
+    let guard_a = holders.a_acquires("ledger").await;
     let (read_by_a, _) = total(&db).await;
-    proxy.set_mode(ProxyMode::Blackhole);
 
     // B gets the lock only once A's lease has ended on the server, and
     // writes with its (higher) fence.
-    let guard_b = b
-        .lock("ledger")
-        .ttl(ttl)
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .unwrap();
+    let guard_b = holders.take_over("ledger").await;
     assert!(guard_b.fence() > guard_a.fence());
     let (read_by_b, _) = total(&db).await;
     assert!(
@@ -88,7 +74,7 @@ async fn a_holder_paused_past_its_ttl_has_its_late_update_rejected() {
         (read_by_b + 1, i64::try_from(guard_b.fence()).unwrap())
     );
     guard_b.release().await.unwrap();
-    proxy.set_mode(ProxyMode::Pass);
+    holders.proxy.set_mode(ProxyMode::Pass);
     drop(guard_a);
 }
 
@@ -102,25 +88,15 @@ async fn a_stale_write_between_a_newer_holders_read_and_write_is_refused() {
     let pg = PostgresServer::start();
     let server = RedisServer::start();
     let db = database(&pg).await;
-    let proxy = Proxy::start(server.port());
-    let a = leasehold::Client::connect(&proxy.url()).await.unwrap();
-    let b = common::client(&server).await;
-    let ttl = Duration::from_millis(600);
+    let holders = common::PausedHolder::start(&server).await;
 
-    let guard_a = a.lock("ledger").ttl(ttl).acquire().await.unwrap();
+    let guard_a = holders.a_acquires("ledger").await;
     let read_by_a = example::claim(&db, 1, guard_a.fence())
         .await
         .unwrap()
         .expect("A claims the row");
     // A is cut off past its TTL; B takes the lock and reads.
-    proxy.set_mode(ProxyMode::Blackhole);
-    let guard_b = b
-        .lock("ledger")
-        .ttl(ttl)
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .unwrap();
+    let guard_b = holders.take_over("ledger").await;
     let read_by_b = example::claim(&db, 1, guard_b.fence())
         .await
         .unwrap()

@@ -154,27 +154,16 @@ async fn fences_rise_across_a_failover_to_a_replica_that_missed_the_last_acquisi
     };
     let deadline = Instant::now() + Duration::from_secs(20);
     let fence = loop {
-        match lock.try_acquire().await {
-            Ok(Some(guard)) => {
-                let fence = guard.fence();
-                if on_new_master() {
-                    guard.release().await.expect("release");
-                    break fence;
-                }
-                fences.push(fence);
-                // On the old master; its fate there is not what is tested.
-                let _ = guard.release().await;
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Ok(None) => panic!("nobody else holds this lock"),
-            Err(e) => {
-                assert!(
-                    Instant::now() < deadline,
-                    "no acquisition after failover: {e}"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+        let guard = common::try_acquire_after_failover(&lock, deadline).await;
+        let fence = guard.fence();
+        if on_new_master() {
+            guard.release().await.expect("release");
+            break fence;
         }
+        fences.push(fence);
+        // On the old master; its fate there is not what is tested.
+        let _ = guard.release().await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(
             Instant::now() < deadline,
             "no acquisition on the new master"

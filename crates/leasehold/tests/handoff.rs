@@ -30,6 +30,28 @@ async fn queued(client: &Client, name: &str, n: usize) {
     }
 }
 
+type Waiting = tokio::task::JoinHandle<leasehold::Result<leasehold::LockGuard>>;
+
+/// `a` holds `name` while `waiter` (on another client) waits for it,
+/// queued: the holder's guard and the waiter's task.
+async fn held_with_a_waiter(
+    a: &Client,
+    name: &str,
+    waiter: leasehold::Lock,
+) -> (leasehold::LockGuard, Waiting) {
+    let held = a.lock(name).ttl(TTL).acquire().await.expect("acquire");
+    let waiting = tokio::spawn(async move { waiter.acquire().await });
+    queued(a, name, 1).await;
+    (held, waiting)
+}
+
+/// Releases `held`; the waiter gets the lock and gives it back.
+async fn the_waiter_takes_over(held: leasehold::LockGuard, waiting: Waiting) {
+    held.release().await.expect("release");
+    let guard = waiting.await.expect("join").expect("the waiter acquires");
+    guard.release().await.expect("release");
+}
+
 /// Holder `a` releases while `waiter` (on another client) waits: returns
 /// the waiter's guard and how many scripts the server ran from the release
 /// until the waiter held.
@@ -43,24 +65,10 @@ async fn hand_off(
     // A first round subscribes the waiter's client to its channel (which
     // then stays subscribed for a while), so the waiter below makes one
     // attempt before it waits, not a second one once subscribed.
-    let held = a.lock(name).ttl(TTL).acquire().await.expect("acquire");
-    let first = tokio::spawn({
-        let waiter = waiter.clone();
-        async move { waiter.acquire().await }
-    });
-    queued(&a, name, 1).await;
-    held.release().await.expect("release");
-    first
-        .await
-        .expect("join")
-        .expect("acquire")
-        .release()
-        .await
-        .expect("release");
+    let (held, first) = held_with_a_waiter(&a, name, waiter.clone()).await;
+    the_waiter_takes_over(held, first).await;
 
-    let held = a.lock(name).ttl(TTL).acquire().await.expect("acquire");
-    let waiting = tokio::spawn(async move { waiter.acquire().await });
-    queued(&a, name, 1).await;
+    let (held, waiting) = held_with_a_waiter(&a, name, waiter).await;
     let before = on.scripts_run();
     held.release().await.expect("release");
     let guard = waiting.await.expect("join").expect("the waiter acquires");
@@ -198,14 +206,7 @@ async fn a_contended_acquisition_costs_a_dozen_commands() {
     }
     // Warm up: scripts loaded, each client subscribed to its channel.
     for client in &clients {
-        client
-            .lock("c")
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        common::acquire_and_release(client, "c").await;
     }
     let before = on.lock_commands();
     let started = Instant::now();
@@ -254,16 +255,6 @@ fn acl_setuser(server: &RedisServer, rules: &[&str]) {
         .expect("ACL SETUSER");
 }
 
-/// Subscribers of `channel` on the server (PUBSUB NUMSUB).
-fn subscribers(server: &RedisServer, channel: &str) -> i64 {
-    let (_, n): (String, i64) = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(channel)
-        .query(&mut server.connection())
-        .expect("PUBSUB NUMSUB");
-    n
-}
-
 /// Found by review: a channel left idle is unsubscribed by a sweep; when
 /// that UNSUBSCRIBE fails (here refused by ACL; a timeout does the same),
 /// the client counted the channel as still subscribed, and a waiter that
@@ -283,12 +274,7 @@ async fn a_waiter_after_a_failed_unsubscribe_subscribes_again_and_gets_hand_offs
     let waiter = b.lock("x").ttl(TTL);
 
     // B waits once: its hand-off channel for x is subscribed.
-    let held = a.lock("x").ttl(TTL).acquire().await.expect("acquire");
-    let first = tokio::spawn({
-        let waiter = waiter.clone();
-        async move { waiter.acquire().await }
-    });
-    queued(&a, "x", 1).await;
+    let (held, first) = held_with_a_waiter(&a, "x", waiter.clone()).await;
     let channels: Vec<String> = redis::cmd("PUBSUB")
         .arg("CHANNELS")
         .arg("leasehold:{x}:released:*")
@@ -297,14 +283,7 @@ async fn a_waiter_after_a_failed_unsubscribe_subscribes_again_and_gets_hand_offs
     let [channel] = channels.as_slice() else {
         panic!("one hand-off channel expected, found {channels:?}");
     };
-    held.release().await.expect("release");
-    first
-        .await
-        .expect("join")
-        .expect("acquire")
-        .release()
-        .await
-        .expect("release");
+    the_waiter_takes_over(held, first).await;
 
     // Once idle, the sweep's UNSUBSCRIBE is refused.
     acl_setuser(&server, &["b", "-unsubscribe"]);
@@ -326,9 +305,7 @@ async fn a_waiter_after_a_failed_unsubscribe_subscribes_again_and_gets_hand_offs
     acl_setuser(&server, &["b", "+unsubscribe"]);
 
     // B waits again; then its connection drops and comes back.
-    let held = a.lock("x").ttl(TTL).acquire().await.expect("acquire");
-    let waiting = tokio::spawn(async move { waiter.acquire().await });
-    queued(&a, "x", 1).await;
+    let (held, waiting) = held_with_a_waiter(&a, "x", waiter).await;
     let _: i64 = redis::cmd("CLIENT")
         .arg("KILL")
         .arg("USER")
@@ -336,17 +313,10 @@ async fn a_waiter_after_a_failed_unsubscribe_subscribes_again_and_gets_hand_offs
         .query(&mut server.connection())
         .expect("CLIENT KILL");
     common::wait_until("B's hand-off channel is subscribed while B waits", || {
-        subscribers(&server, channel) >= 1
+        server.subscribers(channel) >= 1
     })
     .await;
-    held.release().await.expect("release");
-    waiting
-        .await
-        .expect("join")
-        .expect("the waiter acquires")
-        .release()
-        .await
-        .expect("release");
+    the_waiter_takes_over(held, waiting).await;
 }
 
 /// Issue 24, item 3: under sustained contention every key of a lock stays

@@ -347,14 +347,7 @@ async fn unreachable_and_refused_servers_get_specific_errors() {
     let right = Client::connect(&locked.url_with_auth(None, "s3cret"))
         .await
         .unwrap();
-    right
-        .lock("ok")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    common::acquire_and_release(&right, "ok").await;
 }
 
 #[tokio::test]
@@ -362,13 +355,7 @@ async fn every_key_written_has_a_ttl() {
     let server = RedisServer::start();
     let client = client(&server).await;
     let guard = client.lock("ttl-check").acquire().await.unwrap();
-    let mut conn = server.connection();
-    let keys: Vec<String> = conn.keys("leasehold:*").unwrap();
-    assert_eq!(keys.len(), 2, "{keys:?}");
-    for key in keys {
-        let ttl: i64 = conn.pttl(&key).unwrap();
-        assert!(ttl > 0, "{key} has no TTL");
-    }
+    common::assert_every_key_has_a_ttl(&server, 2);
     guard.release().await.unwrap();
 }
 

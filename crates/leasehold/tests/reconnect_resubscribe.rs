@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::holds::{Hold, take, violations};
+use common::holds::{self, Load, violations};
 use leasehold::Client;
 use leasehold_testkit::{Proxy, ProxyMode, RedisServer, SentinelSet};
 
@@ -52,29 +52,18 @@ fn lock_key(name: &str) -> String {
 }
 
 /// Whether an error says a command got a reply of another shape than its
-/// own: the mark of a reply delivered to the wrong command.
+/// own, or a push (a subscription confirmation): the mark of a reply
+/// delivered to the wrong command.
 fn is_wrong_reply(error: &str) -> bool {
-    [
-        "ncompatible type",
-        "Not a",
-        "value was",
-        "unexpected reply",
-        "Response was",
-        "push(",
-        "Push",
-    ]
-    .iter()
-    .any(|mark| error.contains(mark))
+    holds::is_wrong_reply(error) || ["push(", "Push"].iter().any(|mark| error.contains(mark))
 }
 
 #[derive(Default)]
 struct Outcome {
-    holds: Vec<(usize, Hold)>,
-    errors: Vec<String>,
+    load: Load,
     /// Grants whose key on the server held another token (or none) while
     /// the guard still counted itself valid.
     phantom: Vec<String>,
-    acquired: usize,
 }
 
 /// One load task: takes names in a task-specific order; even tasks wait
@@ -92,19 +81,10 @@ async fn worker(
         attempt += 1;
         let i = (task * 7 + attempt * 13) % NAMES;
         let lock = client.lock(name(i)).ttl(Duration::from_secs(5));
-        let result = take(lock, task.is_multiple_of(2)).await;
-        let guard = match result {
-            Ok(Some(guard)) => guard,
-            Ok(None) => continue,
-            Err(e) => {
-                out.errors.push(format!("acquire {}: {e}", name(i)));
-                // Never retry at once: an error loop must not spin.
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                continue;
-            }
+        let Some(guard) = out.load.attempt(lock, task, &name(i)).await else {
+            continue;
         };
         let start = Instant::now();
-        out.acquired += 1;
         let on_server: redis::RedisResult<Option<String>> = redis::cmd("GET")
             .arg(lock_key(&name(i)))
             .query_async(&mut check)
@@ -119,21 +99,7 @@ async fn worker(
                 )),
             }
         }
-        let fence = guard.fence();
-        let end = Instant::now();
-        out.holds.push((
-            i,
-            Hold {
-                start,
-                end,
-                fence,
-                task,
-            },
-        ));
-        if let Err(e) = guard.release().await {
-            out.errors.push(format!("release {}: {e}", name(i)));
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        out.load.give_back(guard, (i, &name(i)), task, start).await;
     }
     out
 }
@@ -258,10 +224,8 @@ async fn run(server: &RedisServer, holder: Client, victim: Client) {
     let mut out = Outcome::default();
     for w in workers {
         let o = w.await.expect("worker");
-        out.holds.extend(o.holds);
-        out.errors.extend(o.errors);
+        out.load.add(o.load);
         out.phantom.extend(o.phantom);
-        out.acquired += o.acquired;
     }
     let waiter_grants = granted.load(Ordering::SeqCst);
     let lost_holds = held_guards.iter().flatten().filter(|g| g.is_lost()).count();
@@ -274,8 +238,9 @@ async fn run(server: &RedisServer, holder: Client, victim: Client) {
             waiting.push((i, w));
         }
     }
-    let (overlaps, fences) = violations(&out.holds, name);
+    let (overlaps, fences) = violations(&out.load.holds, name);
     let wrong: Vec<&String> = out
+        .load
         .errors
         .iter()
         .chain(&waiter_errors)
@@ -287,8 +252,8 @@ async fn run(server: &RedisServer, holder: Client, victim: Client) {
          wrong-reply class), {} grants the server did not hold, {} overlaps, {} fences out \
          of order, {waiter_grants} waiters granted a held name, {lost_holds} holder leases \
          lost, {} waiters ended; {:?}",
-        out.acquired,
-        out.errors.len(),
+        out.load.acquired,
+        out.load.errors.len(),
         wrong.len(),
         out.phantom.len(),
         overlaps.len(),
@@ -298,6 +263,7 @@ async fn run(server: &RedisServer, holder: Client, victim: Client) {
     );
     eprintln!("{summary}");
     for e in out
+        .load
         .errors
         .iter()
         .take(5)
@@ -307,24 +273,13 @@ async fn run(server: &RedisServer, holder: Client, victim: Client) {
     {
         eprintln!("  {e}");
     }
-    assert!(
-        wrong.is_empty(),
-        "replies seen by the wrong command: {:#?}\n{summary}",
-        wrong.iter().take(10).collect::<Vec<_>>()
-    );
+    holds::assert_no_wrong_replies(&wrong, &summary);
     assert!(
         out.phantom.is_empty(),
         "grants the server did not hold: {:#?}\n{summary}",
         out.phantom.iter().take(10).collect::<Vec<_>>()
     );
-    assert!(
-        overlaps.is_empty(),
-        "two holders of one name: {overlaps:#?}\n{summary}"
-    );
-    assert!(
-        fences.is_empty(),
-        "fences out of hold order: {fences:#?}\n{summary}"
-    );
+    holds::assert_holds_in_order(&overlaps, &fences, &summary);
     assert_eq!(lost_holds, 0, "the holder kept its leases\n{summary}");
     assert_eq!(
         waiter_grants, 0,
@@ -336,10 +291,10 @@ async fn run(server: &RedisServer, holder: Client, victim: Client) {
         waiter_errors.iter().take(10).collect::<Vec<_>>()
     );
     assert!(
-        out.errors.len() <= ERRORS_TOLERATED,
+        out.load.errors.len() <= ERRORS_TOLERATED,
         "too many errors: {summary}"
     );
-    assert!(out.acquired > 0, "the load made progress\n{summary}");
+    assert!(out.load.acquired > 0, "the load made progress\n{summary}");
     assert!(Instant::now() < deadline, "ran into its bound\n{summary}");
 
     // The channels are subscribed again and every waiter listens: a

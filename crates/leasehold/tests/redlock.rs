@@ -83,14 +83,7 @@ async fn a_client_starts_with_a_minority_of_nodes_down_but_not_a_majority() {
     let client = Client::redlock(all.clone())
         .await
         .expect("3 of 5 are enough");
-    client
-        .lock("x")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    common::acquire_and_release(&client, "x").await;
     servers[4].kill();
     match Client::redlock(all).await {
         Err(Error::QuorumNotReached {
@@ -810,16 +803,6 @@ async fn a_renewal_waits_for_the_answers_that_decide_it() {
     guard.release().await.expect("release");
 }
 
-/// How many subscribers `server` counts on `channel`.
-fn subscribers(server: &RedisServer, channel: &str) -> i64 {
-    let (_, n): (String, i64) = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(channel)
-        .query(&mut server.connection())
-        .expect("PUBSUB NUMSUB");
-    n
-}
-
 /// Issue 24, item 5: a node that is down when a waiter subscribes gets the
 /// subscription once it is back, so its releases wake waiters too (they
 /// fell back to their timers for it before).
@@ -845,7 +828,7 @@ async fn a_node_down_at_subscribe_time_is_subscribed_when_it_comes_back() {
     let channel = "leasehold:{back}:released";
     // Subscribed where it could be, while the third node is down.
     let deadline = Instant::now() + Duration::from_secs(20);
-    while subscribers(&servers[0], channel) + subscribers(&servers[1], channel) < 2 {
+    while servers[0].subscribers(channel) + servers[1].subscribers(channel) < 2 {
         assert!(Instant::now() < deadline, "the waiter never subscribed");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -858,7 +841,7 @@ async fn a_node_down_at_subscribe_time_is_subscribed_when_it_comes_back() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     servers[2].restart();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while subscribers(&servers[2], channel) < 1 {
+    while servers[2].subscribers(channel) < 1 {
         assert!(
             Instant::now() < deadline,
             "the node that came back never got the waiter's subscription"

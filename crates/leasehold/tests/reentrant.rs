@@ -257,13 +257,7 @@ async fn every_key_written_has_a_ttl() {
     let lock = client.reentrant_lock("ttl-check");
     let a = lock.acquire().await.unwrap();
     let b = lock.acquire().await.unwrap();
-    let mut conn = server.connection();
-    let keys: Vec<String> = conn.keys("leasehold:*").unwrap();
-    assert_eq!(keys.len(), 2, "{keys:?}");
-    for key in keys {
-        let ttl: i64 = conn.pttl(&key).unwrap();
-        assert!(ttl > 0, "{key} has no TTL");
-    }
+    common::assert_every_key_has_a_ttl(&server, 2);
     a.release().await.unwrap();
     b.release().await.unwrap();
 }

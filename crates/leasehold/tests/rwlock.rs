@@ -614,13 +614,7 @@ async fn every_key_written_has_a_ttl() {
     let read = lock.read().await.unwrap();
     let other = client.rw_lock("catalog").wait(Duration::from_millis(200));
     assert!(other.write().await.is_err());
-    let mut conn = server.connection();
-    let keys: Vec<String> = conn.keys("leasehold:*").unwrap();
-    assert_eq!(keys.len(), 2, "{keys:?}");
-    for key in keys {
-        let ttl: i64 = conn.pttl(&key).unwrap();
-        assert!(ttl > 0, "{key} has no TTL");
-    }
+    common::assert_every_key_has_a_ttl(&server, 2);
     read.release().await.unwrap();
 }
 

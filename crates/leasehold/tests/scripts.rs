@@ -138,6 +138,18 @@ fn release_call(
     call
 }
 
+/// `conn` subscribed to `channel`, each read waiting up to `timeout`.
+fn subscribe<'a>(
+    conn: &'a mut Connection,
+    channel: &str,
+    timeout: std::time::Duration,
+) -> redis::PubSub<'a> {
+    let mut pubsub = conn.as_pubsub();
+    pubsub.subscribe(channel).unwrap();
+    pubsub.set_read_timeout(Some(timeout)).unwrap();
+    pubsub
+}
+
 /// Makes the queued waiter `token` look as if it arrived `ms` earlier (and
 /// has not tried since): past the window, it is dead.
 fn backdate(conn: &mut Connection, token: &str, ms: u64) {
@@ -461,11 +473,7 @@ fn a_hand_off_dates_the_lease_from_the_waiters_latest_deadline() {
     let server = RedisServer::start();
     let mut conn = server.connection();
     let mut sub_conn = server.connection();
-    let mut pubsub = sub_conn.as_pubsub();
-    pubsub.subscribe(HANDOFF).unwrap();
-    pubsub
-        .set_read_timeout(Some(std::time::Duration::from_secs(2)))
-        .unwrap();
+    let mut pubsub = subscribe(&mut sub_conn, HANDOFF, std::time::Duration::from_secs(2));
     acquire(&mut conn, "a", 10_000);
     lock_acquire(&mut conn, "b", 10_000, WINDOW, false).unwrap();
     // b has waited longer than the window since it arrived, and tried again
@@ -493,11 +501,7 @@ fn a_hand_off_lasts_at_most_the_waiters_ttl() {
     let server = RedisServer::start();
     let mut conn = server.connection();
     let mut sub_conn = server.connection();
-    let mut pubsub = sub_conn.as_pubsub();
-    pubsub.subscribe(HANDOFF).unwrap();
-    pubsub
-        .set_read_timeout(Some(std::time::Duration::from_secs(2)))
-        .unwrap();
+    let mut pubsub = subscribe(&mut sub_conn, HANDOFF, std::time::Duration::from_secs(2));
     acquire(&mut conn, "a", 10_000);
     let b = lock_attempt(&mut conn, "b", 800, WINDOW, false, false).unwrap();
     let arrival = u64::try_from(b[2]).unwrap() - WINDOW;
@@ -850,11 +854,11 @@ fn reentrant_release_checks_the_owner_and_frees_at_the_last_hold() {
     let server = RedisServer::start();
     let mut conn = server.connection();
     let mut sub_conn = server.connection();
-    let mut pubsub = sub_conn.as_pubsub();
-    pubsub.subscribe(CHANNEL).unwrap();
-    pubsub
-        .set_read_timeout(Some(std::time::Duration::from_millis(300)))
-        .unwrap();
+    let mut pubsub = subscribe(
+        &mut sub_conn,
+        CHANNEL,
+        std::time::Duration::from_millis(300),
+    );
     assert_eq!(re_release(&mut conn, "o", "1"), 0, "nothing to release");
     for hold in ["1", "2", "3"] {
         re_acquire(&mut conn, "o", hold, 10_000);
@@ -1007,12 +1011,16 @@ fn rw(
 }
 
 fn rw_release(conn: &mut Connection, member: &str) -> i64 {
+    rw_release_call(conn, member).unwrap()
+}
+
+/// rw_release, its error (a wrong-typed key) kept.
+fn rw_release_call(conn: &mut Connection, member: &str) -> redis::RedisResult<i64> {
     redis::Script::new(&RW_RELEASE)
         .key(LOCK)
         .key(CHANNEL)
         .arg(member)
         .invoke(conn)
-        .unwrap()
 }
 
 fn members(conn: &mut Connection) -> Vec<String> {
@@ -1119,11 +1127,7 @@ fn rw_release_removes_one_entry_publishes_to_all_and_deletes_at_empty() {
     let server = RedisServer::start();
     let mut conn = server.connection();
     let mut sub_conn = server.connection();
-    let mut pubsub = sub_conn.as_pubsub();
-    pubsub.subscribe(CHANNEL).unwrap();
-    pubsub
-        .set_read_timeout(Some(std::time::Duration::from_secs(2)))
-        .unwrap();
+    let mut pubsub = subscribe(&mut sub_conn, CHANNEL, std::time::Duration::from_secs(2));
     rw(&mut conn, "r", "a", "1", 30_000, true);
     rw(&mut conn, "r", "b", "2", 5_000, true);
     assert_eq!(rw_release(&mut conn, "r:9:a"), 0, "not an entry");
@@ -1234,12 +1238,7 @@ fn rw_scripts_refuse_keys_of_other_kinds_untouched() {
     assert_eq!(holder, "plain");
     release(&mut conn, "plain");
     re_acquire(&mut conn, "o", "1", 10_000);
-    let err = redis::Script::new(&RW_RELEASE)
-        .key(LOCK)
-        .key(CHANNEL)
-        .arg("r:1:o")
-        .invoke::<Value>(&mut conn)
-        .unwrap_err();
+    let err = rw_release_call(&mut conn, "r:1:o").unwrap_err();
     assert_wrong_type(&err);
     assert_eq!(hold_fields(&mut conn), ["h:1"]);
     let _: () = conn.del(LOCK).unwrap();

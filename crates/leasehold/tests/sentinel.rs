@@ -2,7 +2,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
@@ -41,27 +41,13 @@ async fn sentinel_client_follows_a_failover() {
 
     // New acquisitions reach the new master, promptly.
     let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        match client.lock("after").try_acquire().await {
-            Ok(Some(guard)) => {
-                let on_new: bool = redis::cmd("EXISTS")
-                    .arg("leasehold:{after}:lock")
-                    .query(&mut new_master_conn())
-                    .unwrap();
-                assert!(on_new, "the acquisition went to the new master");
-                guard.release().await.expect("release");
-                break;
-            }
-            Ok(None) => panic!("nobody else holds this lock"),
-            Err(e) => {
-                assert!(
-                    Instant::now() < deadline,
-                    "no acquisition after failover: {e}"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
+    let guard = common::try_acquire_after_failover(&client.lock("after"), deadline).await;
+    let on_new: bool = redis::cmd("EXISTS")
+        .arg("leasehold:{after}:lock")
+        .query(&mut new_master_conn())
+        .unwrap();
+    assert!(on_new, "the acquisition went to the new master");
+    guard.release().await.expect("release");
     // The held guard either kept its lease (renewed at the new master) or
     // reports it lost; it never hangs.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -145,37 +131,7 @@ fn serve_stale(conn: TcpStream, master_port: u16) {
     let mut reader = BufReader::new(conn.try_clone().expect("clone"));
     let mut writer = conn;
     let bulk = |s: &str| format!("${}\r\n{s}\r\n", s.len());
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        let Some(count) = line
-            .trim_end()
-            .strip_prefix('*')
-            .and_then(|n| n.parse::<usize>().ok())
-        else {
-            return;
-        };
-        let mut args = Vec::with_capacity(count);
-        for _ in 0..count {
-            let mut header = String::new();
-            if reader.read_line(&mut header).unwrap_or(0) == 0 {
-                return;
-            }
-            let Some(len) = header
-                .trim_end()
-                .strip_prefix('$')
-                .and_then(|n| n.parse::<usize>().ok())
-            else {
-                return;
-            };
-            let mut data = vec![0; len + 2];
-            if reader.read_exact(&mut data).is_err() {
-                return;
-            }
-            args.push(String::from_utf8_lossy(&data[..len]).to_uppercase());
-        }
+    while let Some(args) = read_request(&mut reader) {
         let port = master_port.to_string();
         let reply = match args
             .iter()
@@ -210,6 +166,30 @@ fn serve_stale(conn: TcpStream, master_port: u16) {
             return;
         }
     }
+}
+
+/// One request (a RESP array of bulk strings), upper-cased; `None` when
+/// the connection closes or sends anything else.
+fn read_request(reader: &mut impl BufRead) -> Option<Vec<String>> {
+    let count = read_header(reader, '*')?;
+    let mut args = Vec::with_capacity(count);
+    for _ in 0..count {
+        let len = read_header(reader, '$')?;
+        let mut data = vec![0; len + 2];
+        reader.read_exact(&mut data).ok()?;
+        args.push(String::from_utf8_lossy(&data[..len]).to_uppercase());
+    }
+    Some(args)
+}
+
+/// The length in a RESP header line that starts with `kind` (`*` an
+/// array's, `$` a bulk string's).
+fn read_header(reader: &mut impl BufRead, kind: char) -> Option<usize> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+        return None;
+    }
+    line.trim_end().strip_prefix(kind)?.parse().ok()
 }
 
 /// Issue 24, item 2: a sentinel that missed the failover answers first

@@ -466,6 +466,18 @@ async fn free_at_once(handle: &Handle) {
     guard.release().await.expect("release");
 }
 
+/// A guard of `handle` with a 30 s lease that is never renewed: its keys
+/// change only by the calls under test.
+async fn hold_unrenewed(handle: &Handle) -> Guard {
+    handle
+        .clone()
+        .ttl(Duration::from_secs(30))
+        .watchdog(false)
+        .acquire()
+        .await
+        .expect("acquire")
+}
+
 fn expect_invalid<T>(result: Result<T, Error>, call: &str, word: &str) {
     match result {
         Err(Error::InvalidArgument(message)) => assert!(
@@ -548,13 +560,7 @@ pub async fn bad_inputs_are_refused_before_anything_is_sent(on: &Deployment<'_>,
     }
 
     // A held guard refuses a bad extend and its lease is left as it was.
-    let guard = handle
-        .clone()
-        .ttl(Duration::from_secs(30))
-        .watchdog(false)
-        .acquire()
-        .await
-        .expect("acquire");
+    let guard = hold_unrenewed(&handle).await;
     let (before, sent) = (on.snapshot_of(&name), on.lock_commands());
     for ttl in [Duration::ZERO, Duration::from_secs(25 * 3600)] {
         expect_invalid(guard.extend(ttl).await, "extend", "TTL");
@@ -583,13 +589,7 @@ pub async fn another_token_changes_nothing(on: &Deployment<'_>, kind: Kind) {
         // No by-token calls: nothing to check (the guard is the only way in).
         return;
     }
-    let guard = handle
-        .clone()
-        .ttl(Duration::from_secs(30))
-        .watchdog(false)
-        .acquire()
-        .await
-        .expect("acquire");
+    let guard = hold_unrenewed(&handle).await;
     let before = on.snapshot_of(&name);
     let r = handle.release_by_token(other).await.expect("by-token kind");
     expect_err(r, is_not_owner, "release_by_token of another");

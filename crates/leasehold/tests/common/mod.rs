@@ -23,14 +23,20 @@ use std::time::{Duration, Instant};
 pub mod contract;
 pub mod holds;
 
-use leasehold::{Client, Error};
-use leasehold_testkit::{RedisCluster, RedisServer};
+use leasehold::{Client, Error, Lock, LockGuard};
+use leasehold_testkit::{Proxy, ProxyMode, RedisCluster, RedisServer};
 
 /// A client on the test server `server`.
 pub async fn client(server: &RedisServer) -> Client {
     Client::connect(&server.url())
         .await
         .expect("connect to the test server")
+}
+
+/// Takes the lock `name` on `client` and gives it back: the client works.
+pub async fn acquire_and_release(client: &Client, name: &str) {
+    let guard = client.lock(name).acquire().await.expect("acquire");
+    guard.release().await.expect("release");
 }
 
 /// The PTTL of the lock key of `name` (default prefix) on `server`: -2
@@ -40,6 +46,21 @@ pub fn lock_pttl(server: &RedisServer, name: &str) -> i64 {
         .arg(format!("leasehold:{{{name}}}:lock"))
         .query(&mut server.connection())
         .expect("PTTL")
+}
+
+/// Exactly `count` leasehold keys on `server`, each with a TTL: nothing a
+/// lock writes outlives its leases.
+pub fn assert_every_key_has_a_ttl(server: &RedisServer, count: usize) {
+    let mut conn = server.connection();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("leasehold:*")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(keys.len(), count, "{keys:?}");
+    for key in keys {
+        let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap();
+        assert!(ttl > 0, "{key} has no TTL");
+    }
 }
 
 /// `key` as stored (`DUMP`; `None` when missing) and its remaining time in
@@ -122,6 +143,67 @@ pub async fn waiter_wakes_on_release(client: &Client, name: &str) {
         woke_after < Duration::from_secs(2),
         "the waiter took {woke_after:?} to wake"
     );
+}
+
+/// Two holders of one lock in turn, for fencing tests: A reaches the
+/// locks' Redis through a proxy that goes silent on [`take_over`], so its
+/// renewals stop getting through, as for a process paused past its TTL; B
+/// reaches it directly. Both take the lock with a short TTL (600 ms).
+///
+/// [`take_over`]: PausedHolder::take_over
+pub struct PausedHolder {
+    pub proxy: Proxy,
+    a: Client,
+    b: Client,
+}
+
+impl PausedHolder {
+    const TTL: Duration = Duration::from_millis(600);
+
+    pub async fn start(server: &RedisServer) -> PausedHolder {
+        let proxy = Proxy::start(server.port());
+        let a = Client::connect(&proxy.url()).await.unwrap();
+        let b = client(server).await;
+        PausedHolder { proxy, a, b }
+    }
+
+    /// A takes the lock `name`.
+    pub async fn a_acquires(&self, name: &str) -> LockGuard {
+        self.a.lock(name).ttl(Self::TTL).acquire().await.unwrap()
+    }
+
+    /// Cuts A off and waits (up to 10 s) until B holds `name`, which it
+    /// gets only once A's lease has ended on the server.
+    pub async fn take_over(&self, name: &str) -> LockGuard {
+        self.proxy.set_mode(ProxyMode::Blackhole);
+        self.b
+            .lock(name)
+            .ttl(Self::TTL)
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap()
+    }
+}
+
+/// The first guard `lock.try_acquire` returns after a failover: errors
+/// (the client still reaching the old master, or reconnecting) are retried
+/// every 100 ms until `deadline`; a lock held by someone else fails the
+/// test, as nobody else takes it.
+pub async fn try_acquire_after_failover(lock: &Lock, deadline: Instant) -> LockGuard {
+    loop {
+        match lock.try_acquire().await {
+            Ok(Some(guard)) => return guard,
+            Ok(None) => panic!("nobody else holds this lock"),
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "no acquisition after failover: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
 }
 
 /// Polls `done` every 10 ms until it holds, failing the test with `what`
