@@ -361,15 +361,6 @@ mod tests {
     }
 
     /// How many subscribers `server` counts on `channel`.
-    fn subscribers(server: &RedisServer, channel: &str) -> i64 {
-        let (_, n): (String, i64) = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(channel)
-            .query(&mut server.connection())
-            .expect("PUBSUB NUMSUB");
-        n
-    }
-
     /// Issue 24, item 2: a move to a new master is not held up by a
     /// subscription waiting for an answer from the old one (frozen: its
     /// answer could only come after the 30 s command timeout), and that
@@ -415,12 +406,8 @@ mod tests {
             .expect("the subscription stuck on the old master ended")
             .expect("join")
             .expect("subscribed");
-        assert_eq!(subscribers(&new, "before"), 1, "moved with the client");
-        assert_eq!(
-            subscribers(&new, "during"),
-            1,
-            "subscribed on the new master"
-        );
+        assert_eq!(new.subscribers("before"), 1, "moved with the client");
+        assert_eq!(new.subscribers("during"), 1, "subscribed on the new master");
         assert_eq!(managed.addr(), format!("127.0.0.1:{}", new.port()));
     }
 }
