@@ -247,7 +247,7 @@ where
     let span = tracing::info_span!(
         "leasehold.acquire",
         lock = target.name,
-        kind = target.kind.label(),
+        kind = target.kind.as_str(),
         outcome = tracing::field::Empty,
         waited = tracing::field::Empty,
     );

@@ -129,28 +129,15 @@ impl LostReason {
     }
 }
 
-impl LockKind {
-    /// The `kind` label.
-    pub(crate) fn label(self) -> &'static str {
-        match self {
-            LockKind::Lock => "lock",
-            LockKind::Reentrant => "reentrant",
-            LockKind::RwLock => "rwlock",
-            LockKind::Semaphore => "semaphore",
-            LockKind::Election => "election",
-        }
-    }
-}
-
 /// One acquire call ended with `outcome` after `waited`; the wait is
 /// recorded for acquisitions.
 pub(crate) fn acquisition(kind: LockKind, outcome: Outcome, waited: Duration) {
     #[cfg(feature = "metrics")]
     {
-        metrics::counter!(ACQUISITIONS, "kind" => kind.label(), "outcome" => outcome.label())
+        metrics::counter!(ACQUISITIONS, "kind" => kind.as_str(), "outcome" => outcome.label())
             .increment(1);
         if outcome == Outcome::Acquired {
-            metrics::histogram!(ACQUIRE_WAIT, "kind" => kind.label()).record(waited);
+            metrics::histogram!(ACQUIRE_WAIT, "kind" => kind.as_str()).record(waited);
         }
     }
     #[cfg(not(feature = "metrics"))]

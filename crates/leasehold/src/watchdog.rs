@@ -668,7 +668,11 @@ async fn renew_batch(
         .collect();
     let sent = Instant::now();
     telemetry::renewal_batch();
-    let span = tracing::debug_span!("leasehold.renew", kind = kind.label(), leases = batch.len());
+    let span = tracing::debug_span!(
+        "leasehold.renew",
+        kind = kind.as_str(),
+        leases = batch.len()
+    );
     (
         sent,
         servers.extend(kind, &extensions).instrument(span).await,

@@ -716,7 +716,6 @@ impl Backend {
         .inspect_err(|e| self.note(e))
     }
 
-    /// Ends a subscription made by [`Backend::subscribe`].
     /// A Redlock node's subscription: as [`subscribe`](Self::subscribe),
     /// but a node that cannot be reached now is subscribed once it is back
     /// (until [`forget`](Self::forget) or an unsubscribe).
@@ -749,6 +748,7 @@ impl Backend {
         }
     }
 
+    /// Ends a subscription made by [`Backend::subscribe`].
     pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<()> {
         match &self.conn {
             Conn::Single(_, m) => m.unsubscribe(channel).await,

@@ -122,8 +122,7 @@ impl Held {
         }
         let mut pending = ReleaseOnDrop(Some(&self));
         let lease = &self.lease;
-        let span =
-            tracing::info_span!("leasehold.release", lock = %lease.name, kind = lease.kind.label());
+        let span = tracing::info_span!("leasehold.release", lock = %lease.name, kind = lease.kind.as_str());
         let outcome = match lease.kept_for() {
             // hold_at_least: set to last until then, no longer renewed; the
             // lock frees itself when it ends. Owner-checked like a release.

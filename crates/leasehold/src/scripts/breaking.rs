@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{ELECTION_VACATE, LEASE_BREAK, Owned, Spread, lock_release_call, sharded};
+use super::{LEASE_BREAK, Owned, Spread, lock_release_call, sharded};
 use crate::backend::Backend;
 use crate::error::Result;
 use crate::key::LockKeys;
@@ -21,14 +21,7 @@ pub(crate) async fn lock_break(
     election: bool,
 ) -> Result<Owned> {
     if election {
-        let mut invocation = ELECTION_VACATE.prepare_invoke();
-        invocation
-            .key(keys.lock())
-            .key(keys.leader())
-            .key(keys.elected())
-            .arg(token)
-            .arg(sharded(backend));
-        let _led: i64 = backend.invoke(&invocation, keys.lock()).await?;
+        super::election::election_vacate(backend, keys, token).await?;
     }
     let invocation = lock_release_call(
         keys,

@@ -19,6 +19,13 @@ pub(super) async fn election_release(
     token: &str,
     spread: Spread,
 ) -> Result<Owned> {
+    election_vacate(backend, keys, token).await?;
+    lock_release(backend, keys, token, spread).await
+}
+
+/// Drops the leader record of the election `keys` if `token` holds its
+/// lease, and tells the observers (`election_vacate.lua`); the lease stays.
+pub(super) async fn election_vacate(backend: &Backend, keys: &LockKeys, token: &str) -> Result<()> {
     let mut invocation = ELECTION_VACATE.prepare_invoke();
     invocation
         .key(keys.lock())
@@ -27,7 +34,7 @@ pub(super) async fn election_release(
         .arg(token)
         .arg(sharded(backend));
     let _led: i64 = backend.invoke(&invocation, keys.lock()).await?;
-    lock_release(backend, keys, token, spread).await
+    Ok(())
 }
 
 /// Records `value` and `term` as the leader of the election `keys` if
