@@ -288,6 +288,45 @@ fn a_lock_is_extended_listed_and_released_by_its_token() {
     ));
 }
 
+/// An operator's tools from a plain thread, as the async client has them:
+/// what kind holds a name, every name of a kind, and breaking a stuck one.
+#[test]
+fn a_stuck_lock_is_found_by_kind_and_broken_from_a_thread() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let stuck = client.semaphore("nightly", 2);
+    let permit = stuck.acquire().unwrap();
+    let _detached = client.lock("deploy").acquire().unwrap().detach();
+    assert_eq!(
+        client.kind("nightly").unwrap(),
+        Some(leasehold::LockKind::Semaphore)
+    );
+    assert_eq!(client.kind("free").unwrap(), None);
+    let mut kinds = client.list_kinds("*").unwrap();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            ("deploy".to_owned(), leasehold::LockKind::Lock),
+            ("nightly".to_owned(), leasehold::LockKind::Semaphore),
+        ]
+    );
+    let broken = client.break_lease("nightly").unwrap().expect("it was held");
+    assert_eq!(broken.kind, leasehold::LockKind::Semaphore);
+    assert_eq!(broken.holds.len(), 1);
+    assert_eq!(
+        client
+            .break_lease("nightly")
+            .unwrap()
+            .map(|b| b.holds.len()),
+        None
+    );
+    assert!(matches!(permit.release(), Err(Error::Lost { .. })));
+    assert!(!client.is_closed());
+    client.close().unwrap();
+    assert!(client.is_closed());
+}
+
 #[test]
 fn a_fair_lock_released_by_its_token_goes_to_the_waiting_thread() {
     let server = RedisServer::start();

@@ -168,6 +168,40 @@ impl Client {
         self.rt.block_on(self.inner.list(pattern))
     }
 
+    /// The blocking form of [`crate::Client::kind`]: which kind of lock
+    /// holds `name`, if any.
+    ///
+    /// # Errors
+    ///
+    /// As the async method.
+    #[track_caller]
+    pub fn kind(&self, name: &str) -> Result<Option<crate::LockKind>> {
+        self.rt.block_on(self.inner.kind(name))
+    }
+
+    /// The blocking form of [`crate::Client::list_kinds`]: every held name
+    /// matching `pattern`, with its kind.
+    ///
+    /// # Errors
+    ///
+    /// As the async method.
+    #[track_caller]
+    pub fn list_kinds(&self, pattern: &str) -> Result<Vec<(String, crate::LockKind)>> {
+        self.rt.block_on(self.inner.list_kinds(pattern))
+    }
+
+    /// The blocking form of [`crate::Client::break_lease`]: removes whatever
+    /// holds `name`, whatever its token. Breaks mutual exclusion for the
+    /// holder; for an operator's tools only.
+    ///
+    /// # Errors
+    ///
+    /// As the async method.
+    #[track_caller]
+    pub fn break_lease(&self, name: &str) -> Result<Option<crate::BrokenLease>> {
+        self.rt.block_on(self.inner.break_lease(name))
+    }
+
     /// The key prefix every key and channel of this client starts with.
     pub fn prefix(&self) -> &str {
         self.inner.prefix()
@@ -182,6 +216,11 @@ impl Client {
     #[track_caller]
     pub fn close(&self) -> Result<()> {
         self.rt.block_on(self.inner.close())
+    }
+
+    /// Whether [`Client::close`] was called (on this client or a clone).
+    pub fn is_closed(&self) -> bool {
+        self.inner.is_closed()
     }
 
     fn handle<H>(&self, inner: H) -> Handle<H> {
