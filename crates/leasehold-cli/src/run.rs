@@ -38,6 +38,9 @@
 //!   acquiring and spawning) means the command is not run at all: exit 70.
 //! - When the command exits, processes it left running in its group get
 //!   the same SIGTERM / SIGKILL treatment before the lock is released.
+//!   leasehold adopts the orphans of the command's tree (it is a child
+//!   subreaper), so in the common case one look at its own children tells
+//!   that nothing is left ([`group::Leftovers`]).
 
 mod exec;
 mod group;
@@ -82,7 +85,10 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
     let me = nix::unistd::getpid();
     timing::mark(me, "start");
     let started = Instant::now();
-    let mut helpers = Helpers::start(&args.command, poll_period(args.ttl)).await?;
+    // Before anything is started: whatever the command leaves behind when
+    // its parent exits comes to this process (see group::Leftovers).
+    let adopting = group::adopt_orphans();
+    let mut helpers = Helpers::start(&args.command, poll_period(args.ttl), adopting).await?;
     let mut lease = LeaseArgs {
         at_least: args.at_least,
         lock_delay: args.lock_delay.unwrap_or_default(),
@@ -118,12 +124,18 @@ struct Helpers {
     watcher: Watcher,
     /// The launcher, until it is told to run the command or sent away.
     launcher: Option<Launcher>,
+    /// Whether this process adopts its descendants' orphans.
+    adopting: bool,
 }
 
 impl Helpers {
     /// Starts both; exit 70 if either cannot start (nothing connected or
     /// held yet).
-    async fn start(command: &[std::ffi::OsString], poll: Duration) -> Result<Helpers, Failure> {
+    async fn start(
+        command: &[std::ffi::OsString],
+        poll: Duration,
+        adopting: bool,
+    ) -> Result<Helpers, Failure> {
         let mut watcher = Watcher::spawn(poll).map_err(|e| {
             Failure::with_code(
                 exit::SOFTWARE,
@@ -137,6 +149,7 @@ impl Helpers {
             Ok(launcher) => Ok(Helpers {
                 watcher,
                 launcher: Some(launcher),
+                adopting,
             }),
             Err(e) => {
                 watcher.done().await;
@@ -331,6 +344,7 @@ async fn run_held(
     let mut supervisor = Supervisor {
         guard: &guard,
         leader,
+        leftovers: group::Leftovers::new(leader, helpers.watcher.pid(), helpers.adopting),
         own_group,
         terminal,
         kill_grace: args.kill_grace,
@@ -392,7 +406,8 @@ enum Outcome {
 
 /// What woke the supervisor.
 enum Event {
-    /// SIGCHLD: the command (or the watcher) changed state.
+    /// SIGCHLD: the command, the watcher or an orphan `run` adopted
+    /// changed state.
     Child,
     /// A signal to pass on to the command's group.
     Forward(Signal),
@@ -415,6 +430,8 @@ struct Supervisor<'a> {
     /// The command's PID (first the launcher's, which becomes it), also
     /// its process group's id.
     leader: Pid,
+    /// What the command leaves behind in its group.
+    leftovers: group::Leftovers,
     /// leasehold's own process group.
     own_group: Pid,
     /// Whether stdin is leasehold's controlling terminal.
@@ -458,7 +475,9 @@ impl Supervisor<'_> {
                 () = sleep_until_some(kill_at), if !self.killed => Event::KillNow,
             };
             match event {
-                Event::Child => {}
+                // Orphans of the command that exited: reaped now, so that
+                // they do not pile up while a long command runs.
+                Event::Child => self.leftovers.reap_exited(),
                 Event::Forward(sig) => group::signal(self.leader, sig),
                 Event::Stop => self.job_stop(watcher),
                 Event::Continue => self.resume(watcher),
@@ -608,12 +627,12 @@ impl Supervisor<'_> {
     /// reaped after the release ([`run_held`]).
     async fn after_exit(&mut self) -> Outcome {
         self.take_terminal();
-        // One look at /proc (every process's stat) when nothing is left,
-        // the common case: it stands between the command's exit and the
-        // release.
+        // It stands between the command's exit and the release: one look
+        // at this process's children when nothing is left, the common case
+        // (a walk of all of /proc otherwise, see group::Leftovers).
         let deadline = match self.kill_at {
             Some(deadline) => Some(deadline),
-            None if group::others_alive(self.leader) => {
+            None if self.leftovers.others_alive() => {
                 exit::notice(format!(
                     "the command exited with processes of its group still running; stopping \
                      them (SIGTERM, SIGKILL after {}) before releasing {}",
@@ -627,10 +646,10 @@ impl Supervisor<'_> {
             None => None,
         };
         if let Some(deadline) = deadline {
-            while group::others_alive(self.leader) && Instant::now() < deadline {
+            while self.leftovers.others_alive() && Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            if group::others_alive(self.leader) {
+            if self.leftovers.others_alive() {
                 group::signal(self.leader, Signal::SIGKILL);
             }
         }

@@ -21,6 +21,10 @@
 //!   of its looks), and stops the command again.
 //! - `run` writes `done` (the command ended and nothing of its group is
 //!   left): the watcher exits without touching anything.
+//!
+//! It never starts a process: `run` counts on that to tell, from its own
+//! children alone, that nothing of the command is left
+//! ([`super::group::Leftovers`]).
 
 use std::io::{self, BufRead, Write};
 use std::os::fd::OwnedFd;
@@ -84,6 +88,11 @@ impl Watcher {
             notes,
             gone: false,
         })
+    }
+
+    /// Its PID.
+    pub(crate) fn pid(&self) -> Pid {
+        Pid::from_raw(i32::try_from(self.child.id()).unwrap_or(i32::MAX))
     }
 
     /// Tells the watcher the command's process group, before the command
