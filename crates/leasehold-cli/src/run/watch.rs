@@ -154,14 +154,39 @@ impl Watcher {
             // A watcher already gone cannot be told, and needs not be.
             let _ = orders.write_all(b"done\n");
         }
-        reap(&mut self.child).await;
+        let deadline = tokio::time::Instant::now() + REAP_WITHIN;
+        // Its stdout closes as it exits: waiting for that, rather than
+        // looking every millisecond, sees the exit as soon as it happens.
+        if let Some(mut notes) = self.notes.take() {
+            let mut bytes = [0u8; 64];
+            let _ = tokio::time::timeout_at(deadline, async {
+                while matches!(notes.read(&mut bytes).await, Ok(n) if n > 0) {}
+            })
+            .await;
+        }
+        reap_until(&mut self.child, deadline).await;
     }
 }
+
+/// How long [`reap`] waits for a helper told to exit.
+const REAP_WITHIN: Duration = Duration::from_secs(2);
 
 /// Waits for `child` to exit and reaps it: 2 s at most, looking every
 /// millisecond (it is told to exit just before).
 pub(crate) async fn reap(child: &mut Child) {
-    for _ in 0..2000 {
+    reap_until(child, tokio::time::Instant::now() + REAP_WITHIN).await;
+}
+
+/// [`reap`], until `deadline`. A process becomes a zombie a moment after
+/// its descriptors close: a few quick looks first, then every millisecond.
+async fn reap_until(child: &mut Child, deadline: tokio::time::Instant) {
+    for _ in 0..20 {
+        if !matches!(child.try_wait(), Ok(None)) {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    while tokio::time::Instant::now() < deadline {
         if !matches!(child.try_wait(), Ok(None)) {
             return;
         }
