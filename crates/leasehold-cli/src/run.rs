@@ -130,34 +130,36 @@ struct Helpers {
 
 impl Helpers {
     /// Starts both; exit 70 if either cannot start (nothing connected or
-    /// held yet).
+    /// held yet). The launcher first: when the lock is free, its start-up
+    /// (an exec of leasehold) is what the command waits for once the lock
+    /// is held, while the watcher only has to be there to read its pipe.
     async fn start(
         command: &[std::ffi::OsString],
         poll: Duration,
         adopting: bool,
     ) -> Result<Helpers, Failure> {
-        let mut watcher = Watcher::spawn(poll).map_err(|e| {
+        let launcher = Launcher::start(command).map_err(|e| {
             Failure::with_code(
                 exit::SOFTWARE,
                 format!(
-                    "cannot start the watcher process that stops the command if leasehold dies \
-                     ({e}); the command was not run"
+                    "cannot start the command's launcher (leasehold itself): {e}; the command \
+                     was not run"
                 ),
             )
         })?;
-        match Launcher::start(command) {
-            Ok(launcher) => Ok(Helpers {
+        match Watcher::spawn(poll) {
+            Ok(watcher) => Ok(Helpers {
                 watcher,
                 launcher: Some(launcher),
                 adopting,
             }),
             Err(e) => {
-                watcher.done().await;
+                launcher.dismiss().await;
                 Err(Failure::with_code(
                     exit::SOFTWARE,
                     format!(
-                        "cannot start the command's launcher (leasehold itself): {e}; the \
-                         command was not run"
+                        "cannot start the watcher process that stops the command if leasehold \
+                         dies ({e}); the command was not run"
                     ),
                 ))
             }
