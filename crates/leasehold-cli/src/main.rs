@@ -40,6 +40,11 @@ use crate::exit::Failure;
 fn main() -> ExitCode {
     install_panic_hook();
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // `run`'s helpers, as `run` starts them: no clap (the whole command
+    // line's definition), which is most of a helper's start-up.
+    if let Some(code) = run::helper(&args) {
+        return ExitCode::from(code);
+    }
     // Known before parsing, so a usage error is JSON too.
     if cli::json_asked(&args) {
         exit::json_errors();

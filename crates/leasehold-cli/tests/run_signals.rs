@@ -557,25 +557,86 @@ fn a_second_stop_of_leasehold_before_the_watcher_looks_again_stops_the_command_t
 
 #[test]
 fn processes_the_command_leaves_behind_are_stopped_before_the_release() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let dir = temp_dir();
     // The command exits at once, leaving its stubborn grandchild behind.
     let script = "(trap '' HUP INT QUIT TERM USR1 USR2; \
         while :; do date +%s%N >> a.ts; sleep 0.02; done) & echo $! > a.gc; \
         while [ ! -s a.ts ]; do sleep 0.01; done; exit 3";
-    let first = start_run(dir.path(), &url, "leftover", "30s", script);
-    let grandchild = Grandchild(pid_in(&dir.path().join("a.gc")));
-    let second = start_run(dir.path(), &url, "leftover", "30s", SECOND);
+    leftover_is_stopped_before_the_release("leftover", script);
+}
+
+/// The stubborn loop of [`STUBBORN`], for a process started otherwise.
+const STUBBORN_LOOP: &str = "trap '' HUP INT QUIT TERM USR1 USR2 ALRM; \
+    while :; do date +%s%N >> a.ts; sleep 0.02; done";
+
+/// Runs `script` as the first holder (it must leave a stubborn process
+/// of its group behind, its PID in `a.gc`, and exit 3 once that process
+/// writes), with a second holder waiting on the same name: the leftover
+/// is gone before the release, and none of its timestamps falls inside
+/// the second's hold.
+fn leftover_is_stopped_before_the_release(name: &str, script: &str) {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = temp_dir();
+    let first = start_run(dir.path(), &url, name, "30s", script);
+    let leftover = Grandchild(pid_in(&dir.path().join("a.gc")));
+    let second = start_run(dir.path(), &url, name, "30s", SECOND);
     let out = first.finish();
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     assert!(out.stderr.contains("still running"), "{out:?}");
-    assert!(!alive(grandchild.0), "the leftover grandchild survived");
+    assert!(!alive(leftover.0), "the leftover survived");
     let start: u128 = wait_for_line(&dir.path().join("b.start")).parse().unwrap();
     let end: u128 = wait_for_line(&dir.path().join("b.end")).parse().unwrap();
     let out = second.finish();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_no_overlap(dir.path(), (start, end));
+}
+
+#[test]
+fn a_grandchild_orphaned_while_the_command_runs_is_stopped_before_the_release() {
+    // A double fork: the subshell starts the loop and exits at once, so
+    // the loop loses its parent while the command still runs (and is
+    // adopted by leasehold, or by init); it stays in the command's group.
+    let script = format!(
+        "( ({STUBBORN_LOOP}) & echo $! > a.gc ); \
+         while [ ! -s a.ts ]; do sleep 0.01; done; exit 3"
+    );
+    leftover_is_stopped_before_the_release("orphan", &script);
+}
+
+#[test]
+fn a_process_of_the_group_below_one_that_left_it_is_stopped_before_the_release() {
+    // The command's child moves to a group of its own and stays alive,
+    // waiting for its child, which moves back into the command's group:
+    // what is left in the group is not among leasehold's children, but
+    // below one that is not in the group.
+    let script = format!(
+        "perl -e 'use POSIX; setpgid(0, 0) or die \"setpgid: $!\"; \
+           my $p = fork(); defined $p or die \"fork: $!\"; \
+           if ($p == 0) {{ setpgid(0, $ARGV[0]) or die \"setpgid: $!\"; \
+             exec(\"sh\", \"-c\", $ARGV[1]) or die \"exec: $!\"; }} \
+           open(my $f, \">\", \"a.gc\") or die; print $f \"$p\\n\"; close $f; \
+           waitpid($p, 0);' $$ \"{STUBBORN_LOOP}\" & \
+         echo $! > a.mid; \
+         while [ ! -s a.ts ]; do sleep 0.01; done; exit 3"
+    );
+    leftover_is_stopped_before_the_release("below", &script);
+}
+
+#[test]
+fn a_process_the_command_started_in_a_session_of_its_own_is_left_running() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = temp_dir();
+    // Not in the command's group (a daemon's usual start): not the
+    // command's to stop, so leasehold neither signals it nor waits.
+    let script = "setsid sh -c 'echo $$ > a.d; exec sleep 30' </dev/null >/dev/null 2>&1 & \
+        while [ ! -s a.d ]; do sleep 0.01; done; exit 0";
+    let first = start_run(dir.path(), &url, "daemon", "30s", script);
+    let daemon = Grandchild(pid_in(&dir.path().join("a.d")));
+    let out = first.finish();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(out.stderr.is_empty(), "{out:?}");
+    assert!(running(daemon.0), "the daemon was stopped");
 }
 
 #[test]

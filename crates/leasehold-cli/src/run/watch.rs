@@ -21,6 +21,10 @@
 //!   of its looks), and stops the command again.
 //! - `run` writes `done` (the command ended and nothing of its group is
 //!   left): the watcher exits without touching anything.
+//!
+//! It never starts a process: `run` counts on that to tell, from its own
+//! children alone, that nothing of the command is left
+//! ([`super::group::Leftovers`]).
 
 use std::io::{self, BufRead, Write};
 use std::os::fd::OwnedFd;
@@ -86,6 +90,11 @@ impl Watcher {
         })
     }
 
+    /// Its PID.
+    pub(crate) fn pid(&self) -> Pid {
+        Pid::from_raw(i32::try_from(self.child.id()).unwrap_or(i32::MAX))
+    }
+
     /// Tells the watcher the command's process group, before the command
     /// may run. Once this returns the line is in the pipe: a `run` killed
     /// right after leaves the watcher reading it, then end-of-file.
@@ -145,14 +154,39 @@ impl Watcher {
             // A watcher already gone cannot be told, and needs not be.
             let _ = orders.write_all(b"done\n");
         }
-        reap(&mut self.child).await;
+        let deadline = tokio::time::Instant::now() + REAP_WITHIN;
+        // Its stdout closes as it exits: waiting for that, rather than
+        // looking every millisecond, sees the exit as soon as it happens.
+        if let Some(mut notes) = self.notes.take() {
+            let mut bytes = [0u8; 64];
+            let _ = tokio::time::timeout_at(deadline, async {
+                while matches!(notes.read(&mut bytes).await, Ok(n) if n > 0) {}
+            })
+            .await;
+        }
+        reap_until(&mut self.child, deadline).await;
     }
 }
+
+/// How long [`reap`] waits for a helper told to exit.
+const REAP_WITHIN: Duration = Duration::from_secs(2);
 
 /// Waits for `child` to exit and reaps it: 2 s at most, looking every
 /// millisecond (it is told to exit just before).
 pub(crate) async fn reap(child: &mut Child) {
-    for _ in 0..2000 {
+    reap_until(child, tokio::time::Instant::now() + REAP_WITHIN).await;
+}
+
+/// [`reap`], until `deadline`. A process becomes a zombie a moment after
+/// its descriptors close: a few quick looks first, then every millisecond.
+async fn reap_until(child: &mut Child, deadline: tokio::time::Instant) {
+    for _ in 0..20 {
+        if !matches!(child.try_wait(), Ok(None)) {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    while tokio::time::Instant::now() < deadline {
         if !matches!(child.try_wait(), Ok(None)) {
             return;
         }
