@@ -14,7 +14,7 @@ use tokio::task::JoinSet;
 
 use crate::cli::{DemoArgs, Global};
 use crate::exit::{self, Failure};
-use crate::measure::{Held, handoff_gaps, hold, pct, percentile};
+use crate::measure::{Tenure, handoff_gaps, hold, pct, percentile};
 use crate::output::{emit, emit_json, short};
 use crate::session::connect_to;
 use crate::session::{Stop, Target, plain_connection};
@@ -226,9 +226,9 @@ fn analyse(
     let fences_increasing = records
         .windows(2)
         .all(|p| p[1].fence > p[0].fence && p[1].acquired > p[0].acquired);
-    let held: Vec<Held<Instant>> = records
+    let held: Vec<Tenure<Instant>> = records
         .iter()
-        .map(|r| Held {
+        .map(|r| Tenure {
             acquired: r.acquired,
             released: r.released,
         })

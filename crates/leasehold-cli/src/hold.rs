@@ -14,7 +14,7 @@ use crate::progress::Watch;
 
 /// A guard of any primitive `run` can hold.
 #[derive(Debug)]
-pub(crate) enum Held {
+pub(crate) enum AnyGuard {
     /// The plain lease lock.
     Lock(LockGuard),
     /// A read hold of a read-write lock.
@@ -39,21 +39,21 @@ pub(crate) enum Held {
 macro_rules! each {
     ($held:expr, $guard:ident => $body:expr) => {
         match $held {
-            Held::Lock($guard) => $body,
-            Held::Read($guard) => $body,
-            Held::Write($guard) => $body,
-            Held::Permit($guard) => $body,
-            Held::Multi { guard: $guard, .. } => $body,
-            Held::Leader($guard) => $body,
+            AnyGuard::Lock($guard) => $body,
+            AnyGuard::Read($guard) => $body,
+            AnyGuard::Write($guard) => $body,
+            AnyGuard::Permit($guard) => $body,
+            AnyGuard::Multi { guard: $guard, .. } => $body,
+            AnyGuard::Leader($guard) => $body,
         }
     };
 }
 
-impl Held {
+impl AnyGuard {
     /// The fencing token (of the first NAME, when several are held).
     pub(crate) fn fence(&self) -> u64 {
         match self {
-            Held::Multi { guard, first } => guard.fence(first).unwrap_or_default(),
+            AnyGuard::Multi { guard, first } => guard.fence(first).unwrap_or_default(),
             single => single.fences()[0].1,
         }
     }
@@ -61,24 +61,24 @@ impl Held {
     /// Every name held with its fence, sorted by name.
     pub(crate) fn fences(&self) -> Vec<(String, u64)> {
         match self {
-            Held::Multi { guard, .. } => guard.fences().to_vec(),
-            Held::Lock(g) => vec![(g.name().to_owned(), g.fence())],
-            Held::Read(g) => vec![(g.name().to_owned(), g.fence())],
-            Held::Write(g) => vec![(g.name().to_owned(), g.fence())],
-            Held::Permit(g) => vec![(g.name().to_owned(), g.fence())],
-            Held::Leader(g) => vec![(g.name().to_owned(), g.fence())],
+            AnyGuard::Multi { guard, .. } => guard.fences().to_vec(),
+            AnyGuard::Lock(g) => vec![(g.name().to_owned(), g.fence())],
+            AnyGuard::Read(g) => vec![(g.name().to_owned(), g.fence())],
+            AnyGuard::Write(g) => vec![(g.name().to_owned(), g.fence())],
+            AnyGuard::Permit(g) => vec![(g.name().to_owned(), g.fence())],
+            AnyGuard::Leader(g) => vec![(g.name().to_owned(), g.fence())],
         }
     }
 
     /// The owner token (of the first NAME, when several are held).
     pub(crate) fn token(&self) -> &str {
         match self {
-            Held::Lock(g) => g.token(),
-            Held::Read(g) => g.token(),
-            Held::Write(g) => g.token(),
-            Held::Permit(g) => g.token(),
-            Held::Leader(g) => g.token(),
-            Held::Multi { guard, first } => guard.token(first).unwrap_or_default(),
+            AnyGuard::Lock(g) => g.token(),
+            AnyGuard::Read(g) => g.token(),
+            AnyGuard::Write(g) => g.token(),
+            AnyGuard::Permit(g) => g.token(),
+            AnyGuard::Leader(g) => g.token(),
+            AnyGuard::Multi { guard, first } => guard.token(first).unwrap_or_default(),
         }
     }
 
@@ -105,21 +105,21 @@ impl Held {
     /// The kind, for `run --json`: `lock`, `rwlock` or `semaphore`.
     pub(crate) fn kind(&self) -> &'static str {
         match self {
-            Held::Lock(_) | Held::Multi { .. } => "lock",
-            Held::Read(_) | Held::Write(_) => "rwlock",
-            Held::Permit(_) => "semaphore",
-            Held::Leader(_) => "election",
+            AnyGuard::Lock(_) | AnyGuard::Multi { .. } => "lock",
+            AnyGuard::Read(_) | AnyGuard::Write(_) => "rwlock",
+            AnyGuard::Permit(_) => "semaphore",
+            AnyGuard::Leader(_) => "election",
         }
     }
 
     /// What is held, for messages: `lock "x"`, `write lock "x"`, ...
     pub(crate) fn what(&self) -> String {
         let kind = match self {
-            Held::Lock(_) => "lock",
-            Held::Read(_) => "read lock",
-            Held::Write(_) => "write lock",
-            Held::Permit(_) => "permit of semaphore",
-            Held::Multi { guard, .. } => {
+            AnyGuard::Lock(_) => "lock",
+            AnyGuard::Read(_) => "read lock",
+            AnyGuard::Write(_) => "write lock",
+            AnyGuard::Permit(_) => "permit of semaphore",
+            AnyGuard::Multi { guard, .. } => {
                 let names: Vec<String> = guard
                     .names()
                     .into_iter()
@@ -127,15 +127,15 @@ impl Held {
                     .collect();
                 return format!("locks {}", names.join(", "));
             }
-            Held::Leader(_) => "leadership of election",
+            AnyGuard::Leader(_) => "leadership of election",
         };
         let name = match self {
-            Held::Lock(g) => g.name(),
-            Held::Read(g) => g.name(),
-            Held::Write(g) => g.name(),
-            Held::Permit(g) => g.name(),
-            Held::Leader(g) => g.name(),
-            Held::Multi { first, .. } => first,
+            AnyGuard::Lock(g) => g.name(),
+            AnyGuard::Read(g) => g.name(),
+            AnyGuard::Write(g) => g.name(),
+            AnyGuard::Permit(g) => g.name(),
+            AnyGuard::Leader(g) => g.name(),
+            AnyGuard::Multi { first, .. } => first,
         };
         format!("{kind} {:?}", crate::output::printable(name))
     }
@@ -153,7 +153,7 @@ pub(crate) async fn take_leadership(
     name: &str,
     lease: &LeaseArgs,
     value: &str,
-) -> Result<Held, Failure> {
+) -> Result<AnyGuard, Failure> {
     let election = client.election(name).ttl(lease.ttl);
     let lead = per_lease(
         lease,
@@ -169,7 +169,7 @@ pub(crate) async fn take_leadership(
         || format!("election {name:?} has a leader; see it with `leasehold status {name}`"),
         Watch::lock(client, name),
     );
-    lead.await.map(Held::Leader)
+    lead.await.map(AnyGuard::Leader)
 }
 
 /// Takes what `mode` names on `name`, per `lease`.
@@ -184,7 +184,7 @@ pub(crate) async fn take_hold(
     name: &str,
     lease: &LeaseArgs,
     mode: Mode,
-) -> Result<Held, Failure> {
+) -> Result<AnyGuard, Failure> {
     let rw = || {
         let rw = client.rw_lock(name).ttl(lease.ttl).wait(lease.wait);
         match lease.at_least {
@@ -193,7 +193,7 @@ pub(crate) async fn take_hold(
         }
     };
     match mode {
-        Mode::Lock => take(client, name, lease).await.map(Held::Lock),
+        Mode::Lock => take(client, name, lease).await.map(AnyGuard::Lock),
         Mode::Read => {
             let rw = rw();
             let busy = || format!("read-write lock {name:?} has a writer, or one waits");
@@ -204,7 +204,7 @@ pub(crate) async fn take_hold(
                 busy,
                 Watch::of(client, name, mode),
             );
-            read.await.map(Held::Read)
+            read.await.map(AnyGuard::Read)
         }
         Mode::Write => {
             let rw = rw();
@@ -216,7 +216,7 @@ pub(crate) async fn take_hold(
                 busy,
                 Watch::of(client, name, mode),
             );
-            write.await.map(Held::Write)
+            write.await.map(AnyGuard::Write)
         }
         Mode::Permits(permits) => {
             let mut sem = client
@@ -234,7 +234,7 @@ pub(crate) async fn take_hold(
                 busy,
                 Watch::of(client, name, mode),
             );
-            permit.await.map(Held::Permit)
+            permit.await.map(AnyGuard::Permit)
         }
     }
 }
@@ -251,7 +251,7 @@ pub(crate) async fn take_all(
     client: &Client,
     names: &[String],
     lease: &LeaseArgs,
-) -> Result<Held, Failure> {
+) -> Result<AnyGuard, Failure> {
     let mut multi = client
         .multi_lock(names)
         .ttl(lease.ttl)
@@ -262,7 +262,7 @@ pub(crate) async fn take_all(
     }
     let sorted = multi.names().join(" ");
     let watch = Watch::several(client, &multi.names());
-    let held = |guard| Held::Multi {
+    let held = |guard| AnyGuard::Multi {
         guard,
         first: names[0].clone(),
     };

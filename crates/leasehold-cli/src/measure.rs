@@ -41,7 +41,7 @@ pub(crate) async fn hold(d: Duration) {
 
 /// One holder's time with the lock, on any clock both ends share.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Held<T> {
+pub(crate) struct Tenure<T> {
     /// When the holder got the lock.
     pub(crate) acquired: T,
     /// When it called release.
@@ -51,7 +51,7 @@ pub(crate) struct Held<T> {
 /// What consecutive holders (in the order given) show: the gap from each
 /// release to the next acquisition, sorted, and how many pairs overlapped
 /// (the next acquired before the previous released).
-pub(crate) fn handoff_gaps<T, D>(in_order: &[Held<T>]) -> (Vec<D>, usize)
+pub(crate) fn handoff_gaps<T, D>(in_order: &[Tenure<T>]) -> (Vec<D>, usize)
 where
     T: Copy + Ord + std::ops::Sub<Output = D>,
     D: Ord,
@@ -90,19 +90,19 @@ mod tests {
     #[test]
     fn gaps_run_from_one_release_to_the_next_acquisition() {
         let held = [
-            Held {
+            Tenure {
                 acquired: 0u64,
                 released: 10,
             },
-            Held {
+            Tenure {
                 acquired: 13,
                 released: 20,
             },
-            Held {
+            Tenure {
                 acquired: 19,
                 released: 30,
             },
-            Held {
+            Tenure {
                 acquired: 35,
                 released: 40,
             },

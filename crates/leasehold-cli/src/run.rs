@@ -1,5 +1,5 @@
 //! `leasehold run`: a command under a lock, the distributed flock(1), or
-//! under a read or write hold or a semaphore permit ([`Held`]).
+//! under a read or write hold or a semaphore permit ([`AnyGuard`]).
 //!
 //! All lock work (acquire, renewal, loss detection, release) is the
 //! library's. This module keeps one promise: the command, and everything it
@@ -70,7 +70,7 @@ use tokio::time::Instant;
 
 use crate::cli::{Global, LeaseArgs, RunArgs};
 use crate::exit::{self, Failure};
-use crate::hold::{Held, take_all, take_hold, take_leadership};
+use crate::hold::{AnyGuard, take_all, take_hold, take_leadership};
 use crate::session::catch;
 use crate::session::connect_for;
 use exec::Launcher;
@@ -320,7 +320,7 @@ impl Summary {
 /// Runs the command under `guard` and returns the exit code; sets `lost`
 /// when the lease was lost while the command ran.
 async fn run_held(
-    guard: Held,
+    guard: AnyGuard,
     args: &RunArgs,
     lost: &mut bool,
     helpers: &mut Helpers,
@@ -471,7 +471,7 @@ enum Event {
 /// The command while it runs, and what leasehold did to it.
 struct Supervisor<'a> {
     /// The lease.
-    guard: &'a Held,
+    guard: &'a AnyGuard,
     /// The command's PID (first the launcher's, which becomes it), also
     /// its process group's id.
     leader: Pid,
@@ -710,14 +710,14 @@ impl Supervisor<'_> {
 
 /// Releases the lock after the command ended and picks the exit code;
 /// sets `lost` when the release finds the lease gone.
-async fn finish(guard: Held, outcome: Outcome, lost: &mut bool) -> Result<u8, Failure> {
+async fn finish(guard: AnyGuard, outcome: Outcome, lost: &mut bool) -> Result<u8, Failure> {
     let result = finish_release(guard, outcome, lost).await;
     timing::mark(nix::unistd::getpid(), "released");
     result
 }
 
 /// [`finish`]'s release and exit code.
-async fn finish_release(guard: Held, outcome: Outcome, lost: &mut bool) -> Result<u8, Failure> {
+async fn finish_release(guard: AnyGuard, outcome: Outcome, lost: &mut bool) -> Result<u8, Failure> {
     let what = guard.what();
     match outcome {
         Outcome::Lost => {

@@ -12,7 +12,7 @@ use super::worker::{Assignment, GRACE, WorkerResult, Workers};
 use super::{Context, Series};
 use crate::cli::Library;
 use crate::exit::Failure;
-use crate::measure::{Held, handoff_gaps, percentile};
+use crate::measure::{Tenure, handoff_gaps, percentile};
 
 /// Lease length (never reached: holds are 200us).
 const TTL: Duration = Duration::from_secs(10);
@@ -239,9 +239,9 @@ fn analyse(
     let mut waits: Vec<u64> = all.iter().map(|[a, b, _]| b.saturating_sub(*a)).collect();
     waits.sort_unstable();
     all.sort_unstable_by_key(|r| r[1]);
-    let held: Vec<Held<u64>> = all
+    let held: Vec<Tenure<u64>> = all
         .iter()
-        .map(|[_, acquired, released]| Held {
+        .map(|[_, acquired, released]| Tenure {
             acquired: *acquired,
             released: *released,
         })
