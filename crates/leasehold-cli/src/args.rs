@@ -143,7 +143,7 @@ pub(crate) struct Global {
     pub(crate) quiet: bool,
 
     /// The ids of the options above whose value came from their variable
-    /// (set by `cli::parse`), so that a message names what the user wrote.
+    /// (set by `parse::parse`), so that a message names what the user wrote.
     #[arg(skip)]
     pub(crate) from_env: Vec<(String, String)>,
 }

@@ -3,13 +3,14 @@
 use leasehold::{Client, LockKind};
 use serde_json::{Value, json};
 
-use crate::cli::{
-    AcquireArgs, Cli, Command, CompletionsArgs, ExtendArgs, Global, KindArgs, LeaseArgs, ListArgs,
+use crate::args::{
+    AcquireArgs, Cli, Command, CompletionsArgs, ExtendArgs, Global, KindArgs, ListArgs,
     ReleaseArgs, StatusArgs,
 };
 use crate::exit::Failure;
 use crate::hold::take;
 use crate::output::{self, Row, emit, emit_json, millis};
+use crate::parse::LeaseArgs;
 use crate::session::{connect, connect_for};
 
 /// The man page, leasehold(1), written by build.rs from the clap definition.
@@ -46,7 +47,7 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         #[cfg(feature = "bench")]
         Command::BenchWorker(args) => crate::bench::worker::worker(global, args).await,
         #[cfg(not(feature = "bench"))]
-        Command::Bench(_) => Err(Failure::usage(crate::cli::NO_BENCH)),
+        Command::Bench(_) => Err(Failure::usage(crate::args::NO_BENCH)),
         // Handled in `main` before the runtime starts; the same code if not.
         Command::RunExec(args) => Ok(crate::run::exec(args)),
         Command::RunWatch(args) => Ok(crate::run::watch(&args)),
@@ -57,9 +58,9 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<u8, Failure> {
 fn completions(args: &CompletionsArgs) -> u8 {
     use clap::CommandFactory;
     let shell = match args.shell {
-        crate::cli::Shell::Bash => clap_complete::Shell::Bash,
-        crate::cli::Shell::Zsh => clap_complete::Shell::Zsh,
-        crate::cli::Shell::Fish => clap_complete::Shell::Fish,
+        crate::args::Shell::Bash => clap_complete::Shell::Bash,
+        crate::args::Shell::Zsh => clap_complete::Shell::Zsh,
+        crate::args::Shell::Fish => clap_complete::Shell::Fish,
     };
     // The hidden helpers (`run-exec`, `run-watch`, ...) are not for typing.
     let full = Cli::command();

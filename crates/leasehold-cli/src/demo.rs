@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
-use crate::cli::{DemoArgs, Global};
+use crate::args::{DemoArgs, Global};
 use crate::exit::{self, Failure};
 use crate::measure::{Tenure, handoff_gaps, hold, pct, percentile};
 use crate::output::{emit, emit_json, short};

@@ -8,8 +8,9 @@ use leasehold::{
     Client, Leadership, Lock, LockGuard, MultiLockGuard, Permit, ReadGuard, WriteGuard,
 };
 
-use crate::cli::{LeaseArgs, Mode};
+use crate::args::Mode;
 use crate::exit::Failure;
+use crate::parse::LeaseArgs;
 use crate::progress::Watch;
 
 /// A guard of any primitive `run` can hold.

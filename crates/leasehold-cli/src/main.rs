@@ -15,7 +15,6 @@
 mod args;
 #[cfg(feature = "bench")]
 mod bench;
-mod cli;
 mod collapse;
 mod commands;
 mod demo;
@@ -24,6 +23,7 @@ mod exit;
 mod hold;
 mod measure;
 mod output;
+mod parse;
 mod progress;
 mod run;
 mod session;
@@ -31,9 +31,9 @@ mod session;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::cli::Parsed;
 use crate::collapse::Collapsing;
 use crate::exit::Failure;
+use crate::parse::Parsed;
 
 /// Parses the command line, runs the command on a Tokio runtime, and exits
 /// with its code (one line on stderr on failure).
@@ -46,17 +46,17 @@ fn main() -> ExitCode {
         return ExitCode::from(code);
     }
     // Known before parsing, so a usage error is JSON too.
-    if cli::json_asked(&args) {
+    if parse::json_asked(&args) {
         exit::json_errors();
     }
-    let cli = match cli::parse(args) {
+    let cli = match parse::parse(args) {
         Ok(Parsed::Run(cli)) => cli,
         Ok(Parsed::Done) => return ExitCode::SUCCESS,
         Err(failure) => return ExitCode::from(failure.report()),
     };
     if !matches!(
         cli.command,
-        cli::Command::RunExec(_) | cli::Command::RunWatch(_)
+        args::Command::RunExec(_) | args::Command::RunWatch(_)
     ) {
         if cli.global.quiet {
             exit::quiet();
@@ -65,9 +65,9 @@ fn main() -> ExitCode {
     }
     // `run`'s helper processes: small, synchronous, no runtime of their own.
     let cli = match cli.command {
-        cli::Command::RunExec(args) => return ExitCode::from(run::exec(args)),
-        cli::Command::RunWatch(args) => return ExitCode::from(run::watch(&args)),
-        command => cli::Cli {
+        args::Command::RunExec(args) => return ExitCode::from(run::exec(args)),
+        args::Command::RunWatch(args) => return ExitCode::from(run::watch(&args)),
+        command => args::Cli {
             global: cli.global,
             command,
         },
@@ -98,7 +98,7 @@ fn main() -> ExitCode {
 /// Prints the library's tracing events on stderr: warnings by default,
 /// info with -v, debug with -vv, trace with -vvv, nothing with -q; RUST_LOG,
 /// when set, chooses instead.
-fn install_logging(global: &cli::Global) {
+fn install_logging(global: &args::Global) {
     use tracing_subscriber::EnvFilter;
     let level = if global.quiet {
         "off"

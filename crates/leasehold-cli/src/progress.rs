@@ -14,7 +14,7 @@ use std::time::Duration;
 use leasehold::Client;
 use tokio::time::Instant;
 
-use crate::cli::Mode;
+use crate::args::Mode;
 use crate::output::{printable, short};
 
 /// How long a wait lasts before the line appears.

@@ -68,9 +68,10 @@ use nix::unistd::{Pid, getpgrp};
 use tokio::signal::unix::SignalKind;
 use tokio::time::Instant;
 
-use crate::cli::{Global, LeaseArgs, RunArgs};
+use crate::args::{Global, RunArgs};
 use crate::exit::{self, Failure};
 use crate::hold::{AnyGuard, take_all, take_hold, take_leadership};
+use crate::parse::LeaseArgs;
 use crate::session::catch;
 use crate::session::connect_for;
 use exec::Launcher;
@@ -93,9 +94,9 @@ pub(crate) fn helper(args: &[std::ffi::OsString]) -> Option<u8> {
 #[derive(Debug)]
 enum HelperArgs {
     /// `run-exec --go-fd FD -- CMD...`.
-    Exec(crate::cli::RunExecArgs),
+    Exec(crate::args::RunExecArgs),
     /// `run-watch --pid PID --poll-ms MS`.
-    Watch(crate::cli::RunWatchArgs),
+    Watch(crate::args::RunWatchArgs),
 }
 
 /// `args` (the program's name first) as one of the two shapes `run`
@@ -104,13 +105,13 @@ fn helper_args(args: &[std::ffi::OsString]) -> Option<HelperArgs> {
     let word = |i: usize| args.get(i).and_then(|a| a.to_str());
     match (word(1)?, word(2)?, word(4)?) {
         ("run-watch", "--pid", "--poll-ms") if args.len() == 6 => {
-            Some(HelperArgs::Watch(crate::cli::RunWatchArgs {
+            Some(HelperArgs::Watch(crate::args::RunWatchArgs {
                 pid: word(3)?.parse().ok()?,
                 poll_ms: word(5)?.parse().ok()?,
             }))
         }
         ("run-exec", "--go-fd", "--") if args.len() > 5 => {
-            Some(HelperArgs::Exec(crate::cli::RunExecArgs {
+            Some(HelperArgs::Exec(crate::args::RunExecArgs {
                 go_fd: word(3)?.parse().ok()?,
                 command: args[5..].to_vec(),
             }))
@@ -869,8 +870,8 @@ mod tests {
                 .map(OsString::from)
                 .collect()
         };
-        let by_clap = |args: &[OsString]| match crate::cli::parse(args.to_vec()) {
-            Ok(crate::cli::Parsed::Run(cli)) => format!("{:?}", cli.command),
+        let by_clap = |args: &[OsString]| match crate::parse::parse(args.to_vec()) {
+            Ok(crate::parse::Parsed::Run(cli)) => format!("{:?}", cli.command),
             _ => panic!("clap refused {args:?}"),
         };
         let mut exec = line(&[
@@ -880,8 +881,8 @@ mod tests {
         let watch = line(&["run-watch", "--pid", "42", "--poll-ms", "100"]);
         for args in [exec, watch] {
             let ours = match helper_args(&args) {
-                Some(HelperArgs::Exec(a)) => format!("{:?}", crate::cli::Command::RunExec(a)),
-                Some(HelperArgs::Watch(a)) => format!("{:?}", crate::cli::Command::RunWatch(a)),
+                Some(HelperArgs::Exec(a)) => format!("{:?}", crate::args::Command::RunExec(a)),
+                Some(HelperArgs::Watch(a)) => format!("{:?}", crate::args::Command::RunWatch(a)),
                 None => panic!("not read: {args:?}"),
             };
             assert_eq!(ours, by_clap(&args));

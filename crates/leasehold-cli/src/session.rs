@@ -10,9 +10,10 @@ use leasehold::Client;
 use redis::aio::MultiplexedConnection;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::cli::{Global, LeaseArgs, Servers, single};
+use crate::args::Global;
 use crate::embedded::EmbeddedRedis;
 use crate::exit::{self, Failure};
+use crate::parse::{LeaseArgs, Servers, single};
 
 /// The Redis a session talks to.
 #[derive(Debug)]
@@ -158,7 +159,7 @@ async fn connect_riding(global: &Global, ride: Option<Duration>) -> Result<Clien
     }
     .iter()
     .filter(|url| url.trim_start().starts_with("rediss://"))
-    .filter_map(|url| crate::cli::address_of(url).ok())
+    .filter_map(|url| crate::parse::address_of(url).ok())
     .collect();
     let place = match servers {
         Servers::One(url) => {

@@ -10,7 +10,7 @@ use super::report::{Figure, Goal, Row, Section, Unit};
 use super::server::{self, Commands};
 use super::worker::{Assignment, GRACE, WorkerResult, Workers};
 use super::{Context, Series};
-use crate::cli::Library;
+use crate::args::Library;
 use crate::exit::Failure;
 use crate::measure::{Tenure, handoff_gaps, percentile};
 

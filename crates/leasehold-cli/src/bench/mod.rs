@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::cli::{BenchArgs, Global, Scenario};
+use crate::args::{BenchArgs, Global, Scenario};
 use crate::exit::{self, Failure};
 use crate::output::{emit, emit_json};
 use crate::session::{Stop, Target, plain_connection};

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 
-use crate::cli::Library;
+use crate::args::Library;
 use crate::exit::Failure;
 use crate::measure::percentile;
 use crate::session::redis_failure;

@@ -12,7 +12,7 @@ use super::once::{self, Leftovers};
 use super::report::{Figure, Goal, Row, Section, Unit};
 use super::server::{self, CommandStats};
 use super::{Context, Series, raw};
-use crate::cli::Library;
+use crate::args::Library;
 use crate::exit::{self, Failure};
 use crate::measure::percentile;
 use crate::session::connect_to;

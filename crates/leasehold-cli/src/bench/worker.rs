@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
-use crate::cli::{BenchWorkerArgs, Global, Library};
+use crate::args::{BenchWorkerArgs, Global, Library};
 use crate::exit::{self, Failure};
 use crate::measure::{hold, monotonic_ns};
 use crate::output::{emit, emit_json};

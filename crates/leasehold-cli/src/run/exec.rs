@@ -30,7 +30,7 @@ use std::process::{Child, Command};
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use nix::unistd::{Pid, getpgrp, getpid};
 
-use crate::cli::RunExecArgs;
+use crate::args::RunExecArgs;
 use crate::exit::{self, Failure};
 use crate::run::tty;
 

@@ -38,7 +38,7 @@ use nix::unistd::{Pid, getpid};
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
 
-use crate::cli::RunWatchArgs;
+use crate::args::RunWatchArgs;
 use crate::run::group;
 
 /// What `run` holds of its watcher.

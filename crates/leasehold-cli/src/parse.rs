@@ -1,4 +1,7 @@
-//! The command line: clap types, duration parsing, and one-line usage errors.
+//! The command line parsed and checked: clap's matches read (flags, then
+//! `LEASEHOLD_*` variables), every check that needs no server (exit 64
+//! before connecting), one-line usage errors; the definition itself is
+//! `args.rs`.
 
 use std::ffi::OsString;
 use std::time::Duration;
@@ -7,7 +10,7 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches};
 
-pub(crate) use crate::args::*;
+use crate::args::*;
 
 use crate::exit::Failure;
 
