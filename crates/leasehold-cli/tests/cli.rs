@@ -11,7 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{Grandchild, Outcome, Proc, leasehold, spawn_in, temp_dir, wait_for_line, wait_until};
+use common::{
+    Grandchild, Outcome, Proc, leasehold, spawn_in, spawn_script, temp_dir, wait_for_line,
+    wait_until,
+};
 use leasehold_testkit::RedisServer;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -74,19 +77,11 @@ fn twenty_concurrent_runs_increment_a_file_exactly() {
     std::fs::write(&file, "0\n").unwrap();
     let procs: Vec<Proc> = (0..20)
         .map(|_| {
-            spawn_in(
+            spawn_script(
                 dir.path(),
-                &[&url],
-                &[
-                    "run",
-                    "counter",
-                    "--wait",
-                    "100s",
-                    "--",
-                    "sh",
-                    "-c",
-                    "n=$(cat counter); sleep 0.01; echo $((n+1)) > counter",
-                ],
+                &url,
+                &["run", "counter", "--wait", "100s"],
+                "n=$(cat counter); sleep 0.01; echo $((n+1)) > counter",
             )
         })
         .collect();
@@ -111,12 +106,11 @@ fn run_with_several_names_holds_them_all_while_the_command_runs() {
          for n in a b c; do redis-cli -p {} EXISTS \"leasehold:{{$n}}:lock\"; done > held",
         server.port()
     );
-    let out = spawn_in(
+    let out = spawn_script(
         dir.path(),
-        std::slice::from_ref(&url),
-        &[
-            "--json", "run", "c", "a", "b", "a", "--", "sh", "-c", &script,
-        ],
+        &url,
+        &["--json", "run", "c", "a", "b", "a"],
+        &script,
     )
     .finish();
     assert_eq!(out.code(), 0, "{out:?}");
@@ -206,9 +200,9 @@ fn run_with_several_names_stops_the_command_when_one_lease_is_lost() {
     let server = RedisServer::start();
     let url = server.url();
     let dir = temp_dir();
-    let proc = spawn_in(
+    let proc = spawn_script(
         dir.path(),
-        std::slice::from_ref(&url),
+        &url,
         &[
             "--json",
             "run",
@@ -218,11 +212,8 @@ fn run_with_several_names_stops_the_command_when_one_lease_is_lost() {
             "1s",
             "--kill-grace",
             "2s",
-            "--",
-            "sh",
-            "-c",
-            "echo $$ > pid; exec sleep 30",
         ],
+        "echo $$ > pid; exec sleep 30",
     );
     let child = Grandchild::from_pid_file(&dir.path().join("pid"));
     let mut con = server.connection();
@@ -442,17 +433,11 @@ fn signals_to_leasehold_reach_the_command_and_the_lock_is_released() {
     let url = server.url();
     let dir = temp_dir();
     let pidfile = dir.path().join("pid");
-    let proc = spawn_in(
+    let proc = spawn_script(
         dir.path(),
-        &[&url],
-        &[
-            "run",
-            "fwd",
-            "--",
-            "sh",
-            "-c",
-            "trap 'exit 5' TERM; echo $$ > pid; while true; do sleep 0.05; done",
-        ],
+        &url,
+        &["run", "fwd"],
+        "trap 'exit 5' TERM; echo $$ > pid; while true; do sleep 0.05; done",
     );
     let child = Grandchild::from_pid_file(&pidfile);
     proc.signal(Signal::SIGTERM);
@@ -467,9 +452,9 @@ fn a_paused_holder_whose_lease_is_taken_stops_its_command_and_exits_70() {
     let server = RedisServer::start();
     let url = server.url();
     let dir = temp_dir();
-    let first = spawn_in(
+    let first = spawn_script(
         dir.path(),
-        &[&url],
+        &url,
         &[
             "--json",
             "run",
@@ -478,11 +463,8 @@ fn a_paused_holder_whose_lease_is_taken_stops_its_command_and_exits_70() {
             "1s",
             "--kill-grace",
             "2s",
-            "--",
-            "sh",
-            "-c",
-            "echo $LEASEHOLD_FENCE > fence; echo $$ > pid; exec sleep 30",
         ],
+        "echo $LEASEHOLD_FENCE > fence; echo $$ > pid; exec sleep 30",
     );
     let child = Grandchild::from_pid_file(&dir.path().join("pid"));
     let first_fence: u64 = wait_for_line(&dir.path().join("fence")).parse().unwrap();
@@ -533,21 +515,11 @@ fn a_lease_lost_to_a_silent_redis_names_that_cause() {
     let server = RedisServer::start();
     let url = server.url();
     let dir = temp_dir();
-    let proc = spawn_in(
+    let proc = spawn_script(
         dir.path(),
-        &[&url],
-        &[
-            "run",
-            "silent",
-            "--ttl",
-            "1s",
-            "--kill-grace",
-            "1s",
-            "--",
-            "sh",
-            "-c",
-            "echo $$ > pid; exec sleep 60",
-        ],
+        &url,
+        &["run", "silent", "--ttl", "1s", "--kill-grace", "1s"],
+        "echo $$ > pid; exec sleep 60",
     );
     let _child = Grandchild::from_pid_file(&dir.path().join("pid"));
     server.pause();
@@ -569,21 +541,11 @@ fn a_command_that_ignores_sigterm_is_killed_after_the_grace() {
     let server = RedisServer::start();
     let url = server.url();
     let dir = temp_dir();
-    let proc = spawn_in(
+    let proc = spawn_script(
         dir.path(),
-        &[&url],
-        &[
-            "run",
-            "stubborn",
-            "--ttl",
-            "1s",
-            "--kill-grace",
-            "1s",
-            "--",
-            "sh",
-            "-c",
-            "trap '' TERM; echo $LEASEHOLD_TOKEN > token; echo $$ > pid; while :; do sleep 0.1; done",
-        ],
+        &url,
+        &["run", "stubborn", "--ttl", "1s", "--kill-grace", "1s"],
+        "trap '' TERM; echo $LEASEHOLD_TOKEN > token; echo $$ > pid; while :; do sleep 0.1; done",
     );
     let child = Grandchild::from_pid_file(&dir.path().join("pid"));
     let token = wait_for_line(&dir.path().join("token"));
@@ -610,20 +572,12 @@ fn a_killed_leasehold_frees_the_lock_within_its_ttl() {
     let server = RedisServer::start();
     let url = server.url();
     let dir = temp_dir();
-    let proc = spawn_in(
+    let proc = spawn_script(
         dir.path(),
-        &[&url],
-        &[
-            "run",
-            "crash",
-            "--ttl",
-            "1s",
-            "--",
-            "sh",
-            "-c",
-            // The orphan must not keep our pipes open.
-            "echo $$ > pid; exec sleep 30 >/dev/null 2>&1",
-        ],
+        &url,
+        &["run", "crash", "--ttl", "1s"],
+        // The orphan must not keep our pipes open.
+        "echo $$ > pid; exec sleep 30 >/dev/null 2>&1",
     );
     let child = Grandchild::from_pid_file(&dir.path().join("pid"));
     assert_eq!(status_json(&url, "crash")["held"], true);
@@ -1922,21 +1876,11 @@ fn lock_delay_holds_after_kill_9_but_not_after_a_clean_end() {
     let dir = common::temp_dir();
     let started = dir.path().join("started");
     let script = format!("touch {}; sleep 60", started.display());
-    let holder = spawn_in(
+    let holder = spawn_script(
         dir.path(),
-        std::slice::from_ref(&url),
-        &[
-            "run",
-            "printer",
-            "--ttl",
-            "1s",
-            "--lock-delay",
-            "3s",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
+        &url,
+        &["run", "printer", "--ttl", "1s", "--lock-delay", "3s"],
+        &script,
     );
     wait_until("the command started", || started.exists());
     holder.signal(Signal::SIGKILL);
@@ -2012,12 +1956,11 @@ fn elect_runs_the_command_while_leading_and_hands_over_on_exit() {
         a_started.display(),
         a_stop.display()
     );
-    let a = spawn_in(
+    let a = spawn_script(
         dir.path(),
-        std::slice::from_ref(&url),
-        &[
-            "elect", "svc", "--value", "alpha", "--", "sh", "-c", &a_script,
-        ],
+        &url,
+        &["elect", "svc", "--value", "alpha"],
+        &a_script,
     );
     wait_until("alpha's command started", || a_started.exists());
     let status = status_json(&url, "svc");
@@ -2025,12 +1968,11 @@ fn elect_runs_the_command_while_leading_and_hands_over_on_exit() {
     let a_term = status["leader"]["term"].as_u64().expect("a term");
 
     let b_script = format!("echo $LEASEHOLD_FENCE > {}", b_started.display());
-    let b = spawn_in(
+    let b = spawn_script(
         dir.path(),
-        std::slice::from_ref(&url),
-        &[
-            "elect", "svc", "--value", "beta", "--", "sh", "-c", &b_script,
-        ],
+        &url,
+        &["elect", "svc", "--value", "beta"],
+        &b_script,
     );
     // b campaigns (queued behind alpha) and does not run while alpha leads.
     wait_until("b is queued", || {
@@ -2135,17 +2077,11 @@ fn release_force_hands_a_lock_to_its_queued_waiter_at_once() {
     assert_eq!(held.code(), 0, "{held:?}");
     let token = held.json()["token"].as_str().expect("token").to_owned();
     let dir = temp_dir();
-    let waiter = spawn_in(
+    let waiter = spawn_script(
         dir.path(),
-        std::slice::from_ref(&url),
-        &[
-            "run",
-            "stuck",
-            "--",
-            "sh",
-            "-c",
-            &format!("{WAIT_FOR}echo $LEASEHOLD_TOKEN > mine; wait_for go"),
-        ],
+        &url,
+        &["run", "stuck"],
+        &format!("{WAIT_FOR}echo $LEASEHOLD_TOKEN > mine; wait_for go"),
     );
     wait_for_waiters(&url, "stuck", 1);
     let out = run_at(&url, &["release", "--force", "stuck"]);

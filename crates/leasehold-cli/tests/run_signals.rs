@@ -19,7 +19,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::{
-    BOUND, Grandchild, Outcome, Proc, alive, children_of, leasehold, leasehold_in, pid_in, state,
+    BOUND, Grandchild, Outcome, Proc, alive, children_of, leasehold, pid_in, script_command, state,
     temp_dir, wait_for_line, wait_until,
 };
 use leasehold_testkit::RedisServer;
@@ -92,9 +92,9 @@ const SECOND: &str = "date +%s%N > b.start; sleep 2; date +%s%N > b.end";
 
 /// Starts `leasehold run NAME --ttl TTL --kill-grace 1s -- sh -c SCRIPT` in `dir`.
 fn start_run(dir: &Path, url: &str, name: &str, ttl: &str, script: &str) -> Proc {
-    Proc::spawn_as_job(leasehold_in(
+    Proc::spawn_as_job(script_command(
         dir,
-        &[url],
+        url,
         &[
             "run",
             name,
@@ -104,11 +104,8 @@ fn start_run(dir: &Path, url: &str, name: &str, ttl: &str, script: &str) -> Proc
             "60s",
             "--kill-grace",
             "1s",
-            "--",
-            "sh",
-            "-c",
-            script,
         ],
+        script,
     ))
 }
 
@@ -879,19 +876,11 @@ fn a_lease_lost_before_the_command_starts_does_not_run_it_and_exits_70() {
     let server = RedisServer::start();
     let url = server.url();
     let dir = temp_dir();
-    let mut cmd = leasehold_in(
+    let mut cmd = script_command(
         dir.path(),
-        &[&url],
-        &[
-            "run",
-            "late",
-            "--ttl",
-            "1s",
-            "--",
-            "sh",
-            "-c",
-            "echo ran > ran",
-        ],
+        &url,
+        &["run", "late", "--ttl", "1s"],
+        "echo ran > ran",
     );
     cmd.env("LEASEHOLD_TEST_STOP_BEFORE_SPAWN", "1");
     let proc = Proc::spawn_as_job(cmd);

@@ -55,6 +55,17 @@ pub fn spawn_in(dir: &Path, urls: &[impl AsRef<OsStr>], args: &[&str]) -> Proc {
     Proc::spawn(leasehold_in(dir, urls, args))
 }
 
+/// `leasehold --url URL ARGS -- sh -c SCRIPT` in `dir`.
+pub fn script_command(dir: &Path, url: &str, args: &[&str], script: &str) -> Command {
+    leasehold_in(dir, &[url], &[args, &["--", "sh", "-c", script]].concat())
+}
+
+/// Starts `leasehold --url URL ARGS -- sh -c SCRIPT` in `dir`, stdout and
+/// stderr captured.
+pub fn spawn_script(dir: &Path, url: &str, args: &[&str], script: &str) -> Proc {
+    Proc::spawn(script_command(dir, url, args, script))
+}
+
 /// Reads `pipe` to its end on a thread; the text arrives on the channel.
 pub fn read_in_background(mut pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
     let (tx, rx) = mpsc::channel();
