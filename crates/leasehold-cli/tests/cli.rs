@@ -2351,76 +2351,37 @@ fn a_flag_on_the_command_line_wins_over_its_variable() {
         &["--prefix", "flagwins", "acquire", "jobs", "--ttl", "5m"],
     );
     assert_eq!(held.code(), 0, "{held:?}");
+    // Each variable here loses to its flag below; -vv on the command line
+    // overrides LEASEHOLD_QUIET.
+    let losing = [
+        ("LEASEHOLD_URL", dead.as_str()),
+        ("LEASEHOLD_PREFIX", "elsewhere"),
+        ("LEASEHOLD_CONNECT_TIMEOUT", "soon"),
+        ("LEASEHOLD_JSON", "no"),
+        ("LEASEHOLD_QUIET", "1"),
+    ];
+    let winning = [
+        "--url",
+        &url,
+        "--prefix",
+        "flagwins",
+        "--connect-timeout",
+        "5s",
+        "-vv",
+        "--json",
+    ];
+    // --sentinel would conflict with --cluster.
     let out = run_with_env(
-        &[
-            ("LEASEHOLD_URL", &dead),
-            ("LEASEHOLD_PREFIX", "elsewhere"),
-            ("LEASEHOLD_CONNECT_TIMEOUT", "soon"),
-            ("LEASEHOLD_JSON", "no"),
-            // -vv on the command line overrides LEASEHOLD_QUIET, and
-            // --sentinel would conflict with --cluster.
-            ("LEASEHOLD_QUIET", "1"),
-            ("LEASEHOLD_SENTINEL", "mymaster"),
-        ],
-        &[
-            "--url",
-            &url,
-            "--prefix",
-            "flagwins",
-            "--connect-timeout",
-            "5s",
-            "-vv",
-            "--json",
-            "--cluster",
-            "--help",
-        ],
+        &[&losing[..], &[("LEASEHOLD_SENTINEL", "mymaster")]].concat(),
+        &[&winning[..], &["--cluster", "--help"]].concat(),
     );
     assert_eq!(out.code(), 0, "{out:?}");
     let out = run_with_env(
-        &[
-            ("LEASEHOLD_URL", &dead),
-            ("LEASEHOLD_PREFIX", "elsewhere"),
-            ("LEASEHOLD_CONNECT_TIMEOUT", "soon"),
-            ("LEASEHOLD_JSON", "no"),
-            ("LEASEHOLD_QUIET", "1"),
-            ("LEASEHOLD_CLUSTER", "1"),
-        ],
-        &[
-            "--url",
-            &url,
-            "--prefix",
-            "flagwins",
-            "--connect-timeout",
-            "5s",
-            "-vv",
-            "--json",
-            "--sentinel",
-            "mymaster",
-            "--help",
-        ],
+        &[&losing[..], &[("LEASEHOLD_CLUSTER", "1")]].concat(),
+        &[&winning[..], &["--sentinel", "mymaster", "--help"]].concat(),
     );
     assert_eq!(out.code(), 0, "{out:?}");
-    let out = run_with_env(
-        &[
-            ("LEASEHOLD_URL", &dead),
-            ("LEASEHOLD_PREFIX", "elsewhere"),
-            ("LEASEHOLD_CONNECT_TIMEOUT", "soon"),
-            ("LEASEHOLD_JSON", "no"),
-            ("LEASEHOLD_QUIET", "1"),
-        ],
-        &[
-            "--url",
-            &url,
-            "--prefix",
-            "flagwins",
-            "--connect-timeout",
-            "5s",
-            "-vv",
-            "--json",
-            "status",
-            "jobs",
-        ],
-    );
+    let out = run_with_env(&losing, &[&winning[..], &["status", "jobs"]].concat());
     assert_eq!(out.code(), 0, "{out:?}");
     assert_eq!(out.json()["held"], true, "{out:?}");
     // -vv won over LEASEHOLD_QUIET: the connection's debug event is shown.
