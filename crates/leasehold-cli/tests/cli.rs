@@ -6,12 +6,15 @@
 
 mod common;
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{leasehold, read_in_background, temp_dir};
+use common::{
+    Grandchild, Outcome, Proc, leasehold, spawn_in, spawn_script, temp_dir, wait_for_line,
+    wait_until,
+};
 use leasehold_testkit::RedisServer;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -20,178 +23,32 @@ use serde_json::Value;
 /// Longest any single invocation may take before the test fails.
 const LIMIT: Duration = Duration::from_secs(120);
 
-/// What one finished invocation did.
-#[derive(Debug)]
-struct Outcome {
-    /// How it exited.
-    status: ExitStatus,
-    /// All of stdout.
-    stdout: String,
-    /// All of stderr.
-    stderr: String,
-    /// From spawn to exit.
-    elapsed: Duration,
-}
-
-impl Outcome {
-    /// The exit code; panics if it died by a signal.
-    fn code(&self) -> i32 {
-        self.status
-            .code()
-            .unwrap_or_else(|| panic!("leasehold died by a signal: {self:?}"))
-    }
-
-    /// Stdout parsed as JSON.
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
-    }
-
-    /// The result `run --json` writes as the last line of stderr.
-    fn run_result(&self) -> Value {
-        let last = self.stderr.lines().last().unwrap_or_default();
-        serde_json::from_str(last)
-            .unwrap_or_else(|e| panic!("stderr's last line is not JSON ({e}): {self:?}"))
-    }
-
-    /// Exactly one line on stderr, starting `leasehold: `, no panic.
-    fn assert_one_error_line(&self) {
-        let lines: Vec<&str> = self.stderr.lines().collect();
-        assert_eq!(lines.len(), 1, "want one stderr line: {self:?}");
-        assert!(lines[0].starts_with("leasehold: "), "{self:?}");
-        assert!(!self.stderr.contains("panicked"), "{self:?}");
-        assert!(
-            !self.stderr.to_lowercase().contains("backtrace"),
-            "{self:?}"
-        );
-    }
-}
-
-/// A process we started; killed (SIGKILL, by PID) and reaped on drop unless
-/// it already exited.
-struct Proc {
-    /// The process.
-    child: Child,
-    /// When it was spawned.
-    started: Instant,
-}
-
 impl Proc {
-    /// Spawns `cmd` with stdout and stderr captured.
-    fn spawn(mut cmd: Command) -> Proc {
-        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-        let started = Instant::now();
-        let child = cmd.spawn().expect("spawn leasehold");
-        Proc { child, started }
-    }
-
-    /// Its PID.
-    fn pid(&self) -> Pid {
-        Pid::from_raw(i32::try_from(self.child.id()).expect("pid fits"))
-    }
-
-    /// Sends `sig` to it (it is not reaped yet, so the PID is ours).
-    fn signal(&self, sig: Signal) {
-        kill(self.pid(), sig).expect("signal our child");
-    }
-
-    /// Waits up to `limit` for the exit and collects the output.
-    fn finish_within(mut self, limit: Duration) -> Outcome {
-        let stdout = self.child.stdout.take().expect("piped stdout");
-        let stderr = self.child.stderr.take().expect("piped stderr");
-        let out = read_in_background(stdout);
-        let err = read_in_background(stderr);
-        let deadline = Instant::now() + limit;
-        let status = loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                break status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "leasehold did not exit within {limit:?}"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        };
-        let elapsed = self.started.elapsed();
-        // A process the command left behind may still hold the pipes open.
-        let collect = |rx: mpsc::Receiver<String>| {
-            rx.recv_timeout(Duration::from_secs(5))
-                .unwrap_or_else(|_| "<pipe still held open by a leftover process>".to_owned())
-        };
-        Outcome {
-            status,
-            stdout: collect(out),
-            stderr: collect(err),
-            elapsed,
-        }
-    }
-
-    /// Whether it has exited (not reaped: [`Proc::finish`] still reports it).
-    fn child_exited(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(Some(_)))
-    }
-
     /// Waits up to [`LIMIT`] for the exit.
     fn finish(self) -> Outcome {
         self.finish_within(LIMIT)
     }
 }
 
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = kill(self.pid(), Signal::SIGKILL);
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// A process started by a command we ran (its PID read from a file);
-/// SIGKILLed on drop if still alive.
-struct Grandchild(Pid);
-
-impl Grandchild {
-    /// Whether a process with this PID still exists.
-    fn alive(&self) -> bool {
-        kill(self.0, None).is_ok()
-    }
-}
-
-impl Drop for Grandchild {
-    fn drop(&mut self) {
-        if self.alive() {
-            let _ = kill(self.0, Signal::SIGKILL);
-        }
-    }
-}
-
 /// Runs `leasehold ARGS` to completion.
 fn run(args: &[&str]) -> Outcome {
+    run_with_env(&[], args)
+}
+
+/// Runs `leasehold ARGS` to completion with `vars` in its environment.
+fn run_with_env(vars: &[(&str, &str)], args: &[&str]) -> Outcome {
     let mut cmd = leasehold();
-    cmd.args(args);
+    cmd.envs(vars.iter().copied()).args(args);
     Proc::spawn(cmd).finish()
 }
 
 /// Runs `leasehold --url URL ARGS` to completion.
 fn run_at(url: &str, args: &[&str]) -> Outcome {
-    let mut cmd = leasehold();
-    cmd.arg("--url").arg(url).args(args);
-    Proc::spawn(cmd).finish()
-}
-
-/// Starts `leasehold --url U... ARGS` in `dir`, one `--url` per entry.
-fn spawn_in(dir: &Path, urls: &[String], args: &[&str]) -> Proc {
-    let mut cmd = leasehold();
-    cmd.current_dir(dir);
-    for url in urls {
-        cmd.arg("--url").arg(url);
-    }
-    cmd.args(args);
-    Proc::spawn(cmd)
+    run_on(&[url], args)
 }
 
 /// Runs `leasehold --url U... ARGS` to completion.
-fn run_on(urls: &[String], args: &[&str]) -> Outcome {
+fn run_on(urls: &[impl AsRef<OsStr>], args: &[&str]) -> Outcome {
     spawn_in(Path::new("."), urls, args).finish()
 }
 
@@ -203,24 +60,6 @@ fn urls_of(servers: &[RedisServer]) -> Vec<String> {
 /// A shell function for commands under test: `wait_for FILE` waits up to
 /// 60 s for FILE to exist, and exits 3 if it never does.
 const WAIT_FOR: &str = "wait_for() { i=0; while [ ! -e \"$1\" ]; do i=$((i+1)); [ $i -gt 1200 ] && exit 3; sleep 0.05; done; }; ";
-
-/// Waits until `path` holds a non-empty line and returns it.
-fn wait_for_file(path: &Path) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path)
-            && text.ends_with('\n')
-        {
-            return text.trim().to_owned();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
 
 /// `leasehold --json status NAME`, parsed.
 fn status_json(url: &str, name: &str) -> Value {
@@ -238,20 +77,12 @@ fn twenty_concurrent_runs_increment_a_file_exactly() {
     std::fs::write(&file, "0\n").unwrap();
     let procs: Vec<Proc> = (0..20)
         .map(|_| {
-            let mut cmd = leasehold();
-            cmd.current_dir(dir.path()).args([
-                "--url",
+            spawn_script(
+                dir.path(),
                 &url,
-                "run",
-                "counter",
-                "--wait",
-                "100s",
-                "--",
-                "sh",
-                "-c",
+                &["run", "counter", "--wait", "100s"],
                 "n=$(cat counter); sleep 0.01; echo $((n+1)) > counter",
-            ]);
-            Proc::spawn(cmd)
+            )
         })
         .collect();
     for p in procs {
@@ -275,12 +106,11 @@ fn run_with_several_names_holds_them_all_while_the_command_runs() {
          for n in a b c; do redis-cli -p {} EXISTS \"leasehold:{{$n}}:lock\"; done > held",
         server.port()
     );
-    let out = spawn_in(
+    let out = spawn_script(
         dir.path(),
-        std::slice::from_ref(&url),
-        &[
-            "--json", "run", "c", "a", "b", "a", "--", "sh", "-c", &script,
-        ],
+        &url,
+        &["--json", "run", "c", "a", "b", "a"],
+        &script,
     )
     .finish();
     assert_eq!(out.code(), 0, "{out:?}");
@@ -370,9 +200,9 @@ fn run_with_several_names_stops_the_command_when_one_lease_is_lost() {
     let server = RedisServer::start();
     let url = server.url();
     let dir = temp_dir();
-    let proc = spawn_in(
+    let proc = spawn_script(
         dir.path(),
-        std::slice::from_ref(&url),
+        &url,
         &[
             "--json",
             "run",
@@ -382,15 +212,10 @@ fn run_with_several_names_stops_the_command_when_one_lease_is_lost() {
             "1s",
             "--kill-grace",
             "2s",
-            "--",
-            "sh",
-            "-c",
-            "echo $$ > pid; exec sleep 30",
         ],
+        "echo $$ > pid; exec sleep 30",
     );
-    let child = Grandchild(Pid::from_raw(
-        wait_for_file(&dir.path().join("pid")).parse().unwrap(),
-    ));
+    let child = Grandchild::from_pid_file(&dir.path().join("pid"));
     let mut con = server.connection();
     let deleted: i64 = redis::cmd("DEL")
         .arg("leasehold:{lost-b}:lock")
@@ -399,7 +224,7 @@ fn run_with_several_names_stops_the_command_when_one_lease_is_lost() {
     assert_eq!(deleted, 1, "lost-b was not held while CMD ran");
     let out = proc.finish_within(Duration::from_secs(30));
     assert_eq!(out.code(), 70, "{out:?}");
-    assert!(!child.alive(), "CMD still runs after the loss");
+    assert!(!child.exists(), "CMD still runs after the loss");
     let report = out.run_result();
     assert_eq!(report["lost"], true, "{report}");
     assert_eq!(
@@ -608,23 +433,17 @@ fn signals_to_leasehold_reach_the_command_and_the_lock_is_released() {
     let url = server.url();
     let dir = temp_dir();
     let pidfile = dir.path().join("pid");
-    let mut cmd = leasehold();
-    cmd.current_dir(dir.path()).args([
-        "--url",
+    let proc = spawn_script(
+        dir.path(),
         &url,
-        "run",
-        "fwd",
-        "--",
-        "sh",
-        "-c",
+        &["run", "fwd"],
         "trap 'exit 5' TERM; echo $$ > pid; while true; do sleep 0.05; done",
-    ]);
-    let proc = Proc::spawn(cmd);
-    let child = Grandchild(Pid::from_raw(wait_for_file(&pidfile).parse().unwrap()));
+    );
+    let child = Grandchild::from_pid_file(&pidfile);
     proc.signal(Signal::SIGTERM);
     let out = proc.finish_within(Duration::from_secs(30));
     assert_eq!(out.code(), 5, "{out:?}");
-    assert!(!child.alive());
+    assert!(!child.exists());
     assert_eq!(status_json(&url, "fwd")["held"], false);
 }
 
@@ -633,27 +452,22 @@ fn a_paused_holder_whose_lease_is_taken_stops_its_command_and_exits_70() {
     let server = RedisServer::start();
     let url = server.url();
     let dir = temp_dir();
-    let mut cmd = leasehold();
-    cmd.current_dir(dir.path()).args([
-        "--url",
+    let first = spawn_script(
+        dir.path(),
         &url,
-        "--json",
-        "run",
-        "paused",
-        "--ttl",
-        "1s",
-        "--kill-grace",
-        "2s",
-        "--",
-        "sh",
-        "-c",
+        &[
+            "--json",
+            "run",
+            "paused",
+            "--ttl",
+            "1s",
+            "--kill-grace",
+            "2s",
+        ],
         "echo $LEASEHOLD_FENCE > fence; echo $$ > pid; exec sleep 30",
-    ]);
-    let first = Proc::spawn(cmd);
-    let child = Grandchild(Pid::from_raw(
-        wait_for_file(&dir.path().join("pid")).parse().unwrap(),
-    ));
-    let first_fence: u64 = wait_for_file(&dir.path().join("fence")).parse().unwrap();
+    );
+    let child = Grandchild::from_pid_file(&dir.path().join("pid"));
+    let first_fence: u64 = wait_for_line(&dir.path().join("fence")).parse().unwrap();
 
     first.signal(Signal::SIGSTOP);
     std::thread::sleep(Duration::from_millis(2500));
@@ -680,7 +494,7 @@ fn a_paused_holder_whose_lease_is_taken_stops_its_command_and_exits_70() {
         lines[0]["message"].as_str().unwrap().contains("lost"),
         "{out:?}"
     );
-    assert!(!child.alive(), "the command still runs after a lost lease");
+    assert!(!child.exists(), "the command still runs after a lost lease");
     let summary = &lines[1];
     assert_eq!(summary["lost"], true, "{summary}");
     assert_eq!(summary["exit_code"], 70, "{summary}");
@@ -701,25 +515,13 @@ fn a_lease_lost_to_a_silent_redis_names_that_cause() {
     let server = RedisServer::start();
     let url = server.url();
     let dir = temp_dir();
-    let mut cmd = leasehold();
-    cmd.current_dir(dir.path()).args([
-        "--url",
+    let proc = spawn_script(
+        dir.path(),
         &url,
-        "run",
-        "silent",
-        "--ttl",
-        "1s",
-        "--kill-grace",
-        "1s",
-        "--",
-        "sh",
-        "-c",
+        &["run", "silent", "--ttl", "1s", "--kill-grace", "1s"],
         "echo $$ > pid; exec sleep 60",
-    ]);
-    let proc = Proc::spawn(cmd);
-    let _child = Grandchild(Pid::from_raw(
-        wait_for_file(&dir.path().join("pid")).parse().unwrap(),
-    ));
+    );
+    let _child = Grandchild::from_pid_file(&dir.path().join("pid"));
     server.pause();
     let out = proc.finish_within(Duration::from_secs(60));
     server.resume();
@@ -739,26 +541,14 @@ fn a_command_that_ignores_sigterm_is_killed_after_the_grace() {
     let server = RedisServer::start();
     let url = server.url();
     let dir = temp_dir();
-    let mut cmd = leasehold();
-    cmd.current_dir(dir.path()).args([
-        "--url",
+    let proc = spawn_script(
+        dir.path(),
         &url,
-        "run",
-        "stubborn",
-        "--ttl",
-        "1s",
-        "--kill-grace",
-        "1s",
-        "--",
-        "sh",
-        "-c",
+        &["run", "stubborn", "--ttl", "1s", "--kill-grace", "1s"],
         "trap '' TERM; echo $LEASEHOLD_TOKEN > token; echo $$ > pid; while :; do sleep 0.1; done",
-    ]);
-    let proc = Proc::spawn(cmd);
-    let child = Grandchild(Pid::from_raw(
-        wait_for_file(&dir.path().join("pid")).parse().unwrap(),
-    ));
-    let token = wait_for_file(&dir.path().join("token"));
+    );
+    let child = Grandchild::from_pid_file(&dir.path().join("pid"));
+    let token = wait_for_line(&dir.path().join("token"));
 
     // Someone with the token frees the lock behind the holder's back; its
     // next renewal finds the lease gone.
@@ -770,7 +560,7 @@ fn a_command_that_ignores_sigterm_is_killed_after_the_grace() {
     let took = released_at.elapsed();
     assert_eq!(out.code(), 70, "{out:?}");
     out.assert_one_error_line();
-    assert!(!child.alive(), "the command survived SIGKILL");
+    assert!(!child.exists(), "the command survived SIGKILL");
     assert!(
         took >= Duration::from_millis(900) && took < Duration::from_secs(15),
         "stopped {took:?} after the lease was lost (grace 1s)"
@@ -782,24 +572,14 @@ fn a_killed_leasehold_frees_the_lock_within_its_ttl() {
     let server = RedisServer::start();
     let url = server.url();
     let dir = temp_dir();
-    let mut cmd = leasehold();
-    cmd.current_dir(dir.path()).args([
-        "--url",
+    let proc = spawn_script(
+        dir.path(),
         &url,
-        "run",
-        "crash",
-        "--ttl",
-        "1s",
-        "--",
-        "sh",
-        "-c",
+        &["run", "crash", "--ttl", "1s"],
         // The orphan must not keep our pipes open.
         "echo $$ > pid; exec sleep 30 >/dev/null 2>&1",
-    ]);
-    let proc = Proc::spawn(cmd);
-    let child = Grandchild(Pid::from_raw(
-        wait_for_file(&dir.path().join("pid")).parse().unwrap(),
-    ));
+    );
+    let child = Grandchild::from_pid_file(&dir.path().join("pid"));
     assert_eq!(status_json(&url, "crash")["held"], true);
 
     proc.signal(Signal::SIGKILL);
@@ -1113,8 +893,8 @@ fn two_readers_hold_at_once_and_a_writer_waits_for_them() {
     };
     let first = reader("r1", "r2");
     let second = reader("r2", "r1");
-    wait_for_file(&dir.path().join("r1"));
-    wait_for_file(&dir.path().join("r2"));
+    wait_for_line(&dir.path().join("r1"));
+    wait_for_line(&dir.path().join("r2"));
 
     let writer = spawn_in(
         dir.path(),
@@ -1143,7 +923,7 @@ fn two_readers_hold_at_once_and_a_writer_waits_for_them() {
     }
     let out = writer.finish();
     assert_eq!(out.code(), 0, "{out:?}");
-    assert_eq!(wait_for_file(&dir.path().join("w")), "ok");
+    assert_eq!(wait_for_line(&dir.path().join("w")), "ok");
 }
 
 #[test]
@@ -1199,7 +979,7 @@ fn a_semaphore_used_with_another_permit_count_exits_64() {
         &urls,
         &["run", "sem", "--permits", "2", "--", "sh", "-c", &script],
     );
-    wait_for_file(&dir.path().join("in"));
+    wait_for_line(&dir.path().join("in"));
     let out = run_on(
         &urls,
         &["run", "sem", "--permits", "3", "--no-wait", "--", "true"],
@@ -1235,9 +1015,9 @@ fn status_shows_the_readers_of_a_read_write_lock_and_the_holders_of_a_semaphore(
         &["--permits", "3", "--ttl", "60s"],
         "p",
     );
-    let token = |tag: &str| wait_for_file(&dir.path().join(format!("{tag}.token")));
+    let token = |tag: &str| wait_for_line(&dir.path().join(format!("{tag}.token")));
     let fence = |tag: &str| -> u64 {
-        wait_for_file(&dir.path().join(format!("{tag}.fence")))
+        wait_for_line(&dir.path().join(format!("{tag}.fence")))
             .parse()
             .expect("numeric fence")
     };
@@ -1311,11 +1091,9 @@ fn closed_port() -> u16 {
 
 /// Waits until `leasehold status NAME` counts at least `n` waiting clients.
 fn wait_for_waiters(url: &str, name: &str, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while status_json(url, name)["waiting_clients"].as_u64() < Some(n) {
-        assert!(Instant::now() < deadline, "nobody waited for {name}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(&format!("{n} client(s) wait for {name}"), || {
+        status_json(url, name)["waiting_clients"].as_u64() >= Some(n)
+    });
 }
 
 #[test]
@@ -1598,22 +1376,19 @@ fn library_warnings_reach_stderr_and_verbose_shows_more() {
     );
     assert!(loud.stderr.contains("DEBUG"), "{loud:?}");
     // RUST_LOG chooses instead of the flags.
-    let mut cmd = leasehold();
-    cmd.env("RUST_LOG", "off")
-        .args(["--url", &url, "status", "x"]);
-    let out = Proc::spawn(cmd).finish();
+    let out = run_with_env(&[("RUST_LOG", "off")], &["--url", &url, "status", "x"]);
     assert!(out.stderr.is_empty(), "{out:?}");
     // A RUST_LOG that is no filter is said to be ignored; -q keeps quiet.
-    let mut cmd = leasehold();
-    cmd.env("RUST_LOG", "leasehold=loudest")
-        .args(["--url", &url, "status", "x"]);
-    let out = Proc::spawn(cmd).finish();
+    let out = run_with_env(
+        &[("RUST_LOG", "leasehold=loudest")],
+        &["--url", &url, "status", "x"],
+    );
     assert_eq!(out.code(), 0, "{out:?}");
     assert!(out.stderr.contains("RUST_LOG is not a filter"), "{out:?}");
-    let mut cmd = leasehold();
-    cmd.env("RUST_LOG", "leasehold=loudest")
-        .args(["-q", "--url", &url, "status", "x"]);
-    let out = Proc::spawn(cmd).finish();
+    let out = run_with_env(
+        &[("RUST_LOG", "leasehold=loudest")],
+        &["-q", "--url", &url, "status", "x"],
+    );
     assert!(out.stderr.is_empty(), "{out:?}");
 }
 
@@ -2101,27 +1876,13 @@ fn lock_delay_holds_after_kill_9_but_not_after_a_clean_end() {
     let dir = common::temp_dir();
     let started = dir.path().join("started");
     let script = format!("touch {}; sleep 60", started.display());
-    let holder = spawn_in(
+    let holder = spawn_script(
         dir.path(),
-        std::slice::from_ref(&url),
-        &[
-            "run",
-            "printer",
-            "--ttl",
-            "1s",
-            "--lock-delay",
-            "3s",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
+        &url,
+        &["run", "printer", "--ttl", "1s", "--lock-delay", "3s"],
+        &script,
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !started.exists() {
-        assert!(Instant::now() < deadline, "the command never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("the command started", || started.exists());
     holder.signal(Signal::SIGKILL);
     let killed = Instant::now();
     let free_at = loop {
@@ -2195,32 +1956,28 @@ fn elect_runs_the_command_while_leading_and_hands_over_on_exit() {
         a_started.display(),
         a_stop.display()
     );
-    let a = spawn_in(
+    let a = spawn_script(
         dir.path(),
-        std::slice::from_ref(&url),
-        &[
-            "elect", "svc", "--value", "alpha", "--", "sh", "-c", &a_script,
-        ],
+        &url,
+        &["elect", "svc", "--value", "alpha"],
+        &a_script,
     );
-    wait_for_existence(&a_started);
+    wait_until("alpha's command started", || a_started.exists());
     let status = status_json(&url, "svc");
     assert_eq!(status["leader"]["value"], "alpha", "{status}");
     let a_term = status["leader"]["term"].as_u64().expect("a term");
 
     let b_script = format!("echo $LEASEHOLD_FENCE > {}", b_started.display());
-    let b = spawn_in(
+    let b = spawn_script(
         dir.path(),
-        std::slice::from_ref(&url),
-        &[
-            "elect", "svc", "--value", "beta", "--", "sh", "-c", &b_script,
-        ],
+        &url,
+        &["elect", "svc", "--value", "beta"],
+        &b_script,
     );
     // b campaigns (queued behind alpha) and does not run while alpha leads.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while status_json(&url, "svc")["waiting_clients"] != 1 {
-        assert!(Instant::now() < deadline, "b never queued");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("b is queued", || {
+        status_json(&url, "svc")["waiting_clients"] == 1
+    });
     assert!(!b_started.exists(), "b ran while alpha led");
     let busy = run_at(&url, &["elect", "svc", "-n", "--", "true"]);
     assert_eq!(busy.code(), 75, "{busy:?}");
@@ -2240,19 +1997,6 @@ fn elect_runs_the_command_while_leading_and_hands_over_on_exit() {
     assert!(b_term > a_term, "term {b_term} after {a_term}");
     let after = status_json(&url, "svc");
     assert_eq!(after["held"], false, "{after}");
-}
-
-/// Waits (bounded) until `path` exists.
-fn wait_for_existence(path: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !path.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 // ---- Issue 26: an operator's bad night ---------------------------------
@@ -2333,17 +2077,11 @@ fn release_force_hands_a_lock_to_its_queued_waiter_at_once() {
     assert_eq!(held.code(), 0, "{held:?}");
     let token = held.json()["token"].as_str().expect("token").to_owned();
     let dir = temp_dir();
-    let waiter = spawn_in(
+    let waiter = spawn_script(
         dir.path(),
-        std::slice::from_ref(&url),
-        &[
-            "run",
-            "stuck",
-            "--",
-            "sh",
-            "-c",
-            &format!("{WAIT_FOR}echo $LEASEHOLD_TOKEN > mine; wait_for go"),
-        ],
+        &url,
+        &["run", "stuck"],
+        &format!("{WAIT_FOR}echo $LEASEHOLD_TOKEN > mine; wait_for go"),
     );
     wait_for_waiters(&url, "stuck", 1);
     let out = run_at(&url, &["release", "--force", "stuck"]);
@@ -2353,7 +2091,7 @@ fn release_force_hands_a_lock_to_its_queued_waiter_at_once() {
     let status = status_json(&url, "stuck");
     assert_eq!(status["held"], true, "{status}");
     assert_ne!(status["holder"], token[..8], "{status}");
-    let mine = wait_for_file(&dir.path().join("mine"));
+    let mine = wait_for_line(&dir.path().join("mine"));
     assert_eq!(status["holder"], mine[..8], "{status}");
     std::fs::write(dir.path().join("go"), "").unwrap();
     let out = waiter.finish();
@@ -2375,20 +2113,15 @@ fn a_waiter_whose_redis_went_away_warns_once_not_at_every_retry() {
     cmd.args(["--url", &url, "run", "busy", "--", "true"])
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).expect("stderr file"));
-    let waiter = Proc {
-        child: cmd.spawn().expect("spawn leasehold"),
-        started: Instant::now(),
-    };
+    let waiter = Proc::start(cmd);
     wait_for_waiters(&url, "busy", 1);
     server.kill();
     // Once the first warning is out, the library retries its subscription
     // at 50ms, 100ms, ... 2s: each retry warned again, 7 lines in 3 s, and
     // then one every 2 s for as long as --wait forever waits.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::fs::read_to_string(&log).unwrap_or_default().is_empty() {
-        assert!(Instant::now() < deadline, "no warning that Redis went away");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("a warning that Redis went away", || {
+        !std::fs::read_to_string(&log).unwrap_or_default().is_empty()
+    });
     std::thread::sleep(Duration::from_secs(4));
     // Killed (SIGKILL, by PID) and reaped.
     drop(waiter);
@@ -2427,10 +2160,10 @@ fn json_lines_on_stderr_share_one_schema_with_timestamps() {
     // An error, one of the library's warnings, and one of the tool's own.
     let error = run(&["--url", &dead, "--json", "status", "x"]);
     let library = run_at(&url, &["--json", "status", "x"]);
-    let mut cmd = leasehold();
-    cmd.env("RUST_LOG", "leasehold=loudest")
-        .args(["--url", &url, "--json", "-v", "status", "x"]);
-    let own = Proc::spawn(cmd).finish();
+    let own = run_with_env(
+        &[("RUST_LOG", "leasehold=loudest")],
+        &["--url", &url, "--json", "-v", "status", "x"],
+    );
     for (out, level, says) in [
         (&error, "ERROR", "cannot reach Redis"),
         (&library, "WARN", "maxmemory-policy"),
@@ -2538,13 +2271,6 @@ fn a_timed_out_wait_says_how_long_in_a_readable_form() {
     );
 }
 
-/// Runs `leasehold ARGS` to completion with `vars` in its environment.
-fn run_with_env(vars: &[(&str, &str)], args: &[&str]) -> Outcome {
-    let mut cmd = leasehold();
-    cmd.envs(vars.iter().copied()).args(args);
-    Proc::spawn(cmd).finish()
-}
-
 /// Every global flag comes from a `LEASEHOLD_*` variable too, as etcdctl's
 /// from `ETCDCTL_*`; only `LEASEHOLD_URL` was read, so `LEASEHOLD_PREFIX=x
 /// leasehold status NAME` looked under the default prefix and found NAME
@@ -2625,76 +2351,37 @@ fn a_flag_on_the_command_line_wins_over_its_variable() {
         &["--prefix", "flagwins", "acquire", "jobs", "--ttl", "5m"],
     );
     assert_eq!(held.code(), 0, "{held:?}");
+    // Each variable here loses to its flag below; -vv on the command line
+    // overrides LEASEHOLD_QUIET.
+    let losing = [
+        ("LEASEHOLD_URL", dead.as_str()),
+        ("LEASEHOLD_PREFIX", "elsewhere"),
+        ("LEASEHOLD_CONNECT_TIMEOUT", "soon"),
+        ("LEASEHOLD_JSON", "no"),
+        ("LEASEHOLD_QUIET", "1"),
+    ];
+    let winning = [
+        "--url",
+        &url,
+        "--prefix",
+        "flagwins",
+        "--connect-timeout",
+        "5s",
+        "-vv",
+        "--json",
+    ];
+    // --sentinel would conflict with --cluster.
     let out = run_with_env(
-        &[
-            ("LEASEHOLD_URL", &dead),
-            ("LEASEHOLD_PREFIX", "elsewhere"),
-            ("LEASEHOLD_CONNECT_TIMEOUT", "soon"),
-            ("LEASEHOLD_JSON", "no"),
-            // -vv on the command line overrides LEASEHOLD_QUIET, and
-            // --sentinel would conflict with --cluster.
-            ("LEASEHOLD_QUIET", "1"),
-            ("LEASEHOLD_SENTINEL", "mymaster"),
-        ],
-        &[
-            "--url",
-            &url,
-            "--prefix",
-            "flagwins",
-            "--connect-timeout",
-            "5s",
-            "-vv",
-            "--json",
-            "--cluster",
-            "--help",
-        ],
+        &[&losing[..], &[("LEASEHOLD_SENTINEL", "mymaster")]].concat(),
+        &[&winning[..], &["--cluster", "--help"]].concat(),
     );
     assert_eq!(out.code(), 0, "{out:?}");
     let out = run_with_env(
-        &[
-            ("LEASEHOLD_URL", &dead),
-            ("LEASEHOLD_PREFIX", "elsewhere"),
-            ("LEASEHOLD_CONNECT_TIMEOUT", "soon"),
-            ("LEASEHOLD_JSON", "no"),
-            ("LEASEHOLD_QUIET", "1"),
-            ("LEASEHOLD_CLUSTER", "1"),
-        ],
-        &[
-            "--url",
-            &url,
-            "--prefix",
-            "flagwins",
-            "--connect-timeout",
-            "5s",
-            "-vv",
-            "--json",
-            "--sentinel",
-            "mymaster",
-            "--help",
-        ],
+        &[&losing[..], &[("LEASEHOLD_CLUSTER", "1")]].concat(),
+        &[&winning[..], &["--sentinel", "mymaster", "--help"]].concat(),
     );
     assert_eq!(out.code(), 0, "{out:?}");
-    let out = run_with_env(
-        &[
-            ("LEASEHOLD_URL", &dead),
-            ("LEASEHOLD_PREFIX", "elsewhere"),
-            ("LEASEHOLD_CONNECT_TIMEOUT", "soon"),
-            ("LEASEHOLD_JSON", "no"),
-            ("LEASEHOLD_QUIET", "1"),
-        ],
-        &[
-            "--url",
-            &url,
-            "--prefix",
-            "flagwins",
-            "--connect-timeout",
-            "5s",
-            "-vv",
-            "--json",
-            "status",
-            "jobs",
-        ],
-    );
+    let out = run_with_env(&losing, &[&winning[..], &["status", "jobs"]].concat());
     assert_eq!(out.code(), 0, "{out:?}");
     assert_eq!(out.json()["held"], true, "{out:?}");
     // -vv won over LEASEHOLD_QUIET: the connection's debug event is shown.

@@ -13,12 +13,15 @@
 
 mod common;
 
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{leasehold, read_in_background, temp_dir};
+use common::{
+    BOUND, Grandchild, Outcome, Proc, alive, children_of, leasehold, pid_in, script_command, state,
+    temp_dir, wait_for_line, wait_until,
+};
 use leasehold_testkit::RedisServer;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -27,148 +30,11 @@ use nix::unistd::Pid;
 /// so short that a loaded two-core machine starves its renewals.
 const FIRST_TTL: &str = "2s";
 
-/// Longest any wait for an observable state may take before the test fails.
-const BOUND: Duration = Duration::from_secs(30);
-
-/// What one finished invocation did.
-#[derive(Debug)]
-struct Outcome {
-    /// How it exited.
-    status: ExitStatus,
-    /// All of stderr.
-    stderr: String,
-}
-
-/// A `leasehold` process we started, in a process group of its own (as a
-/// shell job would be, so job-control signals to it are not discarded).
-/// On drop, it and its direct children (the command, leasehold's helper)
-/// get SIGCONT and SIGKILL, by PID.
-struct Proc {
-    /// The process.
-    child: Child,
-    /// Its direct children, as last seen.
-    children: Vec<Pid>,
-}
-
 impl Proc {
-    /// Spawns `cmd` in a new process group, stdout and stderr captured.
-    fn spawn(mut cmd: Command) -> Proc {
-        cmd.stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        let child = cmd.spawn().expect("spawn leasehold");
-        Proc {
-            child,
-            children: Vec::new(),
-        }
-    }
-
-    /// Its PID.
-    fn pid(&self) -> Pid {
-        Pid::from_raw(i32::try_from(self.child.id()).expect("pid fits"))
-    }
-
-    /// Sends `sig` to it (not reaped yet, so the PID is ours).
-    fn signal(&self, sig: Signal) {
-        kill(self.pid(), sig).expect("signal our child");
-    }
-
-    /// Remembers its current children, for the cleanup on drop.
-    fn note_children(&mut self) {
-        for pid in children_of(self.pid()) {
-            if !self.children.contains(&pid) {
-                self.children.push(pid);
-            }
-        }
-    }
-
     /// Waits up to [`BOUND`] for the exit and collects stderr.
-    fn finish(mut self) -> Outcome {
-        self.note_children();
-        let stderr = self.child.stderr.take().expect("piped stderr");
-        let err = read_in_background(stderr);
-        let deadline = Instant::now() + BOUND;
-        let status = loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                break status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "leasehold did not exit within {BOUND:?}"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        };
-        let stderr = err
-            .recv_timeout(Duration::from_secs(10))
-            .unwrap_or_else(|_| "<stderr still held open by a leftover process>".to_owned());
-        Outcome { status, stderr }
+    fn finish(self) -> Outcome {
+        self.finish_within(BOUND)
     }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            self.note_children();
-            let _ = kill(self.pid(), Signal::SIGCONT);
-            let _ = kill(self.pid(), Signal::SIGKILL);
-            let _ = self.child.wait();
-        }
-        for &pid in &self.children {
-            reap_by_pid(pid);
-        }
-    }
-}
-
-/// The direct children of `pid`, from `/proc`.
-fn children_of(pid: Pid) -> Vec<Pid> {
-    let mut out = Vec::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return out;
-    };
-    for task in tasks.flatten() {
-        let path = task.path().join("children");
-        if let Ok(text) = std::fs::read_to_string(path) {
-            out.extend(
-                text.split_whitespace()
-                    .filter_map(|p| p.parse().ok())
-                    .map(Pid::from_raw),
-            );
-        }
-    }
-    out
-}
-
-/// SIGCONT and SIGKILL to `pid` if it still runs (a process one of our
-/// commands started; its PID came from a file it wrote).
-fn reap_by_pid(pid: Pid) {
-    if alive(pid) {
-        let _ = kill(pid, Signal::SIGCONT);
-        let _ = kill(pid, Signal::SIGKILL);
-    }
-}
-
-/// A process started by a command we ran; SIGCONT + SIGKILL on drop.
-struct Grandchild(Pid);
-
-impl Drop for Grandchild {
-    fn drop(&mut self) {
-        reap_by_pid(self.0);
-    }
-}
-
-/// The scheduler state of `pid` (`R`, `S`, `T`, `Z`, ...), or `None` once
-/// it is gone.
-fn state(pid: Pid) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces and parentheses; the state follows
-    // the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().next()?.chars().next()
-}
-
-/// Whether `pid` exists and is not a zombie.
-fn alive(pid: Pid) -> bool {
-    !matches!(state(pid), None | Some('Z' | 'X'))
 }
 
 /// Whether `pid` exists and may run: neither a zombie nor stopped, nor
@@ -196,36 +62,6 @@ fn held_still(pid: Pid) -> bool {
         }
         _ => false,
     }
-}
-
-/// Waits up to [`BOUND`] for `ready`; panics saying `what` otherwise.
-fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
-    let deadline = Instant::now() + BOUND;
-    while !ready() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Waits until `path` holds a full line and returns it, trimmed.
-fn wait_for_line(path: &Path) -> String {
-    let mut line = String::new();
-    wait_until(
-        &format!("{} is written", path.display()),
-        || match std::fs::read_to_string(path) {
-            Ok(text) if text.ends_with('\n') => {
-                line = text.trim().to_owned();
-                true
-            }
-            _ => false,
-        },
-    );
-    line
-}
-
-/// The PID written to `path`.
-fn pid_in(path: &Path) -> Pid {
-    Pid::from_raw(wait_for_line(path).parse().expect("a pid"))
 }
 
 /// Nanoseconds since the epoch, as `date +%s%N` prints them.
@@ -256,24 +92,21 @@ const SECOND: &str = "date +%s%N > b.start; sleep 2; date +%s%N > b.end";
 
 /// Starts `leasehold run NAME --ttl TTL --kill-grace 1s -- sh -c SCRIPT` in `dir`.
 fn start_run(dir: &Path, url: &str, name: &str, ttl: &str, script: &str) -> Proc {
-    let mut cmd = leasehold();
-    cmd.current_dir(dir).args([
-        "--url",
+    Proc::spawn_as_job(script_command(
+        dir,
         url,
-        "run",
-        name,
-        "--ttl",
-        ttl,
-        "--wait",
-        "60s",
-        "--kill-grace",
-        "1s",
-        "--",
-        "sh",
-        "-c",
+        &[
+            "run",
+            name,
+            "--ttl",
+            ttl,
+            "--wait",
+            "60s",
+            "--kill-grace",
+            "1s",
+        ],
         script,
-    ]);
-    Proc::spawn(cmd)
+    ))
 }
 
 /// The first holder, its command and grandchild, once the grandchild writes.
@@ -289,8 +122,8 @@ struct First {
 /// Starts the first holder in `dir` and waits until its grandchild writes.
 fn start_first(dir: &Path, url: &str, name: &str, ttl: &str) -> First {
     let mut proc = start_run(dir, url, name, ttl, STUBBORN);
-    let command = Grandchild(pid_in(&dir.join("a.pid")));
-    let grandchild = Grandchild(pid_in(&dir.join("a.gc")));
+    let command = Grandchild::from_pid_file(&dir.join("a.pid"));
+    let grandchild = Grandchild::from_pid_file(&dir.join("a.gc"));
     wait_until("the grandchild writes timestamps", || {
         timestamps(&dir.join("a.ts")).len() >= 2
     });
@@ -578,7 +411,7 @@ fn leftover_is_stopped_before_the_release(name: &str, script: &str) {
     let url = server.url();
     let dir = temp_dir();
     let first = start_run(dir.path(), &url, name, "30s", script);
-    let leftover = Grandchild(pid_in(&dir.path().join("a.gc")));
+    let leftover = Grandchild::from_pid_file(&dir.path().join("a.gc"));
     let second = start_run(dir.path(), &url, name, "30s", SECOND);
     let out = first.finish();
     assert_eq!(out.status.code(), Some(3), "{out:?}");
@@ -632,7 +465,7 @@ fn a_process_the_command_started_in_a_session_of_its_own_is_left_running() {
     let script = "setsid sh -c 'echo $$ > a.d; exec sleep 30' </dev/null >/dev/null 2>&1 & \
         while [ ! -s a.d ]; do sleep 0.01; done; exit 0";
     let first = start_run(dir.path(), &url, "daemon", "30s", script);
-    let daemon = Grandchild(pid_in(&dir.path().join("a.d")));
+    let daemon = Grandchild::from_pid_file(&dir.path().join("a.d"));
     let out = first.finish();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(out.stderr.is_empty(), "{out:?}");
@@ -796,8 +629,8 @@ fn exit_status(tmux: &Tmux, dir: &Path, lh: &Grandchild) -> String {
 /// leasehold's PID (the command's parent) and the command's, once it runs.
 fn terminal_pids(dir: &Path) -> (Grandchild, Grandchild) {
     (
-        Grandchild(pid_in(&dir.join("lh.pid"))),
-        Grandchild(pid_in(&dir.join("cmd.pid"))),
+        Grandchild::from_pid_file(&dir.join("lh.pid")),
+        Grandchild::from_pid_file(&dir.join("cmd.pid")),
     )
 }
 
@@ -897,6 +730,15 @@ fn hold(url: &str, name: &str) -> String {
         .to_owned()
 }
 
+/// `leasehold release NAME TOKEN` against `url`; it must succeed.
+fn release(url: &str, name: &str, token: &str) {
+    let out = leasehold()
+        .args(["--url", url, "release", name, token])
+        .output()
+        .expect("run leasehold release");
+    assert!(out.status.success(), "release {name}: {out:?}");
+}
+
 /// Waits until the pane shows a line for which `want` holds; returns it.
 fn screen_line(tmux: &Tmux, what: &str, want: impl Fn(&str) -> bool) -> String {
     let mut found = None;
@@ -927,11 +769,7 @@ fn a_long_wait_for_several_locks_names_them_all_on_the_status_line() {
         line.contains("\"multi-a\", \"multi-b\" (all or none"),
         "{line}"
     );
-    let released = leasehold()
-        .args(["--url", &url, "release", "multi-b", &token])
-        .output()
-        .expect("release");
-    assert!(released.status.success(), "{released:?}");
+    release(&url, "multi-b", &token);
     assert_eq!(wait_for_line_on(&tmux, &dir.path().join("code")), "code:0");
     assert!(
         !tmux.screen().contains("waiting for locks"),
@@ -983,22 +821,14 @@ fn a_long_wait_on_a_terminal_shows_one_status_line_updated_in_place() {
     );
 
     // Released: the waiter gets the lock and the line is erased.
-    let released = leasehold()
-        .args(["--url", &url, "release", "busy-l", &loud_token])
-        .output()
-        .expect("release");
-    assert!(released.status.success(), "{released:?}");
+    release(&url, "busy-l", &loud_token);
     assert_eq!(wait_for_line_on(&tmux, &dir.path().join("code")), "code:0");
     assert!(
         !tmux.screen().contains("waiting for lock"),
         "the line stayed:\n{}",
         tmux.screen()
     );
-    let released = leasehold()
-        .args(["--url", &url, "release", "busy-q", &quiet_token])
-        .output()
-        .expect("release");
-    assert!(released.status.success(), "{released:?}");
+    release(&url, "busy-q", &quiet_token);
     wait_until("the quiet waiter got its lock", || {
         std::fs::read_to_string(dir.path().join("quiet.out")).is_ok_and(|s| s.contains("token="))
     });
@@ -1029,17 +859,11 @@ fn the_status_line_is_cut_to_a_narrow_terminal_and_never_wraps() {
     assert_eq!(status.len(), 1, "{screen}");
     assert!(status[0].chars().count() < 60, "{screen}");
     assert!(status[0].ends_with('…'), "{screen}");
-    let released = leasehold()
-        .args([
-            "--url",
-            &url,
-            "release",
-            "a-lock-with-a-rather-long-name-for-a-narrow-pane",
-            &token,
-        ])
-        .output()
-        .expect("release");
-    assert!(released.status.success(), "{released:?}");
+    release(
+        &url,
+        "a-lock-with-a-rather-long-name-for-a-narrow-pane",
+        &token,
+    );
     assert_eq!(wait_for_line_on(&tmux, &dir.path().join("code")), "code:0");
 }
 
@@ -1052,22 +876,14 @@ fn a_lease_lost_before_the_command_starts_does_not_run_it_and_exits_70() {
     let server = RedisServer::start();
     let url = server.url();
     let dir = temp_dir();
-    let mut cmd = leasehold();
-    cmd.current_dir(dir.path())
-        .env("LEASEHOLD_TEST_STOP_BEFORE_SPAWN", "1")
-        .args([
-            "--url",
-            &url,
-            "run",
-            "late",
-            "--ttl",
-            "1s",
-            "--",
-            "sh",
-            "-c",
-            "echo ran > ran",
-        ]);
-    let proc = Proc::spawn(cmd);
+    let mut cmd = script_command(
+        dir.path(),
+        &url,
+        &["run", "late", "--ttl", "1s"],
+        "echo ran > ran",
+    );
+    cmd.env("LEASEHOLD_TEST_STOP_BEFORE_SPAWN", "1");
+    let proc = Proc::spawn_as_job(cmd);
     wait_until("run stops before spawning", || stopped(proc.pid()));
     // Nobody renews the lease while run is stopped: Redis lets it expire.
     wait_until("the lease expires in Redis", || {
