@@ -173,6 +173,13 @@ fn quick_bench_reports_every_scenario_with_targets_and_sane_values() {
         assert_eq!(round["flock_counter"], stampede["plan"]["jobs"], "{round}");
     }
     assert_eq!(stampede["keys_left"].as_array().map(Vec::len), Some(0));
+    // The critical path's tail beside its median.
+    let between = stampede["breakdown_median_us"]["between"].as_f64();
+    let between_p99 = stampede["between_p99_us"].as_f64();
+    assert!(
+        between.zip(between_p99).is_some_and(|(m, p99)| p99 >= m),
+        "between: median {between:?}, p99 {between_p99:?}"
+    );
 
     let held = &report["scenarios"]["held_leases"]["data"];
     assert_eq!(held["leases"], report["settings"]["leases"]);

@@ -471,9 +471,14 @@ impl Breakdown {
 
 /// The median of unsorted `v`; NaN when empty.
 fn median(v: &[f64]) -> f64 {
+    percentile_of(v, 50.0)
+}
+
+/// Percentile `p` of unsorted `v`; NaN when empty.
+fn percentile_of(v: &[f64], p: f64) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
-    percentile(&v, 50.0).unwrap_or(f64::NAN)
+    percentile(&v, p).unwrap_or(f64::NAN)
 }
 
 /// The section: figures, breakdown, the runs alone.
@@ -543,6 +548,12 @@ fn section(
     for (name, what, v) in breakdown.rows() {
         rows.push(Row::plain(format!("job, median {name}: {what}"), micros(v)));
     }
+    // The median hides the tail the wall time also pays.
+    let between_p99 = percentile_of(&breakdown.between, 99.0);
+    rows.push(Row::plain(
+        "job, p99 between: exit -> next holder's exec (critical path)",
+        micros(between_p99),
+    ));
     let wall_of = |k: usize| median(&alone[k].iter().map(|t| us(t.0)).collect::<Vec<_>>());
     let cpu_of = |k: usize| median(&alone[k].iter().map(|t| us(t.1)).collect::<Vec<_>>());
     rows.push(
@@ -613,6 +624,7 @@ fn section(
             "rounds": round_json,
             "per_job_overhead_us": {"leasehold": over_l, "flock": over_f},
             "breakdown_median_us": steps,
+            "between_p99_us": between_p99,
             "keys_left": left,
             "alone": {"leasehold": alone_json(0), "flock": alone_json(1)},
         }),
