@@ -456,6 +456,24 @@ fn a_process_of_the_group_below_one_that_left_it_is_stopped_before_the_release()
 }
 
 #[test]
+fn a_leftover_is_stopped_before_the_release_even_when_leasehold_is_out_of_files() {
+    // The command leaves a process in its group, then lowers leasehold's
+    // open-file limit (its parent's, same user) so that leasehold can open
+    // one more file at most: every look at /proc fails with EMFILE. A look
+    // that fails must count as "something may be left", never as "nothing
+    // is": the leftover is stopped before the release all the same.
+    let script = format!(
+        "({STUBBORN_LOOP}) & echo $! > a.gc; \
+         while [ ! -s a.ts ]; do sleep 0.01; done; \
+         i=0; c=0; while [ $c -lt 2 ]; do \
+           [ -e /proc/$PPID/fd/$i ] || {{ c=$((c+1)); f=$i; }}; i=$((i+1)); done; \
+         prlimit --pid $PPID --nofile=$f:$f || exit 9; \
+         exit 3"
+    );
+    leftover_is_stopped_before_the_release("out-of-files", &script);
+}
+
+#[test]
 fn a_process_the_command_started_in_a_session_of_its_own_is_left_running() {
     let server = RedisServer::start();
     let url = server.url();

@@ -187,14 +187,19 @@ enum Adopted {
 }
 
 /// This process's children: the `children` file of each of its threads.
-/// `None` if this kernel has no such files.
+/// `None` if this kernel has no such files, or if any could not be read
+/// (out of file descriptors, say): a list with a thread's children
+/// missing would read as "nothing left", so the caller walks `/proc`.
 fn own_children() -> Option<Vec<Pid>> {
     let mut children = Vec::new();
     let mut any = false;
-    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
-        // A thread that ended since the directory was read has none.
-        let Ok(text) = std::fs::read_to_string(task.path().join("children")) else {
-            continue;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let task = task.ok()?;
+        let text = match std::fs::read_to_string(task.path().join("children")) {
+            Ok(text) => text,
+            // A thread that ended since the directory was read has none.
+            Err(e) if gone(&e) => continue,
+            Err(_) => return None,
         };
         any = true;
         children.extend(
@@ -210,12 +215,19 @@ fn own_children() -> Option<Vec<Pid>> {
 /// process group `leader` leads, from every process's `/proc/PID/stat`.
 /// The leader itself may be an unreaped zombie, which keeps the group's
 /// id from being reused.
+///
+/// A process whose stat cannot be read for any cause but its end (out of
+/// file descriptors, say: the command may lower leasehold's limit) counts
+/// as left: "nothing is left" must never be an answer by default.
 fn others_in_group(leader: Pid) -> bool {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         // Without /proc, fall back on kill(2), which counts the leader too.
         return killpg(leader, None).is_ok();
     };
-    entries.flatten().any(|entry| {
+    entries.into_iter().any(|entry| {
+        let Ok(entry) = entry else {
+            return true;
+        };
         let Some(pid) = entry
             .file_name()
             .to_str()
@@ -226,24 +238,32 @@ fn others_in_group(leader: Pid) -> bool {
         if pid == leader.as_raw() {
             return false;
         }
-        stat_head(pid)
-            .and_then(|stat| stat_fields(&stat))
-            .is_some_and(|(state, pgrp)| pgrp == leader.as_raw() && !matches!(state, 'Z' | 'X'))
+        match stat_head(pid) {
+            Ok(stat) => stat_fields(&stat)
+                .is_none_or(|(state, pgrp)| pgrp == leader.as_raw() && !matches!(state, 'Z' | 'X')),
+            Err(e) => !gone(&e),
+        }
     })
+}
+
+/// Whether reading a process's (or thread's) `/proc` file failed because
+/// it ended: ENOENT, or ESRCH for one that ended while it was read.
+fn gone(err: &std::io::Error) -> bool {
+    err.kind() == std::io::ErrorKind::NotFound || err.raw_os_error() == Some(Errno::ESRCH as i32)
 }
 
 /// The start of `/proc/PID/stat`, through the process group field at
 /// least: one open and one read into a buffer on the stack (no stat(2),
 /// no allocation for the file), since [`others_in_group`] reads every
 /// process's.
-fn stat_head(pid: i32) -> Option<String> {
+fn stat_head(pid: i32) -> std::io::Result<String> {
     use std::io::Read;
     // PID, the command name (at most 64 bytes in parentheses), state,
     // ppid, pgrp: well inside 256 bytes.
     let mut buf = [0u8; 256];
-    let mut file = std::fs::File::open(format!("/proc/{pid}/stat")).ok()?;
-    let n = file.read(&mut buf).ok()?;
-    Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+    let mut file = std::fs::File::open(format!("/proc/{pid}/stat"))?;
+    let n = file.read(&mut buf)?;
+    Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
 }
 
 #[cfg(test)]
