@@ -83,6 +83,8 @@ pub struct Hold {
     pub read: bool,
     /// The fence the guard was given.
     pub fence: u64,
+    /// When the acquisition was asked for (simulated µs).
+    pub asked_us: u64,
     /// When the acquisition returned the guard (simulated µs).
     pub from_us: u64,
     /// The last moment the guard said it held (not lost, valid for more
@@ -191,6 +193,7 @@ mod tests {
             owner: who.into(),
             read: false,
             fence,
+            asked_us: from_us,
             from_us,
             last_us,
         }

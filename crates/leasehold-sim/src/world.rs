@@ -51,6 +51,13 @@ pub struct Faults {
     /// lease) finds the node's script cache flushed as it arrives, so the
     /// give-back that follows meets NOSCRIPT and is sent again.
     pub flush_after_late_grant: f64,
+    /// Chance per request of a duplicate delivery: the server runs it, the
+    /// connection drops before the reply, and the request is sent again on
+    /// the new connection and runs a second time (what redis-rs's cluster
+    /// driver does with a request whose connection failed); the caller
+    /// gets the second reply. Never on the fenced resource (the
+    /// application's own connection).
+    pub twice: f64,
 }
 
 /// A server the world holds, with what faults do to it.
@@ -63,6 +70,11 @@ struct Node {
     paused_until: Option<Instant>,
     /// Its replica's copy of the data, as of the last replication.
     replica: Option<Server>,
+    /// The granularity of its clock in µs (0: continuous): a server reads
+    /// a clock that ticks (1 ms on some hosts, 15.6 ms on others).
+    tick_us: u64,
+    /// How fast its clock runs against the world's, in parts per million.
+    drift_ppm: i64,
 }
 
 /// The world's state, behind one lock (one thread runs it all).
@@ -93,6 +105,18 @@ struct State {
     released: BTreeMap<(String, Vec<u8>), u128>,
     /// Released leases set back (see [`World::retaken_after_release`]).
     retaken_after_release: Vec<String>,
+    /// The operator's process (its requests' removals are breaks).
+    operator: Option<usize>,
+    /// Holds an operator's request removed: (node, hold, when).
+    broken: Vec<(String, String, Instant)>,
+    /// Second deliveries that removed another owner's hold (one line each).
+    resent_removals: Vec<String>,
+    /// Which process first sent each owner token (32 hex digits).
+    sent_by: BTreeMap<Vec<u8>, usize>,
+    /// Requests delivered twice.
+    duplicates: u64,
+    /// Owner tokens of requests delivered twice.
+    resent_tokens: BTreeSet<Vec<u8>>,
 }
 
 /// Every shipped script's name by its SHA1, as EVALSHA names it.
@@ -125,6 +149,49 @@ fn lock_script(args: &[Vec<u8>]) -> Option<(&'static str, &[Vec<u8>], &[Vec<u8>]
     let numkeys: usize = std::str::from_utf8(args.get(2)?).ok()?.parse().ok()?;
     let keys = args.get(3..3 + numkeys)?;
     Some((name, keys, &args[3 + numkeys..]))
+}
+
+/// Any shipped script's call: its name, KEYS and ARGV (None for any other
+/// command).
+fn script_call(args: &[Vec<u8>]) -> Option<(&'static str, &[Vec<u8>], &[Vec<u8>])> {
+    if !args.first()?.eq_ignore_ascii_case(b"EVALSHA") {
+        return None;
+    }
+    let name = script_name(&args.get(1)?.to_ascii_lowercase())?;
+    let numkeys: usize = std::str::from_utf8(args.get(2)?).ok()?.parse().ok()?;
+    let keys = args.get(3..3 + numkeys)?;
+    Some((name, keys, &args[3 + numkeys..]))
+}
+
+/// An owner token as the library draws them: 32 lower-case hex digits.
+fn is_token(arg: &[u8]) -> bool {
+    arg.len() == 32
+        && arg
+            .iter()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+}
+
+/// The holds a lock key shows at `now_ms`: a lock's or leader's string
+/// (its holder's token), a reentrant lock's owner, the live members of an
+/// RwLock's or a semaphore's sorted set (waiting writers among them).
+pub fn holds_in(key: Option<&crate::server::KeyDump>, now_ms: i64) -> BTreeSet<String> {
+    use crate::server::DumpValue;
+    let Some(key) = key else {
+        return BTreeSet::new();
+    };
+    match &key.value {
+        DumpValue::String(v) => [String::from_utf8_lossy(v).into_owned()].into(),
+        DumpValue::Hash(fields) => fields
+            .iter()
+            .filter(|(f, _)| f == b"owner")
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+            .collect(),
+        DumpValue::ZSet(z) => z
+            .iter()
+            .filter(|(_, score)| *score > now_ms as f64)
+            .map(|(m, _)| String::from_utf8_lossy(m).into_owned())
+            .collect(),
+    }
 }
 
 impl State {
@@ -190,6 +257,8 @@ enum Fate {
     Delivered,
     ResetBefore,
     ResetAfter,
+    /// Run, reply lost, sent again and run again (see [`Faults::twice`]).
+    Twice,
 }
 
 impl World {
@@ -204,6 +273,8 @@ impl World {
                     clock_offset_us: 0,
                     paused_until: None,
                     replica: None,
+                    tick_us: 0,
+                    drift_ppm: 0,
                 };
                 (name.to_owned(), node)
             })
@@ -224,6 +295,12 @@ impl World {
             releasing: BTreeSet::new(),
             released: BTreeMap::new(),
             retaken_after_release: Vec::new(),
+            operator: None,
+            broken: Vec::new(),
+            resent_removals: Vec::new(),
+            sent_by: BTreeMap::new(),
+            duplicates: 0,
+            resent_tokens: BTreeSet::new(),
         })))
     }
 
@@ -298,6 +375,149 @@ impl World {
         self.state().wire_digest
     }
 
+    /// Marks `process` as the operator's: the holds its requests remove
+    /// are breaks ([`World::broken`]).
+    pub fn set_operator(&self, process: usize) {
+        self.state().operator = Some(process);
+    }
+
+    /// Sets `node`'s clock: its granularity in µs (0: continuous) and its
+    /// drift in parts per million.
+    pub fn set_clock(&self, node: &str, tick_us: u64, drift_ppm: i64) {
+        if let Some(n) = self.state().nodes.get_mut(node) {
+            n.tick_us = tick_us;
+            n.drift_ppm = drift_ppm;
+        }
+    }
+
+    /// Holds the operator's requests removed: (node, hold as the key shows
+    /// it, when the server ran the request).
+    pub fn broken(&self) -> Vec<(String, String, Instant)> {
+        self.state().broken.clone()
+    }
+
+    /// Second deliveries of a request that removed a hold of an owner the
+    /// request does not name: what a request delivered once would not have
+    /// done. One line each.
+    pub fn resent_removals(&self) -> Vec<String> {
+        self.state().resent_removals.clone()
+    }
+
+    /// Requests delivered twice so far.
+    pub fn duplicates(&self) -> u64 {
+        self.state().duplicates
+    }
+
+    /// The holds on `nodes`' lock keys (`…:lock`, `…:leader`) that carry an
+    /// owner token first sent by `process`, or its reentrant `owner`: what
+    /// `close()` must have given back. Left out: tokens of requests
+    /// delivered twice (a second delivery can land after `close()` gave the
+    /// lease back; SAFETY.md says what it leaves). (node, key, hold) each.
+    pub fn holds_of(
+        &self,
+        process: usize,
+        owner: &str,
+        nodes: &[String],
+    ) -> Vec<(String, String, String)> {
+        let s = self.state();
+        let mine: Vec<String> = s
+            .sent_by
+            .iter()
+            .filter(|(t, p)| **p == process && !s.resent_tokens.contains(*t))
+            .map(|(t, _)| String::from_utf8_lossy(t).into_owned())
+            .chain([owner.to_owned()])
+            .collect();
+        let mut out = Vec::new();
+        for node in nodes {
+            let Some(n) = s.nodes.get(node) else { continue };
+            let now_us = World::node_now_us(&s, n);
+            for key in n.server.dump(now_us) {
+                if !(key.key.ends_with(":lock") || key.key.ends_with(":leader")) {
+                    continue;
+                }
+                for hold in holds_in(Some(&key), (now_us / 1000) as i64) {
+                    if mine.iter().any(|m| hold.contains(m.as_str())) {
+                        out.push((node.clone(), key.key.clone(), hold));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Notes the owner tokens in a request of `process` (the first sender
+    /// of a token is the process that drew it).
+    fn note_tokens(&self, process: usize, args: &[Vec<u8>]) {
+        let mut s = self.state();
+        for arg in args.iter().filter(|a| is_token(a)) {
+            s.sent_by.entry(arg.clone()).or_insert(process);
+        }
+    }
+
+    /// Runs a request of `process` as [`World::exec`] does; a script's
+    /// effect on its lock key (KEYS[1]) is watched when the operator sent
+    /// it (the holds it removed are broken) or when it is a second delivery
+    /// (`again`: it may remove nothing of an owner it does not name).
+    fn exec_request(
+        &self,
+        node: &str,
+        conn: u64,
+        process: usize,
+        args: &[Vec<u8>],
+        again: bool,
+    ) -> Value {
+        let operator = self.state().operator == Some(process);
+        let watched = (operator || again)
+            .then(|| script_call(args))
+            .flatten()
+            .and_then(|(name, keys, _)| Some((name, keys.first()?.clone())));
+        let Some((script, key)) = watched else {
+            return self.exec(node, conn, args);
+        };
+        let holds = |w: &World| {
+            let s = w.state();
+            let n = s.nodes.get(node).expect("a node of the world");
+            let now_us = World::node_now_us(&s, n);
+            holds_in(
+                n.server.dump_key(&key, now_us).as_ref(),
+                (now_us / 1000) as i64,
+            )
+        };
+        let before = holds(self);
+        let reply = self.exec(node, conn, args);
+        let after = holds(self);
+        let removed: Vec<String> = before.difference(&after).cloned().collect();
+        if removed.is_empty() {
+            return reply;
+        }
+        let mut s = self.state();
+        let at = Instant::now().duration_since(s.start).as_micros() as u64;
+        if operator {
+            for hold in &removed {
+                s.broken
+                    .push((node.to_owned(), hold.clone(), Instant::now()));
+            }
+        }
+        if again {
+            let (_, _, argv) = script_call(args).expect("a script call");
+            let named = |hold: &str| {
+                argv.iter()
+                    .filter(|a| a.len() >= 8)
+                    .any(|a| hold.contains(String::from_utf8_lossy(a).as_ref()))
+            };
+            for hold in removed.iter().filter(|h| !named(h)) {
+                let line = format!(
+                    "at {} ms, {node}: {script} delivered a second time removed {} of {}",
+                    at / 1000,
+                    &hold[..hold.len().min(40)],
+                    String::from_utf8_lossy(&key)
+                );
+                s.resent_removals.push(line);
+            }
+        }
+        reply
+    }
+
     /// A dialer for the library's `sim://<node>` URLs, for the process `process`.
     pub fn dialer(&self, process: usize) -> Arc<dyn Dialer> {
         Arc::new(ProcessDialer {
@@ -346,10 +566,16 @@ impl World {
         conn
     }
 
-    /// The server time of `node` now, in µs.
+    /// The server time of `node` now, in µs: the world's, run at the
+    /// node's drift, stepped by its offset, read at its clock's ticks.
     fn node_now_us(s: &State, node: &Node) -> u64 {
         let elapsed = Instant::now().duration_since(s.start).as_micros() as i64;
-        (EPOCH_US as i64 + elapsed + node.clock_offset_us) as u64
+        let drifted = elapsed + elapsed * node.drift_ppm / 1_000_000;
+        let us = (EPOCH_US as i64 + drifted + node.clock_offset_us) as u64;
+        match node.tick_us {
+            0 => us,
+            tick => us - us % tick,
+        }
     }
 
     /// Draws one message's delay.
@@ -370,6 +596,9 @@ impl World {
             Fate::ResetBefore
         } else if s.rng.chance(after) {
             Fate::ResetAfter
+        // No draw at all without it: earlier seeds keep their schedules.
+        } else if s.faults.twice > 0.0 && s.rng.chance(s.faults.twice) {
+            Fate::Twice
         } else {
             Fate::Delivered
         }
@@ -750,7 +979,10 @@ impl SimWire {
             (delay, fate)
         };
         let arrive = conn.arrival(out, true);
-        let epoch = conn.lines().epoch;
+        let mut epoch = conn.lines().epoch;
+        if !self.faultless {
+            conn.world.note_tokens(conn.process, &args);
+        }
         let guard_release = conn.world.guard_release(&args);
         let (tx, rx) = oneshot::channel();
         let server_side = Arc::clone(&conn);
@@ -790,7 +1022,37 @@ impl SimWire {
                     }
                 }
                 None => {
-                    let reply = conn.world.exec(&conn.node, conn.id, &args);
+                    let mut reply =
+                        conn.world
+                            .exec_request(&conn.node, conn.id, conn.process, &args, false);
+                    if fate == Fate::Twice {
+                        // The reply is lost with the connection; the driver
+                        // sends the request again once it has reconnected.
+                        conn.reset();
+                        epoch = conn.lines().epoch;
+                        let again = {
+                            let mut s = conn.world.state();
+                            s.duplicates += 1;
+                            for arg in args.iter().filter(|a| is_token(a)) {
+                                s.resent_tokens.insert(arg.clone());
+                            }
+                            Duration::from_millis(s.rng.range(5, 60))
+                        };
+                        let process = conn.process;
+                        conn.world
+                            .log(|| format!("NET p{process} conn {} request sent again", conn.id));
+                        tokio::time::sleep(again).await;
+                        while let Some(until) = conn.world.paused_until(&conn.node) {
+                            tokio::time::sleep_until(until).await;
+                        }
+                        if conn.lines().epoch != epoch {
+                            let _ = tx.send(reset());
+                            return;
+                        }
+                        reply =
+                            conn.world
+                                .exec_request(&conn.node, conn.id, conn.process, &args, true);
+                    }
                     // A release met by NOSCRIPT did not run; its re-send will.
                     if let Some(token) = guard_release
                         && !matches!(reply, Value::ServerError(_))
