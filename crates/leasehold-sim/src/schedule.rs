@@ -302,6 +302,8 @@ pub struct Outcome {
     /// Scripts the servers ran (each a lock operation at a server:
     /// acquire, renew, release, status, fenced writes).
     pub scripts: u64,
+    /// Requests delivered twice.
+    pub duplicates: u64,
     /// Broken invariants.
     pub violations: Vec<Violation>,
     /// The last lines of the history (for a report).
@@ -700,6 +702,7 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
         operations: rec.operations,
         commands: world.commands(),
         scripts: world.scripts(),
+        duplicates: world.duplicates(),
         violations,
         recent,
         full,
