@@ -326,8 +326,9 @@ struct Record {
     closed: BTreeMap<usize, u64>,
     /// When each process's `close()` was called (µs from the start).
     closing: BTreeMap<usize, u64>,
-    /// Tokens of guards taken with `hold_at_least`: a release keeps their
-    /// lease until then, by design, `close()` included.
+    /// Tokens of guards taken with `hold_at_least` (a release keeps their
+    /// lease until then) or `lock_delay` (a lease that ended without a
+    /// release keeps the lock for the delay): by design, `close()` included.
     kept: Vec<String>,
 }
 
@@ -992,7 +993,7 @@ impl Task {
             };
             let mut last_us = from_us;
             record(&self.shared).acquisitions += 1;
-            if ask.at_least.is_some() {
+            if ask.at_least.is_some() || ask.delay.is_some() {
                 let mut r = record(&self.shared);
                 r.kept.push(token.clone());
                 r.kept.extend(guard.lock_tokens());
