@@ -345,10 +345,14 @@ impl World {
     /// The token of a guard's release in `args`, if that is what they are:
     /// a `lock_release` sent after the guard's `release()` was called (a
     /// give-back of an attempt, sent before, may carry the same token).
-    fn guard_release(&self, args: &[Vec<u8>]) -> Option<Vec<u8>> {
+    /// The operator's break of a lock sends the same script with the
+    /// holder's token, and is not its guard's release.
+    fn guard_release(&self, process: usize, args: &[Vec<u8>]) -> Option<Vec<u8>> {
         let (script, _, argv) = lock_script(args)?;
         let token = argv.first()?;
-        (script == "lock_release" && self.state().releasing.contains(token)).then(|| token.clone())
+        let s = self.state();
+        (script == "lock_release" && s.operator != Some(process) && s.releasing.contains(token))
+            .then(|| token.clone())
     }
 
     /// Records that a guard's release of `token` ran on `node` now.
@@ -983,7 +987,7 @@ impl SimWire {
         if !self.faultless {
             conn.world.note_tokens(conn.process, &args);
         }
-        let guard_release = conn.world.guard_release(&args);
+        let guard_release = conn.world.guard_release(conn.process, &args);
         let (tx, rx) = oneshot::channel();
         let server_side = Arc::clone(&conn);
         tokio::spawn(async move {
