@@ -667,7 +667,14 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
             }
         }
         holds.retain(|h| h.last_us >= h.from_us);
-        violations.extend(check_holds(name, config.kind.sharing(), holds));
+        let found = check_holds(name, config.kind.sharing(), holds);
+        // Redlock's fences are best-effort (SAFETY.md: the quorum's largest,
+        // raised to the node clocks), and node clocks that tick and drift
+        // apart can issue one below the last: not judged there.
+        violations.extend(found.into_iter().filter(|v| {
+            !(matches!(config.topology, Topology::Redlock(_))
+                && v.invariant == "fence not above an earlier holder's")
+        }));
     }
     // In the order the resource ran them, each key's accepted fences
     // never go down.
