@@ -119,6 +119,16 @@ fn config(seed: u64, sets: &[(String, String)]) -> Result<Config, String> {
             "reset_before" => c.faults.reset_before = f()?,
             "reset_after" => c.faults.reset_after = f()?,
             "close_at_deadline" => c.close_at_deadline = f()?,
+            "twice" => c.faults.twice = f()?,
+            "breaks" if v.is_empty() => c.breaks.clear(),
+            "clocks" if v == "continuous" => c.clocks.iter_mut().for_each(|c| *c = (0, 0)),
+            // The schedule as drawn before issue 32 added duplicate
+            // deliveries, breaks and ticking clocks (its seeds replay so).
+            "new_ground" if v == "0" => {
+                c.faults.twice = 0.0;
+                c.breaks.clear();
+                c.clocks.iter_mut().for_each(|c| *c = (0, 0));
+            }
             "injected" => {
                 let keep: Vec<usize> = if v.is_empty() {
                     Vec::new()
@@ -246,6 +256,9 @@ fn shrink(seed: u64, args: &Args, failed: &Outcome) {
         ("reset_before", vec!["0".into()]),
         ("reset_after", vec!["0".into()]),
         ("slow", vec!["0".into()]),
+        ("twice", vec!["0".into()]),
+        ("breaks", vec![String::new()]),
+        ("clocks", vec!["continuous".into()]),
     ];
     for (key, max) in [
         ("processes", base.processes),
@@ -459,12 +472,31 @@ fn regressions(file: &str) -> i32 {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let Some(Ok(seed)) = line.split_whitespace().next().map(str::parse::<u64>) else {
+        let mut words = line.split_whitespace();
+        let Some(Ok(seed)) = words.next().map(str::parse::<u64>) else {
             eprintln!("leasehold-sim: --regressions {file}: not a seed: {line}");
             return 2;
         };
+        // `--set key=value` after the seed, as `--seed` takes them.
+        let mut sets = Vec::new();
+        while let Some("--set") = words.next() {
+            match words.next().and_then(|kv| kv.split_once('=')) {
+                Some((k, v)) => sets.push((k.to_owned(), v.to_owned())),
+                None => {
+                    eprintln!("leasehold-sim: --regressions {file}: --set takes key=value: {line}");
+                    return 2;
+                }
+            }
+        }
+        let config = match config(seed, &sets) {
+            Ok(config) => config,
+            Err(e) => {
+                eprintln!("leasehold-sim: --regressions {file}: {e}");
+                return 2;
+            }
+        };
         run += 1;
-        let outcome = schedule::run(&Config::draw(seed), false);
+        let outcome = schedule::run(&config, false);
         if outcome.violations.is_empty() {
             println!("seed {seed}: ok ({line})");
         } else {
