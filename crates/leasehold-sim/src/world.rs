@@ -198,13 +198,22 @@ impl State {
     /// Notes a Redlock re-take (`lock_retake`) that ran on a node after
     /// the guard's release ran there: it sets the released lease back
     /// there, held for a TTL after its holder let it go.
-    fn check_renewals(&mut self, node: &str, script: &str, argv: &[Vec<u8>]) {
+    fn check_renewals(&mut self, node: &str, script: &str, argv: &[Vec<u8>], reply: &Value) {
         let now = Instant::now().duration_since(self.start).as_millis();
         match script {
             // Only a re-take can set a key back (SET NX); an extend that
             // lands after the release finds the key gone or another's.
             "lock_retake" => {
-                for token in argv.iter().step_by(2) {
+                // One answer per lease: 1 if set back (a re-take that found
+                // the key taken, as a second delivery may, changed nothing).
+                let set_back = |i: usize| match reply {
+                    Value::Array(answers) => matches!(answers.get(i), Some(Value::Int(1))),
+                    _ => false,
+                };
+                for (i, token) in argv.iter().step_by(2).enumerate() {
+                    if !set_back(i) {
+                        continue;
+                    }
                     let at = (node.to_owned(), token.clone());
                     if let Some(released) = self.released.get(&at) {
                         let line = format!(
@@ -633,7 +642,7 @@ impl World {
         let reply = n.server.exec(conn, now_us, args);
         let deliveries = n.server.take_deliveries();
         if let Some((script, _, argv)) = lock_script(args) {
-            s.check_renewals(node, script, argv);
+            s.check_renewals(node, script, argv, &reply);
         }
         // EVALSHA sha 2 key fence_key fence value expiry: fenced::set.
         if node == "resource"
