@@ -252,6 +252,18 @@ fn script_error_code(err: &redis::RedisError) -> Option<&str> {
     (word.len() > 1 && word.chars().all(|c| c.is_ascii_uppercase())).then_some(word)
 }
 
+/// The key a script refused because it holds another type (issue 36): the
+/// scripts' refusal ends with it, `WRONGTYPE leasehold expected zset but found
+/// hash; left untouched: <key>` (`refuse_key` in `scripts/prelude.lua`, and
+/// the fenced scripts). `None` for a WRONGTYPE raised by Redis itself.
+fn refused_key(err: &redis::RedisError) -> Option<&str> {
+    let detail = err.detail()?;
+    if !detail.starts_with("leasehold expected ") {
+        return None;
+    }
+    detail.split_once("; left untouched: ").map(|(_, key)| key)
+}
+
 /// Shorthand for `Result<T, leasehold::Error>`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -263,7 +275,7 @@ impl Error {
         match script_error_code(&err).or(err.code()) {
             Some("WRONGTYPE") => {
                 return Error::WrongType {
-                    key: key.to_owned(),
+                    key: refused_key(&err).unwrap_or(key).to_owned(),
                 };
             }
             Some("NOAUTH" | "WRONGPASS" | "NOPERM") => return Error::Auth { source: err },
