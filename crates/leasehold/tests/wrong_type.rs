@@ -239,12 +239,19 @@ enum Moment {
     WhileHeld,
     /// While held; the release meets it.
     BeforeRelease,
+    /// While held; an operator's look meets it (`Client::kind`, which reads
+    /// every kind's status until one recognises the name's key).
+    Status,
+    /// While held; an operator's break meets it (`Client::break_lease`).
+    Break,
 }
 
-const MOMENTS: [Moment; 3] = [
+const MOMENTS: [Moment; 5] = [
     Moment::BeforeAcquire,
     Moment::WhileHeld,
     Moment::BeforeRelease,
+    Moment::Status,
+    Moment::Break,
 ];
 
 /// What the call that meets the foreign key answers.
@@ -279,6 +286,17 @@ fn expected(kind: Kind, role: Role, ty: Type, moment: Moment) -> Outcome {
         }
         // Every acquisition writes a fence; an election's records its leader.
         (Role::Fence | Role::Leader, Moment::BeforeAcquire) => Outcome::Refused,
+        // A string at the leader key reads as a record of no one (the
+        // lease's holder is not in it).
+        (Role::Leader, Moment::Status) if own => Outcome::Done,
+        // Status reads every other key of the name, and refuses what it
+        // cannot read, and a string at the lock key that no lock wrote (not
+        // a token); a break reads the status first.
+        (_, Moment::Status) => Outcome::Refused,
+        // A break of an election whose record key holds something else
+        // breaks it as a plain lock (the record left alone).
+        (Role::Leader, Moment::Break) => Outcome::Done,
+        (_, Moment::Break) => Outcome::Refused,
         // A try (it does not wait, so it does not queue), a renewal, a
         // release: none writes to a foreign key at these, and a release
         // still gives the lease back.
@@ -492,7 +510,20 @@ async fn check_case(
         plant(&mut conn, &foreign, ty);
         let since = Instant::now();
         let before = snapshot(server, &foreign);
-        if moment == Moment::WhileHeld {
+        if matches!(moment, Moment::Status | Moment::Break) {
+            let looked = if moment == Moment::Status {
+                client.kind(name).await.map(drop)
+            } else {
+                client.break_lease(name).await.map(drop)
+            };
+            if !answers(&looked.as_ref(), outcome, &foreign) {
+                return Err(format!(
+                    "expected {outcome:?} of the {moment:?}, got {looked:?}"
+                ));
+            }
+            // Given back (or already broken): either way nothing is held.
+            let _ = guard.release().await;
+        } else if moment == Moment::WhileHeld {
             let renewed = guard.extend().await;
             if !answers(&renewed.as_ref(), outcome, &foreign) {
                 return Err(format!(

@@ -96,6 +96,13 @@ impl Client {
                 let Some(token) = status.holder else {
                     return Ok(None);
                 };
+                // A string no lock wrote: breaking it "as its holder" would
+                // delete someone else's key (issue 36).
+                if !crate::token::is_random_token(&token) {
+                    return Err(Error::WrongType {
+                        key: keys.lock().to_owned(),
+                    });
+                }
                 let election = matches!(self.election(name).leader().await, Ok(Some(_)));
                 match servers.lock_break(&keys, &token, election).await? {
                     Owned::Done => Ok(Some(BrokenLease {
@@ -115,8 +122,9 @@ impl Client {
                     Owned::Missing | Owned::OtherOwner => Ok(None),
                 }
             }
-            // Not a lease lock's string: one of the sets of holds.
-            Err(Error::WrongType { .. }) => {
+            // Not a lease lock's string: one of the sets of holds. (A
+            // foreign key beside it is named as it is.)
+            Err(Error::WrongType { key }) if key == keys.lock() => {
                 let broken = servers.lease_break(&keys).await?;
                 let kind = match broken.kind.as_str() {
                     "reentrant" => LockKind::Reentrant,

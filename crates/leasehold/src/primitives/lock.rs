@@ -291,6 +291,16 @@ impl Lock {
         validate_name(&self.h.name)?;
         let servers = &self.h.inner.servers;
         let stored = servers.lock_status(&self.h.keys).await?;
+        // A string no lock wrote (issue 36): not a holder.
+        if stored
+            .holder
+            .as_deref()
+            .is_some_and(|t| !crate::token::is_random_token(t))
+        {
+            return Err(crate::Error::WrongType {
+                key: self.h.keys.lock().to_owned(),
+            });
+        }
         let waiting_clients = servers.waiting_clients(&self.h.keys).await?;
         Ok(LockStatus {
             name: self.h.name.clone(),
