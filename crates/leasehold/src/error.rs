@@ -141,9 +141,13 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 
-    /// A key the lock needs already holds a value of another type.
+    /// A key the lock needs already holds a value of another type, or of
+    /// its own type with content no lock of this kind wrote (see
+    /// docs/KEYS.md, "A key of another type").
     ///
-    /// leasehold leaves such a key untouched.
+    /// `key` is exactly the key found so, which leasehold left untouched
+    /// (its value and its expiry): nothing was written.
+    /// [`Client::key_type`](crate::Client::key_type) says what it holds.
     #[error(
         "key {key:?} already holds a value of another type (not written by this kind of lock); \
          it was left untouched: use another lock name or key prefix"

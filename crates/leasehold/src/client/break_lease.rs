@@ -66,8 +66,10 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a bad name; [`Error::WrongType`] when
-    /// the key holds data no lock of this library wrote;
+    /// [`Error::InvalidArgument`] for a bad name; [`Error::WrongType`]
+    /// naming the key when a key of the name holds data no lock of this
+    /// library wrote (a string at its key that is not a token included),
+    /// which is left untouched;
     /// [`Error::Unsupported`] for a reentrant lock, RwLock or semaphore on
     /// a Redlock client; connection errors.
     ///

@@ -274,8 +274,9 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad name, [`Error::WrongType`](crate::Error::WrongType) if the
-    /// key holds another type, connection errors.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad name, [`Error::WrongType`](crate::Error::WrongType) naming the
+    /// key when one of the lock's keys holds another type, or its key a string
+    /// that is not an owner token (no lock wrote it); connection errors.
     ///
     /// # Example
     ///

@@ -18,6 +18,10 @@
 -- Returns {1, fence} when the caller holds the lease now; {0, pttl} when another owner holds
 -- it (pttl: the holder's remaining ms, -1 if the key has no expiry), and {0, pttl, deadline}
 -- when the caller is queued until deadline (ms of server time: now + the window).
+-- A key of another type that the call would write (the lock, the fence, and the queue or
+-- heartbeats when it queues or, for a fair lock, reads them) is refused with a WRONGTYPE error
+-- naming it (refuse_key in prelude.lua), nothing written; a try that does not queue never
+-- touches the queue.
 --
 -- A waiter's deadline is its arrival + the window, or the last deadline its later attempts
 -- (heartbeats) wrote, whichever is later: a first attempt writes only its arrival, so a
