@@ -242,6 +242,7 @@ mod telemetry;
 mod token;
 mod watchdog;
 
+pub use backend::redact_url;
 pub use client::Client;
 pub use client::break_lease::{BrokenHold, BrokenLease};
 pub use client::builder::{ClientBuilder, DEFAULT_PREFIX};
