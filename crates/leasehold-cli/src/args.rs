@@ -27,8 +27,9 @@ pub(crate) struct Cli {
 /// Options shared by every command. Each also comes from its `LEASEHOLD_*`
 /// variable (the flag wins); `hide_env_values` keeps the variables' values
 /// (a URL's password) out of `--help` and out of the man page, which
-/// build.rs renders in its own environment.
-#[derive(Debug, Args)]
+/// build.rs renders in its own environment. Its `Debug` counts the URLs
+/// without showing them (a URL may carry a password).
+#[derive(Args)]
 #[command(next_help_heading = "Global options")]
 pub(crate) struct Global {
     /// Redis server: redis://[user:password@]host:port[/db], rediss:// for
@@ -146,6 +147,29 @@ pub(crate) struct Global {
     /// (set by `parse::parse`), so that a message names what the user wrote.
     #[arg(skip)]
     pub(crate) from_env: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for Global {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Global")
+            .field(
+                "urls",
+                &format_args!("[{} URL(s), not shown]", self.urls.len()),
+            )
+            .field("cluster", &self.cluster)
+            .field("sentinel", &self.sentinel)
+            .field("tls_ca", &self.tls_ca)
+            .field("tls_cert", &self.tls_cert)
+            .field("tls_key", &self.tls_key)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("node_timeout", &self.node_timeout)
+            .field("prefix", &self.prefix)
+            .field("json", &self.json)
+            .field("verbose", &self.verbose)
+            .field("quiet", &self.quiet)
+            .field("from_env", &self.from_env)
+            .finish()
+    }
 }
 
 /// The exit codes, for `--help` and the man page's EXIT STATUS.

@@ -552,7 +552,7 @@ fn address_named(url: &str, flag: &str) -> Result<String, Failure> {
         Failure::usage(format!(
             "{flag} {:?} is not a Redis URL ({why}); write redis://[user:password@]host:port[/db], \
              rediss:// for TLS, or unix:///path/to/redis.sock",
-            crate::output::redacted(url)
+            leasehold::redact_url(url)
         ))
     };
     let info =
@@ -580,8 +580,9 @@ fn check_prefix(prefix: &str, flag: &str) -> Result<(), Failure> {
     Ok(())
 }
 
-/// What the `--url`s name.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What the `--url`s name. Its `Debug` shows each URL through
+/// [`leasehold::redact_url`].
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) enum Servers {
     /// One Redis.
     One(String),
@@ -596,6 +597,27 @@ pub(crate) enum Servers {
         /// The name they monitor the master under.
         master: String,
     },
+}
+
+impl std::fmt::Debug for Servers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = |urls: &[String]| -> Vec<String> {
+            urls.iter().map(|u| leasehold::redact_url(u)).collect()
+        };
+        match self {
+            Servers::One(url) => f
+                .debug_tuple("One")
+                .field(&leasehold::redact_url(url))
+                .finish(),
+            Servers::Redlock(urls) => f.debug_tuple("Redlock").field(&shown(urls)).finish(),
+            Servers::Cluster(urls) => f.debug_tuple("Cluster").field(&shown(urls)).finish(),
+            Servers::Sentinel { sentinels, master } => f
+                .debug_struct("Sentinel")
+                .field("sentinels", &shown(sentinels))
+                .field("master", master)
+                .finish(),
+        }
+    }
 }
 
 /// One URL is one Redis, three or more a Redlock; zero or two are refused.

@@ -2466,3 +2466,160 @@ fn the_man_page_has_exit_status_environment_and_see_also() {
     }
     assert!(page.contains("unix://"), "{page}");
 }
+
+/// A password planted in every form a URL can carry it never comes back in
+/// anything the CLI prints, at every `-v` level, with and without `--json`,
+/// whether the URL connects, is refused, is unreachable or malformed, alone
+/// or in a list (Redlock, `--cluster`, `--sentinel`, `LEASEHOLD_URL` with
+/// several). It did: `-vv` logged `connected to=Redis at unix:///…?pass=PW`,
+/// and a malformed URL was echoed whole in its error.
+#[test]
+fn a_planted_password_is_never_printed_at_any_verbosity_or_in_json() {
+    const SECRET: &str = "s3cr3tPW";
+    let dir = temp_dir();
+    let socket = dir.path().join("r.sock");
+    let server = RedisServer::builder()
+        .password(SECRET)
+        .arg("unixsocket", socket.to_str().expect("utf-8 path"))
+        .arg("unixsocketperm", "700")
+        .start();
+    let port = server.port();
+    let sock = socket.display();
+    let closed: Vec<u16> = (0..3).map(|_| closed_port()).collect();
+    let dead = |i: usize| format!("redis://:{SECRET}@127.0.0.1:{}", closed[i]);
+    let url = |u: String| vec!["--url".to_owned(), u];
+    // (what it is, global arguments, LEASEHOLD_URL)
+    let forms: Vec<(&str, Vec<String>, Option<String>)> = vec![
+        (
+            "connects: userinfo",
+            url(format!("redis://default:{SECRET}@127.0.0.1:{port}")),
+            None,
+        ),
+        (
+            "connects: unix ?pass=",
+            url(format!("unix://{sock}?pass={SECRET}")),
+            None,
+        ),
+        (
+            "connects: from LEASEHOLD_URL",
+            vec![],
+            Some(format!("unix://{sock}?db=0&pass={SECRET}")),
+        ),
+        (
+            "refused: wrong userinfo",
+            url(format!("redis://:{SECRET}x@127.0.0.1:{port}")),
+            None,
+        ),
+        (
+            "refused: ?PASSWORD= on TCP",
+            url(format!("redis://127.0.0.1:{port}/?PASSWORD={SECRET}")),
+            None,
+        ),
+        (
+            "refused: unix ?PASS=",
+            url(format!("unix://{sock}?PASS={SECRET}")),
+            None,
+        ),
+        (
+            "bad: unix db",
+            url(format!("unix://{sock}?pass={SECRET}&db=x")),
+            None,
+        ),
+        (
+            "bad: port",
+            url(format!("redis://127.0.0.1:99999/?password={SECRET}")),
+            None,
+        ),
+        (
+            "bad: port with userinfo",
+            url(format!("redis://u:{SECRET}@127.0.0.1:99999")),
+            None,
+        ),
+        ("unreachable", url(dead(0)), None),
+        (
+            "unreachable: TLS",
+            url(format!("rediss://:{SECRET}@127.0.0.1:{}", closed[0])),
+            None,
+        ),
+        (
+            "Redlock, unreachable",
+            [url(dead(0)), url(dead(1)), url(dead(2))].concat(),
+            None,
+        ),
+        (
+            "Redlock, one malformed",
+            [
+                url(dead(0)),
+                url(dead(1)),
+                url(format!("redis://127.0.0.1:99999/?pass={SECRET}")),
+            ]
+            .concat(),
+            None,
+        ),
+        (
+            "cluster",
+            [vec!["--cluster".to_owned()], url(dead(0)), url(dead(1))].concat(),
+            None,
+        ),
+        (
+            "sentinel",
+            [
+                vec!["--sentinel".to_owned(), "mymaster".to_owned()],
+                url(dead(0)),
+            ]
+            .concat(),
+            None,
+        ),
+        (
+            "LEASEHOLD_URL: three",
+            vec![],
+            Some(format!(
+                "{} {} unix://{sock}?pass={SECRET}&db=x",
+                dead(0),
+                dead(1)
+            )),
+        ),
+        (
+            "LEASEHOLD_URL: two",
+            vec![],
+            Some(format!("{} {}", dead(0), dead(1))),
+        ),
+    ];
+    let levels: &[&[&str]] = &[
+        &[],
+        &["-v"],
+        &["-vv"],
+        &["-vvv"],
+        &["--json"],
+        &["--json", "-vv"],
+    ];
+    let commands: &[&[&str]] = &[&["status", "x"], &["run", "x", "--", "true"]];
+    let mut connected_debug = false;
+    for (what, global, env) in &forms {
+        for level in levels {
+            for command in commands {
+                let mut args: Vec<&str> = global.iter().map(String::as_str).collect();
+                args.extend_from_slice(level);
+                args.extend_from_slice(command);
+                let vars: Vec<(&str, &str)> =
+                    env.iter().map(|u| ("LEASEHOLD_URL", u.as_str())).collect();
+                let out = run_with_env(&vars, &args);
+                assert!(
+                    !out.stdout.contains(SECRET) && !out.stderr.contains(SECRET),
+                    "{what}: {args:?} printed the password: {out:?}"
+                );
+                if what.starts_with("connects") {
+                    assert_eq!(out.code(), 0, "{what}: {args:?}: {out:?}");
+                    if level.contains(&"-vv") && out.stderr.contains("connected") {
+                        connected_debug = true;
+                    }
+                } else {
+                    assert_ne!(out.code(), 0, "{what}: {args:?}: {out:?}");
+                    assert!(!out.stderr.is_empty(), "{what}: {args:?}: {out:?}");
+                }
+            }
+        }
+    }
+    // The debug event that showed the password was checked, not skipped.
+    assert!(connected_debug, "no `connected` event at -vv");
+}
