@@ -419,9 +419,10 @@ pub(crate) enum Command {
 #[derive(Debug, Args)]
 pub(crate) struct WaitArgs {
     /// How long to wait for the lock while someone else holds it: a
-    /// duration (500ms, 30s, 2m) or forever (also inf); 0 is --no-wait (as
-    /// flock -w 0). Past it, exit 75 (or -E). Defaults to forever: wait
-    /// until acquired, as flock(1) does.
+    /// duration (500ms, 30s, 2m), plain seconds (5, 0.5, as flock -w takes
+    /// them) or forever (also inf); 0 is --no-wait (as flock -w 0). Past
+    /// it, exit 75 (or -E). Defaults to forever: wait until acquired, as
+    /// flock(1) does.
     #[arg(short = 'w', long, value_name = "DURATION|forever", value_parser = parse_wait, conflicts_with = "no_wait")]
     pub(crate) wait: Option<Wait>,
 
@@ -467,7 +468,8 @@ pub(crate) struct RunArgs {
     pub(crate) more: Vec<String>,
 
     /// Lease length, renewed while CMD runs: it bounds how long a crashed
-    /// leasehold keeps others out (10ms to 24h).
+    /// leasehold keeps others out (10ms to 24h; a duration such as 30s, or
+    /// plain seconds such as 30).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_ttl)]
     pub(crate) ttl: Duration,
 
@@ -524,7 +526,8 @@ pub(crate) struct ElectArgs {
     pub(crate) value: Option<String>,
 
     /// Lease length, renewed while CMD runs: how long a crashed leader
-    /// keeps the others waiting (10ms to 24h).
+    /// keeps the others waiting (10ms to 24h; a duration such as 30s, or
+    /// plain seconds such as 30).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_ttl)]
     pub(crate) ttl: Duration,
 
@@ -639,7 +642,8 @@ pub(crate) struct AcquireArgs {
     pub(crate) name: String,
 
     /// Lease length. Not renewed: the lease ends this long after the
-    /// acquisition unless `leasehold extend` moves it (10ms to 24h).
+    /// acquisition unless `leasehold extend` moves it (10ms to 24h; a
+    /// duration such as 30s, or plain seconds such as 30).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_ttl)]
     pub(crate) ttl: Duration,
 
@@ -657,7 +661,8 @@ pub(crate) struct ExtendArgs {
     /// The owner token printed by `leasehold acquire`.
     pub(crate) token: String,
 
-    /// The new lease length, from now (10ms to 24h).
+    /// The new lease length, from now (10ms to 24h; a duration such as 30s,
+    /// or plain seconds such as 30).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_ttl)]
     pub(crate) ttl: Duration,
 }
@@ -874,17 +879,56 @@ pub(crate) struct RunWatchArgs {
     pub(crate) poll_ms: u64,
 }
 
-/// Parses a human duration ("500ms", "30s", "2m"); zero is refused because
-/// every duration here bounds something that must be able to happen.
+/// Parses a human duration ("500ms", "30s", "2m") or plain seconds ("5",
+/// "0.5", as flock(1) takes them); zero is refused because every duration
+/// here bounds something that must be able to happen.
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
-    match humantime::parse_duration(s) {
-        Ok(d) if d.is_zero() => Err("must be above zero".to_owned()),
-        Ok(d) => Ok(d),
-        Err(humantime::DurationError::NumberOverflow) => Err(
-            "too large, or finer than 1ns; expected a duration like 500ms, 30s or 2m".to_owned(),
-        ),
-        Err(_) => Err("expected a duration like 500ms, 30s or 2m".to_owned()),
+    match parse_span(s)? {
+        d if d.is_zero() => Err("must be above zero".to_owned()),
+        d => Ok(d),
     }
+}
+
+/// What a duration flag says: plain seconds or a human duration, zero
+/// included.
+fn parse_span(s: &str) -> Result<Duration, String> {
+    const EXPECTED: &str = "expected seconds (5, 0.5) or a duration like 500ms, 30s or 2m";
+    if let Some(seconds) = plain_seconds(s.trim()) {
+        return seconds;
+    }
+    match humantime::parse_duration(s) {
+        Ok(d) => Ok(d),
+        Err(humantime::DurationError::NumberOverflow) => {
+            Err(format!("too large, or finer than 1ns; {EXPECTED}"))
+        }
+        Err(_) => Err(EXPECTED.to_owned()),
+    }
+}
+
+/// Plain seconds, `digits[.digits]` (flock's `-w 5`, `-w 0.5`), to the
+/// nanosecond: `None` for anything else. Read as decimal digits, not as a
+/// float, so 0.1 is 100ms exactly.
+fn plain_seconds(s: &str) -> Option<Result<Duration, String>> {
+    let (whole, fraction) = s.split_once('.').unwrap_or((s, ""));
+    let digits = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
+    if !digits(whole) || (s.contains('.') && !digits(fraction)) {
+        return None;
+    }
+    if fraction.len() > 9 {
+        return Some(Err(format!(
+            "{s} seconds is finer than 1ns; give at most 9 decimals"
+        )));
+    }
+    let Ok(secs) = whole.parse::<u64>() else {
+        return Some(Err(format!("{s} seconds is too large")));
+    };
+    // Nine digits of nanoseconds: "5" is 500_000_000.
+    let nanos = if fraction.is_empty() {
+        0
+    } else {
+        format!("{fraction:0<9}").parse::<u32>().ok()?
+    };
+    Some(Ok(Duration::new(secs, nanos)))
 }
 
 /// The lease lengths the library accepts by default (its `ttl_bounds`).
@@ -917,16 +961,12 @@ pub(crate) fn parse_at_most_a_day(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// Parses `--wait`: a duration, forever (`forever`, `inf`, `infinity`), or
-/// zero (`0`, `0s`: no wait, as flock's `-w 0`).
+/// Parses `--wait`: a duration or plain seconds, forever (`forever`,
+/// `inf`, `infinity`), or zero (`0`, `0s`, `0.0`: no wait, as flock's `-w 0`).
 pub(crate) fn parse_wait(s: &str) -> Result<Wait, String> {
     match s.trim().to_ascii_lowercase().as_str() {
         "forever" | "inf" | "infinity" => Ok(Wait::Forever),
-        "0" => Ok(Wait::For(Duration::ZERO)),
-        zero if humantime::parse_duration(zero).is_ok_and(|d| d.is_zero()) => {
-            Ok(Wait::For(Duration::ZERO))
-        }
-        _ => parse_duration(s)
+        _ => parse_span(s)
             .map(Wait::For)
             .map_err(|e| format!("{e}, or forever")),
     }

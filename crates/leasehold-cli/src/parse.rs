@@ -376,7 +376,7 @@ impl Global {
                 master: master.clone(),
             });
         }
-        servers_of(urls)
+        servers_of(urls, &self.named("urls", "--url"))
     }
 
     /// Checks everything that can be checked without a server, so a bad
@@ -401,7 +401,9 @@ impl Global {
             for (i, address) in addresses.iter().enumerate() {
                 if addresses[..i].contains(address) {
                     return Err(Failure::usage(format!(
-                        "{url_flag} {address} is given twice: Redlock needs distinct, independent                          masters, and copies of the same server are not a quorum; pass each                          server once"
+                        "{url_flag} {address} is given twice: Redlock needs distinct, independent \
+                         masters, and copies of the same server are not a quorum; pass each \
+                         server once"
                     )));
                 }
             }
@@ -475,7 +477,7 @@ impl Global {
     /// A usage failure for two URLs, or for three or more (Redlock).
     #[cfg(feature = "bench")]
     pub(crate) fn single_url(&self) -> Result<String, Failure> {
-        single(self.servers()?)
+        single(self.servers()?, &self.named("urls", "--url"))
     }
 }
 
@@ -621,31 +623,48 @@ impl std::fmt::Debug for Servers {
 }
 
 /// One URL is one Redis, three or more a Redlock; zero or two are refused.
-pub(crate) fn servers_of(mut urls: Vec<String>) -> Result<Servers, Failure> {
+/// `flag` is where they came from (`--url`, or `LEASEHOLD_URL`), for
+/// messages.
+pub(crate) fn servers_of(mut urls: Vec<String>, flag: &str) -> Result<Servers, Failure> {
     match urls.len() {
         0 => Err(Failure::usage("no Redis URL given; pass --url URL")),
         1 => Ok(Servers::One(urls.remove(0))),
-        2 => Err(Failure::usage(
-            "two --url given: Redlock needs at least 3 independent masters (with 2, one \
-             node's failure stops every lock); pass one --url for one Redis, or three or more",
-        )),
+        2 => Err(Failure::usage(format!(
+            "{}: Redlock needs at least 3 independent masters (with 2, one node's failure stops \
+             every lock); give one URL for one Redis, or three or more",
+            urls_given(2, flag)
+        ))),
         _ => Ok(Servers::Redlock(urls)),
     }
 }
 
-/// The URL of `servers` when it is one Redis.
+/// "two --url given", or "LEASEHOLD_URL holds two URLs": `n` URLs from `flag`.
+fn urls_given(n: usize, flag: &str) -> String {
+    let count = match n {
+        2 => "two".to_owned(),
+        n => n.to_string(),
+    };
+    if flag.starts_with("--") {
+        format!("{count} {flag} given")
+    } else {
+        format!("{flag} holds {count} URLs")
+    }
+}
+
+/// The URL of `servers` when it is one Redis; `flag` is where the URLs
+/// came from (`--url`, or `LEASEHOLD_URL`), for messages.
 ///
 /// # Errors
 ///
 /// A usage failure for a Redlock, a cluster or Sentinel: demo and bench
 /// run on one Redis.
-pub(crate) fn single(servers: Servers) -> Result<String, Failure> {
+pub(crate) fn single(servers: Servers, flag: &str) -> Result<String, Failure> {
     match servers {
         Servers::One(url) => Ok(url),
         Servers::Redlock(urls) => Err(Failure::usage(format!(
-            "{} --url given, which means Redlock, but this command runs on one Redis (Redlock \
-             is for run, acquire, extend, release, status and list); pass a single --url",
-            urls.len()
+            "{}, which means Redlock, but this command runs on one Redis (Redlock is for run, \
+             acquire, extend, release, status and list); give a single URL",
+            urls_given(urls.len(), flag)
         ))),
         Servers::Cluster(_) | Servers::Sentinel { .. } => Err(Failure::usage(
             "this command runs on one Redis; drop --cluster / --sentinel and pass a single --url",
@@ -671,6 +690,42 @@ mod tests {
                 .contains("too large")
         );
         assert!(parse_duration("").is_err());
+    }
+
+    /// flock(1)'s habit: `-w 5` is five seconds, `-w 0.5` half of one.
+    #[test]
+    fn plain_numbers_are_seconds_as_flock_takes_them() {
+        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("0.5"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.25"), Ok(Duration::from_millis(1250)));
+        assert_eq!(parse_duration(" 2 "), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("0.000000001"), Ok(Duration::from_nanos(1)));
+        assert_eq!(parse_wait("5"), Ok(Wait::For(Duration::from_secs(5))));
+        assert_eq!(parse_wait("0.5"), Ok(Wait::For(Duration::from_millis(500))));
+        assert_eq!(parse_wait("0.0"), Ok(Wait::For(Duration::ZERO)));
+        assert_eq!(parse_ttl("5"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_ttl("0.01"), Ok(Duration::from_millis(10)));
+        for bad in [
+            "0",
+            "0.0",
+            "-1",
+            "1.",
+            ".5.",
+            "1e3",
+            "0.0000000001",
+            "nan",
+            "inf",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        assert!(parse_ttl("0.005").unwrap_err().contains("10ms"));
+        assert!(
+            parse_duration("99999999999999999999999")
+                .unwrap_err()
+                .contains("too large")
+        );
+        // The message says both forms.
+        assert!(parse_duration("soon").unwrap_err().contains("seconds"));
     }
 
     #[test]
@@ -738,16 +793,22 @@ mod tests {
     fn three_urls_mean_redlock_and_two_are_refused() {
         let urls = |n: usize| (0..n).map(|i| format!("redis://n{i}")).collect::<Vec<_>>();
         assert_eq!(
-            servers_of(urls(1)).unwrap(),
+            servers_of(urls(1), "--url").unwrap(),
             Servers::One("redis://n0".into())
         );
-        let err = servers_of(urls(2)).unwrap_err();
+        let err = servers_of(urls(2), "--url").unwrap_err();
         assert_eq!(err.code, exit::USAGE);
         assert!(err.message.contains("at least 3"), "{}", err.message);
-        assert_eq!(servers_of(urls(3)).unwrap(), Servers::Redlock(urls(3)));
-        assert_eq!(servers_of(urls(5)).unwrap(), Servers::Redlock(urls(5)));
-        assert_eq!(servers_of(vec![]).unwrap_err().code, exit::USAGE);
-        let err = single(Servers::Redlock(urls(3))).unwrap_err();
+        assert_eq!(
+            servers_of(urls(3), "--url").unwrap(),
+            Servers::Redlock(urls(3))
+        );
+        assert_eq!(
+            servers_of(urls(5), "--url").unwrap(),
+            Servers::Redlock(urls(5))
+        );
+        assert_eq!(servers_of(vec![], "--url").unwrap_err().code, exit::USAGE);
+        let err = single(Servers::Redlock(urls(3)), "--url").unwrap_err();
         assert_eq!(err.code, exit::USAGE);
         assert!(err.message.contains("Redlock"), "{}", err.message);
     }

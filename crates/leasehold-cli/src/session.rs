@@ -48,7 +48,7 @@ impl Target {
         }
         match global.given_urls() {
             Some(_) => Ok(Target {
-                url: single(global.servers()?)?,
+                url: single(global.servers()?, &global.named("urls", "--url"))?,
                 server: None,
             }),
             None => {

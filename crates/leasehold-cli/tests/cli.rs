@@ -2623,3 +2623,66 @@ fn a_planted_password_is_never_printed_at_any_verbosity_or_in_json() {
     // The debug event that showed the password was checked, not skipped.
     assert!(connected_debug, "no `connected` event at -vv");
 }
+
+/// flock(1)'s plain seconds: `-w 5` and `--ttl 5` were refused for want of
+/// a unit; `--help` says a number is seconds.
+#[test]
+fn plain_numbers_are_seconds_for_wait_and_ttl() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let held = run_at(&url, &["--json", "acquire", "busy", "--ttl", "300"]);
+    assert_eq!(held.code(), 0, "{held:?}");
+    let remaining = status_json(&url, "busy")["remaining_ms"].as_u64();
+    assert!(
+        remaining.is_some_and(|ms| ms > 200_000 && ms <= 300_000),
+        "--ttl 300 is 300 s: {remaining:?}"
+    );
+    let started = Instant::now();
+    let out = run_at(&url, &["run", "-w", "0.5", "busy", "--", "true"]);
+    assert_eq!(out.code(), 75, "{out:?}");
+    // Half a second: not under it, and said in milliseconds (the time
+    // spent connecting is taken off the wait).
+    assert!(started.elapsed() >= Duration::from_millis(500), "{out:?}");
+    assert!(out.stderr.contains("ms waiting for lock"), "{out:?}");
+    let out = run_at(
+        &url,
+        &["run", "-w", "5", "--ttl", "5", "free", "--", "true"],
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+    for args in [&["run", "--help"][..], &["acquire", "--help"]] {
+        let out = run(args);
+        assert!(out.stdout.contains("plain seconds"), "{args:?}: {out:?}");
+    }
+}
+
+/// The small things of issue 33: a message with runs of spaces in it (a
+/// string continued without `\`), and two URLs from LEASEHOLD_URL said to
+/// be "two --url given".
+#[test]
+fn url_messages_have_single_spaces_and_name_the_variable() {
+    let dead = format!("redis://127.0.0.1:{}", closed_port());
+    let out = run(&[
+        "--url", &dead, "--url", &dead, "--url", &dead, "status", "x",
+    ]);
+    assert_eq!(out.code(), 64, "{out:?}");
+    assert!(out.stderr.contains("given twice"), "{out:?}");
+    assert!(!out.stderr.contains("  "), "{out:?}");
+
+    let two = format!("{dead} redis://127.0.0.1:{}", closed_port());
+    let out = run_with_env(&[("LEASEHOLD_URL", &two)], &["status", "x"]);
+    assert_eq!(out.code(), 64, "{out:?}");
+    assert!(out.stderr.contains("LEASEHOLD_URL"), "{out:?}");
+    assert!(!out.stderr.contains("--url given"), "{out:?}");
+    let out = run(&["--url", &dead, "--url", &dead, "status", "x"]);
+    assert!(out.stderr.contains("two --url given"), "{out:?}");
+
+    let three = format!(
+        "{dead} redis://127.0.0.1:{} redis://127.0.0.1:{}",
+        closed_port(),
+        closed_port()
+    );
+    let out = run_with_env(&[("LEASEHOLD_URL", &three)], &["demo"]);
+    assert_eq!(out.code(), 64, "{out:?}");
+    assert!(out.stderr.contains("LEASEHOLD_URL"), "{out:?}");
+    assert!(!out.stderr.contains("--url given"), "{out:?}");
+}
