@@ -147,6 +147,11 @@ pub(crate) struct Global {
     /// (set by `parse::parse`), so that a message names what the user wrote.
     #[arg(skip)]
     pub(crate) from_env: Vec<(String, String)>,
+
+    /// Warnings for the variables not read because a `--url` on the
+    /// command line takes its topology from there (set by `parse::parse`).
+    #[arg(skip)]
+    pub(crate) unused_env: Vec<String>,
 }
 
 impl std::fmt::Debug for Global {
@@ -168,6 +173,7 @@ impl std::fmt::Debug for Global {
             .field("verbose", &self.verbose)
             .field("quiet", &self.quiet)
             .field("from_env", &self.from_env)
+            .field("unused_env", &self.unused_env)
             .finish()
     }
 }
@@ -208,9 +214,14 @@ pub(crate) const ENVIRONMENT: &[(&str, &str)] = &[
     ),
     (
         "LEASEHOLD_CLUSTER",
-        "--cluster, as 1/true/yes/on or 0/false/no/off.",
+        "--cluster, as 1/true/yes/on or 0/false/no/off. Not read with a --url on the command \
+         line (a warning names it).",
     ),
-    ("LEASEHOLD_SENTINEL", "--sentinel: the master's name."),
+    (
+        "LEASEHOLD_SENTINEL",
+        "--sentinel: the master's name. Not read with a --url on the command line (a warning \
+         names it).",
+    ),
     ("LEASEHOLD_TLS_CA", "--tls-ca: a PEM file."),
     ("LEASEHOLD_TLS_CERT", "--tls-cert: a PEM file."),
     ("LEASEHOLD_TLS_KEY", "--tls-key: a PEM file."),
@@ -278,7 +289,8 @@ fn after_help() -> String {
     }
     text.push_str(
         "\nEvery global option also comes from its LEASEHOLD_* variable ([env: ...] above; \
-         the flag wins); see ENVIRONMENT in `leasehold man`.\n\nExamples:\n",
+         the flag wins, and a --url on the command line takes --cluster and --sentinel from \
+         the command line only); see ENVIRONMENT in `leasehold man`.\n\nExamples:\n",
     );
     for (example, what) in EXAMPLES {
         text.push_str(&format!("  {example}\n      {what}\n"));

@@ -28,21 +28,48 @@ pub(crate) enum Parsed {
 
 /// Parses `args` (program name first). Help and version are printed here;
 /// every other clap error becomes a one-line usage [`Failure`] (exit 64).
+///
+/// Twice: first the command line alone, without any variable, which tells
+/// what it gives (clap's [`ValueSource::CommandLine`]); then with the
+/// variables of what it does not give. A variable is never read beside its
+/// flag, so a bad one cannot fail a command line that does not use it
+/// (clap would read it anyway when the option comes before the command:
+/// each command parses the global options again, finds this one missing
+/// from its own part of the line, and takes the variable). A `--url` on the
+/// command line takes its topology from the command line only (see
+/// docs/CLI.md, "Flags and variables").
 pub(crate) fn parse<I, T>(args: I) -> Result<Parsed, Failure>
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
-    let parsed = command(&args)
-        .try_get_matches_from(&args)
-        .and_then(|mut matches| {
-            // Before from_arg_matches_mut, which takes the values out.
-            let from_env = from_env(&matches);
-            let mut cli = Cli::from_arg_matches_mut(&mut matches)?;
-            cli.global.from_env = from_env;
-            Ok(cli)
-        });
+    let on_line = match command_reading(|_| false).try_get_matches_from(&args) {
+        Ok(matches) => given_on_line(&matches),
+        // Printed below, by the command that names the variables.
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            Vec::new()
+        }
+        Err(e) => return Err(Failure::usage(one_line(&e, &args, false))),
+    };
+    let url_on_line = on_line.iter().any(|id| id == "urls");
+    let unused = if url_on_line {
+        unused_topology(&on_line)
+    } else {
+        Vec::new()
+    };
+    let parsed = command_reading(|id| {
+        !on_line.iter().any(|given| given == id) && !(url_on_line && TOPOLOGY.contains(&id))
+    })
+    .try_get_matches_from(&args)
+    .and_then(|mut matches| {
+        // Before from_arg_matches_mut, which takes the values out.
+        let from_env = from_env(&matches);
+        let mut cli = Cli::from_arg_matches_mut(&mut matches)?;
+        cli.global.from_env = from_env;
+        cli.global.unused_env = unused;
+        Ok(cli)
+    });
     match parsed {
         Ok(mut cli) => {
             cli.global.settle_conflicts()?;
@@ -56,48 +83,81 @@ where
             let _ = e.print();
             Ok(Parsed::Done)
         }
-        Err(e) => Err(Failure::usage(one_line(&e, &args))),
+        // The command line alone parsed: the error is a variable's.
+        Err(e) => Err(Failure::usage(one_line(&e, &args, true))),
     }
 }
 
-/// The clap command for `args`, without the variables it must not read:
-/// one that is set but empty (or blank) counts as unset, as an empty
-/// `LEASEHOLD_URL` always did; and the variable of a global option given
-/// on the command line is not read at all. clap would read it anyway
-/// when the option comes before the command: each command parses the
-/// global options again, finds this one missing from its own part of the
-/// line, and takes the variable, so `--prefix a status` under
-/// `LEASEHOLD_PREFIX=b` used b, and a bad variable failed the command.
-fn command(args: &[OsString]) -> clap::Command {
-    let given: Vec<&str> = args
-        .iter()
-        .skip(1)
-        .take_while(|a| *a != "--")
-        .filter_map(|a| a.to_str())
-        .collect();
+/// The ids of the options that set how the `--url`s are taken.
+const TOPOLOGY: [&str; 2] = ["cluster", "sentinel"];
+
+/// The clap command reading the variable of each option whose id `read`
+/// accepts, except a variable set but empty (or blank), which counts as
+/// unset, as an empty `LEASEHOLD_URL` always did.
+fn command_reading(read: impl Fn(&str) -> bool) -> clap::Command {
     Cli::command().mut_args(|arg| {
         let blank = arg
             .get_env()
             .and_then(std::env::var_os)
             .is_some_and(|value| value.to_string_lossy().trim().is_empty());
-        let long = arg.get_long().map(|long| format!("--{long}"));
-        let on_line = given.iter().any(|a| {
-            long.as_deref()
-                .is_some_and(|long| *a == long || a.starts_with(&format!("{long}=")))
-                // A cluster of short flags: -q, -vv, -qn.
-                || arg.get_short().is_some_and(|short| {
-                    a.len() > 1
-                        && a.starts_with('-')
-                        && !a.starts_with("--")
-                        && a[1..].split('=').next().is_some_and(|s| s.contains(short))
-                })
-        });
-        if arg.get_env().is_some() && (blank || on_line) {
+        if arg.get_env().is_some() && (blank || !read(arg.get_id().as_str())) {
             arg.env(None)
         } else {
             arg
         }
     })
+}
+
+/// The ids of the global options the command line gives, before or after
+/// the command (clap hands a global option given after it up to the top).
+fn given_on_line(matches: &ArgMatches) -> Vec<String> {
+    Cli::command()
+        .get_arguments()
+        .filter(|arg| matches.value_source(arg.get_id().as_str()) == Some(ValueSource::CommandLine))
+        .map(|arg| arg.get_id().as_str().to_owned())
+        .collect()
+}
+
+/// The topology variables not read because a `--url` is on the command
+/// line, when they would have changed how it is taken, each with what to
+/// say: LEASEHOLD_SENTINEL set, LEASEHOLD_CLUSTER set to anything but false.
+fn unused_topology(on_line: &[String]) -> Vec<String> {
+    use clap::builder::TypedValueParser;
+    let command = Cli::command();
+    let mut unused = Vec::new();
+    for arg in command.get_arguments() {
+        let id = arg.get_id().as_str();
+        if !TOPOLOGY.contains(&id) || on_line.iter().any(|given| given == id) {
+            continue;
+        }
+        let Some(var) = arg.get_env() else { continue };
+        let Some(value) = std::env::var_os(var) else {
+            continue;
+        };
+        let text = value.to_string_lossy();
+        if text.trim().is_empty() {
+            continue;
+        }
+        let var = var.to_string_lossy();
+        let flag = format!("--{}", arg.get_long().unwrap_or(id));
+        let add = if arg.get_action().takes_values() {
+            format!("{flag} {}", text.trim())
+        } else {
+            let is_false = clap::builder::BoolishValueParser::new()
+                .parse_ref(&command, None, &value)
+                .is_ok_and(|on| !on);
+            if is_false {
+                continue;
+            }
+            flag
+        };
+        unused.push(format!(
+            "{var} is not used: a --url on the command line takes {} from the command line only; \
+             add {add} to use it, or unset {var}",
+            TOPOLOGY.map(|t| format!("--{t}")).join(" and ")
+        ));
+    }
+    unused
 }
 
 /// The ids of the global options whose value came from their variable,
@@ -212,8 +272,10 @@ fn check_kind_on_redlock(cli: &Cli) -> Result<(), Failure> {
     }
 }
 
-/// Reduces clap's multi-line error (usage, tips) to one line plus a hint.
-fn one_line(err: &clap::Error, args: &[OsString]) -> String {
+/// Reduces clap's multi-line error (usage, tips) to one line plus a hint;
+/// `from_variable`: the command line alone parsed, so a bad value is a
+/// variable's, and the message names it.
+fn one_line(err: &clap::Error, args: &[OsString], from_variable: bool) -> String {
     if err.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
         return "no command given; see `leasehold --help`".to_owned();
     }
@@ -232,7 +294,7 @@ fn one_line(err: &clap::Error, args: &[OsString]) -> String {
         paragraph.join(" ")
     };
     let first = joined.strip_prefix("error: ").unwrap_or(&joined);
-    let first = match variable_of(err, args) {
+    let first = match variable_of(err).filter(|_| from_variable) {
         Some(var) => format!("in {var}: {first}"),
         None => first.to_owned(),
     };
@@ -254,11 +316,9 @@ fn one_line(err: &clap::Error, args: &[OsString]) -> String {
     format!("{first}; see `leasehold --help`")
 }
 
-/// The variable a bad value of a global option came from, when it did:
-/// clap's message names the flag only. A flag on the command line is read
-/// before its variable, and a bad one fails before the variable is looked
-/// at, so a flag absent from the command line means the variable.
-fn variable_of(err: &clap::Error, args: &[OsString]) -> Option<String> {
+/// The variable of the option a bad value was given to (clap's message
+/// names the flag only), when it has one and it is set.
+fn variable_of(err: &clap::Error) -> Option<String> {
     if !matches!(
         err.kind(),
         ErrorKind::InvalidValue | ErrorKind::ValueValidation
@@ -280,13 +340,7 @@ fn variable_of(err: &clap::Error, args: &[OsString]) -> Option<String> {
     })?;
     let var = arg.get_env()?.to_string_lossy().into_owned();
     std::env::var_os(&var)?;
-    let on_line = args
-        .iter()
-        .skip(1)
-        .take_while(|a| *a != "--")
-        .filter_map(|a| a.to_str())
-        .any(|a| a == flag || a.starts_with(&format!("{flag}=")));
-    (!on_line).then_some(var)
+    Some(var)
 }
 
 impl Global {

@@ -2386,10 +2386,16 @@ fn a_flag_on_the_command_line_wins_over_its_variable() {
     assert_eq!(out.json()["held"], true, "{out:?}");
     // -vv won over LEASEHOLD_QUIET: the connection's debug event is shown.
     assert!(!out.stderr.is_empty(), "{out:?}");
-    // Both from variables, or both from flags, they still conflict.
+    // Both from variables, or both from flags, they still conflict (with
+    // the URL from its variable too: a --url on the command line would not
+    // read them).
     let out = run_with_env(
-        &[("LEASEHOLD_CLUSTER", "1"), ("LEASEHOLD_SENTINEL", "m")],
-        &["--url", &dead, "status", "x"],
+        &[
+            ("LEASEHOLD_URL", &dead),
+            ("LEASEHOLD_CLUSTER", "1"),
+            ("LEASEHOLD_SENTINEL", "m"),
+        ],
+        &["status", "x"],
     );
     assert_eq!(out.code(), 64, "{out:?}");
     assert!(out.stderr.contains("LEASEHOLD_CLUSTER"), "{out:?}");
@@ -2685,4 +2691,90 @@ fn url_messages_have_single_spaces_and_name_the_variable() {
     assert_eq!(out.code(), 64, "{out:?}");
     assert!(out.stderr.contains("LEASEHOLD_URL"), "{out:?}");
     assert!(!out.stderr.contains("--url given"), "{out:?}");
+}
+
+/// docs/CLI.md's rule, as etcdctl's and kubectl's: what is given on the
+/// command line wins. A `--url` on the command line takes its topology from
+/// the command line only: LEASEHOLD_SENTINEL and LEASEHOLD_CLUSTER do not
+/// turn it into sentinels or cluster nodes, and a warning names the
+/// variable left unused. They did, and the error ("unknown command
+/// 'SENTINEL'", "cluster support disabled") named neither.
+#[test]
+fn a_url_on_the_command_line_takes_its_topology_from_the_command_line_only() {
+    let server = RedisServer::start();
+    let url = server.url();
+    for (var, value) in [
+        ("LEASEHOLD_SENTINEL", "mymaster"),
+        ("LEASEHOLD_CLUSTER", "1"),
+    ] {
+        let out = run_with_env(&[(var, value)], &["--url", &url, "status", "x"]);
+        assert_eq!(out.code(), 0, "{var}: {out:?}");
+        assert!(out.stdout.contains("the lock is free"), "{var}: {out:?}");
+        let warning: Vec<&str> = out.stderr.lines().collect();
+        assert_eq!(warning.len(), 1, "{var}: {out:?}");
+        assert!(
+            warning[0].contains(var) && warning[0].contains("--url"),
+            "{var}: {out:?}"
+        );
+        // -q silences the warning, not the rule.
+        let out = run_with_env(&[(var, value)], &["-q", "--url", &url, "status", "x"]);
+        assert_eq!(out.code(), 0, "{var}: {out:?}");
+        assert!(out.stderr.is_empty(), "{var}: {out:?}");
+        // The URL from its variable takes the topology from variables: this
+        // plain server is then asked as a sentinel or a cluster node, and
+        // refuses.
+        let out = run_with_env(&[("LEASEHOLD_URL", &url), (var, value)], &["status", "x"]);
+        assert_ne!(out.code(), 0, "{var}: {out:?}");
+    }
+    // The flag with the variable's URL: the flag's topology.
+    let out = run_with_env(
+        &[("LEASEHOLD_URL", &url)],
+        &["--sentinel", "mymaster", "status", "x"],
+    );
+    assert_ne!(out.code(), 0, "{out:?}");
+    // A variable that changes nothing is not mentioned.
+    let out = run_with_env(
+        &[("LEASEHOLD_CLUSTER", "0")],
+        &["--url", &url, "status", "x"],
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(out.stderr.is_empty(), "{out:?}");
+}
+
+/// What was given on the command line is what clap parsed there, not a
+/// scan of argv: `-wforever` is `-w forever`, not a cluster of short flags
+/// holding `-v`, so LEASEHOLD_VERBOSE still counts (it was dropped); a bad
+/// variable beside its flag, before or after the command, is not read.
+#[test]
+fn the_command_line_is_read_from_the_parse_not_from_argv() {
+    let server = RedisServer::start();
+    let url = server.url();
+    for wait in [&["-wforever"][..], &["-w", "forever"]] {
+        let args = [
+            &["--url", url.as_str(), "run"][..],
+            wait,
+            &["vq", "--", "true"],
+        ]
+        .concat();
+        let out = run_with_env(&[("LEASEHOLD_VERBOSE", "2")], &args);
+        assert_eq!(out.code(), 0, "{args:?}: {out:?}");
+        assert!(out.stderr.contains("connected"), "{args:?}: {out:?}");
+    }
+    for args in [
+        &["--connect-timeout", "5s", "status", "x"][..],
+        &["status", "--connect-timeout", "5s", "x"],
+        &["status", "x", "--connect-timeout=5s"],
+    ] {
+        let args = [&["--url", url.as_str()][..], args].concat();
+        let out = run_with_env(&[("LEASEHOLD_CONNECT_TIMEOUT", "soon")], &args);
+        assert_eq!(out.code(), 0, "{args:?}: {out:?}");
+    }
+    // A bad flag beside a good variable is the flag's error, not the variable's.
+    let out = run_with_env(
+        &[("LEASEHOLD_CONNECT_TIMEOUT", "5s")],
+        &["--url", &url, "status", "x", "--connect-timeout", "soon"],
+    );
+    assert_eq!(out.code(), 64, "{out:?}");
+    assert!(!out.stderr.contains("LEASEHOLD_CONNECT_TIMEOUT"), "{out:?}");
+    assert!(out.stderr.contains("--connect-timeout"), "{out:?}");
 }
