@@ -47,7 +47,6 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 
 #[cfg(test)]
 use address::is_tls_url;
-#[cfg(any(test, feature = "sentinel"))]
 pub use address::redact_url;
 pub(crate) use address::{Credentials, Endpoint, RedactedUrls, TlsOptions};
 use address::{checked_info, open_client, parse_url};
