@@ -293,6 +293,7 @@ fn one_line(err: &clap::Error, args: &[OsString], from_variable: bool) -> String
     } else {
         paragraph.join(" ")
     };
+    let joined = without_secrets(&joined);
     let first = joined.strip_prefix("error: ").unwrap_or(&joined);
     let first = match variable_of(err).filter(|_| from_variable) {
         Some(var) => format!("in {var}: {first}"),
@@ -314,6 +315,26 @@ fn one_line(err: &clap::Error, args: &[OsString], from_variable: bool) -> String
         );
     }
     format!("{first}; see `leasehold --help`")
+}
+
+/// clap's `message` with each value it quotes ('...') that may be a URL
+/// (it holds `://` or `@`) shown through [`leasehold::redact_url`]: clap
+/// echoes what it did not expect, and a URL typed without its `--url`, or
+/// given to another option, carries its password.
+fn without_secrets(message: &str) -> String {
+    message
+        .split('\'')
+        .enumerate()
+        .map(|(i, part)| {
+            let quoted = i % 2 == 1;
+            if quoted && (part.contains("://") || part.contains('@')) {
+                leasehold::redact_url(part)
+            } else {
+                part.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("'")
 }
 
 /// The variable of the option a bad value was given to (clap's message
@@ -815,6 +836,22 @@ mod tests {
         assert!(parse_ttl("100d").unwrap_err().contains("24h"));
         assert!(parse_ttl("5ms").is_err());
         assert_eq!(DEFAULT_PREFIX, leasehold::DEFAULT_PREFIX);
+    }
+
+    #[test]
+    fn quoted_urls_in_clap_messages_lose_their_passwords() {
+        assert_eq!(
+            without_secrets("unexpected argument 'redis://:pw@h:1' found"),
+            "unexpected argument 'redis://:***@h:1' found"
+        );
+        assert_eq!(
+            without_secrets("invalid value 'a b@c' for '--ttl <DURATION>': no"),
+            "invalid value '***@c' for '--ttl <DURATION>': no"
+        );
+        assert_eq!(
+            without_secrets("unexpected argument 'jobs' found"),
+            "unexpected argument 'jobs' found"
+        );
     }
 
     #[test]

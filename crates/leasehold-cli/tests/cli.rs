@@ -2778,3 +2778,29 @@ fn the_command_line_is_read_from_the_parse_not_from_argv() {
     assert!(!out.stderr.contains("LEASEHOLD_CONNECT_TIMEOUT"), "{out:?}");
     assert!(out.stderr.contains("--connect-timeout"), "{out:?}");
 }
+
+/// A URL typed where clap did not expect it (a forgotten `--url`, a URL
+/// given to another flag) was echoed whole by the usage error, password
+/// included.
+#[test]
+fn a_url_in_the_wrong_place_is_not_echoed_with_its_password() {
+    const SECRET: &str = "s3cr3tPW";
+    let url = format!("redis://:{SECRET}@127.0.0.1:{}", closed_port());
+    let unix = format!("unix:///nonexistent.sock?pass={SECRET}");
+    let cases: Vec<(Vec<&str>, Vec<(&str, &str)>)> = vec![
+        (vec!["status", "x", &url], vec![]),
+        (vec!["--json", "status", "x", &unix], vec![]),
+        (vec!["--connect-timeout", &url, "status", "x"], vec![]),
+        (
+            vec!["status", "x"],
+            vec![("LEASEHOLD_CONNECT_TIMEOUT", &url)],
+        ),
+        (vec!["status", "x"], vec![("LEASEHOLD_NODE_TIMEOUT", &unix)]),
+    ];
+    for (args, vars) in cases {
+        let out = run_with_env(&vars, &args);
+        assert_eq!(out.code(), 64, "{args:?} {vars:?}: {out:?}");
+        assert!(!out.stderr.contains(SECRET), "{args:?} {vars:?}: {out:?}");
+        assert!(out.stderr.contains("***"), "{args:?} {vars:?}: {out:?}");
+    }
+}
