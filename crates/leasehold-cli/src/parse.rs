@@ -58,18 +58,21 @@ where
     } else {
         Vec::new()
     };
-    let parsed = command_reading(|id| {
-        !on_line.iter().any(|given| given == id) && !(url_on_line && TOPOLOGY.contains(&id))
-    })
-    .try_get_matches_from(&args)
-    .and_then(|mut matches| {
-        // Before from_arg_matches_mut, which takes the values out.
-        let from_env = from_env(&matches);
-        let mut cli = Cli::from_arg_matches_mut(&mut matches)?;
-        cli.global.from_env = from_env;
-        cli.global.unused_env = unused;
-        Ok(cli)
-    });
+    // A variable is read unless its flag is on the line, or it is a
+    // topology variable beside a --url on the line.
+    let not_read = |id: &str| {
+        on_line.iter().any(|given| given == id) || (url_on_line && TOPOLOGY.contains(&id))
+    };
+    let parsed = command_reading(|id| !not_read(id))
+        .try_get_matches_from(&args)
+        .and_then(|mut matches| {
+            // Before from_arg_matches_mut, which takes the values out.
+            let from_env = from_env(&matches);
+            let mut cli = Cli::from_arg_matches_mut(&mut matches)?;
+            cli.global.from_env = from_env;
+            cli.global.unused_env = unused;
+            Ok(cli)
+        });
     match parsed {
         Ok(mut cli) => {
             cli.global.settle_conflicts()?;

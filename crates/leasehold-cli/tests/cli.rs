@@ -2787,7 +2787,9 @@ fn a_url_in_the_wrong_place_is_not_echoed_with_its_password() {
     const SECRET: &str = "s3cr3tPW";
     let url = format!("redis://:{SECRET}@127.0.0.1:{}", closed_port());
     let unix = format!("unix:///nonexistent.sock?pass={SECRET}");
-    let cases: Vec<(Vec<&str>, Vec<(&str, &str)>)> = vec![
+    // (arguments, variables)
+    type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>);
+    let cases: Vec<Case> = vec![
         (vec!["status", "x", &url], vec![]),
         (vec!["--json", "status", "x", &unix], vec![]),
         (vec!["--connect-timeout", &url, "status", "x"], vec![]),
