@@ -83,7 +83,8 @@ impl Default for ClientBuilder {
 }
 
 impl ClientBuilder {
-    /// The server, `redis://[user:password@]host:port[/db]`.
+    /// The server, `redis://[user:password@]host:port[/db]`. Errors and
+    /// `Debug` show it through [`redact_url`](crate::redact_url), without its password.
     ///
     /// Defaults to `redis://127.0.0.1:6379`.
     pub fn url(mut self, url: impl Into<String>) -> Self {
