@@ -167,7 +167,14 @@ async fn force_release(global: &Global, client: &Client, name: &str) -> Result<u
             ));
         }
     }
-    let broken = client.break_lease(name).await?;
+    let broken = match client.break_lease(name).await {
+        Ok(broken) => broken,
+        // A key no lock wrote: which, and what it holds (left as it was).
+        Err(leasehold::Error::WrongType { key }) => {
+            return Err(crate::hold::foreign_key(client, &key).await);
+        }
+        Err(e) => return Err(e.into()),
+    };
     if global.json {
         emit_json(&output::broken_json(name, broken.as_ref()));
     } else {

@@ -2521,8 +2521,8 @@ fn a_name_held_as_another_kind_names_that_kind_and_its_flag() {
     }
 }
 
-/// A key of another type at a name's keys: `run` and `status` name the key
-/// and what it holds, exit 65, and leave it as it was.
+/// A key of another type at a name's keys: `run`, `status` and `release
+/// --force` name the key and what it holds, exit 65, and leave it as it was.
 #[test]
 fn a_foreign_key_is_named_with_what_it_holds() {
     let server = RedisServer::start();
@@ -2539,7 +2539,15 @@ fn a_foreign_key_is_named_with_what_it_holds() {
         .arg("a")
         .query(&mut conn)
         .unwrap();
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["release", "--force", "fenced"],
+            "\"leasehold:{fenced}:fence\" holds a hash",
+        ),
+        (
+            &["release", "--force", "listed"],
+            "\"leasehold:{listed}:lock\" holds a list",
+        ),
         (
             &["run", "-n", "fenced", "--", "true"],
             "\"leasehold:{fenced}:fence\" holds a hash",
