@@ -190,7 +190,11 @@ pub(crate) const EXIT_CODES: &[(&str, &str)] = &[
         "Usage error (also: semaphore users that disagree on --permits, and \
          --read/--write/--permits/--reentrant on Redlock).",
     ),
-    ("65", "A lock key holds another data type."),
+    (
+        "65",
+        "NAME is held as another kind of lock (the message says which, and the flag that \
+         takes it), or a key of NAME holds another data type (left untouched).",
+    ),
     (
         "69",
         "Redis or the Redlock quorum unreachable, TLS failed, or a server too old.",

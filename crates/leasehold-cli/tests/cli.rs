@@ -2473,6 +2473,118 @@ fn the_man_page_has_exit_status_environment_and_see_also() {
     assert!(page.contains("unix://"), "{page}");
 }
 
+// ---- Issue 33, item 8 and issue 36: the wrong kind, a key of another type --
+
+/// A name held as another kind: one error naming the kind it holds and the
+/// flag that takes it, exit 65, and no false warning of a failed release
+/// (nothing was held). `run`, `acquire` and `status` alike.
+#[test]
+fn a_name_held_as_another_kind_names_that_kind_and_its_flag() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = leasehold::blocking::Client::connect(&url).expect("connect");
+    let _permit = client.semaphore("sem", 2).acquire().expect("a permit");
+    let _read = client.rw_lock("rw").read().expect("a read hold");
+    let _lock = client.lock("plain").acquire().expect("the lock");
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["run", "-n", "sem", "--", "true"],
+            "\"sem\" is a semaphore: use --permits N",
+        ),
+        (
+            &["run", "sem", "--read", "--", "true"],
+            "\"sem\" is a semaphore: use --permits N",
+        ),
+        (
+            &["acquire", "sem", "--no-wait"],
+            "\"sem\" is a semaphore: use --permits N",
+        ),
+        (
+            &["run", "-n", "rw", "--", "true"],
+            "\"rw\" is a read-write lock: use --read or --write",
+        ),
+        (
+            &["run", "-n", "rw", "--permits", "2", "--", "true"],
+            "\"rw\" is a read-write lock: use --read or --write",
+        ),
+        (
+            &["run", "-n", "plain", "--write", "--", "true"],
+            "\"plain\" is a lock: use none of --read, --write and --permits",
+        ),
+    ];
+    for (args, says) in cases {
+        let out = run_at(&url, args);
+        assert_eq!(out.code(), 65, "{args:?}: {out:?}");
+        out.assert_one_error_line();
+        assert!(out.stderr.contains(says), "{args:?}: {out:?}");
+        assert!(!out.stderr.contains("release failed"), "{args:?}: {out:?}");
+    }
+}
+
+/// A key of another type at a name's keys: `run`, `status` and `release
+/// --force` name the key and what it holds, exit 65, and leave it as it was.
+#[test]
+fn a_foreign_key_is_named_with_what_it_holds() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut conn = server.connection();
+    let _: () = redis::cmd("HSET")
+        .arg("leasehold:{fenced}:fence")
+        .arg("field")
+        .arg("precious")
+        .query(&mut conn)
+        .unwrap();
+    let _: () = redis::cmd("RPUSH")
+        .arg("leasehold:{listed}:lock")
+        .arg("a")
+        .query(&mut conn)
+        .unwrap();
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["release", "--force", "fenced"],
+            "\"leasehold:{fenced}:fence\" holds a hash",
+        ),
+        (
+            &["release", "--force", "listed"],
+            "\"leasehold:{listed}:lock\" holds a list",
+        ),
+        (
+            &["run", "-n", "fenced", "--", "true"],
+            "\"leasehold:{fenced}:fence\" holds a hash",
+        ),
+        (
+            &["status", "fenced"],
+            "\"leasehold:{fenced}:fence\" holds a hash",
+        ),
+        (
+            &["run", "-n", "listed", "--", "true"],
+            "\"leasehold:{listed}:lock\" holds a list",
+        ),
+        (
+            &["status", "listed"],
+            "\"leasehold:{listed}:lock\" holds a list",
+        ),
+    ];
+    for (args, says) in cases {
+        let out = run_at(&url, args);
+        assert_eq!(out.code(), 65, "{args:?}: {out:?}");
+        out.assert_one_error_line();
+        assert!(out.stderr.contains(says), "{args:?}: {out:?}");
+        assert!(out.stderr.contains("left untouched"), "{args:?}: {out:?}");
+    }
+    let field: String = redis::cmd("HGET")
+        .arg("leasehold:{fenced}:fence")
+        .arg("field")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(field, "precious");
+    let len: usize = redis::cmd("LLEN")
+        .arg("leasehold:{listed}:lock")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(len, 1);
+}
+
 /// A password planted in every form a URL can carry it never comes back in
 /// anything the CLI prints, at every `-v` level, with and without `--json`,
 /// whether the URL connects, is refused, is unreachable or malformed, alone
