@@ -167,7 +167,14 @@ async fn force_release(global: &Global, client: &Client, name: &str) -> Result<u
             ));
         }
     }
-    let broken = client.break_lease(name).await?;
+    let broken = match client.break_lease(name).await {
+        Ok(broken) => broken,
+        // A key no lock wrote: which, and what it holds (left as it was).
+        Err(leasehold::Error::WrongType { key }) => {
+            return Err(crate::hold::foreign_key(client, &key).await);
+        }
+        Err(e) => return Err(e.into()),
+    };
     if global.json {
         emit_json(&output::broken_json(name, broken.as_ref()));
     } else {
@@ -182,24 +189,27 @@ async fn status(global: &Global, args: StatusArgs) -> Result<u8, Failure> {
     let client = connect(global).await?;
     let (json, human) = match read_status(&client, &args).await {
         Ok(shown) => shown,
-        Err(err @ leasehold::Error::WrongType { .. }) => {
-            // The flag named another kind than the one holding NAME: say which.
-            let failure = Failure::from(err);
-            let hint = match client.kind(&args.name).await {
-                Ok(Some(kind)) => format!(
-                    "{:?} is a {kind}: pass {}, or no kind flag and status finds the kind out",
-                    output::printable(&args.name),
-                    match kind {
-                        LockKind::Reentrant => "--reentrant",
-                        LockKind::RwLock => "--read",
-                        LockKind::Semaphore => "--permits N",
-                        _ => "none of --read, --write, --permits and --reentrant",
-                    }
-                ),
-                _ => "or NAME is another kind of lock than the flag says: drop --read, --write, \
-                      --permits and --reentrant to find it out"
-                    .to_owned(),
+        Err(leasehold::Error::WrongType { key }) => {
+            // The flag named another kind than the one holding NAME: say
+            // which; a key of another type: which, and what it holds.
+            let kind = match client.kind(&args.name).await {
+                Ok(Some(kind)) if key.ends_with(":lock") => kind,
+                Err(leasehold::Error::WrongType { key }) => {
+                    return Err(crate::hold::foreign_key(&client, &key).await);
+                }
+                _ => return Err(crate::hold::foreign_key(&client, &key).await),
             };
+            let failure = Failure::from(leasehold::Error::WrongType { key });
+            let hint = format!(
+                "{:?} is a {kind}: pass {}, or no kind flag and status finds the kind out",
+                output::printable(&args.name),
+                match kind {
+                    LockKind::Reentrant => "--reentrant",
+                    LockKind::RwLock => "--read",
+                    LockKind::Semaphore => "--permits N",
+                    _ => "none of --read, --write, --permits and --reentrant",
+                }
+            );
             return Err(Failure::with_code(
                 failure.code,
                 format!("{}; {hint}", failure.message),

@@ -5,7 +5,7 @@
 //! supervise any of them the same way.
 
 use leasehold::{
-    Client, Leadership, Lock, LockGuard, MultiLockGuard, Permit, ReadGuard, WriteGuard,
+    Client, Leadership, Lock, LockGuard, LockKind, MultiLockGuard, Permit, ReadGuard, WriteGuard,
 };
 
 use crate::args::Mode;
@@ -169,6 +169,7 @@ pub(crate) async fn take_leadership(
         },
         || format!("election {name:?} has a leader; see it with `leasehold status {name}`"),
         Watch::lock(client, name),
+        LockKind::Election,
     );
     lead.await.map(AnyGuard::Leader)
 }
@@ -204,6 +205,7 @@ pub(crate) async fn take_hold(
                 async || rw.read().await,
                 busy,
                 Watch::of(client, name, mode),
+                LockKind::RwLock,
             );
             read.await.map(AnyGuard::Read)
         }
@@ -216,6 +218,7 @@ pub(crate) async fn take_hold(
                 async || rw.write().await,
                 busy,
                 Watch::of(client, name, mode),
+                LockKind::RwLock,
             );
             write.await.map(AnyGuard::Write)
         }
@@ -234,6 +237,7 @@ pub(crate) async fn take_hold(
                 async || sem.acquire().await,
                 busy,
                 Watch::of(client, name, mode),
+                LockKind::Semaphore,
             );
             permit.await.map(AnyGuard::Permit)
         }
@@ -268,8 +272,11 @@ pub(crate) async fn take_all(
         first: names[0].clone(),
     };
     if lease.no_wait {
-        if let Some(guard) = multi.try_acquire().await? {
-            return Ok(held(guard));
+        let names: Vec<String> = multi.names().iter().map(|n| (*n).to_owned()).collect();
+        match multi.try_acquire().await {
+            Ok(Some(guard)) => return Ok(held(guard)),
+            Ok(None) => {}
+            Err(err) => return Err(explain(client, &names, LockKind::Lock, err).await),
         }
         // Nothing of ours is held any more: a name held now is another's.
         let mut busy = None;
@@ -301,6 +308,7 @@ pub(crate) async fn take_all(
         async || multi.acquire().await,
         || format!("one of the locks {sorted} is held by someone else"),
         watch,
+        LockKind::Lock,
     )
     .await?;
     Ok(held(guard))
@@ -326,6 +334,7 @@ pub(crate) async fn take(
         async || lock.acquire().await,
         || format!("lock {name:?} is held by someone else; see who with `leasehold status {name}`"),
         crate::progress::Watch::lock(client, name),
+        LockKind::Lock,
     )
     .await
 }
@@ -334,34 +343,116 @@ pub(crate) async fn take(
 /// ever by default), or with `--no-wait` `once`, which fails when the hold
 /// is taken; `busy` says by whom, for that message. Both failures exit
 /// with `-E` (75 unless given). While it waits on a terminal, `watch`
-/// keeps a one-line status on stderr.
+/// keeps a one-line status on stderr. `wanted` is the kind taken: a name
+/// held as another kind is named with its own ([`explain`]).
 pub(crate) async fn per_lease<G>(
     lease: &LeaseArgs,
     once: impl AsyncFnOnce() -> leasehold::Result<Option<G>>,
     wait: impl AsyncFnOnce() -> leasehold::Result<G>,
     busy: impl FnOnce() -> String,
     watch: crate::progress::Watch,
+    wanted: LockKind,
 ) -> Result<G, Failure> {
+    let (client, names) = (watch.client().clone(), watch.names());
     if lease.no_wait {
-        return once().await?.ok_or_else(|| {
-            Failure::with_code(
+        return match once().await {
+            Ok(Some(guard)) => Ok(guard),
+            Ok(None) => Err(Failure::with_code(
                 lease.conflict,
                 format!("{} (--no-wait); try later, or wait with --wait", busy()),
-            )
-        });
+            )),
+            Err(err) => Err(explain(&client, &names, wanted, err).await),
+        };
     }
     let waited = if lease.progress {
         crate::progress::while_waiting(watch, wait()).await
     } else {
         wait().await
     };
-    waited.map_err(|err| {
-        let timed_out = matches!(err, leasehold::Error::Timeout { .. });
-        let failure = Failure::from(err);
-        if timed_out {
-            Failure::with_code(lease.conflict, failure.message)
-        } else {
-            failure
+    match waited {
+        Ok(guard) => Ok(guard),
+        Err(err @ leasehold::Error::Timeout { .. }) => Err(Failure::with_code(
+            lease.conflict,
+            Failure::from(err).message,
+        )),
+        Err(err) => Err(explain(&client, &names, wanted, err).await),
+    }
+}
+
+/// `err` from taking `wanted` on `names`, in the CLI's words. A key of
+/// another type (exit 65) is explained: a name's lock key held by another
+/// kind names that kind and the flag that takes it ("\"x\" is a semaphore:
+/// use --permits N"); any other key, what it holds.
+pub(crate) async fn explain(
+    client: &Client,
+    names: &[String],
+    wanted: LockKind,
+    err: leasehold::Error,
+) -> Failure {
+    let leasehold::Error::WrongType { key } = &err else {
+        return Failure::from(err);
+    };
+    if key.ends_with(":lock") {
+        for name in names {
+            if let Ok(Some(kind)) = client.kind(name).await
+                && kind != wanted
+            {
+                return Failure::with_code(
+                    crate::exit::DATAERR,
+                    format!(
+                        "{:?} is {}: {}; `leasehold status {}` shows it",
+                        crate::output::printable(name),
+                        a_kind(kind),
+                        flag_for(kind),
+                        crate::output::printable(name)
+                    ),
+                );
+            }
         }
-    })
+    }
+    foreign_key(client, key).await
+}
+
+/// A key that holds something no lock of the kind wrote: which key, and what
+/// it holds (exit 65).
+pub(crate) async fn foreign_key(client: &Client, key: &str) -> Failure {
+    let held = match client.key_type(key).await {
+        Ok(found) if found != "none" => format!("holds a {found}"),
+        // Gone since, or unreadable: say what the library said.
+        _ => "held a value of another type".to_owned(),
+    };
+    Failure::with_code(
+        crate::exit::DATAERR,
+        format!(
+            "key {:?} {held}, which no leasehold lock wrote; it was left untouched: remove it \
+             if it is stale, or use another name or --prefix",
+            crate::output::printable(key)
+        ),
+    )
+}
+
+/// `kind` with its article, as a sentence names it.
+fn a_kind(kind: LockKind) -> &'static str {
+    match kind {
+        LockKind::Lock => "a lock",
+        LockKind::Reentrant => "a reentrant lock",
+        LockKind::RwLock => "a read-write lock",
+        LockKind::Semaphore => "a semaphore",
+        LockKind::Election => "an election",
+        _ => "another kind of lock",
+    }
+}
+
+/// What takes `kind` from the command line.
+fn flag_for(kind: LockKind) -> &'static str {
+    match kind {
+        LockKind::Lock => "use none of --read, --write and --permits",
+        LockKind::RwLock => "use --read or --write",
+        LockKind::Semaphore => "use --permits N",
+        LockKind::Election => "take part with `leasehold elect`",
+        LockKind::Reentrant => {
+            "`leasehold run` does not take reentrant locks; wait for it or use another name"
+        }
+        _ => "use the kind it holds",
+    }
 }

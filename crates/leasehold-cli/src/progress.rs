@@ -60,6 +60,20 @@ impl Watch {
         }
     }
 
+    /// The client that waits.
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The names it waits for.
+    pub(crate) fn names(&self) -> Vec<String> {
+        if self.several.is_empty() {
+            vec![self.name.clone()]
+        } else {
+            self.several.clone()
+        }
+    }
+
     /// The status line after `waited`, or `None` if the status cannot be
     /// read now (the next redraw tries again).
     async fn line(&self, waited: Duration) -> Option<String> {

@@ -441,7 +441,10 @@ impl<'a, 'b, C: Core> Waiter<'a, 'b, C> {
                 self.backoff = (self.backoff * 2).min(Duration::from_millis(500));
                 Ok(Next::Sleep(at.min(self.deadline.unwrap_or(at))))
             }
-            Err(e) => Err(e),
+            Err(e) => {
+                self.pending.failed(&e);
+                Err(e)
+            }
         }
     }
 
@@ -570,7 +573,11 @@ impl<'a, 'b, C: Core> Waiter<'a, 'b, C> {
         let ttl = self.pending.target.ttl;
         let sent = Instant::now();
         self.pending.armed = true;
-        let won = match attempt().await? {
+        let reply = attempt().await;
+        if let Err(e) = &reply {
+            self.pending.failed(e);
+        }
+        let won = match reply? {
             Acquire::Acquired { fence } if validity(ttl, sent.elapsed()).is_some() => {
                 self.pending.replicated().await?;
                 // A WAIT that outlasted the lease: given back below.
@@ -645,6 +652,17 @@ impl<C: Core> PendingAttempt<'_, '_, C> {
     fn settled(&mut self) {
         self.armed = false;
         self.queued = false;
+    }
+
+    /// The attempt failed with `e`. A key of another type is refused by the
+    /// script before it writes anything (issue 36): nothing of this attempt
+    /// is held, so there is nothing to give back (a background release would
+    /// only fail on the same key and warn of a lease that never was). A
+    /// place in the queue from an earlier attempt is still left.
+    fn failed(&mut self, e: &Error) {
+        if matches!(e, Error::WrongType { .. }) {
+            self.armed = false;
+        }
     }
 
     /// The attempt sent at `sent` won the lease with `fence`.
@@ -1000,6 +1018,9 @@ mod tests {
         Late(u64),
         /// Fails with a transient error (the outcome is unknown).
         Transient,
+        /// Refused: a key of the lock holds another type (the script wrote
+        /// nothing).
+        WrongType,
         /// Never answers.
         Hang,
         /// The client is closed while the attempt is in flight; granted.
@@ -1057,6 +1078,9 @@ mod tests {
                         Ok(Acquire::Acquired { fence })
                     }
                     Step::Transient => Err(connection_reset()),
+                    Step::WrongType => Err(Error::WrongType {
+                        key: "k".to_owned(),
+                    }),
                     Step::Hang => std::future::pending().await,
                     Step::GrantedAfterClose(fence) => {
                         core.close();
@@ -1371,6 +1395,25 @@ mod tests {
         give_up_after(&core, false, ms(5), &[Step::Transient]).await;
         assert_eq!(core.attempts(), [ms(0)]);
         assert_eq!(core.count("background release"), 1);
+    }
+
+    /// Issue 33, item 8: `run -n x` on a semaphore's name warned that a
+    /// background release failed, though nothing was held: the refused
+    /// attempt stayed armed.
+    #[tokio::test(start_paused = true)]
+    async fn an_attempt_refused_for_a_key_of_another_type_leaves_nothing_to_release() {
+        for queues in [false, true] {
+            let core = FakeCore::new();
+            let keys = keys();
+            let target = target(&core, &keys, queues);
+            let refused = acquire(&target, WAIT, script(&core, &[Step::WrongType])).await;
+            assert!(
+                matches!(refused, Err(Error::WrongType { .. })),
+                "{refused:?}"
+            );
+            tokio::time::sleep(LONG).await;
+            assert_eq!(core.entries(), ["attempt"], "queues: {queues}");
+        }
     }
 
     #[tokio::test(start_paused = true)]

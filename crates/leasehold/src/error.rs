@@ -141,9 +141,13 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 
-    /// A key the lock needs already holds a value of another type.
+    /// A key the lock needs already holds a value of another type, or of
+    /// its own type with content no lock of this kind wrote (see
+    /// docs/KEYS.md, "A key of another type").
     ///
-    /// leasehold leaves such a key untouched.
+    /// `key` is exactly the key found so, which leasehold left untouched
+    /// (its value and its expiry): nothing was written.
+    /// [`Client::key_type`](crate::Client::key_type) says what it holds.
     #[error(
         "key {key:?} already holds a value of another type (not written by this kind of lock); \
          it was left untouched: use another lock name or key prefix"
@@ -252,6 +256,18 @@ fn script_error_code(err: &redis::RedisError) -> Option<&str> {
     (word.len() > 1 && word.chars().all(|c| c.is_ascii_uppercase())).then_some(word)
 }
 
+/// The key a script refused because it holds another type (issue 36): the
+/// scripts' refusal ends with it, `WRONGTYPE leasehold expected zset but found
+/// hash; left untouched: <key>` (`refuse_key` in `scripts/prelude.lua`, and
+/// the fenced scripts). `None` for a WRONGTYPE raised by Redis itself.
+fn refused_key(err: &redis::RedisError) -> Option<&str> {
+    let detail = err.detail()?;
+    if !detail.starts_with("leasehold expected ") {
+        return None;
+    }
+    detail.split_once("; left untouched: ").map(|(_, key)| key)
+}
+
 /// Shorthand for `Result<T, leasehold::Error>`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -263,7 +279,7 @@ impl Error {
         match script_error_code(&err).or(err.code()) {
             Some("WRONGTYPE") => {
                 return Error::WrongType {
-                    key: key.to_owned(),
+                    key: refused_key(&err).unwrap_or(key).to_owned(),
                 };
             }
             Some("NOAUTH" | "WRONGPASS" | "NOPERM") => return Error::Auth { source: err },

@@ -157,8 +157,10 @@ fn has_hash_tag(key: &str) -> bool {
 ///
 /// [`Error::StaleFence`] when a higher fence has been seen for `key`
 /// (nothing is changed); [`Error::InvalidArgument`] for an expiry under a
-/// millisecond; [`Error::WrongType`] when either key holds another type;
-/// other Redis and connection errors.
+/// millisecond; [`Error::WrongType`] naming the key when `key` holds another
+/// type than a string, or its fence key another type or a string that is
+/// not a fence (nothing is changed: neither key is written, and the one
+/// named keeps its value and its expiry); other Redis and connection errors.
 ///
 /// # Cancel safety
 ///
@@ -222,8 +224,10 @@ where
 ///
 /// [`Error::StaleFence`] when a higher fence has been seen for `key`
 /// (nothing is changed); [`Error::InvalidArgument`] for an expiry under a
-/// millisecond; [`Error::WrongType`] when either key holds another type;
-/// other Redis and connection errors.
+/// millisecond; [`Error::WrongType`] naming the key when `key` holds another
+/// type than a string, or its fence key another type or a string that is
+/// not a fence (nothing is changed: neither key is written, and the one
+/// named keeps its value and its expiry); other Redis and connection errors.
 ///
 /// # Cancel safety
 ///

@@ -7,6 +7,13 @@ use std::fmt;
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Token(String);
 
+/// Whether `s` has the form of a [`Token::random`] (a lease lock's owner
+/// token): 32 lowercase hex digits. A string of another form at a lock's key
+/// was not written by a lock.
+pub(crate) fn is_random_token(s: &str) -> bool {
+    s.len() == 32 && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 impl Token {
     /// Draws a fresh token from the OS random source.
     ///

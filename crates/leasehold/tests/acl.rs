@@ -12,7 +12,7 @@ use leasehold_testkit::RedisServer;
 const LOCK_USER_RULES: &str = "+evalsha +eval +script|load +subscribe +unsubscribe +ping \
     +hello +wait +get +mget +set +del +exists +pexpire +pttl +time +publish +hget +hset +hdel \
     +hexists +hkeys +hlen +zadd +zrem +zrange +zrangebyscore +zremrangebyscore \
-    +zscore +zcard +zcount +zpopmin ~leasehold:* &leasehold:*";
+    +zscore +zcard +zcount +zpopmin +type ~leasehold:* &leasehold:*";
 
 fn server_with_user(name: &str, rules: &str) -> RedisServer {
     let server = RedisServer::start();

@@ -66,8 +66,10 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a bad name; [`Error::WrongType`] when
-    /// the key holds data no lock of this library wrote;
+    /// [`Error::InvalidArgument`] for a bad name; [`Error::WrongType`]
+    /// naming the key when a key of the name holds data no lock of this
+    /// library wrote (a string at its key that is not a token included),
+    /// which is left untouched;
     /// [`Error::Unsupported`] for a reentrant lock, RwLock or semaphore on
     /// a Redlock client; connection errors.
     ///
@@ -96,6 +98,13 @@ impl Client {
                 let Some(token) = status.holder else {
                     return Ok(None);
                 };
+                // A string no lock wrote: breaking it "as its holder" would
+                // delete someone else's key (issue 36).
+                if !crate::token::is_random_token(&token) {
+                    return Err(Error::WrongType {
+                        key: keys.lock().to_owned(),
+                    });
+                }
                 let election = matches!(self.election(name).leader().await, Ok(Some(_)));
                 match servers.lock_break(&keys, &token, election).await? {
                     Owned::Done => Ok(Some(BrokenLease {
@@ -115,8 +124,9 @@ impl Client {
                     Owned::Missing | Owned::OtherOwner => Ok(None),
                 }
             }
-            // Not a lease lock's string: one of the sets of holds.
-            Err(Error::WrongType { .. }) => {
+            // Not a lease lock's string: one of the sets of holds. (A
+            // foreign key beside it is named as it is.)
+            Err(Error::WrongType { key }) if key == keys.lock() => {
                 let broken = servers.lease_break(&keys).await?;
                 let kind = match broken.kind.as_str() {
                     "reentrant" => LockKind::Reentrant,

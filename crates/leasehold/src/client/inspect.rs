@@ -6,11 +6,13 @@ use crate::error::{Error, Result};
 use crate::key::{glob_match, name_of_lock_key};
 use crate::kind::LockKind;
 
-/// Moves on to the next kind when the key holds another type.
-fn or_other<T>(result: Result<T>) -> Result<Option<T>> {
+/// Moves on to the next kind when the lock's key `lock` holds another type
+/// (another kind's); a key of another type beside it (a fence, a queue) is
+/// reported as it is.
+fn or_other<T>(result: Result<T>, lock: &str) -> Result<Option<T>> {
     match result {
         Ok(t) => Ok(Some(t)),
-        Err(Error::WrongType { .. }) => Ok(None),
+        Err(Error::WrongType { key }) if key == lock => Ok(None),
         Err(e) => Err(e),
     }
 }
@@ -24,8 +26,9 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// Connection errors; [`Error::WrongType`] when the key holds data no
-    /// lock of this library wrote.
+    /// Connection errors; [`Error::WrongType`] naming the key when the
+    /// name's key holds data no lock of this library wrote, or a key beside
+    /// it (its fence, queue, heartbeats or leader record) holds another type.
     ///
     /// # Example
     ///
@@ -37,7 +40,9 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn kind(&self, name: &str) -> Result<Option<LockKind>> {
-        if let Some(status) = or_other(self.lock(name).status().await)? {
+        let lock = crate::key::LockKeys::new(self.prefix(), name);
+        let lock = lock.lock();
+        if let Some(status) = or_other(self.lock(name).status().await, lock)? {
             if status.holder.is_none() {
                 return Ok(None);
             }
@@ -49,10 +54,10 @@ impl Client {
                 Err(e) => Err(e),
             };
         }
-        if let Some(status) = or_other(self.reentrant_lock(name).status().await)? {
+        if let Some(status) = or_other(self.reentrant_lock(name).status().await, lock)? {
             return Ok(status.owner.is_some().then_some(LockKind::Reentrant));
         }
-        if let Some(status) = or_other(self.rw_lock(name).status().await)? {
+        if let Some(status) = or_other(self.rw_lock(name).status().await, lock)? {
             let held =
                 status.writer.is_some() || status.reader_count > 0 || status.waiting_writers > 0;
             return Ok(held.then_some(LockKind::RwLock));
@@ -60,6 +65,29 @@ impl Client {
         // Its status reads the permit count from the holds, not from this 1.
         let status = self.semaphore(name, 1).status().await?;
         Ok((status.held > 0).then_some(LockKind::Semaphore))
+    }
+
+    /// What Redis stores at `key`: its type as `TYPE` names it (`"string"`,
+    /// `"hash"`, `"list"`, `"set"`, `"zset"`, `"stream"`, or `"none"` when
+    /// there is no key); on Redlock, the first node's that holds it. For
+    /// tools that explain an [`Error::WrongType`], whose `key` this takes.
+    /// Reads only; the user needs `+type`.
+    ///
+    /// # Errors
+    ///
+    /// Connection errors.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// if let Err(leasehold::Error::WrongType { key }) = client.lock("jobs").try_acquire().await {
+    ///     println!("{key} holds a {}", client.key_type(&key).await?);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn key_type(&self, key: &str) -> Result<String> {
+        self.inner.servers.key_type(key).await
     }
 
     /// The names held under this client's prefix that match the glob
@@ -100,8 +128,11 @@ impl Client {
         names.dedup();
         let mut out = Vec::with_capacity(names.len());
         for name in names {
-            if let Some(kind) = or_other(self.kind(&name).await)?.flatten() {
-                out.push((name, kind));
+            // A name with a key of another type is no kind's: left out.
+            match self.kind(&name).await {
+                Ok(Some(kind)) => out.push((name, kind)),
+                Ok(None) | Err(Error::WrongType { .. }) => {}
+                Err(e) => return Err(e),
             }
         }
         Ok(out)

@@ -274,8 +274,9 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad name, [`Error::WrongType`](crate::Error::WrongType) if the
-    /// key holds another type, connection errors.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad name, [`Error::WrongType`](crate::Error::WrongType) naming the
+    /// key when one of the lock's keys holds another type, or its key a string
+    /// that is not an owner token (no lock wrote it); connection errors.
     ///
     /// # Example
     ///
@@ -291,6 +292,16 @@ impl Lock {
         validate_name(&self.h.name)?;
         let servers = &self.h.inner.servers;
         let stored = servers.lock_status(&self.h.keys).await?;
+        // A string no lock wrote (issue 36): not a holder.
+        if stored
+            .holder
+            .as_deref()
+            .is_some_and(|t| !crate::token::is_random_token(t))
+        {
+            return Err(crate::Error::WrongType {
+                key: self.h.keys.lock().to_owned(),
+            });
+        }
         let waiting_clients = servers.waiting_clients(&self.h.keys).await?;
         Ok(LockStatus {
             name: self.h.name.clone(),

@@ -56,7 +56,7 @@ pub(crate) async fn election_announce(
         .arg(term)
         .arg(value)
         .arg(sharded(backend));
-    let code: i64 = invoke_typed(backend, &invocation, keys, "string").await?;
+    let code: i64 = invoke_typed(backend, &invocation, keys).await?;
     Ok(code == 1)
 }
 
@@ -73,7 +73,7 @@ pub(crate) struct Leading {
 pub(crate) async fn election_leader(backend: &Backend, keys: &LockKeys) -> Result<Option<Leading>> {
     let mut invocation = ELECTION_LEADER.prepare_invoke();
     invocation.key(keys.lock()).key(keys.leader());
-    let reply: Vec<redis::Value> = invoke_typed(backend, &invocation, keys, "string").await?;
+    let reply: Vec<redis::Value> = invoke_typed(backend, &invocation, keys).await?;
     if reply.is_empty() {
         return Ok(None);
     }

@@ -9,6 +9,11 @@
 -- lease's remaining time here, and renewed with it (election_extend.lua). A record is only
 -- believed while its token holds the lease (election_leader.lua), so one left by an earlier
 -- leader (a hand-off, an expiry) says nothing.
+-- A record key holding another type, or a string not of the record's shape, is refused.
+local refused = foreign_keys({{1, 'string'}, {2, 'string', RECORD}})
+if refused then
+  return refused
+end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end

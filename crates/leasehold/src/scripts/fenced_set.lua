@@ -7,6 +7,8 @@
 -- ARGV[3] optional: expiry of both keys in milliseconds (absent or '' for none)
 -- Returns the writer's fence when written (it is then the highest seen);
 -- a "STALE" error reply, changing nothing, when a higher fence was seen.
+-- A "WRONGTYPE" error reply, changing nothing, when either key holds another type or the fence
+-- key a string that is not a fence: '... left untouched: <that key>'.
 local fence = ARGV[1]
 -- Fences are compared as decimal strings (length, then digits): a Lua
 -- number holds integers exactly only up to 2^53.
@@ -20,7 +22,21 @@ local ttl = ARGV[3]
 if ttl ~= nil and ttl ~= '' and not string.match(ttl, '^[1-9][0-9]*$') then
   return redis.error_reply('ERR expiry must be a positive number of milliseconds, got "' .. ttl .. '"')
 end
+-- A key of another type, or a fence key that holds no fence, is refused before anything is
+-- written, naming the key last (as leasehold's own scripts do, see their prelude).
+for i = 1, 2 do
+  local found = redis.call('TYPE', KEYS[i])['ok']
+  local wanted = i == 1 and 'string' or 'a decimal fence'
+  if found ~= 'none' and found ~= 'string' then
+    return redis.error_reply('WRONGTYPE leasehold expected ' .. wanted .. ' but found ' .. found ..
+      '; left untouched: ' .. KEYS[i])
+  end
+end
 local highest = redis.call('GET', KEYS[2])
+if highest and not string.match(highest, '^[0-9]+$') then
+  return redis.error_reply('WRONGTYPE leasehold expected a decimal fence but found a string ' ..
+    'that is not one; left untouched: ' .. KEYS[2])
+end
 if highest and (#highest > #fence or (#highest == #fence and highest > fence)) then
   return redis.error_reply('STALE fence ' .. fence .. ' is below ' .. highest ..
     ', the highest seen for this key: a newer lock holder has written it; ' ..

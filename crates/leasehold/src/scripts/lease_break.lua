@@ -11,6 +11,10 @@
 -- live holds removed (a reentrant lock's owner once, with its number of holds; an RwLock's
 -- read and write holds, '<r|w>:<hold id>:<owner>', its waiting writers kept; a semaphore's
 -- permits, '<permits>:<hold id>'). Nothing live removed: nothing is changed or published.
+local refused = foreign_keys({{1, 'lease'}, {3, 'string', FENCE}})
+if refused then
+  return refused
+end
 local key = KEYS[1]
 local fence = redis.call('GET', KEYS[3])
 local stored = redis.call('TYPE', key)['ok']

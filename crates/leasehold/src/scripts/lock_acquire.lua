@@ -18,6 +18,10 @@
 -- Returns {1, fence} when the caller holds the lease now; {0, pttl} when another owner holds
 -- it (pttl: the holder's remaining ms, -1 if the key has no expiry), and {0, pttl, deadline}
 -- when the caller is queued until deadline (ms of server time: now + the window).
+-- A key of another type that the call would write (the lock, the fence, and the queue or
+-- heartbeats when it queues or, for a fair lock, reads them) is refused with a WRONGTYPE error
+-- naming it (refuse_key in prelude.lua), nothing written; a try that does not queue never
+-- touches the queue.
 --
 -- A waiter's deadline is its arrival + the window, or the last deadline its later attempts
 -- (heartbeats) wrote, whichever is later: a first attempt writes only its arrival, so a
@@ -57,7 +61,13 @@ local function refuse()
     -- A heartbeat: its arrival may be older than the window. Its member is marked (see
     -- above) before its deadline is written, so whoever takes it out of the queue takes
     -- the entry out too.
-    local arrival = tonumber(redis.call('ZSCORE', KEYS[3], member))
+    local arrival = redis.pcall('ZSCORE', KEYS[3], member)
+    if type(arrival) == 'table' then
+      return refuse_key(KEYS[3], nil, 'zset')
+    elseif type(redis.pcall('ZSCORE', KEYS[4], member)) == 'table' then
+      return refuse_key(KEYS[4], nil, 'zset')
+    end
+    arrival = tonumber(arrival)
     if not arrival then
       redis.call('ZADD', KEYS[3], string.format('%d.5', now_us), member)
     elseif arrival == math.floor(arrival) then
@@ -67,13 +77,20 @@ local function refuse()
     redis.call('ZADD', KEYS[4], string.format('%d', deadline), member)
     redis.call('PEXPIRE', KEYS[4], window)
   else
-    redis.call('ZADD', KEYS[3], 'NX', string.format('%d', now_us), member)
+    -- Fails on a key of another type before writing anything.
+    if type(redis.pcall('ZADD', KEYS[3], 'NX', string.format('%d', now_us), member)) == 'table' then
+      return refuse_key(KEYS[3], nil, 'zset')
+    end
     redis.call('PEXPIRE', KEYS[3], window)
   end
   return {0, pttl, deadline}
 end
 
-if ARGV[6] == '1' and not redis.call('GET', KEYS[1]) then
+if ARGV[6] == '1' and redis.pcall('GET', KEYS[1]) == false then
+  local refused = foreign_keys({{3, 'zset'}, {4, 'zset'}})
+  if refused then
+    return refused
+  end
   local now = now_ms()
   while true do
     local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
@@ -90,11 +107,15 @@ if ARGV[6] == '1' and not redis.call('GET', KEYS[1]) then
   end
 end
 -- One command on 7.0 (SET .. NX .. GET); on 6.2, SET NX, then GET only when it is taken.
+-- A lock key of another type fails SET .. GET (or GET) before anything is written.
 local holder
 if modern then
-  holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
+  holder = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
 elseif not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  holder = redis.call('GET', KEYS[1])
+  holder = redis.pcall('GET', KEYS[1])
+end
+if type(holder) == 'table' then
+  return refuse_key(KEYS[1], nil, 'string')
 end
 if holder and holder ~= ARGV[1] then
   return refuse()
@@ -104,7 +125,8 @@ if holder then
 end
 local fence, refused = next_fence(KEYS[2], ARGV[3])
 if not fence then
-  -- The fence key holds something else: leave it alone and undo our SET.
+  -- The fence key holds something else: leave it alone and undo our SET (in this one
+  -- script: no one sees it).
   if not holder then
     redis.call('DEL', KEYS[1])
   end

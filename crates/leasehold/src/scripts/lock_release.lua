@@ -32,24 +32,31 @@
 -- last attempt keeps the lock idle until its deadline, at most a window. A waiter whose
 -- deadline passed is skipped. A member not of that form (written by hand) is a bare token,
 -- announced on the release channel itself.
+--
+-- Keys of another type (issue 36): a lock key of another type is refused (refuse_key: the
+-- lease is gone, nothing is written). The others are left alone and the release still gives
+-- the lease back: a queue or heartbeats of another type hold no waiter, a fence key of another
+-- type (or a string that is not a fence) is neither handed on nor dropped. So a release never
+-- leaves the lock held because of someone else's key, and costs no command to check them.
 -- The holder, and the name's last fence when the release may drop it, in one command (MGET
 -- answers nil for a fence key of another type, which is then left alone).
 local holder, last
 if ARGV[8] == '1' then
   local both = redis.call('MGET', KEYS[1], KEYS[5])
   holder, last = both[1], tonumber(both[2])
-  if not holder then
-    -- MGET answers nil for a lock key of another type too: GET raises WRONGTYPE for it.
-    redis.call('GET', KEYS[1])
+end
+if not holder then
+  -- MGET answers nil for a lock key of another type too: GET fails for it.
+  holder = redis.pcall('GET', KEYS[1])
+  if type(holder) == 'table' then
+    return refuse_key(KEYS[1], nil, 'string')
   end
-else
-  holder = redis.call('GET', KEYS[1])
 end
 if holder ~= ARGV[1] then
   if ARGV[6] ~= '' then
     local member = ARGV[4] .. ':' .. ARGV[6] .. ':' .. ARGV[1]
-    redis.call('ZREM', KEYS[3], member)
-    redis.call('ZREM', KEYS[4], member)
+    redis.pcall('ZREM', KEYS[3], member)
+    redis.pcall('ZREM', KEYS[4], member)
   end
   if holder then
     return -1
@@ -59,7 +66,7 @@ end
 local window = tonumber(ARGV[5])
 local now, now_us
 while true do
-  local head = redis.call('ZPOPMIN', KEYS[3])
+  local head = redis.pcall('ZPOPMIN', KEYS[3])
   if not head[1] then
     break
   end
@@ -71,12 +78,12 @@ while true do
   if arrival ~= math.floor(arrival) then
     -- Marked: it tried again, and its heartbeat entry goes with its place in the queue.
     if deadline <= now then
-      local beat = tonumber(redis.call('ZSCORE', KEYS[4], head[1]))
+      local beat = tonumber(redis.pcall('ZSCORE', KEYS[4], head[1]))
       if beat and beat > deadline then
         deadline = beat
       end
     end
-    redis.call('ZREM', KEYS[4], head[1])
+    redis.pcall('ZREM', KEYS[4], head[1])
   end
   local channel, ttl, waiter = KEYS[2], nil, head[1]
   local id, t, token = string.match(head[1], '^([^:]*):(%d+):(.*)$')
@@ -88,16 +95,17 @@ while true do
     if ttl and ttl < reserve then
       reserve = ttl
     end
-    redis.call('SET', KEYS[1], waiter, 'PX', string.format('%d', reserve))
     local fence = handed_fence(KEYS[5], reserve, now_us)
     if fence then
+      redis.call('SET', KEYS[1], waiter, 'PX', string.format('%d', reserve))
       local span = now + reserve - (deadline - window)
       publish(ARGV[7], channel, string.format('%s %d %d %d', waiter, fence, deadline, span))
-    else
-      -- The fence key holds another type: the waiter's own attempt reports it.
-      publish(ARGV[7], channel, waiter)
+      return 1
     end
-    return 1
+    -- The fence key holds something else: no hand-off; the lease is freed below, and the
+    -- waiter, woken, tries again and is told by its own attempt.
+    publish(ARGV[7], channel, waiter)
+    break
   end
 end
 -- Free. The name's last fence lives no longer than its lease (unless the client keeps

@@ -3,6 +3,10 @@
 -- lock_acquire.lua)   ARGV[1] the queue window in ms
 -- Returns {holder token or false, pttl of the lease in ms (-2 if none), last fence or false,
 -- number of queued waiters whose deadline has not passed}.
+local refused = foreign_keys({{1, 'string'}, {2, 'string', FENCE}, {3, 'zset'}, {4, 'zset'}})
+if refused then
+  return refused
+end
 local now = now_ms()
 local window = tonumber(ARGV[1])
 local waiters = 0

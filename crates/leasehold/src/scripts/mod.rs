@@ -304,7 +304,7 @@ pub(crate) async fn lock_acquire(
         backend.id(),
         backend.is_cluster(),
     );
-    let reply: Vec<i64> = invoke_typed(backend, &invocation, keys, "string").await?;
+    let reply: Vec<i64> = invoke_typed(backend, &invocation, keys).await?;
     match *reply.as_slice() {
         [acquired, value] => Ok(Acquire::from_pair((acquired, value))),
         [0, pttl, deadline] => Ok(Acquire::Held {
@@ -355,31 +355,26 @@ pub(crate) fn lock_acquire_call(
     invocation
 }
 
-/// Runs an acquire script replying `{1, fence}` or `{0, pttl}`, whose lock
-/// key should be of type `lock_type`.
+/// Runs an acquire script replying `{1, fence}` or `{0, pttl}`.
 async fn acquire_reply(
     backend: &Backend,
     invocation: &redis::ScriptInvocation<'_>,
     keys: &LockKeys,
-    lock_type: &str,
 ) -> Result<Acquire> {
-    invoke_typed(backend, invocation, keys, lock_type)
+    invoke_typed(backend, invocation, keys)
         .await
         .map(Acquire::from_pair)
 }
 
-/// Runs a script that reads the lock key (of type `lock_type`) and the
-/// fence key; a WRONGTYPE reply names the key that has the wrong type.
+/// Runs a script on the lock `keys`. A key of another type is refused by
+/// the script itself, which names it (`refuse_key` in `prelude.lua`), so
+/// [`Error::WrongType`] carries exactly the key that holds it.
 async fn invoke_typed<T: redis::FromRedisValue>(
     backend: &Backend,
     invocation: &redis::ScriptInvocation<'_>,
     keys: &LockKeys,
-    lock_type: &str,
 ) -> Result<T> {
-    match backend.invoke(invocation, keys.lock()).await {
-        Err(Error::WrongType { .. }) => Err(which_wrong_type(backend, keys, lock_type).await),
-        other => other,
-    }
+    backend.invoke(invocation, keys.lock()).await
 }
 
 impl Acquire {
@@ -599,7 +594,7 @@ pub(crate) async fn reentrant_acquire(
         .arg(hold)
         .arg(millis(ttl))
         .arg(memory_ms(fence_memory));
-    acquire_reply(backend, &invocation, keys, "hash").await
+    acquire_reply(backend, &invocation, keys).await
 }
 
 /// Gives back one hold of a reentrant lock: hold `hold` of `owner` (or of
@@ -698,7 +693,7 @@ pub(crate) async fn rw_acquire(
         .arg(millis(ttl))
         .arg(memory_ms(fence_memory))
         .arg(if waits { "1" } else { "0" });
-    match invoke_typed::<(i64, i64)>(backend, &invocation, keys, "zset").await? {
+    match invoke_typed::<(i64, i64)>(backend, &invocation, keys).await? {
         (-1, _) => Ok(RwAcquire::Upgrade),
         (-2, _) => Err(Error::WrongType {
             key: keys.lock().to_owned(),
@@ -764,7 +759,7 @@ pub(crate) async fn sem_acquire(
         .arg(hold)
         .arg(millis(ttl))
         .arg(memory_ms(fence_memory));
-    match invoke_typed::<(i64, i64)>(backend, &invocation, keys, "zset").await? {
+    match invoke_typed::<(i64, i64)>(backend, &invocation, keys).await? {
         (-1, theirs) => Ok(SemAcquire::Mismatch(u64::try_from(theirs).unwrap_or(0))),
         (-2, _) => Err(Error::WrongType {
             key: keys.lock().to_owned(),
@@ -817,20 +812,6 @@ pub(crate) fn sharded(backend: &Backend) -> &'static str {
 /// Whole milliseconds, at least 1 (Redis refuses `PX 0`).
 pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
-}
-
-/// The acquire and status scripts read two keys; find out which one has the wrong type
-/// (only on this error path, so the hot path stays one call). The lock key
-/// should be of type `expected`; the fence key is always a string.
-async fn which_wrong_type(backend: &Backend, keys: &LockKeys, expected: &str) -> Error {
-    let lock_type: Result<String> = backend.query(redis::cmd("TYPE").arg(keys.lock()), "").await;
-    let key = match lock_type.as_deref() {
-        Ok(t) if t == expected || t == "none" => keys.fence(),
-        _ => keys.lock(),
-    };
-    Error::WrongType {
-        key: key.to_owned(),
-    }
 }
 
 #[cfg(test)]

@@ -20,6 +20,64 @@
 -- and Valkey set redis.REDIS_VERSION, Redis 6.2 does not.
 local modern = redis.REDIS_VERSION ~= nil
 
+-- Keys of another type (issue 36). A key leasehold would write that holds something else (another
+-- type, or its own type with content of another shape) is refused before anything is written,
+-- and left exactly as it was. The error reply names the key last, after 'left untouched: ', so
+-- the Rust side (error.rs) reports that key and no other: 'WRONGTYPE leasehold expected zset
+-- but found hash; left untouched: <key>'. found: what the key holds (nil: its TYPE).
+local function refuse_key(key, found, wanted)
+  found = found or redis.call('TYPE', key)['ok']
+  return redis.error_reply('WRONGTYPE leasehold expected ' .. wanted .. ' but found ' .. found ..
+    '; left untouched: ' .. key)
+end
+
+-- Shapes (the last item of a foreign_keys entry): a fence is a decimal integer; a member of an
+-- RwLock's or a semaphore's set starts '<r|w|i|permits>...:'; an election's record
+-- '<term> <token> '.
+local FENCE = '^%d+$'
+local LEASE_MEMBER = '^[%drwi][^:]*:'
+local RECORD = '^%d+ %S+ '
+
+-- Checks keys before a script writes: entries {i, type[, shape]}, for KEYS[i] (skipped when the
+-- call passed no such key), which may be missing or hold type; with shape, a string's value
+-- and a sorted set's first member must match the pattern shape, and a hash must have the field
+-- shape. Type 'lease' is any kind's lock key: a string, a hash with an 'owner', or a sorted set
+-- of LEASE_MEMBERs. Returns nil when every key fits, else the refusal (refuse_key) of the
+-- first that does not, to be returned at once. One TYPE per key, one more read per shape.
+local function foreign_keys(entries)
+  for _, entry in ipairs(entries) do
+    local key, wanted, shape = KEYS[entry[1]], entry[2], entry[3]
+    if key then
+      local found = redis.call('TYPE', key)['ok']
+      if wanted == 'lease' and found ~= 'none' then
+        wanted = found
+        shape = ({string = false, hash = 'owner', zset = LEASE_MEMBER})[found]
+        if shape == nil then
+          return refuse_key(key, found, 'a string, hash or zset')
+        end
+      end
+      if found ~= 'none' and found ~= wanted then
+        return refuse_key(key, found, wanted)
+      end
+      if shape and found == 'string' then
+        if not string.match(redis.call('GET', key), shape) then
+          return refuse_key(key, 'a string of another shape', 'a string matching ' .. shape)
+        end
+      elseif shape and found == 'zset' then
+        local first = redis.call('ZRANGE', key, 0, 0)[1]
+        if first and not string.match(first, shape) then
+          return refuse_key(key, 'a zset of other members', 'members matching ' .. shape)
+        end
+      elseif shape and found == 'hash' then
+        if redis.call('HEXISTS', key, shape) == 0 then
+          return refuse_key(key, 'a hash without the field ' .. shape, 'a hash with it')
+        end
+      end
+    end
+  end
+  return nil
+end
+
 -- Sets the expiry of key to ms from now unless it expires later already (PEXPIRE .. GT).
 local function pexpire_gt(key, ms)
   if modern then
@@ -78,22 +136,37 @@ end
 
 -- The next fence of the name whose fence key is fence_key, kept at least memory_ms (a
 -- positive integer) from now_ms; now_ms and now_us are the server time (now_both()).
--- Returns the fence, or nil and the error reply when the fence key holds another type (then
--- nothing is written).
+-- Returns the fence, or nil and the error reply when the fence key holds another type or a
+-- string that is not a fence (then nothing is written: refuse_key).
 local function next_fence_at(fence_key, memory_ms, now_ms, now_us)
   local keep = now_ms + tonumber(memory_ms)
-  -- SET .. GET fails on a key of another type before writing anything.
-  local last = redis.pcall('SET', fence_key, string.format('%d', now_us), 'PXAT',
-    string.format('%d', keep), 'GET')
+  -- One command when the name has no fence (a name used once, or freed by a release): SET NX
+  -- writes only where nothing is, and fails on a key of another type (7.0: with GET, before
+  -- writing; 6.2: NX finds it taken, and the GET below fails).
+  local last
+  if modern then
+    last = redis.pcall('SET', fence_key, string.format('%d', now_us), 'PXAT',
+      string.format('%d', keep), 'NX', 'GET')
+    if last == false then
+      return now_us
+    end
+  else
+    if redis.pcall('SET', fence_key, string.format('%d', now_us), 'PXAT',
+        string.format('%d', keep), 'NX') then
+      return now_us
+    end
+    last = redis.pcall('GET', fence_key)
+  end
   if type(last) == 'table' then
-    return nil, last
+    return nil, refuse_key(fence_key, nil, 'string')
+  end
+  if not string.match(last, FENCE) then
+    return nil, refuse_key(fence_key, 'a string that is not a fence', 'a decimal fence')
   end
   last = tonumber(last)
-  if not last or last < now_us then
-    return now_us
-  end
-  -- The stored fence is ahead of the clock (it stepped back, or one µs saw two fences).
-  local fence = last + 1
+  local fence = math.max(last + 1, now_us)
+  -- A fence ahead of the clock (it stepped back, or one µs saw two fences) is kept until the
+  -- clock passes it.
   redis.call('SET', fence_key, string.format('%d', fence), 'PXAT',
     string.format('%d', math.max(keep, math.floor(fence / 1000) + 1)))
   return fence
@@ -109,17 +182,22 @@ end
 -- now_us. As next_fence_at, except that it keeps the fence key's expiry, set by the last
 -- acquisition that was not a hand-off (its TTL or fence memory from then): hand-offs follow
 -- each other within moments, and keeping the expiry costs no command. A fence key that was
--- gone is kept keep_ms. Returns as next_fence_at.
+-- gone is kept keep_ms. Returns as next_fence_at; a string there that is not a fence is put
+-- back as it was (KEEPTTL kept its expiry), in the same script: no one sees the change.
 local function handed_fence(fence_key, keep_ms, now_us)
   local last = redis.pcall('SET', fence_key, string.format('%d', now_us), 'KEEPTTL', 'GET')
   if type(last) == 'table' then
-    return nil, last
+    return nil, refuse_key(fence_key, nil, 'string')
   end
-  last = tonumber(last)
   if not last then
     redis.call('PEXPIRE', fence_key, keep_ms)
     return now_us
   end
+  if not string.match(last, FENCE) then
+    redis.call('SET', fence_key, last, 'KEEPTTL')
+    return nil, refuse_key(fence_key, 'a string that is not a fence', 'a decimal fence')
+  end
+  last = tonumber(last)
   if last < now_us then
     return now_us
   end

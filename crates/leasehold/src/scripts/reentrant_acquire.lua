@@ -12,6 +12,11 @@
 -- Adding a hold that exists already only sets its expiry again, so a retry after a lost reply
 -- does not count twice. A re-entry never shortens the key's expiry (PEXPIRE GT): the owner's
 -- other holds may have asked for longer.
+-- A hash without an owner is no reentrant lock's: it is refused, not taken over.
+local refused = foreign_keys({{1, 'hash', 'owner'}, {2, 'string', FENCE}})
+if refused then
+  return refused
+end
 local now = now_ms()
 local holder = redis.call('HGET', KEYS[1], 'owner')
 if holder and live_holds(KEYS[1], now, true) == 0 then

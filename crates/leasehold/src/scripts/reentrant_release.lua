@@ -11,6 +11,12 @@
 -- released), -1 if another owner holds it (then nothing is changed but dropping holds that
 -- ended). Holds that ended (see prelude.lua) are dropped first; when none is left live the
 -- lock is freed as at the last hold.
+-- A lock key of another type (or a hash without an owner) is refused; a fence key of another
+-- type is left alone (drop_fence).
+local refused = foreign_keys({{1, 'hash', 'owner'}, {4, 'string'}})
+if refused then
+  return refused
+end
 local record = ARGV[2] == '' and KEYS[4]
 if record then
   local done = redis.call('GET', record)

@@ -11,6 +11,10 @@
 -- writer that is blocked leaves an 'i' entry lasting ttl, renewed by its retries: while it
 -- lives, owners that hold nothing yet cannot start reading. Every entry expires on its own
 -- score; expired ones are pruned here, and the key expires with its last entry.
+local refused = foreign_keys({{1, 'zset', LEASE_MEMBER}, {2, 'string', FENCE}})
+if refused then
+  return refused
+end
 local key, mode, owner = KEYS[1], ARGV[1], ARGV[2]
 local now = now_ms()
 local ttl = tonumber(ARGV[4])

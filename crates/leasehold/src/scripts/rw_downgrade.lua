@@ -7,6 +7,10 @@
 -- Safe to run twice (a cluster driver re-sends a call whose connection dropped before the
 -- reply): the read hold's member is new to each downgrade, so finding it live means this
 -- call has already done it.
+local refused = foreign_keys({{1, 'zset', LEASE_MEMBER}})
+if refused then
+  return refused
+end
 local key = KEYS[1]
 local now = now_ms()
 local done = redis.call('ZSCORE', key, ARGV[2])

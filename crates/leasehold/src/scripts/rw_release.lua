@@ -8,6 +8,10 @@
 -- Returns 1 if the entry was live and is removed, 0 if it was missing or expired.
 -- Publishes 'all' for an RwLock: every waiter may proceed (many readers can enter at once);
 -- a semaphore passes '' (one permit frees, so one waiter per client wakes).
+local refused = foreign_keys({{1, 'zset', LEASE_MEMBER}})
+if refused then
+  return refused
+end
 local key = KEYS[1]
 local now = now_ms()
 local score = redis.call('ZSCORE', key, ARGV[1])

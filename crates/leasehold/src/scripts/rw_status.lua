@@ -6,6 +6,10 @@
 -- skipped, not pruned) grouped by the text before the first ':' of their member (an RwLock's
 -- kind 'r', 'w' or 'i'; a semaphore's permits), each group {that text, number of entries,
 -- {{rest of the member, ms left}, ...} for its first ARGV[1] entries, soonest expiry first}.
+local refused = foreign_keys({{1, 'zset', LEASE_MEMBER}, {2, 'string', FENCE}})
+if refused then
+  return refused
+end
 local now = now_ms()
 local most = tonumber(ARGV[1])
 local fence = redis.call('GET', KEYS[2])

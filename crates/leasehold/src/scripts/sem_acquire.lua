@@ -10,6 +10,10 @@
 -- Every permit is its own lease: expired ones are pruned here, and the key expires with
 -- the last. N travels in each member, so it lives exactly as long as a permit does: once
 -- every permit is gone, the next caller's N counts.
+local refused = foreign_keys({{1, 'zset', LEASE_MEMBER}, {2, 'string', FENCE}})
+if refused then
+  return refused
+end
 local key, permits = KEYS[1], ARGV[1]
 local now = now_ms()
 -- An RwLock's set has the same type; its members start with a kind letter, not a number.

@@ -78,7 +78,7 @@ pub(crate) async fn rw_status(backend: &Backend, keys: &LockKeys) -> Result<SetS
         .key(keys.fence())
         .arg(STATUS_MOST_ENTRIES);
     let (fence, groups): (Option<u64>, Vec<Group>) =
-        invoke_typed(backend, &invocation, keys, "zset").await?;
+        invoke_typed(backend, &invocation, keys).await?;
     let groups = groups
         .into_iter()
         .map(|(prefix, count, entries)| EntryGroup {
@@ -112,7 +112,7 @@ pub(crate) async fn reentrant_status(backend: &Backend, keys: &LockKeys) -> Resu
     let mut invocation = REENTRANT_STATUS.prepare_invoke();
     invocation.key(keys.lock()).key(keys.fence());
     let (owner, holds, pttl, fence): (Option<String>, usize, i64, Option<u64>) =
-        invoke_typed(backend, &invocation, keys, "hash").await?;
+        invoke_typed(backend, &invocation, keys).await?;
     Ok(ReentrantState {
         owner,
         holds,

@@ -287,6 +287,24 @@ impl Servers {
         }
     }
 
+    /// `TYPE key` on the server; on Redlock, the first node's that holds
+    /// the key (`"none"` if none does; a node that fails is skipped unless
+    /// every node fails).
+    pub(crate) async fn key_type(&self, key: &str) -> Result<String> {
+        let (mut answered, mut first_error) = (false, None);
+        for node in self.all() {
+            match node.query::<String>(redis::cmd("TYPE").arg(key), key).await {
+                Ok(found) if found != "none" => return Ok(found),
+                Ok(_) => answered = true,
+                Err(e) => first_error = first_error.or(Some(e)),
+            }
+        }
+        match first_error {
+            Some(e) if !answered => Err(e),
+            _ => Ok("none".to_owned()),
+        }
+    }
+
     /// Subscribes every server's connection to `channel`. A release on
     /// any node wakes waiters, so on Redlock the first confirmation is
     /// enough: the other nodes go on in the background, and a dead or

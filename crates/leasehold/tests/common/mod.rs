@@ -223,7 +223,7 @@ pub async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 pub const PLAIN_PUBSUB_RULES: &str = "+evalsha +eval +script|load +subscribe +unsubscribe +ping \
     +hello +wait +get +mget +set +del +exists +pexpire +pttl +time +publish +hget +hset +hdel \
     +hexists +hkeys +hlen +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscore \
-    +zcard +zcount +zpopmin +cluster|slots +cluster|shards ~leasehold:* &leasehold:*";
+    +zcard +zcount +zpopmin +type +cluster|slots +cluster|shards ~leasehold:* &leasehold:*";
 
 /// Adds the user `name` (password `pw`) with `rules` on every node (a
 /// cluster does not share ACLs) and returns its URLs.
