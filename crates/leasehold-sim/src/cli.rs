@@ -121,6 +121,7 @@ fn config(seed: u64, sets: &[(String, String)]) -> Result<Config, String> {
             "close_at_deadline" => c.close_at_deadline = f()?,
             "twice" => c.faults.twice = f()?,
             "breaks" if v.is_empty() => c.breaks.clear(),
+            "foreign" if v.is_empty() => c.foreign = None,
             "clocks" if v == "continuous" => c.clocks.iter_mut().for_each(|c| *c = (0, 0)),
             // The schedule as drawn before issue 32 added duplicate
             // deliveries, breaks and ticking clocks (its seeds replay so).
@@ -128,6 +129,7 @@ fn config(seed: u64, sets: &[(String, String)]) -> Result<Config, String> {
                 c.faults.twice = 0.0;
                 c.breaks.clear();
                 c.clocks.iter_mut().for_each(|c| *c = (0, 0));
+                c.foreign = None;
             }
             "injected" => {
                 let keep: Vec<usize> = if v.is_empty() {
@@ -258,6 +260,7 @@ fn shrink(seed: u64, args: &Args, failed: &Outcome) {
         ("slow", vec!["0".into()]),
         ("twice", vec!["0".into()]),
         ("breaks", vec![String::new()]),
+        ("foreign", vec![String::new()]),
         ("clocks", vec!["continuous".into()]),
     ];
     for (key, max) in [

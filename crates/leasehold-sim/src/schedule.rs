@@ -128,6 +128,10 @@ pub struct Config {
     /// Each lock node's clock: its granularity in µs (0: continuous) and
     /// its drift in parts per million.
     pub clocks: Vec<(u64, i64)>,
+    /// Another program writes a key of its own where one of name `n0`'s
+    /// keys is (one server only): when, the key's suffix (`lock`, `fence`,
+    /// `queue`, `alive`, `leader`) and its type (`string`, `hash`, `zset`).
+    pub foreign: Option<(Duration, &'static str, &'static str)>,
 }
 
 impl Config {
@@ -234,6 +238,7 @@ impl Config {
             close_at_deadline: if r.chance(0.15) { 0.1 } else { 0.0 },
             breaks: Vec::new(),
             clocks: Vec::new(),
+            foreign: None,
         };
         if matches!(topology, Topology::Redlock(_)) && r.chance(0.3) {
             config.faults.flush_after_late_grant = 0.5;
@@ -263,6 +268,19 @@ impl Config {
                 (tick, drift)
             })
             .collect();
+        if topology == Topology::Single && r.chance(0.1) {
+            let at = Duration::from_millis(r.below(length.as_millis() as u64));
+            let suffix = *r.pick(&["lock", "fence", "queue", "alive", "leader"]);
+            let kind = *r.pick(&["string", "hash", "zset"]);
+            // A sorted set at a waiters' key is read as waiters (KEYS.md
+            // says so): that one is not drawn.
+            let kind = if matches!(suffix, "queue" | "alive") && kind == "zset" {
+                "hash"
+            } else {
+                kind
+            };
+            config.foreign = Some((at, suffix, kind));
+        }
         config
     }
 
@@ -462,6 +480,26 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
             let _ = operator.close().await;
         });
     }
+    // Another program's key where one of n0's keys is: it must come out
+    // unchanged, and no guard of n0 asked for after it is handed out while
+    // it sits at the lock or the fence key.
+    let planted: Arc<Mutex<Option<(u64, String, crate::server::KeyDump)>>> = Arc::default();
+    if let Some((at, suffix, kind)) = config.foreign {
+        let (world, planted, node) = (world.clone(), Arc::clone(&planted), names[0].clone());
+        tasks.spawn(async move {
+            tokio::time::sleep_until(start + at).await;
+            let key = format!("leasehold:{{n0}}:{suffix}");
+            let args: Vec<&str> = match kind {
+                "string" => vec!["SET", &key, "precious"],
+                "hash" => vec!["HSET", &key, "field", "precious"],
+                _ => vec!["ZADD", &key, "7", "precious"],
+            };
+            if let Some(dump) = world.plant(&node, &args) {
+                *planted.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some((now_us(start), key, dump));
+            }
+        });
+    }
     // Redlock's nodes restart empty only after two TTLs down, as the
     // algorithm requires of a node without persistence (the chaos runs'
     // Redlock scenarios do the same).
@@ -586,8 +624,34 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
     drop(clients);
     // Nothing left behind: once every lease and queue window has passed.
     tokio::time::sleep(config.ttl * 2 + config.command_timeout + Duration::from_secs(8)).await;
+    let planted = planted.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Some((at_us, key, before)) = &planted {
+        let after = world.dump_key(&names[0], key);
+        if after.as_ref() != Some(before) {
+            record(&shared).violations.push(Violation {
+                invariant: "another program's key was changed",
+                detail: format!("{key}: {before:?} became {after:?}"),
+            });
+        }
+        let blocks = key.ends_with(":lock") || key.ends_with(":fence");
+        let over: Vec<String> = record(&shared)
+            .holds
+            .get("n0")
+            .into_iter()
+            .flatten()
+            .filter(|h| blocks && h.asked_us > *at_us)
+            .map(|h| format!("{} from {} us", h.who, h.from_us))
+            .collect();
+        if !over.is_empty() {
+            record(&shared).violations.push(Violation {
+                invariant: "a guard handed out over another program's key",
+                detail: format!("{key} written at {at_us} us: {}", over.join(", ")),
+            });
+        }
+    }
     for node in &names {
-        let left = world.dump(node);
+        let mut left = world.dump(node);
+        left.retain(|k| planted.as_ref().is_none_or(|(_, key, _)| &k.key != key));
         if !left.is_empty() {
             let keys: Vec<String> = left
                 .iter()

@@ -388,6 +388,44 @@ impl World {
         self.state().wire_digest
     }
 
+    /// Fault: another program writes `args` (a SET, HSET or ZADD of a key
+    /// of its own) on `node`, where a lock's key would be, if no key is
+    /// there now; returns the key as it is then, to hold against what is
+    /// there later.
+    pub fn plant(&self, node: &str, args: &[&str]) -> Option<crate::server::KeyDump> {
+        let args: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let key = args.get(1)?.clone();
+        if self
+            .dump_key(node, &String::from_utf8_lossy(&key))
+            .is_some()
+        {
+            self.log(|| {
+                format!(
+                    "{} is taken: nothing planted",
+                    String::from_utf8_lossy(&key)
+                )
+            });
+            return None;
+        }
+        self.exec(node, 0, &args);
+        self.log(|| {
+            format!(
+                "FAULT another program writes {}",
+                String::from_utf8_lossy(&key)
+            )
+        });
+        let s = self.state();
+        let n = s.nodes.get(node)?;
+        n.server.dump_key(&key, World::node_now_us(&s, n))
+    }
+
+    /// `key` on `node` now, if it is live.
+    pub fn dump_key(&self, node: &str, key: &str) -> Option<crate::server::KeyDump> {
+        let s = self.state();
+        let n = s.nodes.get(node)?;
+        n.server.dump_key(key.as_bytes(), World::node_now_us(&s, n))
+    }
+
     /// Marks `process` as the operator's: the holds its requests remove
     /// are breaks ([`World::broken`]).
     pub fn set_operator(&self, process: usize) {
