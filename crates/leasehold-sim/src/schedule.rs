@@ -268,7 +268,7 @@ impl Config {
                 (tick, drift)
             })
             .collect();
-        if topology == Topology::Single && r.chance(0.1) {
+        if topology == Topology::Single && r.chance(0.2) {
             let at = Duration::from_millis(r.below(length.as_millis() as u64));
             let suffix = *r.pick(&["lock", "fence", "queue", "alive", "leader"]);
             let kind = *r.pick(&["string", "hash", "zset"]);
