@@ -137,6 +137,12 @@ impl LockKeys {
         self.name(4)
     }
 
+    /// An RwLock's waiting writers in arrival order (a sorted set). Built
+    /// on demand, as [`LockKeys::leader`].
+    pub(crate) fn writers(&self) -> String {
+        beside(self.lock(), ":writers")
+    }
+
     /// An election's leader record, next to its lease (see [`leader_key`]).
     /// Built on demand: only elections use it, and a client holding many
     /// leases should not carry it in every [`LockKeys`].
