@@ -864,3 +864,120 @@ async fn a_writer_that_comes_after_a_waiting_writer_goes_behind_it() {
     let write = first.await.unwrap();
     write.release().await.unwrap();
 }
+
+/// Issue 33, item 5: clones of one handle are separate holders, as
+/// clones of a `Lock` are: three tasks, each writing through its own
+/// clone, never hold the write at once. Before: they shared one owner
+/// and all three held it together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clones_of_one_handle_exclude_each_other() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.rw_lock("catalog").wait(Duration::from_secs(10));
+    let inside = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let start = Arc::new(tokio::sync::Barrier::new(3));
+    let tasks: Vec<_> = (0..3)
+        .map(|_| {
+            let (lock, inside, most, start) = (
+                lock.clone(),
+                Arc::clone(&inside),
+                Arc::clone(&most),
+                Arc::clone(&start),
+            );
+            tokio::spawn(async move {
+                start.wait().await;
+                let write = lock.write().await.unwrap();
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                write.release().await.unwrap();
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(most.load(Ordering::SeqCst), 1, "writers held at once");
+
+    // A clone's read does not make another clone's write an upgrade: it
+    // waits for the read instead.
+    let read = lock.read().await.unwrap();
+    assert!(lock.clone().try_write().await.unwrap().is_none());
+    read.release().await.unwrap();
+    lock.try_write()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+/// Issue 33, item 4, the hand-over-hand reader: a task that holds a read
+/// and calls `read()` again while a writer waits is a new reader (each
+/// guard is its own holder), so it waits behind the writer, which waits
+/// for the task's first read: the second `read()` ends with
+/// `Error::Timeout` and the writer gets in once the first read is
+/// released. Before: the re-entry went past the writer every time and
+/// kept it out for its whole wait.
+#[tokio::test]
+async fn a_reader_reading_again_behind_a_waiting_writer_waits_for_it() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let reader = client.rw_lock("catalog").wait(Duration::from_millis(200));
+    let mut held = reader.read().await.unwrap();
+    let writer = {
+        let lock = client.rw_lock("catalog").wait(Duration::from_secs(10));
+        tokio::spawn(async move { lock.write().await.unwrap() })
+    };
+    common::wait_until("the writer waits", || waiting_writers(&server) == 1).await;
+    let mut reentries = 0;
+    let refused = loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        match reader.read().await {
+            Ok(next) => {
+                reentries += 1;
+                held.release().await.unwrap();
+                held = next;
+                assert!(
+                    reentries < 50,
+                    "re-entered {reentries} times past the writer"
+                );
+            }
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(refused, Error::Timeout { .. }), "{refused}");
+    assert_eq!(reentries, 0);
+    assert!(!writer.is_finished());
+    held.release().await.unwrap();
+    writer.await.unwrap().release().await.unwrap();
+}
+
+/// Issue 33, item 4, as documented: an owner shared on purpose
+/// (`.owner(id)`) that already reads may read again past a waiting writer
+/// (its re-entry must not wait on itself), so re-entering hand over hand
+/// keeps the writer out for as long as it goes on.
+#[tokio::test]
+async fn an_owner_re_entering_hand_over_hand_keeps_a_writer_out() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let reader = client.rw_lock("catalog").owner("job-7");
+    let mut held = reader.read().await.unwrap();
+    let writer = client.rw_lock("catalog").wait(Duration::from_millis(500));
+    let writing = tokio::spawn(async move { writer.write().await.map(drop) });
+    common::wait_until("the writer waits", || waiting_writers(&server) == 1).await;
+    let mut reentries = 0;
+    while !writing.is_finished() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let next = reader.try_read().await.unwrap().expect("re-entry");
+        held.release().await.unwrap();
+        held = next;
+        reentries += 1;
+    }
+    assert!(matches!(writing.await.unwrap(), Err(Error::Timeout { .. })));
+    assert!(reentries > 0);
+    held.release().await.unwrap();
+}
