@@ -408,7 +408,7 @@ async fn reads_and_writes_are_reentrant_and_upgrades_are_refused() {
     let r2 = lock.read().await.unwrap();
     match lock.write().await {
         Err(e @ Error::UpgradeRefused { .. }) => {
-            assert!(e.to_string().contains("release the read"))
+            assert!(e.to_string().contains("release this owner's read guards"))
         }
         other => panic!("expected UpgradeRefused, got {other:?}"),
     }
@@ -980,4 +980,33 @@ async fn an_owner_re_entering_hand_over_hand_keeps_a_writer_out() {
     assert!(matches!(writing.await.unwrap(), Err(Error::Timeout { .. })));
     assert!(reentries > 0);
     held.release().await.unwrap();
+}
+
+/// Issue 33, item 5: an owner that holds reads and asks to write is told
+/// what happened and what to do, in `Display` and in `Debug` (what `main`
+/// returning the error prints).
+#[tokio::test]
+async fn an_upgrade_refused_says_why_and_what_to_do() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.rw_lock("catalog").owner("job-7");
+    let read = lock.read().await.unwrap();
+    let refused = match lock.try_write().await {
+        Err(e @ Error::UpgradeRefused { .. }) => e,
+        other => panic!("expected UpgradeRefused, got {other:?}"),
+    };
+    for text in [refused.to_string(), format!("{refused:?}")] {
+        for part in [
+            "\"catalog\"",
+            "owner",
+            "read",
+            "release",
+            "write()",
+            "downgrade",
+        ] {
+            assert!(text.contains(part), "{text:?} lacks {part:?}");
+        }
+        assert!(!text.contains("job-7"), "{text:?} shows the owner id");
+    }
+    read.release().await.unwrap();
 }
