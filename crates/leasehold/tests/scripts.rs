@@ -1715,6 +1715,8 @@ fn take(conn: &mut Connection, kind: &str, name: &str, who: &str, ttl_ms: u64) -
     if kind == "lock" {
         call.key(format!("t:{{{name}}}:queue"))
             .key(format!("t:{{{name}}}:alive"));
+    } else if kind == "read" || kind == "write" {
+        call.key(format!("t:{{{name}}}:writers"));
     }
     for arg in &args {
         call.arg(arg);
