@@ -483,7 +483,9 @@ fn fenced() -> impl Strategy<Value = Step> {
 fn any_key() -> impl Strategy<Value = String> {
     (
         pick(&["a", "x", "r", "w", "s", "e"]),
-        pick(&["lock", "fence", "queue", "alive", "leader", "call:1", "writers"]),
+        pick(&[
+            "lock", "fence", "queue", "alive", "leader", "call:1", "writers",
+        ]),
     )
         .prop_map(|(n, suffix)| k(n, suffix))
 }
