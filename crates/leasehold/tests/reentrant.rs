@@ -256,7 +256,7 @@ async fn other_kinds_of_lock_on_the_name_get_wrong_type() {
 async fn every_key_written_has_a_ttl() {
     let server = RedisServer::start();
     let client = client(&server).await;
-    let lock = client.reentrant_lock("ttl-check");
+    let lock = client.reentrant_lock("ttl-check").owner("o");
     let a = lock.acquire().await.unwrap();
     let b = lock.acquire().await.unwrap();
     common::assert_every_key_has_a_ttl(&server, 2);
