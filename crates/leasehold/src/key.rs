@@ -372,9 +372,10 @@ mod tests {
             prop_assert_eq!(hashed_part(k.channel()), tag);
             prop_assert_eq!(hashed_part(k.queue()), tag);
             prop_assert_eq!(hashed_part(k.alive()), tag);
-            let (leader, elected) = (k.leader(), k.elected());
+            let (leader, elected, writers) = (k.leader(), k.elected(), k.writers());
             prop_assert_eq!(hashed_part(&leader), tag);
             prop_assert_eq!(hashed_part(&elected), tag);
+            prop_assert_eq!(hashed_part(&writers), tag);
             prop_assert!(k.leader().starts_with("leasehold:"));
             prop_assert!(k.lock().starts_with("leasehold:"));
             prop_assert!(k.channel().starts_with("leasehold:"));
