@@ -1182,6 +1182,76 @@ fn rw_acquire_serves_waiting_writers_in_arrival_order() {
     assert!(!exists, "no place is left behind");
 }
 
+/// rw_acquire.lua as the version before writers queued shipped it (it
+/// knows no writers key), with today's prelude: a client of that version.
+static RW_ACQUIRE_BEFORE_ORDER: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{}{}",
+        include_str!("../src/scripts/prelude.lua"),
+        include_str!("fixtures/rw_acquire_before_writer_order.lua")
+    )
+});
+
+/// rw_acquire of the version before writers queued.
+fn rw_before_order(conn: &mut Connection, mode: &str, owner: &str, hold: &str, waits: bool) -> i64 {
+    let (code, _): (i64, i64) = redis::Script::new(&RW_ACQUIRE_BEFORE_ORDER)
+        .key(LOCK)
+        .key(FENCE)
+        .arg(mode)
+        .arg(owner)
+        .arg(hold)
+        .arg(10_000)
+        .arg(10_000)
+        .arg(if waits { "1" } else { "0" })
+        .invoke(conn)
+        .unwrap();
+    code
+}
+
+/// Issue 33, item 3: clients of the version before writers queued and of
+/// this one share an RwLock safely. The earlier version's writer does not
+/// queue (it may take a free lock past this version's waiting writers, as
+/// the CHANGELOG says), but no writer of either version ever holds beside
+/// another holder, and its waiting writer gets a place when first seen.
+#[test]
+fn rw_clients_before_writer_order_never_write_beside_this_versions() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let writing =
+        |conn: &mut Connection| members(conn).iter().filter(|m| m.starts_with("w:")).count();
+    assert_eq!(rw(&mut conn, "r", "a", "1", 10_000, true).0, 1);
+    assert_eq!(rw(&mut conn, "w", "new1", "2", 10_000, true).0, 0);
+    assert_eq!(rw_before_order(&mut conn, "w", "old1", "3", true), 0);
+    assert_eq!(rw(&mut conn, "w", "new2", "4", 10_000, true).0, 0);
+    assert_eq!(writer_places(&mut conn), ["2:new1", "3:old1", "4:new2"]);
+    assert_eq!(
+        rw_before_order(&mut conn, "r", "old-reader", "5", true),
+        0,
+        "an earlier version's reader waits behind waiting writers"
+    );
+    assert_eq!(rw_release(&mut conn, "r:1:a"), 1);
+
+    // The earlier version's writer takes the free lock past new1...
+    assert_eq!(rw_before_order(&mut conn, "w", "old1", "3", true), 1);
+    // ...and then nobody of either version enters beside it.
+    assert_eq!(rw(&mut conn, "w", "new1", "2", 10_000, true).0, 0);
+    assert_eq!(rw(&mut conn, "w", "new2", "4", 10_000, true).0, 0);
+    assert_eq!(rw(&mut conn, "r", "b", "6", 10_000, true).0, 0);
+    assert_eq!(rw_before_order(&mut conn, "w", "old2", "7", true), 0);
+    assert_eq!(rw_before_order(&mut conn, "r", "old-reader", "5", true), 0);
+    assert_eq!(writing(&mut conn), 1);
+
+    assert_eq!(rw_release(&mut conn, "w:3:old1"), 1);
+    // This version's writers in their order; the earlier version's waiting
+    // writer came after new2 here, so it waits too.
+    assert_eq!(rw(&mut conn, "w", "new2", "4", 10_000, true).0, 0);
+    assert_eq!(rw(&mut conn, "w", "new1", "2", 10_000, true).0, 1);
+    assert_eq!(rw_before_order(&mut conn, "w", "old2", "7", true), 0);
+    assert_eq!(rw_before_order(&mut conn, "r", "old-reader", "5", false), 0);
+    assert_eq!(writing(&mut conn), 1);
+    assert_eq!(writer_places(&mut conn), ["4:new2", "7:old2"]);
+}
+
 #[test]
 fn rw_acquire_refuses_upgrades_and_prunes_expired_entries() {
     let server = RedisServer::start();
