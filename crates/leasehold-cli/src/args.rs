@@ -27,8 +27,9 @@ pub(crate) struct Cli {
 /// Options shared by every command. Each also comes from its `LEASEHOLD_*`
 /// variable (the flag wins); `hide_env_values` keeps the variables' values
 /// (a URL's password) out of `--help` and out of the man page, which
-/// build.rs renders in its own environment.
-#[derive(Debug, Args)]
+/// build.rs renders in its own environment. Its `Debug` counts the URLs
+/// without showing them (a URL may carry a password).
+#[derive(Args)]
 #[command(next_help_heading = "Global options")]
 pub(crate) struct Global {
     /// Redis server: redis://[user:password@]host:port[/db], rediss:// for
@@ -146,6 +147,35 @@ pub(crate) struct Global {
     /// (set by `parse::parse`), so that a message names what the user wrote.
     #[arg(skip)]
     pub(crate) from_env: Vec<(String, String)>,
+
+    /// Warnings for the variables not read because a `--url` on the
+    /// command line takes its topology from there (set by `parse::parse`).
+    #[arg(skip)]
+    pub(crate) unused_env: Vec<String>,
+}
+
+impl std::fmt::Debug for Global {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Global")
+            .field(
+                "urls",
+                &format_args!("[{} URL(s), not shown]", self.urls.len()),
+            )
+            .field("cluster", &self.cluster)
+            .field("sentinel", &self.sentinel)
+            .field("tls_ca", &self.tls_ca)
+            .field("tls_cert", &self.tls_cert)
+            .field("tls_key", &self.tls_key)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("node_timeout", &self.node_timeout)
+            .field("prefix", &self.prefix)
+            .field("json", &self.json)
+            .field("verbose", &self.verbose)
+            .field("quiet", &self.quiet)
+            .field("from_env", &self.from_env)
+            .field("unused_env", &self.unused_env)
+            .finish()
+    }
 }
 
 /// The exit codes, for `--help` and the man page's EXIT STATUS.
@@ -184,9 +214,14 @@ pub(crate) const ENVIRONMENT: &[(&str, &str)] = &[
     ),
     (
         "LEASEHOLD_CLUSTER",
-        "--cluster, as 1/true/yes/on or 0/false/no/off.",
+        "--cluster, as 1/true/yes/on or 0/false/no/off. Not read with a --url on the command \
+         line (a warning names it).",
     ),
-    ("LEASEHOLD_SENTINEL", "--sentinel: the master's name."),
+    (
+        "LEASEHOLD_SENTINEL",
+        "--sentinel: the master's name. Not read with a --url on the command line (a warning \
+         names it).",
+    ),
     ("LEASEHOLD_TLS_CA", "--tls-ca: a PEM file."),
     ("LEASEHOLD_TLS_CERT", "--tls-cert: a PEM file."),
     ("LEASEHOLD_TLS_KEY", "--tls-key: a PEM file."),
@@ -254,7 +289,8 @@ fn after_help() -> String {
     }
     text.push_str(
         "\nEvery global option also comes from its LEASEHOLD_* variable ([env: ...] above; \
-         the flag wins); see ENVIRONMENT in `leasehold man`.\n\nExamples:\n",
+         the flag wins, and a --url on the command line takes --cluster and --sentinel from \
+         the command line only); see ENVIRONMENT in `leasehold man`.\n\nExamples:\n",
     );
     for (example, what) in EXAMPLES {
         text.push_str(&format!("  {example}\n      {what}\n"));
@@ -395,9 +431,10 @@ pub(crate) enum Command {
 #[derive(Debug, Args)]
 pub(crate) struct WaitArgs {
     /// How long to wait for the lock while someone else holds it: a
-    /// duration (500ms, 30s, 2m) or forever (also inf); 0 is --no-wait (as
-    /// flock -w 0). Past it, exit 75 (or -E). Defaults to forever: wait
-    /// until acquired, as flock(1) does.
+    /// duration (500ms, 30s, 2m), plain seconds (5, 0.5, as flock -w takes
+    /// them) or forever (also inf); 0 is --no-wait (as flock -w 0). Past
+    /// it, exit 75 (or -E). Defaults to forever: wait until acquired, as
+    /// flock(1) does.
     #[arg(short = 'w', long, value_name = "DURATION|forever", value_parser = parse_wait, conflicts_with = "no_wait")]
     pub(crate) wait: Option<Wait>,
 
@@ -443,7 +480,8 @@ pub(crate) struct RunArgs {
     pub(crate) more: Vec<String>,
 
     /// Lease length, renewed while CMD runs: it bounds how long a crashed
-    /// leasehold keeps others out (10ms to 24h).
+    /// leasehold keeps others out (10ms to 24h; a duration such as 30s, or
+    /// plain seconds such as 30).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_ttl)]
     pub(crate) ttl: Duration,
 
@@ -500,7 +538,8 @@ pub(crate) struct ElectArgs {
     pub(crate) value: Option<String>,
 
     /// Lease length, renewed while CMD runs: how long a crashed leader
-    /// keeps the others waiting (10ms to 24h).
+    /// keeps the others waiting (10ms to 24h; a duration such as 30s, or
+    /// plain seconds such as 30).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_ttl)]
     pub(crate) ttl: Duration,
 
@@ -615,7 +654,8 @@ pub(crate) struct AcquireArgs {
     pub(crate) name: String,
 
     /// Lease length. Not renewed: the lease ends this long after the
-    /// acquisition unless `leasehold extend` moves it (10ms to 24h).
+    /// acquisition unless `leasehold extend` moves it (10ms to 24h; a
+    /// duration such as 30s, or plain seconds such as 30).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_ttl)]
     pub(crate) ttl: Duration,
 
@@ -633,7 +673,8 @@ pub(crate) struct ExtendArgs {
     /// The owner token printed by `leasehold acquire`.
     pub(crate) token: String,
 
-    /// The new lease length, from now (10ms to 24h).
+    /// The new lease length, from now (10ms to 24h; a duration such as 30s,
+    /// or plain seconds such as 30).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_ttl)]
     pub(crate) ttl: Duration,
 }
@@ -850,17 +891,56 @@ pub(crate) struct RunWatchArgs {
     pub(crate) poll_ms: u64,
 }
 
-/// Parses a human duration ("500ms", "30s", "2m"); zero is refused because
-/// every duration here bounds something that must be able to happen.
+/// Parses a human duration ("500ms", "30s", "2m") or plain seconds ("5",
+/// "0.5", as flock(1) takes them); zero is refused because every duration
+/// here bounds something that must be able to happen.
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
-    match humantime::parse_duration(s) {
-        Ok(d) if d.is_zero() => Err("must be above zero".to_owned()),
-        Ok(d) => Ok(d),
-        Err(humantime::DurationError::NumberOverflow) => Err(
-            "too large, or finer than 1ns; expected a duration like 500ms, 30s or 2m".to_owned(),
-        ),
-        Err(_) => Err("expected a duration like 500ms, 30s or 2m".to_owned()),
+    match parse_span(s)? {
+        d if d.is_zero() => Err("must be above zero".to_owned()),
+        d => Ok(d),
     }
+}
+
+/// What a duration flag says: plain seconds or a human duration, zero
+/// included.
+fn parse_span(s: &str) -> Result<Duration, String> {
+    const EXPECTED: &str = "expected seconds (5, 0.5) or a duration like 500ms, 30s or 2m";
+    if let Some(seconds) = plain_seconds(s.trim()) {
+        return seconds;
+    }
+    match humantime::parse_duration(s) {
+        Ok(d) => Ok(d),
+        Err(humantime::DurationError::NumberOverflow) => {
+            Err(format!("too large, or finer than 1ns; {EXPECTED}"))
+        }
+        Err(_) => Err(EXPECTED.to_owned()),
+    }
+}
+
+/// Plain seconds, `digits[.digits]` (flock's `-w 5`, `-w 0.5`), to the
+/// nanosecond: `None` for anything else. Read as decimal digits, not as a
+/// float, so 0.1 is 100ms exactly.
+fn plain_seconds(s: &str) -> Option<Result<Duration, String>> {
+    let (whole, fraction) = s.split_once('.').unwrap_or((s, ""));
+    let digits = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
+    if !digits(whole) || (s.contains('.') && !digits(fraction)) {
+        return None;
+    }
+    if fraction.len() > 9 {
+        return Some(Err(format!(
+            "{s} seconds is finer than 1ns; give at most 9 decimals"
+        )));
+    }
+    let Ok(secs) = whole.parse::<u64>() else {
+        return Some(Err(format!("{s} seconds is too large")));
+    };
+    // Nine digits of nanoseconds: "5" is 500_000_000.
+    let nanos = if fraction.is_empty() {
+        0
+    } else {
+        format!("{fraction:0<9}").parse::<u32>().ok()?
+    };
+    Some(Ok(Duration::new(secs, nanos)))
 }
 
 /// The lease lengths the library accepts by default (its `ttl_bounds`).
@@ -893,16 +973,12 @@ pub(crate) fn parse_at_most_a_day(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// Parses `--wait`: a duration, forever (`forever`, `inf`, `infinity`), or
-/// zero (`0`, `0s`: no wait, as flock's `-w 0`).
+/// Parses `--wait`: a duration or plain seconds, forever (`forever`,
+/// `inf`, `infinity`), or zero (`0`, `0s`, `0.0`: no wait, as flock's `-w 0`).
 pub(crate) fn parse_wait(s: &str) -> Result<Wait, String> {
     match s.trim().to_ascii_lowercase().as_str() {
         "forever" | "inf" | "infinity" => Ok(Wait::Forever),
-        "0" => Ok(Wait::For(Duration::ZERO)),
-        zero if humantime::parse_duration(zero).is_ok_and(|d| d.is_zero()) => {
-            Ok(Wait::For(Duration::ZERO))
-        }
-        _ => parse_duration(s)
+        _ => parse_span(s)
             .map(Wait::For)
             .map_err(|e| format!("{e}, or forever")),
     }

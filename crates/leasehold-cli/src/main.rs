@@ -62,6 +62,9 @@ fn main() -> ExitCode {
             exit::quiet();
         }
         install_logging(&cli.global);
+        for warning in &cli.global.unused_env {
+            exit::warning(warning.clone());
+        }
     }
     // `run`'s helper processes: small, synchronous, no runtime of their own.
     let cli = match cli.command {

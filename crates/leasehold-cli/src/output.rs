@@ -328,16 +328,6 @@ pub(crate) fn list_human(rows: &[Row]) -> String {
     out
 }
 
-/// A URL without its password, for messages.
-pub(crate) fn redacted(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}://{}", &url[..scheme], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

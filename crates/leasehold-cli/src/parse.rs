@@ -28,19 +28,49 @@ pub(crate) enum Parsed {
 
 /// Parses `args` (program name first). Help and version are printed here;
 /// every other clap error becomes a one-line usage [`Failure`] (exit 64).
+///
+/// Twice: first the command line alone, without any variable, which tells
+/// what it gives (clap's [`ValueSource::CommandLine`]); then with the
+/// variables of what it does not give. A variable is never read beside its
+/// flag, so a bad one cannot fail a command line that does not use it
+/// (clap would read it anyway when the option comes before the command:
+/// each command parses the global options again, finds this one missing
+/// from its own part of the line, and takes the variable). A `--url` on the
+/// command line takes its topology from the command line only (see
+/// docs/CLI.md, "Flags and variables").
 pub(crate) fn parse<I, T>(args: I) -> Result<Parsed, Failure>
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
-    let parsed = command(&args)
+    let on_line = match command_reading(|_| false).try_get_matches_from(&args) {
+        Ok(matches) => given_on_line(&matches),
+        // Printed below, by the command that names the variables.
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            Vec::new()
+        }
+        Err(e) => return Err(Failure::usage(one_line(&e, &args, false))),
+    };
+    let url_on_line = on_line.iter().any(|id| id == "urls");
+    let unused = if url_on_line {
+        unused_topology(&on_line)
+    } else {
+        Vec::new()
+    };
+    // A variable is read unless its flag is on the line, or it is a
+    // topology variable beside a --url on the line.
+    let not_read = |id: &str| {
+        on_line.iter().any(|given| given == id) || (url_on_line && TOPOLOGY.contains(&id))
+    };
+    let parsed = command_reading(|id| !not_read(id))
         .try_get_matches_from(&args)
         .and_then(|mut matches| {
             // Before from_arg_matches_mut, which takes the values out.
             let from_env = from_env(&matches);
             let mut cli = Cli::from_arg_matches_mut(&mut matches)?;
             cli.global.from_env = from_env;
+            cli.global.unused_env = unused;
             Ok(cli)
         });
     match parsed {
@@ -56,48 +86,81 @@ where
             let _ = e.print();
             Ok(Parsed::Done)
         }
-        Err(e) => Err(Failure::usage(one_line(&e, &args))),
+        // The command line alone parsed: the error is a variable's.
+        Err(e) => Err(Failure::usage(one_line(&e, &args, true))),
     }
 }
 
-/// The clap command for `args`, without the variables it must not read:
-/// one that is set but empty (or blank) counts as unset, as an empty
-/// `LEASEHOLD_URL` always did; and the variable of a global option given
-/// on the command line is not read at all. clap would read it anyway
-/// when the option comes before the command: each command parses the
-/// global options again, finds this one missing from its own part of the
-/// line, and takes the variable, so `--prefix a status` under
-/// `LEASEHOLD_PREFIX=b` used b, and a bad variable failed the command.
-fn command(args: &[OsString]) -> clap::Command {
-    let given: Vec<&str> = args
-        .iter()
-        .skip(1)
-        .take_while(|a| *a != "--")
-        .filter_map(|a| a.to_str())
-        .collect();
+/// The ids of the options that set how the `--url`s are taken.
+const TOPOLOGY: [&str; 2] = ["cluster", "sentinel"];
+
+/// The clap command reading the variable of each option whose id `read`
+/// accepts, except a variable set but empty (or blank), which counts as
+/// unset, as an empty `LEASEHOLD_URL` always did.
+fn command_reading(read: impl Fn(&str) -> bool) -> clap::Command {
     Cli::command().mut_args(|arg| {
         let blank = arg
             .get_env()
             .and_then(std::env::var_os)
             .is_some_and(|value| value.to_string_lossy().trim().is_empty());
-        let long = arg.get_long().map(|long| format!("--{long}"));
-        let on_line = given.iter().any(|a| {
-            long.as_deref()
-                .is_some_and(|long| *a == long || a.starts_with(&format!("{long}=")))
-                // A cluster of short flags: -q, -vv, -qn.
-                || arg.get_short().is_some_and(|short| {
-                    a.len() > 1
-                        && a.starts_with('-')
-                        && !a.starts_with("--")
-                        && a[1..].split('=').next().is_some_and(|s| s.contains(short))
-                })
-        });
-        if arg.get_env().is_some() && (blank || on_line) {
+        if arg.get_env().is_some() && (blank || !read(arg.get_id().as_str())) {
             arg.env(None)
         } else {
             arg
         }
     })
+}
+
+/// The ids of the global options the command line gives, before or after
+/// the command (clap hands a global option given after it up to the top).
+fn given_on_line(matches: &ArgMatches) -> Vec<String> {
+    Cli::command()
+        .get_arguments()
+        .filter(|arg| matches.value_source(arg.get_id().as_str()) == Some(ValueSource::CommandLine))
+        .map(|arg| arg.get_id().as_str().to_owned())
+        .collect()
+}
+
+/// The topology variables not read because a `--url` is on the command
+/// line, when they would have changed how it is taken, each with what to
+/// say: LEASEHOLD_SENTINEL set, LEASEHOLD_CLUSTER set to anything but false.
+fn unused_topology(on_line: &[String]) -> Vec<String> {
+    use clap::builder::TypedValueParser;
+    let command = Cli::command();
+    let mut unused = Vec::new();
+    for arg in command.get_arguments() {
+        let id = arg.get_id().as_str();
+        if !TOPOLOGY.contains(&id) || on_line.iter().any(|given| given == id) {
+            continue;
+        }
+        let Some(var) = arg.get_env() else { continue };
+        let Some(value) = std::env::var_os(var) else {
+            continue;
+        };
+        let text = value.to_string_lossy();
+        if text.trim().is_empty() {
+            continue;
+        }
+        let var = var.to_string_lossy();
+        let flag = format!("--{}", arg.get_long().unwrap_or(id));
+        let add = if arg.get_action().takes_values() {
+            format!("{flag} {}", text.trim())
+        } else {
+            let is_false = clap::builder::BoolishValueParser::new()
+                .parse_ref(&command, None, &value)
+                .is_ok_and(|on| !on);
+            if is_false {
+                continue;
+            }
+            flag
+        };
+        unused.push(format!(
+            "{var} is not used: a --url on the command line takes {} from the command line only; \
+             add {add} to use it, or unset {var}",
+            TOPOLOGY.map(|t| format!("--{t}")).join(" and ")
+        ));
+    }
+    unused
 }
 
 /// The ids of the global options whose value came from their variable,
@@ -212,8 +275,10 @@ fn check_kind_on_redlock(cli: &Cli) -> Result<(), Failure> {
     }
 }
 
-/// Reduces clap's multi-line error (usage, tips) to one line plus a hint.
-fn one_line(err: &clap::Error, args: &[OsString]) -> String {
+/// Reduces clap's multi-line error (usage, tips) to one line plus a hint;
+/// `from_variable`: the command line alone parsed, so a bad value is a
+/// variable's, and the message names it.
+fn one_line(err: &clap::Error, args: &[OsString], from_variable: bool) -> String {
     if err.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
         return "no command given; see `leasehold --help`".to_owned();
     }
@@ -231,8 +296,9 @@ fn one_line(err: &clap::Error, args: &[OsString]) -> String {
     } else {
         paragraph.join(" ")
     };
+    let joined = without_secrets(&joined);
     let first = joined.strip_prefix("error: ").unwrap_or(&joined);
-    let first = match variable_of(err, args) {
+    let first = match variable_of(err).filter(|_| from_variable) {
         Some(var) => format!("in {var}: {first}"),
         None => first.to_owned(),
     };
@@ -254,11 +320,29 @@ fn one_line(err: &clap::Error, args: &[OsString]) -> String {
     format!("{first}; see `leasehold --help`")
 }
 
-/// The variable a bad value of a global option came from, when it did:
-/// clap's message names the flag only. A flag on the command line is read
-/// before its variable, and a bad one fails before the variable is looked
-/// at, so a flag absent from the command line means the variable.
-fn variable_of(err: &clap::Error, args: &[OsString]) -> Option<String> {
+/// clap's `message` with each value it quotes ('...') that may be a URL
+/// (it holds `://` or `@`) shown through [`leasehold::redact_url`]: clap
+/// echoes what it did not expect, and a URL typed without its `--url`, or
+/// given to another option, carries its password.
+fn without_secrets(message: &str) -> String {
+    message
+        .split('\'')
+        .enumerate()
+        .map(|(i, part)| {
+            let quoted = i % 2 == 1;
+            if quoted && (part.contains("://") || part.contains('@')) {
+                leasehold::redact_url(part)
+            } else {
+                part.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("'")
+}
+
+/// The variable of the option a bad value was given to (clap's message
+/// names the flag only), when it has one and it is set.
+fn variable_of(err: &clap::Error) -> Option<String> {
     if !matches!(
         err.kind(),
         ErrorKind::InvalidValue | ErrorKind::ValueValidation
@@ -280,13 +364,7 @@ fn variable_of(err: &clap::Error, args: &[OsString]) -> Option<String> {
     })?;
     let var = arg.get_env()?.to_string_lossy().into_owned();
     std::env::var_os(&var)?;
-    let on_line = args
-        .iter()
-        .skip(1)
-        .take_while(|a| *a != "--")
-        .filter_map(|a| a.to_str())
-        .any(|a| a == flag || a.starts_with(&format!("{flag}=")));
-    (!on_line).then_some(var)
+    Some(var)
 }
 
 impl Global {
@@ -376,7 +454,7 @@ impl Global {
                 master: master.clone(),
             });
         }
-        servers_of(urls)
+        servers_of(urls, &self.named("urls", "--url"))
     }
 
     /// Checks everything that can be checked without a server, so a bad
@@ -401,7 +479,9 @@ impl Global {
             for (i, address) in addresses.iter().enumerate() {
                 if addresses[..i].contains(address) {
                     return Err(Failure::usage(format!(
-                        "{url_flag} {address} is given twice: Redlock needs distinct, independent                          masters, and copies of the same server are not a quorum; pass each                          server once"
+                        "{url_flag} {address} is given twice: Redlock needs distinct, independent \
+                         masters, and copies of the same server are not a quorum; pass each \
+                         server once"
                     )));
                 }
             }
@@ -475,7 +555,7 @@ impl Global {
     /// A usage failure for two URLs, or for three or more (Redlock).
     #[cfg(feature = "bench")]
     pub(crate) fn single_url(&self) -> Result<String, Failure> {
-        single(self.servers()?)
+        single(self.servers()?, &self.named("urls", "--url"))
     }
 }
 
@@ -552,7 +632,7 @@ fn address_named(url: &str, flag: &str) -> Result<String, Failure> {
         Failure::usage(format!(
             "{flag} {:?} is not a Redis URL ({why}); write redis://[user:password@]host:port[/db], \
              rediss:// for TLS, or unix:///path/to/redis.sock",
-            crate::output::redacted(url)
+            leasehold::redact_url(url)
         ))
     };
     let info =
@@ -580,8 +660,9 @@ fn check_prefix(prefix: &str, flag: &str) -> Result<(), Failure> {
     Ok(())
 }
 
-/// What the `--url`s name.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What the `--url`s name. Its `Debug` shows each URL through
+/// [`leasehold::redact_url`].
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) enum Servers {
     /// One Redis.
     One(String),
@@ -598,32 +679,70 @@ pub(crate) enum Servers {
     },
 }
 
+impl std::fmt::Debug for Servers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = |urls: &[String]| -> Vec<String> {
+            urls.iter().map(|u| leasehold::redact_url(u)).collect()
+        };
+        match self {
+            Servers::One(url) => f
+                .debug_tuple("One")
+                .field(&leasehold::redact_url(url))
+                .finish(),
+            Servers::Redlock(urls) => f.debug_tuple("Redlock").field(&shown(urls)).finish(),
+            Servers::Cluster(urls) => f.debug_tuple("Cluster").field(&shown(urls)).finish(),
+            Servers::Sentinel { sentinels, master } => f
+                .debug_struct("Sentinel")
+                .field("sentinels", &shown(sentinels))
+                .field("master", master)
+                .finish(),
+        }
+    }
+}
+
 /// One URL is one Redis, three or more a Redlock; zero or two are refused.
-pub(crate) fn servers_of(mut urls: Vec<String>) -> Result<Servers, Failure> {
+/// `flag` is where they came from (`--url`, or `LEASEHOLD_URL`), for
+/// messages.
+pub(crate) fn servers_of(mut urls: Vec<String>, flag: &str) -> Result<Servers, Failure> {
     match urls.len() {
         0 => Err(Failure::usage("no Redis URL given; pass --url URL")),
         1 => Ok(Servers::One(urls.remove(0))),
-        2 => Err(Failure::usage(
-            "two --url given: Redlock needs at least 3 independent masters (with 2, one \
-             node's failure stops every lock); pass one --url for one Redis, or three or more",
-        )),
+        2 => Err(Failure::usage(format!(
+            "{}: Redlock needs at least 3 independent masters (with 2, one node's failure stops \
+             every lock); give one URL for one Redis, or three or more",
+            urls_given(2, flag)
+        ))),
         _ => Ok(Servers::Redlock(urls)),
     }
 }
 
-/// The URL of `servers` when it is one Redis.
+/// "two --url given", or "LEASEHOLD_URL holds two URLs": `n` URLs from `flag`.
+fn urls_given(n: usize, flag: &str) -> String {
+    let count = match n {
+        2 => "two".to_owned(),
+        n => n.to_string(),
+    };
+    if flag.starts_with("--") {
+        format!("{count} {flag} given")
+    } else {
+        format!("{flag} holds {count} URLs")
+    }
+}
+
+/// The URL of `servers` when it is one Redis; `flag` is where the URLs
+/// came from (`--url`, or `LEASEHOLD_URL`), for messages.
 ///
 /// # Errors
 ///
 /// A usage failure for a Redlock, a cluster or Sentinel: demo and bench
 /// run on one Redis.
-pub(crate) fn single(servers: Servers) -> Result<String, Failure> {
+pub(crate) fn single(servers: Servers, flag: &str) -> Result<String, Failure> {
     match servers {
         Servers::One(url) => Ok(url),
         Servers::Redlock(urls) => Err(Failure::usage(format!(
-            "{} --url given, which means Redlock, but this command runs on one Redis (Redlock \
-             is for run, acquire, extend, release, status and list); pass a single --url",
-            urls.len()
+            "{}, which means Redlock, but this command runs on one Redis (Redlock is for run, \
+             acquire, extend, release, status and list); give a single URL",
+            urls_given(urls.len(), flag)
         ))),
         Servers::Cluster(_) | Servers::Sentinel { .. } => Err(Failure::usage(
             "this command runs on one Redis; drop --cluster / --sentinel and pass a single --url",
@@ -649,6 +768,42 @@ mod tests {
                 .contains("too large")
         );
         assert!(parse_duration("").is_err());
+    }
+
+    /// flock(1)'s habit: `-w 5` is five seconds, `-w 0.5` half of one.
+    #[test]
+    fn plain_numbers_are_seconds_as_flock_takes_them() {
+        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("0.5"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.25"), Ok(Duration::from_millis(1250)));
+        assert_eq!(parse_duration(" 2 "), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("0.000000001"), Ok(Duration::from_nanos(1)));
+        assert_eq!(parse_wait("5"), Ok(Wait::For(Duration::from_secs(5))));
+        assert_eq!(parse_wait("0.5"), Ok(Wait::For(Duration::from_millis(500))));
+        assert_eq!(parse_wait("0.0"), Ok(Wait::For(Duration::ZERO)));
+        assert_eq!(parse_ttl("5"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_ttl("0.01"), Ok(Duration::from_millis(10)));
+        for bad in [
+            "0",
+            "0.0",
+            "-1",
+            "1.",
+            ".5.",
+            "1e3",
+            "0.0000000001",
+            "nan",
+            "inf",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        assert!(parse_ttl("0.005").unwrap_err().contains("10ms"));
+        assert!(
+            parse_duration("99999999999999999999999")
+                .unwrap_err()
+                .contains("too large")
+        );
+        // The message says both forms.
+        assert!(parse_duration("soon").unwrap_err().contains("seconds"));
     }
 
     #[test]
@@ -687,6 +842,22 @@ mod tests {
     }
 
     #[test]
+    fn quoted_urls_in_clap_messages_lose_their_passwords() {
+        assert_eq!(
+            without_secrets("unexpected argument 'redis://:pw@h:1' found"),
+            "unexpected argument 'redis://:***@h:1' found"
+        );
+        assert_eq!(
+            without_secrets("invalid value 'a b@c' for '--ttl <DURATION>': no"),
+            "invalid value '***@c' for '--ttl <DURATION>': no"
+        );
+        assert_eq!(
+            without_secrets("unexpected argument 'jobs' found"),
+            "unexpected argument 'jobs' found"
+        );
+    }
+
+    #[test]
     fn clap_definition_is_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
@@ -716,16 +887,22 @@ mod tests {
     fn three_urls_mean_redlock_and_two_are_refused() {
         let urls = |n: usize| (0..n).map(|i| format!("redis://n{i}")).collect::<Vec<_>>();
         assert_eq!(
-            servers_of(urls(1)).unwrap(),
+            servers_of(urls(1), "--url").unwrap(),
             Servers::One("redis://n0".into())
         );
-        let err = servers_of(urls(2)).unwrap_err();
+        let err = servers_of(urls(2), "--url").unwrap_err();
         assert_eq!(err.code, exit::USAGE);
         assert!(err.message.contains("at least 3"), "{}", err.message);
-        assert_eq!(servers_of(urls(3)).unwrap(), Servers::Redlock(urls(3)));
-        assert_eq!(servers_of(urls(5)).unwrap(), Servers::Redlock(urls(5)));
-        assert_eq!(servers_of(vec![]).unwrap_err().code, exit::USAGE);
-        let err = single(Servers::Redlock(urls(3))).unwrap_err();
+        assert_eq!(
+            servers_of(urls(3), "--url").unwrap(),
+            Servers::Redlock(urls(3))
+        );
+        assert_eq!(
+            servers_of(urls(5), "--url").unwrap(),
+            Servers::Redlock(urls(5))
+        );
+        assert_eq!(servers_of(vec![], "--url").unwrap_err().code, exit::USAGE);
+        let err = single(Servers::Redlock(urls(3)), "--url").unwrap_err();
         assert_eq!(err.code, exit::USAGE);
         assert!(err.message.contains("Redlock"), "{}", err.message);
     }

@@ -16,12 +16,20 @@ use crate::exit::{self, Failure};
 use crate::parse::{LeaseArgs, Servers, single};
 
 /// The Redis a session talks to.
-#[derive(Debug)]
 pub(crate) struct Target {
     /// Its URL.
     pub(crate) url: String,
     /// The private server, when we started one; killed on drop.
     pub(crate) server: Option<EmbeddedRedis>,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("url", &leasehold::redact_url(&self.url))
+            .field("server", &self.server)
+            .finish()
+    }
 }
 
 impl Target {
@@ -40,7 +48,7 @@ impl Target {
         }
         match global.given_urls() {
             Some(_) => Ok(Target {
-                url: single(global.servers()?)?,
+                url: single(global.servers()?, &global.named("urls", "--url"))?,
                 server: None,
             }),
             None => {
@@ -163,7 +171,7 @@ async fn connect_riding(global: &Global, ride: Option<Duration>) -> Result<Clien
     .collect();
     let place = match servers {
         Servers::One(url) => {
-            let place = format!("Redis at {}", crate::output::redacted(&url));
+            let place = format!("Redis at {}", leasehold::redact_url(&url));
             builder = builder.url(url);
             place
         }
@@ -259,7 +267,7 @@ async fn answers_in_plain_text(address: &str) -> bool {
 /// URLs joined for messages, passwords left out.
 fn list_of(urls: &[String]) -> String {
     urls.iter()
-        .map(|u| crate::output::redacted(u))
+        .map(|u| leasehold::redact_url(u))
         .collect::<Vec<_>>()
         .join(", ")
 }

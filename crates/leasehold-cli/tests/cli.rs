@@ -2386,10 +2386,16 @@ fn a_flag_on_the_command_line_wins_over_its_variable() {
     assert_eq!(out.json()["held"], true, "{out:?}");
     // -vv won over LEASEHOLD_QUIET: the connection's debug event is shown.
     assert!(!out.stderr.is_empty(), "{out:?}");
-    // Both from variables, or both from flags, they still conflict.
+    // Both from variables, or both from flags, they still conflict (with
+    // the URL from its variable too: a --url on the command line would not
+    // read them).
     let out = run_with_env(
-        &[("LEASEHOLD_CLUSTER", "1"), ("LEASEHOLD_SENTINEL", "m")],
-        &["--url", &dead, "status", "x"],
+        &[
+            ("LEASEHOLD_URL", &dead),
+            ("LEASEHOLD_CLUSTER", "1"),
+            ("LEASEHOLD_SENTINEL", "m"),
+        ],
+        &["status", "x"],
     );
     assert_eq!(out.code(), 64, "{out:?}");
     assert!(out.stderr.contains("LEASEHOLD_CLUSTER"), "{out:?}");
@@ -2465,4 +2471,338 @@ fn the_man_page_has_exit_status_environment_and_see_also() {
         assert!(see_also.contains(page), "{page}: {see_also}");
     }
     assert!(page.contains("unix://"), "{page}");
+}
+
+/// A password planted in every form a URL can carry it never comes back in
+/// anything the CLI prints, at every `-v` level, with and without `--json`,
+/// whether the URL connects, is refused, is unreachable or malformed, alone
+/// or in a list (Redlock, `--cluster`, `--sentinel`, `LEASEHOLD_URL` with
+/// several). It did: `-vv` logged `connected to=Redis at unix:///…?pass=PW`,
+/// and a malformed URL was echoed whole in its error.
+#[test]
+fn a_planted_password_is_never_printed_at_any_verbosity_or_in_json() {
+    const SECRET: &str = "s3cr3tPW";
+    let dir = temp_dir();
+    let socket = dir.path().join("r.sock");
+    let server = RedisServer::builder()
+        .password(SECRET)
+        .arg("unixsocket", socket.to_str().expect("utf-8 path"))
+        .arg("unixsocketperm", "700")
+        .start();
+    let port = server.port();
+    let sock = socket.display();
+    let closed: Vec<u16> = (0..3).map(|_| closed_port()).collect();
+    let dead = |i: usize| format!("redis://:{SECRET}@127.0.0.1:{}", closed[i]);
+    let url = |u: String| vec!["--url".to_owned(), u];
+    // (what it is, global arguments, LEASEHOLD_URL)
+    let forms: Vec<(&str, Vec<String>, Option<String>)> = vec![
+        (
+            "connects: userinfo",
+            url(format!("redis://default:{SECRET}@127.0.0.1:{port}")),
+            None,
+        ),
+        (
+            "connects: unix ?pass=",
+            url(format!("unix://{sock}?pass={SECRET}")),
+            None,
+        ),
+        (
+            "connects: from LEASEHOLD_URL",
+            vec![],
+            Some(format!("unix://{sock}?db=0&pass={SECRET}")),
+        ),
+        (
+            "refused: wrong userinfo",
+            url(format!("redis://:{SECRET}x@127.0.0.1:{port}")),
+            None,
+        ),
+        (
+            "refused: ?PASSWORD= on TCP",
+            url(format!("redis://127.0.0.1:{port}/?PASSWORD={SECRET}")),
+            None,
+        ),
+        (
+            "refused: unix ?PASS=",
+            url(format!("unix://{sock}?PASS={SECRET}")),
+            None,
+        ),
+        (
+            "bad: unix db",
+            url(format!("unix://{sock}?pass={SECRET}&db=x")),
+            None,
+        ),
+        (
+            "bad: port",
+            url(format!("redis://127.0.0.1:99999/?password={SECRET}")),
+            None,
+        ),
+        (
+            "bad: port with userinfo",
+            url(format!("redis://u:{SECRET}@127.0.0.1:99999")),
+            None,
+        ),
+        ("unreachable", url(dead(0)), None),
+        (
+            "unreachable: TLS",
+            url(format!("rediss://:{SECRET}@127.0.0.1:{}", closed[0])),
+            None,
+        ),
+        (
+            "Redlock, unreachable",
+            [url(dead(0)), url(dead(1)), url(dead(2))].concat(),
+            None,
+        ),
+        (
+            "Redlock, one malformed",
+            [
+                url(dead(0)),
+                url(dead(1)),
+                url(format!("redis://127.0.0.1:99999/?pass={SECRET}")),
+            ]
+            .concat(),
+            None,
+        ),
+        (
+            "cluster",
+            [vec!["--cluster".to_owned()], url(dead(0)), url(dead(1))].concat(),
+            None,
+        ),
+        (
+            "sentinel",
+            [
+                vec!["--sentinel".to_owned(), "mymaster".to_owned()],
+                url(dead(0)),
+            ]
+            .concat(),
+            None,
+        ),
+        (
+            "LEASEHOLD_URL: three",
+            vec![],
+            Some(format!(
+                "{} {} unix://{sock}?pass={SECRET}&db=x",
+                dead(0),
+                dead(1)
+            )),
+        ),
+        (
+            "LEASEHOLD_URL: two",
+            vec![],
+            Some(format!("{} {}", dead(0), dead(1))),
+        ),
+    ];
+    let levels: &[&[&str]] = &[
+        &[],
+        &["-v"],
+        &["-vv"],
+        &["-vvv"],
+        &["--json"],
+        &["--json", "-vv"],
+    ];
+    let commands: &[&[&str]] = &[&["status", "x"], &["run", "x", "--", "true"]];
+    let mut connected_debug = false;
+    for (what, global, env) in &forms {
+        for level in levels {
+            for command in commands {
+                let mut args: Vec<&str> = global.iter().map(String::as_str).collect();
+                args.extend_from_slice(level);
+                args.extend_from_slice(command);
+                let vars: Vec<(&str, &str)> =
+                    env.iter().map(|u| ("LEASEHOLD_URL", u.as_str())).collect();
+                let out = run_with_env(&vars, &args);
+                assert!(
+                    !out.stdout.contains(SECRET) && !out.stderr.contains(SECRET),
+                    "{what}: {args:?} printed the password: {out:?}"
+                );
+                if what.starts_with("connects") {
+                    assert_eq!(out.code(), 0, "{what}: {args:?}: {out:?}");
+                    if level.contains(&"-vv") && out.stderr.contains("connected") {
+                        connected_debug = true;
+                    }
+                } else {
+                    assert_ne!(out.code(), 0, "{what}: {args:?}: {out:?}");
+                    assert!(!out.stderr.is_empty(), "{what}: {args:?}: {out:?}");
+                }
+            }
+        }
+    }
+    // The debug event that showed the password was checked, not skipped.
+    assert!(connected_debug, "no `connected` event at -vv");
+}
+
+/// flock(1)'s plain seconds: `-w 5` and `--ttl 5` were refused for want of
+/// a unit; `--help` says a number is seconds.
+#[test]
+fn plain_numbers_are_seconds_for_wait_and_ttl() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let held = run_at(&url, &["--json", "acquire", "busy", "--ttl", "300"]);
+    assert_eq!(held.code(), 0, "{held:?}");
+    let remaining = status_json(&url, "busy")["remaining_ms"].as_u64();
+    assert!(
+        remaining.is_some_and(|ms| ms > 200_000 && ms <= 300_000),
+        "--ttl 300 is 300 s: {remaining:?}"
+    );
+    let started = Instant::now();
+    let out = run_at(&url, &["run", "-w", "0.5", "busy", "--", "true"]);
+    assert_eq!(out.code(), 75, "{out:?}");
+    // Half a second: not under it, and said in milliseconds (the time
+    // spent connecting is taken off the wait).
+    assert!(started.elapsed() >= Duration::from_millis(500), "{out:?}");
+    assert!(out.stderr.contains("ms waiting for lock"), "{out:?}");
+    let out = run_at(
+        &url,
+        &["run", "-w", "5", "--ttl", "5", "free", "--", "true"],
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+    for args in [&["run", "--help"][..], &["acquire", "--help"]] {
+        let out = run(args);
+        assert!(out.stdout.contains("plain seconds"), "{args:?}: {out:?}");
+    }
+}
+
+/// The small things of issue 33: a message with runs of spaces in it (a
+/// string continued without `\`), and two URLs from LEASEHOLD_URL said to
+/// be "two --url given".
+#[test]
+fn url_messages_have_single_spaces_and_name_the_variable() {
+    let dead = format!("redis://127.0.0.1:{}", closed_port());
+    let out = run(&[
+        "--url", &dead, "--url", &dead, "--url", &dead, "status", "x",
+    ]);
+    assert_eq!(out.code(), 64, "{out:?}");
+    assert!(out.stderr.contains("given twice"), "{out:?}");
+    assert!(!out.stderr.contains("  "), "{out:?}");
+
+    let two = format!("{dead} redis://127.0.0.1:{}", closed_port());
+    let out = run_with_env(&[("LEASEHOLD_URL", &two)], &["status", "x"]);
+    assert_eq!(out.code(), 64, "{out:?}");
+    assert!(out.stderr.contains("LEASEHOLD_URL"), "{out:?}");
+    assert!(!out.stderr.contains("--url given"), "{out:?}");
+    let out = run(&["--url", &dead, "--url", &dead, "status", "x"]);
+    assert!(out.stderr.contains("two --url given"), "{out:?}");
+
+    let three = format!(
+        "{dead} redis://127.0.0.1:{} redis://127.0.0.1:{}",
+        closed_port(),
+        closed_port()
+    );
+    let out = run_with_env(&[("LEASEHOLD_URL", &three)], &["demo"]);
+    assert_eq!(out.code(), 64, "{out:?}");
+    assert!(out.stderr.contains("LEASEHOLD_URL"), "{out:?}");
+    assert!(!out.stderr.contains("--url given"), "{out:?}");
+}
+
+/// docs/CLI.md's rule, as etcdctl's and kubectl's: what is given on the
+/// command line wins. A `--url` on the command line takes its topology from
+/// the command line only: LEASEHOLD_SENTINEL and LEASEHOLD_CLUSTER do not
+/// turn it into sentinels or cluster nodes, and a warning names the
+/// variable left unused. They did, and the error ("unknown command
+/// 'SENTINEL'", "cluster support disabled") named neither.
+#[test]
+fn a_url_on_the_command_line_takes_its_topology_from_the_command_line_only() {
+    let server = RedisServer::start();
+    let url = server.url();
+    for (var, value) in [
+        ("LEASEHOLD_SENTINEL", "mymaster"),
+        ("LEASEHOLD_CLUSTER", "1"),
+    ] {
+        let out = run_with_env(&[(var, value)], &["--url", &url, "status", "x"]);
+        assert_eq!(out.code(), 0, "{var}: {out:?}");
+        assert!(out.stdout.contains("the lock is free"), "{var}: {out:?}");
+        let warning: Vec<&str> = out.stderr.lines().collect();
+        assert_eq!(warning.len(), 1, "{var}: {out:?}");
+        assert!(
+            warning[0].contains(var) && warning[0].contains("--url"),
+            "{var}: {out:?}"
+        );
+        // -q silences the warning, not the rule.
+        let out = run_with_env(&[(var, value)], &["-q", "--url", &url, "status", "x"]);
+        assert_eq!(out.code(), 0, "{var}: {out:?}");
+        assert!(out.stderr.is_empty(), "{var}: {out:?}");
+        // The URL from its variable takes the topology from variables: this
+        // plain server is then asked as a sentinel or a cluster node, and
+        // refuses.
+        let out = run_with_env(&[("LEASEHOLD_URL", &url), (var, value)], &["status", "x"]);
+        assert_ne!(out.code(), 0, "{var}: {out:?}");
+    }
+    // The flag with the variable's URL: the flag's topology.
+    let out = run_with_env(
+        &[("LEASEHOLD_URL", &url)],
+        &["--sentinel", "mymaster", "status", "x"],
+    );
+    assert_ne!(out.code(), 0, "{out:?}");
+    // A variable that changes nothing is not mentioned.
+    let out = run_with_env(
+        &[("LEASEHOLD_CLUSTER", "0")],
+        &["--url", &url, "status", "x"],
+    );
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(out.stderr.is_empty(), "{out:?}");
+}
+
+/// What was given on the command line is what clap parsed there, not a
+/// scan of argv: `-wforever` is `-w forever`, not a cluster of short flags
+/// holding `-v`, so LEASEHOLD_VERBOSE still counts (it was dropped); a bad
+/// variable beside its flag, before or after the command, is not read.
+#[test]
+fn the_command_line_is_read_from_the_parse_not_from_argv() {
+    let server = RedisServer::start();
+    let url = server.url();
+    for wait in [&["-wforever"][..], &["-w", "forever"]] {
+        let args = [
+            &["--url", url.as_str(), "run"][..],
+            wait,
+            &["vq", "--", "true"],
+        ]
+        .concat();
+        let out = run_with_env(&[("LEASEHOLD_VERBOSE", "2")], &args);
+        assert_eq!(out.code(), 0, "{args:?}: {out:?}");
+        assert!(out.stderr.contains("connected"), "{args:?}: {out:?}");
+    }
+    for args in [
+        &["--connect-timeout", "5s", "status", "x"][..],
+        &["status", "--connect-timeout", "5s", "x"],
+        &["status", "x", "--connect-timeout=5s"],
+    ] {
+        let args = [&["--url", url.as_str()][..], args].concat();
+        let out = run_with_env(&[("LEASEHOLD_CONNECT_TIMEOUT", "soon")], &args);
+        assert_eq!(out.code(), 0, "{args:?}: {out:?}");
+    }
+    // A bad flag beside a good variable is the flag's error, not the variable's.
+    let out = run_with_env(
+        &[("LEASEHOLD_CONNECT_TIMEOUT", "5s")],
+        &["--url", &url, "status", "x", "--connect-timeout", "soon"],
+    );
+    assert_eq!(out.code(), 64, "{out:?}");
+    assert!(!out.stderr.contains("LEASEHOLD_CONNECT_TIMEOUT"), "{out:?}");
+    assert!(out.stderr.contains("--connect-timeout"), "{out:?}");
+}
+
+/// A URL typed where clap did not expect it (a forgotten `--url`, a URL
+/// given to another flag) was echoed whole by the usage error, password
+/// included.
+#[test]
+fn a_url_in_the_wrong_place_is_not_echoed_with_its_password() {
+    const SECRET: &str = "s3cr3tPW";
+    let url = format!("redis://:{SECRET}@127.0.0.1:{}", closed_port());
+    let unix = format!("unix:///nonexistent.sock?pass={SECRET}");
+    // (arguments, variables)
+    type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>);
+    let cases: Vec<Case> = vec![
+        (vec!["status", "x", &url], vec![]),
+        (vec!["--json", "status", "x", &unix], vec![]),
+        (vec!["--connect-timeout", &url, "status", "x"], vec![]),
+        (
+            vec!["status", "x"],
+            vec![("LEASEHOLD_CONNECT_TIMEOUT", &url)],
+        ),
+        (vec!["status", "x"], vec![("LEASEHOLD_NODE_TIMEOUT", &unix)]),
+    ];
+    for (args, vars) in cases {
+        let out = run_with_env(&vars, &args);
+        assert_eq!(out.code(), 64, "{args:?} {vars:?}: {out:?}");
+        assert!(!out.stderr.contains(SECRET), "{args:?} {vars:?}: {out:?}");
+        assert!(out.stderr.contains("***"), "{args:?} {vars:?}: {out:?}");
+    }
 }

@@ -221,6 +221,27 @@
 //! # Ok(()) }
 //! ```
 
+// Items behind a feature this build lacks are linked on docs.rs (built with
+// every feature), so `cargo doc` warns of no unresolved link in any build.
+#![cfg_attr(
+    not(feature = "tls"),
+    doc = "\n[`ClientBuilder::tls_ca_cert`]: https://docs.rs/leasehold/latest/leasehold/struct.ClientBuilder.html#method.tls_ca_cert",
+    doc = "[`ClientBuilder::tls_client_cert`]: https://docs.rs/leasehold/latest/leasehold/struct.ClientBuilder.html#method.tls_client_cert"
+)]
+#![cfg_attr(
+    not(feature = "cluster"),
+    doc = "\n[`Client::cluster`]: https://docs.rs/leasehold/latest/leasehold/struct.Client.html#method.cluster",
+    doc = "[`ClientBuilder::cluster`]: https://docs.rs/leasehold/latest/leasehold/struct.ClientBuilder.html#method.cluster"
+)]
+#![cfg_attr(
+    not(feature = "sentinel"),
+    doc = "\n[`Client::sentinel`]: https://docs.rs/leasehold/latest/leasehold/struct.Client.html#method.sentinel",
+    doc = "[`ClientBuilder::sentinel`]: https://docs.rs/leasehold/latest/leasehold/struct.ClientBuilder.html#method.sentinel"
+)]
+#![cfg_attr(
+    not(feature = "blocking"),
+    doc = "\n[`blocking`]: https://docs.rs/leasehold/latest/leasehold/blocking/index.html"
+)]
 // docs.rs (package.metadata.docs.rs): each item that needs a feature says which.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -253,9 +274,18 @@ pub mod sim;
 #[doc(hidden)]
 pub use scripts::script_names as sim_script_names;
 mod telemetry;
+
+/// The READMEs' Rust examples compile: rustdoc builds their `rust` blocks
+/// as doc tests (the workspace README is outside the package, and is read
+/// only while collecting doc tests).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeExamples;
 mod token;
 mod watchdog;
 
+pub use backend::redact_url;
 pub use client::Client;
 pub use client::break_lease::{BrokenHold, BrokenLease};
 pub use client::builder::{ClientBuilder, DEFAULT_PREFIX};

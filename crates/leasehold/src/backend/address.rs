@@ -53,6 +53,18 @@ impl std::fmt::Debug for Endpoint {
     }
 }
 
+/// A list of URLs (Redlock's, a cluster's, the sentinels) for `Debug`:
+/// each through [`redact_url`].
+pub(crate) struct RedactedUrls<'a>(pub(crate) &'a [String]);
+
+impl std::fmt::Debug for RedactedUrls<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|url| redact_url(url)))
+            .finish()
+    }
+}
+
 /// TLS material beyond the system's trust store.
 #[derive(Clone, Default)]
 pub(crate) struct TlsOptions {
@@ -174,14 +186,130 @@ pub(super) fn open_client(info: ConnectionInfo, options: &ConnectOptions) -> Res
     redis::Client::open(info).map_err(|e| Error::from_redis(e, &addr, ""))
 }
 
-/// A URL with any password replaced, fit for error messages.
-pub(crate) fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+/// `url` fit for a message, a log line or a `Debug` string: every password
+/// it may carry replaced by `***`, the rest as written, so the server can
+/// still be told.
+///
+/// The password of the userinfo goes (`redis://user:***@host`; a userinfo
+/// without `:` may be a password given alone, and goes whole), and so does
+/// the value of every `password` or `pass` query parameter, in any case and
+/// percent-encoding (`unix:///run/redis.sock?pass=***`). A URL the driver
+/// cannot parse whole (a port out of range, a database that is not a
+/// number) cannot be read part by part with confidence: its whole userinfo
+/// and whole query are replaced. Every error, log line and `Debug` string
+/// of leasehold that names a URL shows it through this function; lists of
+/// URLs (Redlock, Cluster, Sentinel) show each one through it.
+///
+/// ```
+/// use leasehold::redact_url;
+/// assert_eq!(redact_url("redis://app:hunter2@10.0.0.5:6379/0"), "redis://app:***@10.0.0.5:6379/0");
+/// assert_eq!(redact_url("unix:///run/redis.sock?db=1&pass=hunter2"), "unix:///run/redis.sock?db=1&pass=***");
+/// assert_eq!(redact_url("redis://10.0.0.5:99999/?password=hunter2"), "redis://10.0.0.5:99999/?***");
+/// ```
+pub fn redact_url(url: &str) -> String {
+    let whole = url.into_connection_info().is_ok();
+    // The scheme, when there is one ("redis://"); the rest is read after it.
+    let start = url
+        .find("://")
+        .filter(|&i| {
+            i > 0
+                && url[..i]
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+        })
+        .map_or(0, |i| i + 3);
+    let (head, rest) = url.split_at(start);
+    let mut shown = head.to_owned();
+    if !whole {
+        // Whatever stands before the last '@' may hold a password with any
+        // character in it; whatever follows a '?' or '#' may be a query.
+        let rest = match rest.rfind('@') {
+            Some(at) => {
+                shown.push_str("***");
+                &rest[at..]
+            }
+            None => rest,
+        };
+        match rest.find(['?', '#']) {
+            Some(cut) => {
+                shown.push_str(&rest[..=cut]);
+                shown.push_str("***");
+            }
+            None => shown.push_str(rest),
         }
-        _ => url.to_owned(),
+        return shown;
     }
+    // Parsed whole: the authority ends at the first '/', '?' or '#', and its
+    // userinfo at its last '@', as the driver reads them.
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let rest = match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            match rest[..at].split_once(':') {
+                Some((user, _)) => {
+                    shown.push_str(user);
+                    shown.push_str(":***");
+                }
+                None => shown.push_str("***"),
+            }
+            &rest[at..]
+        }
+        None => rest,
+    };
+    let (before_fragment, fragment) = match rest.split_once('#') {
+        Some((before, fragment)) => (before, Some(fragment)),
+        None => (rest, None),
+    };
+    let (path, query) = match before_fragment.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (before_fragment, None),
+    };
+    shown.push_str(path);
+    if let Some(query) = query {
+        shown.push('?');
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((key, _)) if is_password_key(key) => format!("{key}=***"),
+                _ => pair.to_owned(),
+            })
+            .collect();
+        shown.push_str(&pairs.join("&"));
+    }
+    // A fragment means something only as `#insecure` (rediss://); any
+    // other may be the tail of a password that held a '#'.
+    match fragment {
+        Some("insecure") => shown.push_str("#insecure"),
+        Some(_) => shown.push_str("#***"),
+        None => {}
+    }
+    shown
+}
+
+/// Whether a query parameter's name (as written: percent-encoded, `+` for
+/// a space) is `password` or `pass`, in any case.
+fn is_password_key(key: &str) -> bool {
+    let bytes = key.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%')
+            .then(|| key.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match (escaped, bytes[i]) {
+            (Some(byte), _) => {
+                decoded.push(byte);
+                i += 3;
+            }
+            (None, b'+') => {
+                decoded.push(b' ');
+                i += 1;
+            }
+            (None, byte) => {
+                decoded.push(byte);
+                i += 1;
+            }
+        }
+    }
+    decoded.eq_ignore_ascii_case(b"password") || decoded.eq_ignore_ascii_case(b"pass")
 }

@@ -47,9 +47,8 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 
 #[cfg(test)]
 use address::is_tls_url;
-#[cfg(any(test, feature = "sentinel"))]
-use address::redact_url;
-pub(crate) use address::{Credentials, Endpoint, TlsOptions};
+pub use address::redact_url;
+pub(crate) use address::{Credentials, Endpoint, RedactedUrls, TlsOptions};
 use address::{checked_info, open_client, parse_url};
 use managed::{Managed, Pushes};
 #[cfg(feature = "cluster")]

@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 const CHECK_EVERY: Duration = Duration::from_millis(500);
 
 /// Which master to follow, through which sentinels.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct SentinelTarget {
     /// `redis[s]://[user:password@]host:port` of each sentinel; scheme and
     /// credentials are also used for the master.
@@ -35,6 +35,16 @@ pub(crate) struct SentinelTarget {
     /// How long connecting keeps asking the sentinels while the master they
     /// name cannot be reached or is not one yet (`failover_wait`).
     pub(crate) failover_wait: Duration,
+}
+
+impl std::fmt::Debug for SentinelTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelTarget")
+            .field("sentinels", &super::address::RedactedUrls(&self.sentinels))
+            .field("master_name", &self.master_name)
+            .field("failover_wait", &self.failover_wait)
+            .finish()
+    }
 }
 
 pub(crate) struct Followed {

@@ -5,13 +5,16 @@ use std::time::Duration;
 
 #[cfg(feature = "sentinel")]
 use crate::backend::SentinelTarget;
-use crate::backend::{Credentials, Endpoint, TlsOptions};
+use crate::backend::{Credentials, Endpoint, RedactedUrls, TlsOptions};
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "leasehold";
 
 /// Options for a [`Client`](crate::Client); made by [`Client::builder`](crate::Client::builder).
-#[derive(Debug, Clone)]
+///
+/// Its `Debug` shows no password: the URLs go through
+/// [`redact_url`](crate::redact_url), [`password`](ClientBuilder::password) shows as `***`.
+#[derive(Clone)]
 pub struct ClientBuilder {
     pub(crate) server: Endpoint,
     pub(crate) credentials: Credentials,
@@ -30,6 +33,29 @@ pub struct ClientBuilder {
     pub(crate) min_ttl: Duration,
     pub(crate) max_ttl: Duration,
     pub(crate) fence_memory: Duration,
+}
+
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("ClientBuilder");
+        d.field("server", &self.server)
+            .field("credentials", &self.credentials)
+            .field("redlock", &self.redlock.as_deref().map(RedactedUrls));
+        #[cfg(feature = "cluster")]
+        d.field("cluster", &self.cluster.as_deref().map(RedactedUrls));
+        #[cfg(feature = "sentinel")]
+        d.field("sentinel", &self.sentinel)
+            .field("failover_wait", &self.failover_wait);
+        d.field("tls", &self.tls)
+            .field("min_replicas", &self.min_replicas)
+            .field("node_timeout", &self.node_timeout)
+            .field("prefix", &self.prefix)
+            .field("command_timeout", &self.command_timeout)
+            .field("min_ttl", &self.min_ttl)
+            .field("max_ttl", &self.max_ttl)
+            .field("fence_memory", &self.fence_memory)
+            .finish()
+    }
 }
 
 impl Default for ClientBuilder {
@@ -57,7 +83,8 @@ impl Default for ClientBuilder {
 }
 
 impl ClientBuilder {
-    /// The server, `redis://[user:password@]host:port[/db]`.
+    /// The server, `redis://[user:password@]host:port[/db]`. Errors and
+    /// `Debug` show it through [`redact_url`](crate::redact_url), without its password.
     ///
     /// Defaults to `redis://127.0.0.1:6379`.
     pub fn url(mut self, url: impl Into<String>) -> Self {
