@@ -9,11 +9,19 @@
 -- A waiting writer's entry ('i:<hold id>:<owner>') gives up its place in the writers key too.
 -- Publishes 'all' for an RwLock: every waiter may proceed (many readers can enter at once);
 -- a semaphore passes '' (one permit frees, so one waiter per client wakes).
-local refused = foreign_keys({{1, 'zset', LEASE_MEMBER}, {4, 'zset'}})
+local refused = foreign_keys({{1, 'zset', LEASE_MEMBER}})
 if refused then
   return refused
 end
 local key, queue = KEYS[1], KEYS[4]
+-- A writers key of another type is another program's: the release still gives the lease
+-- back, and leaves that key alone.
+if queue then
+  local found = redis.call('TYPE', queue)['ok']
+  if found ~= 'zset' and found ~= 'none' then
+    queue = nil
+  end
+end
 local now = now_ms()
 local score = redis.call('ZSCORE', key, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
