@@ -211,7 +211,8 @@ pub(crate) async fn take_hold(
         }
         Mode::Write => {
             let rw = rw();
-            let busy = || format!("read-write lock {name:?} has readers or a writer");
+            let busy =
+                || format!("read-write lock {name:?} has readers or a writer, or a writer waits");
             let write = per_lease(
                 lease,
                 async || rw.try_write().await,

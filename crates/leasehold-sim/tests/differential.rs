@@ -326,7 +326,7 @@ fn sem_member() -> impl Strategy<Value = String> {
 }
 
 fn rw_and_semaphore() -> impl Strategy<Value = Step> {
-    let member = || prop_oneof![rw_member(&["r", "w"]), sem_member()];
+    let member = || prop_oneof![rw_member(&["r", "w", "i"]), sem_member()];
     prop_oneof![
         (
             name(&["w"]),
@@ -338,7 +338,7 @@ fn rw_and_semaphore() -> impl Strategy<Value = Step> {
         )
             .prop_map(|(n, mode, o, h, ttl, waits)| script(
                 "rw_acquire",
-                vec![k(&n, "lock"), k(&n, "fence")],
+                vec![k(&n, "lock"), k(&n, "fence"), k(&n, "writers")],
                 vec![
                     mode.into(),
                     o.into(),
@@ -367,9 +367,14 @@ fn rw_and_semaphore() -> impl Strategy<Value = Step> {
             flag()
         )
             .prop_map(|(n, m, payload, sharded, drop)| {
+                let mut keys = vec![k(&n, "lock"), k(&n, "released"), k(&n, "fence")];
+                // An RwLock's release names its waiting writers' places too.
+                if n == "w" {
+                    keys.push(k(&n, "writers"));
+                }
                 script(
                     "rw_release",
-                    vec![k(&n, "lock"), k(&n, "released"), k(&n, "fence")],
+                    keys,
                     vec![m, payload.into(), sharded.into(), drop.into()],
                 )
             }),
@@ -478,7 +483,9 @@ fn fenced() -> impl Strategy<Value = Step> {
 fn any_key() -> impl Strategy<Value = String> {
     (
         pick(&["a", "x", "r", "w", "s", "e"]),
-        pick(&["lock", "fence", "queue", "alive", "leader", "call:1"]),
+        pick(&[
+            "lock", "fence", "queue", "alive", "leader", "call:1", "writers",
+        ]),
     )
         .prop_map(|(n, suffix)| k(n, suffix))
 }
@@ -699,7 +706,7 @@ fn crowd() -> impl Strategy<Value = Vec<Step>> {
                 .map(|(mode, o, h, ttl, waits)| {
                     script(
                         "rw_acquire",
-                        vec![k("w", "lock"), k("w", "fence")],
+                        vec![k("w", "lock"), k("w", "fence"), k("w", "writers")],
                         vec![
                             mode.into(),
                             o.into(),

@@ -1,5 +1,6 @@
 //! Many readers at once, or one writer alone; a waiting writer holds new
-//! readers back, so it is not starved.
+//! readers back, so it is not starved, and writers go in the order they
+//! came.
 //!
 //! ```sh
 //! cargo run -p leasehold --example rwlock     # LEASEHOLD_URL, or 127.0.0.1:6379
@@ -15,16 +16,16 @@ async fn main() -> Result<(), leasehold::Error> {
     let client = Client::connect(&url).await?;
     let catalog = client.rw_lock("catalog").ttl(Duration::from_secs(10));
 
-    // Readers share the lock; each holds its own lease.
+    // Readers share the lock; each read is its own holder with its own lease.
     let first = catalog.read().await?;
-    let second = catalog.clone().owner("reader-2").read().await?;
+    let second = catalog.read().await?;
     let status = catalog.status().await?;
     println!("{} readers hold the catalog", status.reader_count);
 
-    // A writer waits for both readers (and, while it waits, no new reader
-    // gets in).
+    // A writer (a clone of the handle is a holder of its own) waits for
+    // both readers; while it waits, no new reader gets in.
     let writer = {
-        let catalog = catalog.clone().owner("writer");
+        let catalog = catalog.clone();
         tokio::spawn(async move { catalog.write().await })
     };
     first.release().await?;

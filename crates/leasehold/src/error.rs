@@ -19,7 +19,7 @@ use std::time::Duration;
 /// }
 /// # Ok(()) }
 /// ```
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The lock stayed held by someone else for the whole `wait`.
@@ -74,13 +74,18 @@ pub enum Error {
         name: String,
     },
 
-    /// A write lock was asked for by an owner that holds only read locks.
+    /// A write was asked for by an owner that holds only reads of the same
+    /// [`RwLock`](crate::RwLock).
     ///
-    /// Upgrading in place is refused: two readers upgrading at once would
-    /// wait for each other forever.
+    /// Only an owner shared on purpose ([`RwLock::owner`](crate::RwLock::owner))
+    /// meets this: without one, each acquisition is its own owner and a
+    /// write waits for the reads instead. Upgrading in place is refused:
+    /// two owners upgrading at once would wait for each other forever.
     #[error(
-        "this owner holds read locks on {name:?} and asked to write: upgrading is refused \
-         (two upgrading readers would deadlock); release the read guards, then call write()"
+        "RwLock {name:?}: this owner (RwLock::owner) holds read guards and asked to write; a read \
+         is never upgraded in place (two owners upgrading at once would wait for each other \
+         forever): release this owner's read guards first, then call write(), or take write() \
+         first and downgrade() it"
     )]
     UpgradeRefused {
         /// The lock name.
@@ -222,6 +227,34 @@ pub enum Error {
     /// Any other error reported by Redis or the connection.
     #[error("Redis error: {0}")]
     Redis(#[source] redis::RedisError),
+}
+
+/// The variant's name and its message: `main` returning `Result<_, Error>`
+/// prints an error with `Debug`, and the message is what tells the user
+/// what happened and what to do (a derived `Debug` showed only the fields).
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let variant = match self {
+            Error::Timeout { .. } => "Timeout",
+            Error::Lost { .. } => "Lost",
+            Error::StaleFence { .. } => "StaleFence",
+            Error::NotOwner { .. } => "NotOwner",
+            Error::UpgradeRefused { .. } => "UpgradeRefused",
+            Error::PermitsMismatch { .. } => "PermitsMismatch",
+            Error::QuorumNotReached { .. } => "QuorumNotReached",
+            Error::Closed => "Closed",
+            Error::CloseIncomplete { .. } => "CloseIncomplete",
+            Error::InvalidArgument(_) => "InvalidArgument",
+            Error::WrongType { .. } => "WrongType",
+            Error::Unreachable { .. } => "Unreachable",
+            Error::Tls { .. } => "Tls",
+            Error::ReplicasNotReached { .. } => "ReplicasNotReached",
+            Error::Auth { .. } => "Auth",
+            Error::Unsupported(_) => "Unsupported",
+            Error::Redis(_) => "Redis",
+        };
+        write!(f, "{variant}: {self}")
+    }
 }
 
 /// The code of the error a script's `redis.call` raised, as Redis 6.2

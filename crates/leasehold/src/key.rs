@@ -137,6 +137,12 @@ impl LockKeys {
         self.name(4)
     }
 
+    /// An RwLock's waiting writers in arrival order (a sorted set). Built
+    /// on demand, as [`LockKeys::leader`].
+    pub(crate) fn writers(&self) -> String {
+        beside(self.lock(), ":writers")
+    }
+
     /// An election's leader record, next to its lease (see [`leader_key`]).
     /// Built on demand: only elections use it, and a client holding many
     /// leases should not carry it in every [`LockKeys`].
@@ -366,9 +372,10 @@ mod tests {
             prop_assert_eq!(hashed_part(k.channel()), tag);
             prop_assert_eq!(hashed_part(k.queue()), tag);
             prop_assert_eq!(hashed_part(k.alive()), tag);
-            let (leader, elected) = (k.leader(), k.elected());
+            let (leader, elected, writers) = (k.leader(), k.elected(), k.writers());
             prop_assert_eq!(hashed_part(&leader), tag);
             prop_assert_eq!(hashed_part(&elected), tag);
+            prop_assert_eq!(hashed_part(&writers), tag);
             prop_assert!(k.leader().starts_with("leasehold:"));
             prop_assert!(k.lock().starts_with("leasehold:"));
             prop_assert!(k.channel().starts_with("leasehold:"));

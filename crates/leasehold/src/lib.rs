@@ -8,7 +8,8 @@
 //! - [`ReentrantLock`]: a lease lock that its owner (an id you choose) may
 //!   take again while holding it; free once every hold is given back.
 //! - [`RwLock`]: many readers or one writer, each holder with its own lease;
-//!   waiting writers stop new readers; a writer may downgrade to a reader.
+//!   writers are served in the order they came, and a waiting writer stops
+//!   new readers; a writer may downgrade to a reader.
 //! - [`FairLock`]: the lease lock with waiters served strictly in arrival
 //!   order; a dead waiter leaves the queue within seconds.
 //! - [`Semaphore`]: up to N holders at once, each [`Permit`] its own lease.
@@ -124,6 +125,19 @@
 //! behind. A clock step back while it is kept changes nothing; one while it
 //! is not, or a failover to a replica whose clock is behind, can make fences
 //! go back by up to the step.
+//!
+//! # Who holds a lock
+//!
+//! One rule for every kind: **each acquisition is its own holder.** Its
+//! guard holds it, and any two guards exclude each other as the kind says,
+//! whether they came from one handle, from clones of it (handed to other
+//! tasks) or from other clients, as with tokio's locks. Only an owner
+//! shared on purpose changes that: handles given the same id with
+//! [`ReentrantLock::owner`] or [`RwLock::owner`] share their holds, in any
+//! task or process, which is what reentrancy is. Without such an id a
+//! [`ReentrantLock`] re-enters nothing, and a task that holds an
+//! [`RwLock`] read and asks to read or write again waits behind its own
+//! read like anyone else (see [`RwLock`] for where that ends).
 //!
 //! # Features
 //!

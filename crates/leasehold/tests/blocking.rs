@@ -193,7 +193,7 @@ fn a_reentrant_lock_is_entered_twice_by_its_owner_only() {
     let server = RedisServer::start();
     let client = client(&server);
     let re = client.reentrant_lock("orders").owner("job-7");
-    assert_eq!(re.owner_id(), "job-7");
+    assert_eq!(re.owner_id(), Some("job-7"));
     let first = re.acquire().unwrap();
     let second = re.try_acquire().unwrap().expect("reentrant");
     assert_eq!(first.fence(), second.fence());

@@ -30,6 +30,7 @@ const FENCE: &str = "t:{n}:fence";
 const CHANNEL: &str = "t:{n}:released";
 const QUEUE: &str = "t:{n}:queue";
 const ALIVE: &str = "t:{n}:alive";
+const WRITERS: &str = "t:{n}:writers";
 /// The connection id the helpers pass: waiters queue as `<id>:<token>`,
 /// and leases handed to them are announced on `HANDOFF` (the name
 /// `LockKeys::handoff_channel` makes, checked in `src/key.rs`).
@@ -1000,6 +1001,7 @@ fn rw(
     redis::Script::new(&RW_ACQUIRE)
         .key(LOCK)
         .key(FENCE)
+        .key(WRITERS)
         .arg(mode)
         .arg(owner)
         .arg(hold)
@@ -1019,6 +1021,8 @@ fn rw_release_call(conn: &mut Connection, member: &str) -> redis::RedisResult<i6
     redis::Script::new(&RW_RELEASE)
         .key(LOCK)
         .key(CHANNEL)
+        .key(FENCE)
+        .key(WRITERS)
         .arg(member)
         .invoke(conn)
 }
@@ -1098,6 +1102,154 @@ fn rw_acquire_shares_reads_and_a_blocked_writer_holds_back_new_readers() {
         1,
         "and write again"
     );
+}
+
+/// The waiting writers' places (`<hold>:<owner>`), first come first.
+fn writer_places(conn: &mut Connection) -> Vec<String> {
+    conn.zrange(WRITERS, 0, -1).unwrap()
+}
+
+/// Issue 33, item 3: a waiting writer takes its place at its first
+/// blocked attempt, and no other owner's writer that came later, or only
+/// tries, takes the lock before it; a reader that comes meanwhile waits.
+#[test]
+fn rw_acquire_serves_waiting_writers_in_arrival_order() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    assert_eq!(rw(&mut conn, "r", "a", "1", 10_000, true).0, 1);
+    assert_eq!(rw(&mut conn, "w", "w1", "2", 5_000, true).0, 0);
+    assert_eq!(rw(&mut conn, "w", "w2", "3", 5_000, true).0, 0);
+    assert_eq!(writer_places(&mut conn), ["2:w1", "3:w2"]);
+    let first: f64 = conn.zscore(WRITERS, "2:w1").unwrap();
+    // A retry keeps its place.
+    assert_eq!(rw(&mut conn, "w", "w1", "2", 5_000, true).0, 0);
+    let again: f64 = conn.zscore(WRITERS, "2:w1").unwrap();
+    assert_eq!(first, again);
+    let lock_ttl: i64 = conn.pttl(LOCK).unwrap();
+    let places_ttl: i64 = conn.pttl(WRITERS).unwrap();
+    assert!(
+        places_ttl > 0 && places_ttl <= lock_ttl,
+        "{places_ttl} {lock_ttl}"
+    );
+
+    assert_eq!(rw_release(&mut conn, "r:1:a"), 1);
+    // Free of holds now, but w1 came first.
+    let (ok, wait) = rw(&mut conn, "w", "w2", "3", 5_000, true);
+    assert_eq!(ok, 0, "the second writer went first");
+    assert!(
+        wait > 4_000 && wait <= 5_000,
+        "until w1's entry ends: {wait}"
+    );
+    assert_eq!(
+        rw(&mut conn, "w", "late", "4", 5_000, false).0,
+        0,
+        "a try went first"
+    );
+    assert_eq!(
+        rw(&mut conn, "r", "c", "5", 5_000, true).0,
+        0,
+        "a reader went first"
+    );
+    assert_eq!(
+        writer_places(&mut conn),
+        ["2:w1", "3:w2"],
+        "a try takes no place"
+    );
+    assert_eq!(rw(&mut conn, "w", "w1", "2", 5_000, true).0, 1);
+    assert_eq!(writer_places(&mut conn), ["3:w2"]);
+    assert_eq!(members(&mut conn), ["i:3:w2", "w:2:w1"]);
+
+    // An earlier version's waiting writer (an entry without a place) gets
+    // one when first seen: after those already placed.
+    let _: () = conn.zadd(LOCK, "i:6:old", 4_102_444_800_000u64).unwrap();
+    assert_eq!(rw(&mut conn, "w", "w3", "7", 5_000, true).0, 0);
+    assert_eq!(writer_places(&mut conn), ["3:w2", "6:old", "7:w3"]);
+    let _: () = conn.zrem(LOCK, "i:6:old").unwrap();
+
+    // A writer that gives up leaves its place, and so does one whose entry
+    // is gone (pruned when its lease ended, or removed by hand).
+    assert_eq!(rw_release(&mut conn, "i:3:w2"), 1);
+    assert_eq!(writer_places(&mut conn), ["6:old", "7:w3"]);
+    assert_eq!(rw_release(&mut conn, "w:2:w1"), 1);
+    assert_eq!(rw(&mut conn, "w", "late", "8", 5_000, false).0, 0);
+    assert_eq!(writer_places(&mut conn), ["7:w3"]);
+    assert_eq!(rw(&mut conn, "w", "w3", "7", 5_000, true).0, 1);
+    assert_eq!(rw(&mut conn, "w", "w5", "9", 50, true).0, 0);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(rw_release(&mut conn, "w:7:w3"), 1);
+    assert_eq!(rw(&mut conn, "w", "late", "8", 5_000, false).0, 1);
+    let exists: bool = conn.exists(WRITERS).unwrap();
+    assert!(!exists, "no place is left behind");
+}
+
+/// rw_acquire.lua as the version before writers queued shipped it (it
+/// knows no writers key), with today's prelude: a client of that version.
+static RW_ACQUIRE_BEFORE_ORDER: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{}{}",
+        include_str!("../src/scripts/prelude.lua"),
+        include_str!("fixtures/rw_acquire_before_writer_order.lua")
+    )
+});
+
+/// rw_acquire of the version before writers queued.
+fn rw_before_order(conn: &mut Connection, mode: &str, owner: &str, hold: &str, waits: bool) -> i64 {
+    let (code, _): (i64, i64) = redis::Script::new(&RW_ACQUIRE_BEFORE_ORDER)
+        .key(LOCK)
+        .key(FENCE)
+        .arg(mode)
+        .arg(owner)
+        .arg(hold)
+        .arg(10_000)
+        .arg(10_000)
+        .arg(if waits { "1" } else { "0" })
+        .invoke(conn)
+        .unwrap();
+    code
+}
+
+/// Issue 33, item 3: clients of the version before writers queued and of
+/// this one share an RwLock safely. The earlier version's writer does not
+/// queue (it may take a free lock past this version's waiting writers, as
+/// the CHANGELOG says), but no writer of either version ever holds beside
+/// another holder, and its waiting writer gets a place when first seen.
+#[test]
+fn rw_clients_before_writer_order_never_write_beside_this_versions() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let writing =
+        |conn: &mut Connection| members(conn).iter().filter(|m| m.starts_with("w:")).count();
+    assert_eq!(rw(&mut conn, "r", "a", "1", 10_000, true).0, 1);
+    assert_eq!(rw(&mut conn, "w", "new1", "2", 10_000, true).0, 0);
+    assert_eq!(rw_before_order(&mut conn, "w", "old1", "3", true), 0);
+    assert_eq!(rw(&mut conn, "w", "new2", "4", 10_000, true).0, 0);
+    assert_eq!(writer_places(&mut conn), ["2:new1", "3:old1", "4:new2"]);
+    assert_eq!(
+        rw_before_order(&mut conn, "r", "old-reader", "5", true),
+        0,
+        "an earlier version's reader waits behind waiting writers"
+    );
+    assert_eq!(rw_release(&mut conn, "r:1:a"), 1);
+
+    // The earlier version's writer takes the free lock past new1...
+    assert_eq!(rw_before_order(&mut conn, "w", "old1", "3", true), 1);
+    // ...and then nobody of either version enters beside it.
+    assert_eq!(rw(&mut conn, "w", "new1", "2", 10_000, true).0, 0);
+    assert_eq!(rw(&mut conn, "w", "new2", "4", 10_000, true).0, 0);
+    assert_eq!(rw(&mut conn, "r", "b", "6", 10_000, true).0, 0);
+    assert_eq!(rw_before_order(&mut conn, "w", "old2", "7", true), 0);
+    assert_eq!(rw_before_order(&mut conn, "r", "old-reader", "5", true), 0);
+    assert_eq!(writing(&mut conn), 1);
+
+    assert_eq!(rw_release(&mut conn, "w:3:old1"), 1);
+    // This version's writers in their order; the earlier version's waiting
+    // writer came after new2 here, so it waits too.
+    assert_eq!(rw(&mut conn, "w", "new2", "4", 10_000, true).0, 0);
+    assert_eq!(rw(&mut conn, "w", "new1", "2", 10_000, true).0, 1);
+    assert_eq!(rw_before_order(&mut conn, "w", "old2", "7", true), 0);
+    assert_eq!(rw_before_order(&mut conn, "r", "old-reader", "5", false), 0);
+    assert_eq!(writing(&mut conn), 1);
+    assert_eq!(writer_places(&mut conn), ["4:new2", "7:old2"]);
 }
 
 #[test]
@@ -1225,6 +1377,7 @@ fn rw_scripts_refuse_keys_of_other_kinds_untouched() {
     let err = redis::Script::new(&RW_ACQUIRE)
         .key(LOCK)
         .key(FENCE)
+        .key(WRITERS)
         .arg("r")
         .arg("o")
         .arg("1")
@@ -1248,6 +1401,7 @@ fn rw_scripts_refuse_keys_of_other_kinds_untouched() {
     let err = redis::Script::new(&RW_ACQUIRE)
         .key(LOCK)
         .key(FENCE)
+        .key(WRITERS)
         .arg("w")
         .arg("o")
         .arg("1")
@@ -1631,6 +1785,8 @@ fn take(conn: &mut Connection, kind: &str, name: &str, who: &str, ttl_ms: u64) -
     if kind == "lock" {
         call.key(format!("t:{{{name}}}:queue"))
             .key(format!("t:{{{name}}}:alive"));
+    } else if kind == "read" || kind == "write" {
+        call.key(format!("t:{{{name}}}:writers"));
     }
     for arg in &args {
         call.arg(arg);

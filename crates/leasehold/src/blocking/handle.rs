@@ -120,16 +120,16 @@ impl<H: AtLeast> Handle<H> {
 }
 
 impl<H: Owned> Handle<H> {
-    /// The owner id: handles with the same id share the lock's holds; see
-    /// [`crate::ReentrantLock::owner`].
+    /// An owner shared on purpose: handles with the same id share the
+    /// lock's holds; see [`crate::RwLock::owner`].
     ///
-    /// Defaults to a random id per handle.
+    /// Defaults to none: each acquisition is its own owner.
     pub fn owner(self, id: impl Into<String>) -> Self {
         self.map(|h| h.owner(id))
     }
 
-    /// The owner id of this handle.
-    pub fn owner_id(&self) -> &str {
+    /// The owner id set with `owner`, or `None`.
+    pub fn owner_id(&self) -> Option<&str> {
         self.inner.owner_id()
     }
 }

@@ -86,7 +86,7 @@ pub trait AtLeast: Sized {
 /// Async handles whose holds belong to an owner id.
 pub trait Owned: Sized {
     fn owner(self, id: impl Into<String>) -> Self;
-    fn owner_id(&self) -> &str;
+    fn owner_id(&self) -> Option<&str>;
 }
 
 /// The exclusive locks: `lock_delay`, and a lease released or extended by
@@ -148,7 +148,7 @@ impl_each!(Owned for crate::primitives::reentrant::ReentrantLock, crate::primiti
     fn owner(self, id: impl Into<String>) -> Self {
         Self::owner(self, id)
     }
-    fn owner_id(&self) -> &str {
+    fn owner_id(&self) -> Option<&str> {
         Self::owner_id(self)
     }
 });

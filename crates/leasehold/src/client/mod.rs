@@ -295,7 +295,8 @@ impl Client {
 
     /// A handle to the reentrant lock `name`: the same owner may acquire it
     /// again while holding it. Set the owner with
-    /// [`ReentrantLock::owner`]; by default each handle is its own owner.
+    /// [`ReentrantLock::owner`]; without one, each acquisition is its own
+    /// owner (and nothing re-enters).
     ///
     /// Cheap: nothing is sent until [`ReentrantLock::acquire`] or
     /// [`ReentrantLock::try_acquire`].

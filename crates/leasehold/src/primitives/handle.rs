@@ -313,34 +313,47 @@ macro_rules! lock_delay_api {
 pub(crate) use lock_delay_api;
 
 /// The owner setters of handles whose holds belong to an owner id (an
-/// `owner: Token` field). `$make` is example code that yields a handle.
+/// `owner: Option<Token>` field: `None` until the user names one, and then
+/// each acquisition is its own owner). `$make` is example code that yields
+/// a handle.
 macro_rules! owner_api {
     ($handle:ident, $make:literal) => {
         impl $handle {
-            /// The owner id: handles with the same id share the lock's holds
-            /// (reentrancy), from any task or process. Anyone who knows it
-            /// can act as the owner, so treat it as a secret when that
-            /// matters.
+            /// An owner shared on purpose: handles with the same id share
+            /// the lock's holds (reentrancy), from any task or process.
+            /// Anyone who knows it can act as the owner, so treat it as a
+            /// secret when that matters.
             ///
-            /// Must be 1 to 512 bytes. Defaults to a random 128-bit id per
-            /// handle (clones of a handle share it).
+            /// Must be 1 to 512 bytes. Defaults to none: then each
+            /// acquisition is its own owner (its guard's `token()`), so
+            /// clones of a handle exclude each other as any two holders do
+            /// (see the crate docs, "Who holds a lock").
             ///
             /// # Example
             ///
             /// ```no_run
             /// # fn run(client: leasehold::Client) {
             #[doc = concat!("let lock = ", $make, ".owner(\"job-7\");")]
-            /// assert_eq!(lock.owner_id(), "job-7");
+            /// assert_eq!(lock.owner_id(), Some("job-7"));
             /// # }
             /// ```
             pub fn owner(mut self, id: impl Into<String>) -> Self {
-                self.owner = crate::token::Token::from_owner(id.into());
+                self.owner = Some(crate::token::Token::from_owner(id.into()));
                 self
             }
 
-            /// The owner id of this handle.
-            pub fn owner_id(&self) -> &str {
-                self.owner.as_str()
+            /// The owner id set with
+            #[doc = concat!("[`", stringify!($handle), "::owner`],")]
+            /// or `None`: each acquisition is then its own owner.
+            pub fn owner_id(&self) -> Option<&str> {
+                self.owner.as_ref().map(crate::token::Token::as_str)
+            }
+
+            /// The owner of one acquisition: the one set, or a new one.
+            fn acquisition_owner(&self) -> crate::token::Token {
+                self.owner
+                    .clone()
+                    .unwrap_or_else(crate::token::Token::random)
             }
         }
     };

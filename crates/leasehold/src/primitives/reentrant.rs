@@ -15,10 +15,14 @@ use crate::token::{Token, redact};
 
 /// A handle to one named reentrant lock; made by [`Client::reentrant_lock`](crate::Client::reentrant_lock).
 ///
-/// The lock belongs to an *owner*, a string: every handle with the same
-/// owner id may acquire it while that owner holds it, from any task or
-/// process. Each acquisition is one hold with its own [`ReentrantGuard`];
-/// the lock is free again when every hold is released (or has expired).
+/// The lock belongs to an *owner*, a string you choose with
+/// [`owner`](ReentrantLock::owner): every handle with the same owner id may
+/// acquire it while that owner holds it, from any task or process. Each
+/// acquisition is one hold with its own [`ReentrantGuard`]; the lock is
+/// free again when every hold is released (or has expired). A handle
+/// without an owner id is not reentrant: each of its acquisitions is its
+/// own owner, so its clones exclude each other as any two holders do (the
+/// crate docs' "Who holds a lock").
 ///
 /// Re-entries share the fence issued when the owner took the free lock.
 /// Each hold has its own expiry on the server (its TTL from its last
@@ -43,7 +47,7 @@ use crate::token::{Token, redact};
 #[derive(Clone)]
 pub struct ReentrantLock {
     h: Handle,
-    owner: Token,
+    owner: Option<Token>,
 }
 
 handle_api!(ReentrantLock, "acquire");
@@ -53,7 +57,7 @@ impl ReentrantLock {
     pub(crate) fn new(inner: Arc<Inner>, name: String) -> ReentrantLock {
         ReentrantLock {
             h: Handle::new(inner, name),
-            owner: Token::random(),
+            owner: None,
         }
     }
 
@@ -194,10 +198,11 @@ impl ReentrantLock {
 
     async fn acquire_within(&self, wait: Option<Duration>) -> Result<Option<ReentrantGuard>> {
         self.h.validate()?;
-        validate_owner(self.owner.as_str())?;
+        let owner_token = self.acquisition_owner();
+        validate_owner(owner_token.as_str())?;
         let servers = &self.h.inner.servers;
         let hold = Token::random();
-        let owner = self.owner.as_str();
+        let owner = owner_token.as_str();
         let target = self.h.target(LockKind::Reentrant, hold.as_str());
         let acquired = acquire(&target, wait, || {
             let memory = self.h.fence_memory();
@@ -207,7 +212,7 @@ impl ReentrantLock {
         Ok(acquired.map(|won| {
             let id = (
                 LockKind::Reentrant,
-                self.owner.clone(),
+                owner_token.clone(),
                 hold.as_str().to_owned(),
             );
             ReentrantGuard {

@@ -22,19 +22,37 @@ use crate::token::{Token, redact};
 ///
 /// - **Each reader holds its own lease.** A reader that dies stops counting
 ///   after its own TTL; the other readers' leases are not touched by it.
-/// - **Reentrant per owner.** Handles with the same [`owner`](RwLock::owner)
-///   never block each other: an owner may read many times, write many
-///   times, and a writer may also read. Each acquisition is its own guard.
-/// - **No writer starvation.** A writer that waits stops *new* readers
-///   (owners holding nothing yet) from entering; readers already in may
-///   still re-enter. If the waiting writer dies, the block ends within one
-///   TTL; if it gives up, at once.
+/// - **Each acquisition is its own holder** (the crate docs' "Who holds a
+///   lock"): clones of a handle, and two calls on one handle, exclude each
+///   other as any two holders do. Only handles given the same
+///   [`owner`](RwLock::owner) id share their holds (reentrancy, across
+///   tasks and processes): such an owner may read many times, write many
+///   times, and a writer may also read.
+/// - **Writers in the order they came.** A writer that has to wait takes
+///   its place on the server at its first attempt; no other owner's writer
+///   that comes after it, whether it waits or only tries
+///   ([`try_write`](RwLock::try_write)), writes before it. (A writer of an
+///   earlier version of this crate does not queue: see the CHANGELOG.)
+/// - **No writer starvation by readers.** A writer that waits stops every
+///   new read, a second [`read`](RwLock::read) of a task that reads
+///   already included: that task waits for the writer, which waits for the
+///   task's first read, until the second read's wait runs out with
+///   [`Error::Timeout`](crate::Error::Timeout) (hold one read guard at a
+///   time, or release the first before reading again). The one exception
+///   is an owner shared on purpose: one that already holds the lock may
+///   read again past a waiting writer, since a re-entry must never wait for
+///   itself, so such an owner that keeps re-entering hand over hand (a new
+///   read before releasing the old) keeps writers out for as long as it
+///   goes on. If the waiting writer dies, the block ends within one TTL;
+///   if it gives up, at once.
 /// - **Downgrade, never upgrade.** [`WriteGuard::downgrade`] turns a write
 ///   into a read in one step (no writer can slip in between). An owner
-///   that holds only reads and asks to write gets
+///   shared on purpose that holds only reads and asks to write gets
 ///   [`Error::UpgradeRefused`](crate::Error::UpgradeRefused): two readers upgrading at once would wait for
 ///   each other forever. A read guard dropped before the write does not
 ///   count: the write waits for its release in the background first.
+///   (Without an owner id, a write waits for every read, the caller's own
+///   included, as a second read does above.)
 ///
 /// Every guard gets a fresh fence, strictly greater than every earlier one
 /// of this name (a downgraded read keeps its writer's fence).
@@ -56,7 +74,7 @@ use crate::token::{Token, redact};
 #[derive(Clone)]
 pub struct RwLock {
     h: Handle,
-    owner: Token,
+    owner: Option<Token>,
 }
 
 at_least_api!(RwLock);
@@ -67,12 +85,14 @@ impl RwLock {
     pub(crate) fn new(inner: Arc<Inner>, name: String) -> RwLock {
         RwLock {
             h: Handle::new(inner, name),
-            owner: Token::random(),
+            owner: None,
         }
     }
 
     /// Takes a read hold, waiting up to [`RwLock::wait`] while another
-    /// owner writes or waits to write.
+    /// owner writes or waits to write (a task's own earlier read guard does
+    /// not let it past a waiting writer unless the handle has an
+    /// [`owner`](RwLock::owner) id: see [`RwLock`]).
     ///
     /// # Errors
     ///
@@ -128,8 +148,9 @@ impl RwLock {
     }
 
     /// Takes the write hold, waiting up to [`RwLock::wait`] for other
-    /// owners' readers and writer to leave. While it waits, owners that do
-    /// not hold the lock yet cannot start reading.
+    /// owners' readers and writer to leave, and for the writers that came
+    /// before it. While it waits, owners that do not hold the lock yet
+    /// cannot start reading, and writers that come after it go behind it.
     ///
     /// # Errors
     ///
@@ -140,8 +161,8 @@ impl RwLock {
     ///
     /// # Cancel safety
     ///
-    /// As [`RwLock::read`]; the block on new readers is withdrawn in the
-    /// background.
+    /// As [`RwLock::read`]; the block on new readers, and the writer's
+    /// place, are withdrawn in the background.
     ///
     /// # Example
     ///
@@ -165,7 +186,8 @@ impl RwLock {
     );
 
     /// As [`RwLock::write`], without waiting (and without blocking new
-    /// readers): `Ok(None)` while another owner reads or writes.
+    /// readers or taking a place among the writers): `Ok(None)` while
+    /// another owner reads or writes, or another owner's writer waits.
     ///
     /// # Errors
     ///
@@ -255,7 +277,8 @@ impl RwLock {
 
     async fn take(&self, mode: Mode, wait: Option<Duration>) -> Result<Option<Held>> {
         self.h.validate()?;
-        validate_owner(self.owner.as_str())?;
+        let owner = self.acquisition_owner();
+        validate_owner(owner.as_str())?;
         let inner = &self.h.inner;
         if mode == Mode::Write {
             // A read guard of this owner dropped just before is released in
@@ -274,10 +297,10 @@ impl RwLock {
         }
         let servers = &inner.servers;
         let hold = Token::random();
-        let member = mode.member(hold.as_str(), self.owner.as_str());
+        let member = mode.member(hold.as_str(), owner.as_str());
         let attempt = RwAttempt {
             mode,
-            owner: self.owner.as_str(),
+            owner: owner.as_str(),
             hold: hold.as_str(),
             ttl: self.h.ttl,
             waits: wait.is_some(),
@@ -288,7 +311,7 @@ impl RwLock {
         let mut intent = (mode == Mode::Write && wait.is_some()).then(|| WithdrawOnDrop {
             inner: &self.h.inner,
             keys: &self.h.keys,
-            member: format!("i:{}:{}", hold.as_str(), self.owner.as_str()),
+            member: format!("i:{}:{}", hold.as_str(), owner.as_str()),
         });
         let target = self.h.target(LockKind::RwLock, &member);
         let name = &self.h.name;
@@ -302,7 +325,7 @@ impl RwLock {
         if let Some(intent) = intent.as_mut() {
             intent.member.clear();
         }
-        let id = (LockKind::RwLock, self.owner.clone(), member);
+        let id = (LockKind::RwLock, owner, member);
         Ok(Some(self.h.held(id, won)))
     }
 }

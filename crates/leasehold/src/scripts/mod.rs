@@ -687,6 +687,7 @@ pub(crate) async fn rw_acquire(
     invocation
         .key(keys.lock())
         .key(keys.fence())
+        .key(keys.writers())
         .arg(mode.code())
         .arg(owner)
         .arg(hold)
@@ -705,7 +706,7 @@ pub(crate) async fn rw_acquire(
 /// Removes one member of an RwLock (a hold or a waiting writer) and wakes
 /// every waiter.
 pub(crate) async fn rw_release(backend: &Backend, keys: &LockKeys, member: &str) -> Result<Owned> {
-    zset_release(backend, keys, member, "all").await
+    zset_release(backend, keys, member, "all", Some(&keys.writers())).await
 }
 
 /// Removes one entry of a sorted set of leases and publishes `payload`.
@@ -714,13 +715,19 @@ async fn zset_release(
     keys: &LockKeys,
     member: &str,
     payload: &str,
+    writers: Option<&str>,
 ) -> Result<Owned> {
+    let mut invocation = RW_RELEASE.prepare_invoke();
+    invocation
+        .key(keys.lock())
+        .key(keys.channel())
+        .key(keys.fence());
+    if let Some(writers) = writers {
+        invocation.key(writers);
+    }
     let code: i64 = backend
         .invoke(
-            RW_RELEASE
-                .key(keys.lock())
-                .key(keys.channel())
-                .key(keys.fence())
+            invocation
                 .arg(member)
                 .arg(payload)
                 .arg(sharded(backend))
@@ -776,7 +783,7 @@ pub(crate) fn sem_member(permits: u32, hold: &str) -> String {
 /// Gives back one permit (by its member) and wakes one waiter per client:
 /// one permit frees, so one waiter can take it.
 pub(crate) async fn sem_release(backend: &Backend, keys: &LockKeys, member: &str) -> Result<Owned> {
-    zset_release(backend, keys, member, "").await
+    zset_release(backend, keys, member, "", None).await
 }
 
 /// Replaces write hold `write` by read hold `read` lasting `ttl`, atomically.
