@@ -130,7 +130,8 @@ pub struct Config {
     pub clocks: Vec<(u64, i64)>,
     /// Another program writes a key of its own where one of name `n0`'s
     /// keys is (one server only): when, the key's suffix (`lock`, `fence`,
-    /// `queue`, `alive`, `leader`) and its type (`string`, `hash`, `zset`).
+    /// `queue`, `alive`, `leader`, `writers`) and its type (`string`,
+    /// `hash`, `zset`).
     pub foreign: Option<(Duration, &'static str, &'static str)>,
 }
 
@@ -270,11 +271,11 @@ impl Config {
             .collect();
         if topology == Topology::Single && r.chance(0.2) {
             let at = Duration::from_millis(r.below(length.as_millis() as u64));
-            let suffix = *r.pick(&["lock", "fence", "queue", "alive", "leader"]);
+            let suffix = *r.pick(&["lock", "fence", "queue", "alive", "leader", "writers"]);
             let kind = *r.pick(&["string", "hash", "zset"]);
             // A sorted set at a waiters' key is read as waiters (KEYS.md
             // says so): that one is not drawn.
-            let kind = if matches!(suffix, "queue" | "alive") && kind == "zset" {
+            let kind = if matches!(suffix, "queue" | "alive" | "writers") && kind == "zset" {
                 "hash"
             } else {
                 kind
