@@ -2609,3 +2609,156 @@ fn fenced_set_run_again_after_a_newer_holder_wrote_changes_nothing() {
         "fenced_set run again changed the newer holder's write"
     );
 }
+
+static LEASE_BREAK: LazyLock<String> = LazyLock::new(|| shipped("lease_break"));
+
+/// One hold lease_break.lua reads or removes: its member (a reentrant lock's owner), ms left,
+/// count, the reentrant lock's fence ('' else), the ids its guards know it by.
+type BreakHold = (String, i64, i64, String, Vec<String>);
+
+/// lease_break.lua: with `holds` `None` the read, else the break of those named.
+fn lease_break_invocation(kind: &str, holds: &[String]) -> redis::ScriptInvocation<'static> {
+    static SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(&LEASE_BREAK));
+    let mut call = SCRIPT.prepare_invoke();
+    call.key(LOCK).key(CHANNEL).key(FENCE).arg("0").arg(kind);
+    for hold in holds {
+        call.arg(hold);
+    }
+    call
+}
+
+/// The operator's break of whatever holds `LOCK` (a reentrant lock, an RwLock or a
+/// semaphore), as `Client::break_lease` sends it: the read (run here), then the break of
+/// exactly what it read (returned, to run).
+fn lease_break_call(conn: &mut Connection) -> redis::ScriptInvocation<'static> {
+    let (kind, holds, _): (String, Vec<BreakHold>, Option<i64>) =
+        lease_break_invocation("", &[]).invoke(conn).unwrap();
+    let names: Vec<String> = if kind == "reentrant" {
+        holds
+            .into_iter()
+            .flat_map(|(owner, _, _, fence, _)| [owner, fence])
+            .collect()
+    } else {
+        holds.into_iter().map(|(member, ..)| member).collect()
+    };
+    lease_break_invocation(&kind, &names)
+}
+
+/// Issue 32: a break re-sent by the cluster driver after a new holder took the lock broke
+/// that holder too (its hold, its hash, its permit). For each kind: A holds, the break
+/// removes A's hold, B takes the lock, and the same break call again must leave B holding.
+#[test]
+fn lease_break_run_again_after_a_new_holder_took_the_lock_changes_nothing() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    type Take = fn(&mut Connection, &str);
+    let kinds: [(&str, Take, Take); 4] = [
+        (
+            "reentrant",
+            |c, who| assert_eq!(re_acquire(c, who, &format!("h{who}"), 20_000).0, 1),
+            |c, who| assert_eq!(re_acquire(c, who, &format!("h{who}2"), 20_000).0, 1),
+        ),
+        (
+            "write",
+            |c, who| assert_eq!(rw(c, "w", who, &format!("h{who}"), 20_000, false).0, 1),
+            |_, _| {},
+        ),
+        (
+            "read",
+            |c, who| assert_eq!(rw(c, "r", who, &format!("h{who}"), 20_000, false).0, 1),
+            |c, who| assert_eq!(rw(c, "r", who, &format!("h{who}2"), 20_000, false).0, 1),
+        ),
+        (
+            "permit",
+            |c, who| assert_eq!(sem(c, 2, &format!("h{who}"), 20_000).0, 1),
+            |c, who| assert_eq!(sem(c, 2, &format!("h{who}2"), 20_000).0, 1),
+        ),
+    ];
+    for (kind, take, more) in kinds {
+        let _: () = conn.del(&[LOCK, FENCE]).unwrap();
+        take(&mut conn, "a");
+        let call = lease_break_call(&mut conn);
+        let first: Value = call.invoke(&mut conn).unwrap();
+        take(&mut conn, "b");
+        more(&mut conn, "b");
+        let before = stored_state(&mut conn, &[LOCK, FENCE]);
+        let second: Value = call.invoke(&mut conn).unwrap();
+        assert_eq!(
+            stored_state(&mut conn, &[LOCK, FENCE]),
+            before,
+            "{kind}: the break run again (it answered {second:?}; the first run {first:?}) \
+             broke the holder that came after it"
+        );
+    }
+}
+
+#[test]
+fn lease_break_reads_without_writing_and_breaks_only_the_holds_it_names() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    // An RwLock: two reads and a waiting writer; a hold taken after the read is not broken.
+    rw(&mut conn, "r", "oa", "ha", 20_000, false);
+    rw(&mut conn, "r", "ob", "hb", 20_000, false);
+    assert_eq!(rw(&mut conn, "w", "oc", "hc", 20_000, true).0, 0);
+    let before = stored_state(&mut conn, &[LOCK, FENCE]);
+    let (kind, holds, _): (String, Vec<BreakHold>, Option<i64>) =
+        lease_break_invocation("", &[]).invoke(&mut conn).unwrap();
+    assert_eq!(kind, "rwlock");
+    let mut read: Vec<String> = holds.iter().map(|h| h.0.clone()).collect();
+    read.sort();
+    assert_eq!(
+        read,
+        ["r:ha:oa", "r:hb:ob"],
+        "the waiting writer is not a hold"
+    );
+    assert!(holds.iter().all(|h| h.4 == [h.0.clone()] && h.2 == 1));
+    assert_eq!(
+        stored_state(&mut conn, &[LOCK, FENCE]),
+        before,
+        "a read wrote"
+    );
+    let (_, broken, _): (String, Vec<BreakHold>, Option<i64>) =
+        lease_break_invocation("rwlock", &["r:ha:oa".into(), "i:hc:oc".into()])
+            .invoke(&mut conn)
+            .unwrap();
+    assert_eq!(broken.len(), 1);
+    assert_eq!(broken[0].0, "r:ha:oa");
+    assert_eq!(members(&mut conn), ["i:hc:oc", "r:hb:ob"]);
+    // Named as another kind: nothing.
+    let (_, broken, _): (String, Vec<BreakHold>, Option<i64>) =
+        lease_break_invocation("semaphore", &["r:hb:ob".into()])
+            .invoke(&mut conn)
+            .unwrap();
+    assert!(broken.is_empty());
+    assert_eq!(members(&mut conn), ["i:hc:oc", "r:hb:ob"]);
+
+    // A reentrant lock is named by its owner and fence: the same owner's later tenure is not
+    // the one read.
+    let _: () = conn.del(&[LOCK, FENCE]).unwrap();
+    let (_, fence) = re_acquire(&mut conn, "o", "h1", 20_000);
+    re_acquire(&mut conn, "o", "h2", 20_000);
+    let (_, holds, _): (String, Vec<BreakHold>, Option<i64>) =
+        lease_break_invocation("", &[]).invoke(&mut conn).unwrap();
+    assert_eq!(holds.len(), 1);
+    let (owner, _, count, tenure, mut ids) = holds[0].clone();
+    ids.sort();
+    assert_eq!(
+        (owner.as_str(), count, ids),
+        ("o", 2, vec!["h1".into(), "h2".into()])
+    );
+    assert_eq!(tenure, fence.to_string());
+    let stale = (fence - 1).to_string();
+    let (_, broken, _): (String, Vec<BreakHold>, Option<i64>) =
+        lease_break_invocation("reentrant", &["o".into(), stale])
+            .invoke(&mut conn)
+            .unwrap();
+    assert!(broken.is_empty(), "another tenure was broken");
+    assert_eq!(hold_fields(&mut conn).len(), 2);
+    let (_, broken, _): (String, Vec<BreakHold>, Option<i64>) =
+        lease_break_invocation("reentrant", &["o".into(), tenure])
+            .invoke(&mut conn)
+            .unwrap();
+    assert_eq!(broken.len(), 1);
+    assert!(!conn.exists::<_, bool>(LOCK).unwrap());
+    assert!(conn.exists::<_, bool>(FENCE).unwrap(), "the fence is kept");
+}

@@ -60,9 +60,15 @@ impl Client {
     /// read and write hold (waiting writers stay, and go first); a
     /// semaphore every permit; their waiters are woken.
     ///
-    /// Returns `None`, having changed nothing, when nothing held the name,
-    /// or when the lock's holder read first had left before the break
-    /// (released, expired, or handed on: call again to break the new one).
+    /// The break removes exactly the holds it read first (a lock's token, a
+    /// reentrant owner's tenure by its fence, each RwLock hold or permit by
+    /// its id), so the same call delivered twice (a driver re-sends a call
+    /// whose connection dropped before the reply) never breaks a holder
+    /// that came after it; a hold taken between the read and the break is
+    /// not broken either. Returns `None`, having changed nothing, when
+    /// nothing held the name, or when none of the holds read first was
+    /// still held at the break (released, expired, or handed on: call again
+    /// to break the new holder).
     ///
     /// # Errors
     ///
@@ -117,7 +123,18 @@ impl Client {
             }
             // Not a lease lock's string: one of the sets of holds.
             Err(Error::WrongType { .. }) => {
-                let broken = servers.lease_break(&keys).await?;
+                // Read first, then break exactly what was read: a break
+                // re-sent by a driver (a connection dropped before the reply)
+                // then finds none of it, and never breaks a holder that came
+                // after (issue 32).
+                let read = servers.lease_break(&keys, None).await?;
+                if read.holds.is_empty() {
+                    return Ok(None);
+                }
+                let names = read.names();
+                let broken = servers
+                    .lease_break(&keys, Some((read.kind.as_str(), &names)))
+                    .await?;
                 let kind = match broken.kind.as_str() {
                     "reentrant" => LockKind::Reentrant,
                     "rwlock" => LockKind::RwLock,
@@ -131,10 +148,10 @@ impl Client {
                 let holds = broken
                     .holds
                     .iter()
-                    .map(|(member, remaining, holds)| BrokenHold {
-                        holder: redact(holder_of(kind, member)).to_owned(),
-                        remaining: *remaining,
-                        holds: *holds,
+                    .map(|hold| BrokenHold {
+                        holder: redact(holder_of(kind, &hold.id)).to_owned(),
+                        remaining: hold.left,
+                        holds: hold.count,
                     })
                     .collect();
                 Ok(Some(BrokenLease {

@@ -193,11 +193,16 @@ impl Servers {
         }
     }
 
-    /// Breaks every live hold of a reentrant lock, RwLock or semaphore
-    /// ([`scripts::lease_break`]); refused on Redlock, which has none.
-    pub(crate) async fn lease_break(&self, keys: &LockKeys) -> Result<scripts::BrokenSet> {
+    /// Reads the live holds of a reentrant lock, RwLock or semaphore, or
+    /// breaks those named ([`scripts::lease_break`]); refused on Redlock,
+    /// which has none.
+    pub(crate) async fn lease_break(
+        &self,
+        keys: &LockKeys,
+        holds: Option<(&str, &[&str])>,
+    ) -> Result<scripts::BrokenSet> {
         let backend = self.single("ReentrantLock, RwLock or Semaphore")?;
-        scripts::lease_break(backend, keys).await
+        scripts::lease_break(backend, keys, holds).await
     }
 
     // The primitives that need one server (their state cannot be split over
