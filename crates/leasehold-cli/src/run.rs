@@ -642,6 +642,11 @@ impl Supervisor<'_> {
                  stopped or paused longer than the lease lasts); ending the command without \
                  resuming it (SIGTERM, SIGKILL after {grace})"
             ));
+        } else if self.guard.lost_reason() == Some(leasehold::LostReason::Broken) {
+            exit::notice(format!(
+                "the lease on {what} was broken by an operator (leasehold release --force) \
+                 while the command ran; stopping the command (SIGTERM, SIGKILL after {grace})"
+            ));
         } else {
             let why = self.guard.lost_reason().map_or_else(
                 || "it expired or another owner took it".to_owned(),

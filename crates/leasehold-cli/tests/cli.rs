@@ -2069,6 +2069,40 @@ fn release_force_breaks_every_kind_says_what_it_removed_and_keeps_the_fence() {
     assert!(again.fence() > cases[0].3);
 }
 
+/// Issue 33, item 6: `release --force` while `run` holds the lock stops the command at once
+/// (it used to run on until its next renewal, a third of the TTL later, and then said the
+/// lease "expired before it was renewed"), says that an operator broke the lock, and exits 70.
+#[test]
+fn release_force_stops_the_running_command_at_once_and_says_an_operator_broke_it() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = temp_dir();
+    // Its first renewal would come 20 s in: far beyond the bound below.
+    let runner = spawn_script(
+        dir.path(),
+        &url,
+        &["run", "job", "--ttl", "60s", "--kill-grace", "30s"],
+        &format!("{WAIT_FOR}echo up > started; wait_for never"),
+    );
+    wait_for_line(&dir.path().join("started"));
+    let out = run_at(&url, &["release", "--force", "job"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let broken_at = Instant::now();
+    let stopped = runner.finish();
+    let took = broken_at.elapsed();
+    assert_eq!(stopped.code(), 70, "{stopped:?}");
+    assert!(
+        stopped.stderr.contains("broken by an operator"),
+        "{stopped:?}"
+    );
+    assert!(!stopped.stderr.contains("expired"), "{stopped:?}");
+    eprintln!("the command stopped {took:?} after release --force returned");
+    assert!(
+        took < Duration::from_secs(10),
+        "the command ran on {took:?} after the break"
+    );
+}
+
 #[test]
 fn release_force_hands_a_lock_to_its_queued_waiter_at_once() {
     let server = RedisServer::start();

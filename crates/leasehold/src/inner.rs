@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::acquire::{Core, Flights};
 use crate::error::{Error, Result};
-use crate::events::Events;
+use crate::events::{Events, Subscription};
 use crate::scripts::{LeaseId, Owned, OwnedLeaseId};
 use crate::servers::Servers;
 use crate::watchdog::Watchdog;
@@ -37,6 +37,9 @@ pub(crate) struct Inner {
     pub(crate) flights: Arc<Flights>,
     /// `command_timeout`: bounds how long `close` waits for them.
     pub(crate) command_timeout: Duration,
+    /// The subscription to the prefix's break notices, made before the
+    /// first lease ([`Core::hear_breaks`]) and kept for the client's life.
+    pub(crate) breaks: tokio::sync::OnceCell<Subscription>,
 }
 
 impl Inner {
@@ -110,5 +113,23 @@ impl Core for Inner {
 
     fn flights(&self) -> &Arc<Flights> {
         &self.flights
+    }
+
+    async fn hear_breaks(&self) {
+        if self.breaks.initialized() {
+            return;
+        }
+        let channel = crate::key::broken_channel(&self.prefix);
+        let heard = self
+            .breaks
+            .get_or_try_init(|| self.events.listen(&channel, self.watchdog.hear_broken()))
+            .await;
+        if let Err(e) = heard {
+            tracing::debug!(
+                %channel,
+                error = %e,
+                "cannot subscribe to the break notices yet; a lease broken meanwhile is noticed at its next renewal"
+            );
+        }
     }
 }

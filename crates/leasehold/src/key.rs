@@ -150,6 +150,14 @@ impl LockKeys {
     }
 }
 
+/// Where `Client::break_lease` tells the holders' clients which holds it
+/// broke (`watchdog::broken_notice`): `<prefix>:broken`, one channel per
+/// prefix (a break is rare; a client subscribes once, not per lease). It
+/// has no `{`, so no lock's key or channel is named the same.
+pub(crate) fn broken_channel(prefix: &str) -> String {
+    format!("{prefix}:broken")
+}
+
 /// The leader record of the election whose lease is `lock_key`:
 /// `<prefix>:{<tag>}...:leader`, under the lease's hash tag. The watchdog
 /// renews it with the lease from the lease's key alone.

@@ -67,6 +67,40 @@ enum Command {
     /// Give back every lease on the books, stop renewing, and answer once
     /// every release is done (with the first error, if any failed).
     Close(oneshot::Sender<Result<()>>),
+    /// An operator broke these holds of the lock whose key is `key`: the
+    /// leases on the books that are among them are lost at once.
+    Broken { key: String, holds: Vec<String> },
+}
+
+/// A break notice: what `Client::break_lease` publishes on the prefix's
+/// break channel ([`crate::key::broken_channel`]) once it broke holds, and
+/// every client that holds a lease of that prefix hears. The lock key and
+/// the ids of the holds broken (as each lease knows its hold: a lock's
+/// token, a reentrant hold id, an RwLock's or a semaphore's member), each as
+/// `<length in bytes>:<text>`, so that any text fits.
+pub(crate) fn broken_notice(key: &str, holds: &[&str]) -> String {
+    let mut notice = String::new();
+    for part in std::iter::once(key).chain(holds.iter().copied()) {
+        notice.push_str(&format!("{}:{part}", part.len()));
+    }
+    notice
+}
+
+/// The lock key and the hold ids of a [`broken_notice`]; `None` for
+/// anything else.
+fn parse_broken_notice(mut payload: &[u8]) -> Option<(String, Vec<String>)> {
+    let mut parts = Vec::new();
+    while !payload.is_empty() {
+        let colon = payload.iter().position(|&b| b == b':')?;
+        let len: usize = std::str::from_utf8(&payload[..colon]).ok()?.parse().ok()?;
+        let rest = &payload[colon + 1..];
+        let part = rest.get(..len)?;
+        parts.push(String::from_utf8(part.to_vec()).ok()?);
+        payload = &rest[len..];
+    }
+    let mut parts = parts.into_iter();
+    let key = parts.next()?;
+    Some((key, parts.collect()))
 }
 
 /// One background release.
@@ -205,6 +239,23 @@ impl Watchdog {
     /// its renewal.
     pub(crate) fn track(&self, lease: Arc<Lease>, renew: bool) {
         let _ = self.tx.send(Command::Track { lease, renew });
+    }
+
+    /// What hands the break notices heard ([`broken_notice`]) to the task:
+    /// the leases they name are lost at once, with
+    /// [`LostReason::Broken`]. It holds the task only weakly: the
+    /// subscription that calls it lives as long as the client's
+    /// connections, which the task holds.
+    pub(crate) fn hear_broken(&self) -> crate::events::Listener {
+        let tx = self.tx.downgrade();
+        Box::new(move |payload| {
+            let Some((key, holds)) = parse_broken_notice(payload) else {
+                return;
+            };
+            if let Some(tx) = tx.upgrade() {
+                let _ = tx.send(Command::Broken { key, holds });
+            }
+        })
     }
 
     /// Takes the lease with this id off the books: no more renewals.
@@ -369,6 +420,22 @@ impl<D: Door> State<D> {
                 }
             }
             Command::Untrack(id) => self.untrack(id),
+            Command::Broken { key, holds } => {
+                let mut broken: Vec<u64> = self
+                    .leases
+                    .iter()
+                    .filter(|(_, t)| t.lease.keys.lock() == key && holds.contains(&t.lease.hold))
+                    .map(|(id, _)| *id)
+                    .collect();
+                broken.sort_unstable();
+                for id in broken {
+                    if let Some(tracked) = self.leases.get(&id) {
+                        let lease = Arc::clone(&tracked.lease);
+                        self.untrack(id);
+                        lease.mark_lost(LostReason::Broken);
+                    }
+                }
+            }
             Command::Release(release) => self.backlog.push_back(release),
             Command::Close(done) => {
                 self.closed = true;
@@ -689,6 +756,18 @@ mod tests {
     use tokio::sync::Semaphore;
 
     use super::*;
+
+    #[test]
+    fn a_break_notice_carries_the_lock_key_and_holds_whatever_their_text() {
+        let holds = ["r:h1:own:er", "", "12:3", "ünï"];
+        let notice = broken_notice("p:{n}:lock", &holds);
+        let (key, parsed) = parse_broken_notice(notice.as_bytes()).expect("parsed");
+        assert_eq!(key, "p:{n}:lock");
+        assert_eq!(parsed, holds);
+        for bad in ["", "x", "5:abc", "3:abc2", "3:abcx"] {
+            assert_eq!(parse_broken_notice(bad.as_bytes()), None, "{bad:?}");
+        }
+    }
     use crate::key::{LockKeys, slot};
     use crate::token::Token;
 

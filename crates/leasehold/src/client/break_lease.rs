@@ -46,9 +46,14 @@ impl Client {
     /// **Breaks mutual exclusion for the holder**: removes whatever holds
     /// `name` now, whatever its owner token, for an operator freeing a
     /// lock whose holder is stuck (a hung process, a lost token). The
-    /// holder is not told: it goes on believing it holds the lock until
-    /// its next renewal is refused (its guard then reports the lease lost),
-    /// and meanwhile the next holder runs beside it. Only fencing tokens
+    /// holder's client is told at once: the break publishes the holds it
+    /// broke on the prefix's `<prefix>:broken` channel, which every client
+    /// subscribes to before its first lease, and the guard of each is lost
+    /// at once ([`LostReason::Broken`](crate::LostReason::Broken): its
+    /// `lost()` resolves, `leasehold run` stops its command). A holder
+    /// that does not hear it (its connection dropped at that moment, or it
+    /// is stuck) learns it at its next renewal, and meanwhile the next
+    /// holder may run beside it. Only fencing tokens
     /// protect a resource from the broken holder's late writes; the name's
     /// last fence is kept (with its expiry), so the next holder's fence is
     /// above the broken one's whatever the client's fence memory.
@@ -104,20 +109,23 @@ impl Client {
                 };
                 let election = matches!(self.election(name).leader().await, Ok(Some(_)));
                 match servers.lock_break(&keys, &token, election).await? {
-                    Owned::Done => Ok(Some(BrokenLease {
-                        name: name.to_owned(),
-                        kind: if election {
-                            LockKind::Election
-                        } else {
-                            LockKind::Lock
-                        },
-                        holds: vec![BrokenHold {
-                            holder: redact(&token).to_owned(),
-                            remaining: status.remaining,
-                            holds: 1,
-                        }],
-                        fence: status.fence,
-                    })),
+                    Owned::Done => {
+                        self.tell_holders(&keys, &[token.as_str()]).await;
+                        Ok(Some(BrokenLease {
+                            name: name.to_owned(),
+                            kind: if election {
+                                LockKind::Election
+                            } else {
+                                LockKind::Lock
+                            },
+                            holds: vec![BrokenHold {
+                                holder: redact(&token).to_owned(),
+                                remaining: status.remaining,
+                                holds: 1,
+                            }],
+                            fence: status.fence,
+                        }))
+                    }
                     Owned::Missing | Owned::OtherOwner => Ok(None),
                 }
             }
@@ -145,6 +153,12 @@ impl Client {
                 if broken.holds.is_empty() {
                     return Ok(None);
                 }
+                let leases: Vec<&str> = broken
+                    .holds
+                    .iter()
+                    .flat_map(|hold| hold.leases.iter().map(String::as_str))
+                    .collect();
+                self.tell_holders(&keys, &leases).await;
                 let holds = broken
                     .holds
                     .iter()
@@ -162,6 +176,26 @@ impl Client {
                 }))
             }
             Err(e) => Err(e),
+        }
+    }
+}
+
+impl Client {
+    /// Tells the clients of the holds broken (`holds`: the ids their leases
+    /// know them by) on the prefix's break channel, so that each marks its
+    /// guard lost at once ([`LostReason::Broken`](crate::LostReason::Broken)).
+    /// The break is done whatever happens here: a notice that does not go
+    /// out is logged, and the holder then learns it at its next renewal.
+    async fn tell_holders(&self, keys: &LockKeys, holds: &[&str]) {
+        let channel = crate::key::broken_channel(self.prefix());
+        let notice = crate::watchdog::broken_notice(keys.lock(), holds);
+        if let Err(e) = self.inner.servers.publish(&channel, &notice).await {
+            tracing::warn!(
+                %channel,
+                error = %e,
+                "the lease was broken, but its holder could not be told; it learns it at its next \
+                 renewal"
+            );
         }
     }
 }

@@ -250,7 +250,9 @@ macro_rules! guard_api {
             /// [`LostReason::Unreachable`](crate::LostReason::Unreachable):
             /// Redis did not answer the renewals sent in time;
             /// [`Expired`](crate::LostReason::Expired): none was (this
-            /// process paused), or Redis no longer had it.
+            /// process paused), or Redis no longer had it;
+            /// [`Broken`](crate::LostReason::Broken): an operator broke it
+            /// ([`Client::break_lease`](crate::Client::break_lease)), told at once.
             pub fn lost_reason(&self) -> Option<crate::telemetry::LostReason> {
                 self.held.lost_reason()
             }

@@ -304,6 +304,34 @@ impl Servers {
         }
     }
 
+    /// Publishes `message` on `channel`: by SPUBLISH where subscriptions
+    /// are SSUBSCRIBE (a cluster with sharded pub/sub), else PUBLISH; on
+    /// every node of Redlock at once, whose clients subscribe on every
+    /// node. `Ok` once one server took it, else the first error.
+    pub(crate) async fn publish(&self, channel: &str, message: &str) -> Result<()> {
+        let sent = futures_util::future::join_all(self.all().iter().map(|backend| {
+            let command = if backend.sharded_pubsub() {
+                "SPUBLISH"
+            } else {
+                "PUBLISH"
+            };
+            async move {
+                backend
+                    .query::<i64>(redis::cmd(command).arg(channel).arg(message), channel)
+                    .await
+            }
+        }))
+        .await;
+        let mut first_error = None;
+        for outcome in sent {
+            match outcome {
+                Ok(_) => return Ok(()),
+                Err(e) => first_error = first_error.or(Some(e)),
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
     pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<()> {
         match self {
             Servers::One(backend) => backend.unsubscribe(channel).await,
