@@ -2103,6 +2103,52 @@ fn release_force_stops_the_running_command_at_once_and_says_an_operator_broke_it
     );
 }
 
+/// Issue 33, item 7: `run` records host, pid and command with its lease; `status`, `list`
+/// and `--json` show it, and nothing of it is left once the run ends.
+#[test]
+fn status_and_list_show_which_host_pid_and_command_hold_a_run() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = temp_dir();
+    let runner = spawn_script(
+        dir.path(),
+        &url,
+        &["run", "nightly"],
+        &format!("{WAIT_FOR}echo up > started; wait_for go"),
+    );
+    wait_for_line(&dir.path().join("started"));
+    let host = nix::unistd::gethostname()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let pid = runner.pid();
+    let expected = format!("{host} pid {pid}: sh -c ");
+    let status = status_json(&url, "nightly");
+    let about = status["about"].as_str().expect("about");
+    assert!(about.starts_with(&expected), "{status}");
+    assert!(about.contains("wait_for go"), "{status}");
+    let human = run_at(&url, &["status", "nightly"]);
+    assert!(human.stdout.contains(&expected), "{human:?}");
+    let list = run_at(&url, &["list"]);
+    assert!(list.stdout.contains("WHO"), "{list:?}");
+    assert!(list.stdout.contains(&expected), "{list:?}");
+    let listed = run_at(&url, &["--json", "list"]).json();
+    assert!(
+        listed["locks"][0]["about"]
+            .as_str()
+            .is_some_and(|a| a.starts_with(&expected)),
+        "{listed}"
+    );
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    assert_eq!(runner.finish().code(), 0);
+    let mut conn = server.connection();
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg("leasehold:{nightly}*")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(left, Vec::<String>::new(), "left behind");
+}
+
 #[test]
 fn release_force_hands_a_lock_to_its_queued_waiter_at_once() {
     let server = RedisServer::start();

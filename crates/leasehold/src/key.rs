@@ -127,6 +127,17 @@ impl LockKeys {
         format!("{}:call:{id}", &lock[..lock.len() - ":lock".len()])
     }
 
+    /// What one hold says of its holder (`describe`, `leasehold run`'s host,
+    /// pid and command): `<prefix>:{<tag>}:who:<hold>`, in the lock's slot,
+    /// where `hold` is the id the hold's lease knows it by (a lock's token,
+    /// a reentrant hold id, an RwLock's or a semaphore's member). It lives as
+    /// long as the lease: set with its TTL, renewed with it, deleted with
+    /// its release.
+    pub(crate) fn who(&self, hold: &str) -> String {
+        let lock = self.lock();
+        format!("{}:who:{hold}", &lock[..lock.len() - ":lock".len()])
+    }
+
     /// Waiters of a lease lock in arrival order (a sorted set).
     pub(crate) fn queue(&self) -> &str {
         self.name(3)

@@ -81,6 +81,9 @@ pub(crate) struct Lease {
     /// What the kind's scripts know this lease by: the owner token for a
     /// lock, the hold id for a reentrant lock, the member for an RwLock.
     pub(crate) hold: String,
+    /// What the holder says of itself (`describe`), kept beside the lease
+    /// at [`LockKeys::who`] for as long as it lasts.
+    pub(crate) about: Option<Arc<str>>,
     timing: Mutex<Timing>,
     /// Held by whoever changes the lease's expiry on the server (a renewal,
     /// an extend), so the two never overlap: a renewal sent with the old
@@ -143,6 +146,7 @@ impl Lease {
             kind,
             token,
             hold,
+            about: None,
             timing: Mutex::new(Timing {
                 ttl,
                 set_at: sent,
@@ -177,6 +181,17 @@ impl Lease {
     pub(crate) fn lock_delay(mut self, delay: Duration) -> Lease {
         self.delay = delay;
         self
+    }
+
+    /// This lease, described by its holder as `about` (see [`Lease::about`]).
+    pub(crate) fn described(mut self, about: Option<Arc<str>>) -> Lease {
+        self.about = about;
+        self
+    }
+
+    /// Where the holder's description is kept, if it gave one.
+    pub(crate) fn who(&self) -> Option<String> {
+        self.about.as_ref().map(|_| self.keys.who(&self.hold))
     }
 
     /// Whether the lease has a lock delay: once it has ended without a

@@ -116,6 +116,9 @@ struct Release {
     /// renewal of the lease in flight, so that nothing of that renewal
     /// (on Redlock, a re-take of the lease on a node) lands after it.
     changes: Option<Arc<tokio::sync::Mutex<()>>>,
+    /// Where the holder's description is kept ([`Lease::who`]), deleted
+    /// with the release.
+    who: Option<String>,
 }
 
 /// The background releases handed over and not done yet, per lock key:
@@ -171,6 +174,18 @@ pub(crate) trait Door: Clone + Send + Sync + 'static {
 
     /// Whether one call may only touch keys of one slot.
     fn is_cluster(&self) -> bool;
+
+    /// Writes (`about`), renews (`ttl` alone) or deletes (neither) what a
+    /// hold says of its holder at `key` ([`Servers::describe`]).
+    fn describe(
+        &self,
+        key: &str,
+        about: Option<&str>,
+        ttl: Option<Duration>,
+    ) -> impl Future<Output = Result<()>> + Send {
+        let _ = (key, about, ttl);
+        std::future::ready(Ok(()))
+    }
 }
 
 impl Door for Servers {
@@ -188,6 +203,15 @@ impl Door for Servers {
 
     fn is_cluster(&self) -> bool {
         Servers::is_cluster(self)
+    }
+
+    fn describe(
+        &self,
+        key: &str,
+        about: Option<&str>,
+        ttl: Option<Duration>,
+    ) -> impl Future<Output = Result<()>> + Send {
+        Servers::describe(self, key, about, ttl)
     }
 }
 
@@ -272,6 +296,7 @@ impl Watchdog {
             keep_until: None,
             counted: true,
             changes: None,
+            who: None,
         });
     }
 
@@ -474,6 +499,7 @@ impl<D: Door> State<D> {
                 keep_until,
                 counted,
                 changes,
+                who,
             }) = self.backlog.pop_front()
             else {
                 return;
@@ -503,7 +529,13 @@ impl<D: Door> State<D> {
                         }
                     };
                 }
-                match servers.release(id.id()).await {
+                let released = servers.release(id.id()).await;
+                if let Some(key) = who
+                    && let Err(e) = servers.describe(&key, None, None).await
+                {
+                    tracing::debug!(%key, error = %e, "deleting the holder's description failed; it expires with the lease");
+                }
+                match released {
                     Ok(_) => Ok(()),
                     Err(e) => {
                         tracing::warn!(key = %id.keys.lock(), error = %e,
@@ -649,6 +681,16 @@ impl<D: Door> State<D> {
                 Some(Owned::Done) => {
                     lease.renewal_waits(false);
                     lease.renewed(sent, *snap);
+                    if let Some(key) = lease.who() {
+                        // Renewed only where it is still there (PEXPIRE): a
+                        // release that deleted it meanwhile stays done.
+                        let (servers, ttl) = (self.servers.clone(), lease.server_ttl(snap.ttl));
+                        tokio::spawn(async move {
+                            if let Err(e) = servers.describe(&key, None, Some(ttl)).await {
+                                tracing::debug!(%key, error = %e, "renewing the holder's description failed");
+                            }
+                        });
+                    }
                     self.schedule(Arc::clone(lease), Some(sent + snap.ttl / 3));
                     self.unanswered.remove(&lease.id);
                     renewed += 1;
@@ -715,6 +757,7 @@ impl Release {
             keep_until: lease.kept_until(),
             counted: false,
             changes: Some(lease.changes()),
+            who: lease.who(),
         }
     }
 }

@@ -145,6 +145,12 @@ impl Held {
             }
         };
         pending.0 = None;
+        if lease.kept_for().is_none()
+            && let Some(key) = lease.who()
+            && let Err(e) = inner.servers.describe(&key, None, None).await
+        {
+            tracing::debug!(%key, error = %e, "deleting the holder's description failed; it expires with the lease");
+        }
         match outcome {
             Ok(Owned::Done) => Ok(()),
             Ok(gone @ (Owned::Missing | Owned::OtherOwner)) => {

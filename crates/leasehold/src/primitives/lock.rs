@@ -292,9 +292,18 @@ impl Lock {
         let servers = &self.h.inner.servers;
         let stored = servers.lock_status(&self.h.keys).await?;
         let waiting_clients = servers.waiting_clients(&self.h.keys).await?;
+        let holder_about = match &stored.holder {
+            Some(token) => servers
+                .who(&[self.h.keys.who(token)])
+                .await?
+                .pop()
+                .flatten(),
+            None => None,
+        };
         Ok(LockStatus {
             name: self.h.name.clone(),
             holder: stored.holder.as_deref().map(|t| redact(t).to_owned()),
+            holder_about,
             remaining: stored.remaining,
             fence: stored.fence,
             waiters: stored.waiters,
@@ -357,10 +366,13 @@ pub(crate) async fn take_lease(
         reply
     })
     .await?;
-    Ok(acquired.map(|won| {
-        let hold = token.as_str().to_owned();
-        h.held((kind, token, hold), won)
-    }))
+    Ok(match acquired {
+        Some(won) => {
+            let hold = token.as_str().to_owned();
+            Some(h.hold((kind, token, hold), won).await)
+        }
+        None => None,
+    })
 }
 
 /// A lock's state at one moment, from [`Lock::status`](crate::Lock::status) or [`Client::list`](crate::Client::list).
@@ -372,6 +384,10 @@ pub struct LockStatus {
     /// The first 8 characters of the holder's owner token (never the whole
     /// token: that is a capability), or `None` when free.
     pub holder: Option<String>,
+    /// What the holder says of itself, if it did
+    /// ([`Lock::describe`](crate::Lock::describe); `leasehold run`: host, pid
+    /// and command).
+    pub holder_about: Option<String>,
     /// The holder's remaining lease, or `None` when free.
     pub remaining: Option<Duration>,
     /// The last fencing token issued for this name, if still kept: while

@@ -224,6 +224,23 @@ impl RwLock {
             waiting_writers: 0,
             fence: stored.fence,
         };
+        // What the listed holds say of their holders, in one read.
+        let members: Vec<String> = stored
+            .groups
+            .iter()
+            .filter(|g| g.prefix == "r" || g.prefix == "w")
+            .flat_map(|g| {
+                g.entries
+                    .iter()
+                    .map(|(rest, _)| format!("{}:{rest}", g.prefix))
+            })
+            .collect();
+        let keys: Vec<String> = members.iter().map(|m| self.h.keys.who(m)).collect();
+        let about: std::collections::HashMap<String, String> = members
+            .into_iter()
+            .zip(servers.who(&keys).await?)
+            .filter_map(|(member, about)| Some((member, about?)))
+            .collect();
         for group in stored.groups {
             let holds = group.entries.iter().map(|(rest, left)| HoldStatus {
                 // A hold's member ends `<hold id>:<owner>`; hold ids have no ':'.
@@ -233,6 +250,7 @@ impl RwLock {
                 )
                 .to_owned(),
                 remaining: *left,
+                about: about.get(&format!("{}:{rest}", group.prefix)).cloned(),
             });
             match group.prefix.as_str() {
                 // One owner writes at a time; its last write hold to end counts.
@@ -303,7 +321,7 @@ impl RwLock {
             intent.member.clear();
         }
         let id = (LockKind::RwLock, self.owner.clone(), member);
-        Ok(Some(self.h.held(id, won)))
+        Ok(Some(self.h.hold(id, won).await))
     }
 }
 
@@ -481,6 +499,16 @@ impl WriteGuard {
                 // hold_at_least counts from the write hold's acquisition.
                 if let Some(until) = lease.kept_until() {
                     next = next.keep_until(until);
+                }
+                // The description moves to the read hold.
+                next = next.described(lease.about.clone());
+                if let (Some(about), Some(old), Some(new)) = (&lease.about, lease.who(), next.who())
+                {
+                    let servers = &inner.servers;
+                    let moved = servers.describe(&new, Some(about), Some(ttl)).await;
+                    if let Err(e) = moved.and(servers.describe(&old, None, None).await) {
+                        tracing::debug!(error = %e, "moving the holder's description failed");
+                    }
                 }
                 Ok(ReadGuard {
                     held: Held::new(&inner, next, fence, watchdog),

@@ -332,6 +332,36 @@ impl Servers {
         first_error.map_or(Ok(()), Err)
     }
 
+    /// Writes what a hold says of its holder ([`scripts::describe`]) on
+    /// every server (every Redlock node); `Ok` once one took it.
+    pub(crate) async fn describe(
+        &self,
+        key: &str,
+        about: Option<&str>,
+        ttl: Option<Duration>,
+    ) -> Result<()> {
+        let sent = futures_util::future::join_all(
+            self.all()
+                .iter()
+                .map(|backend| scripts::describe(backend, key, about, ttl)),
+        )
+        .await;
+        let mut first_error = None;
+        for outcome in sent {
+            match outcome {
+                Ok(()) => return Ok(()),
+                Err(e) => first_error = first_error.or(Some(e)),
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// What the holds whose keys are `keys` say of their holders
+    /// ([`scripts::who`]); on Redlock, the first node's.
+    pub(crate) async fn who(&self, keys: &[String]) -> Result<Vec<Option<String>>> {
+        scripts::who(&self.all()[0], keys).await
+    }
+
     pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<()> {
         match self {
             Servers::One(backend) => backend.unsubscribe(channel).await,
