@@ -88,6 +88,13 @@ async fn a_description_is_renewed_with_its_lease_and_expires_with_it() {
     assert!(!guard.is_lost());
     let status = holder.lock("renewed").status().await.unwrap();
     assert_eq!(status.holder_about.as_deref(), Some("renewed"));
+    // An extend to a longer TTL takes the description with it.
+    guard.extend(Duration::from_secs(60)).await.unwrap();
+    let who: i64 = server
+        .connection()
+        .pttl(format!("leasehold:{{renewed}}:who:{}", guard.token()))
+        .unwrap();
+    assert!(who > 50_000, "{who}");
     // Not renewed: both end by their TTL, nothing left.
     let unrenewed = holder
         .lock("once")

@@ -100,6 +100,14 @@ impl Held {
         if !lease.extend(ttl, send).await? {
             return Err(self.lost_error());
         }
+        if let Some(key) = lease.who()
+            && let Err(e) = inner
+                .servers
+                .describe(&key, None, Some(lease.server_ttl(ttl)))
+                .await
+        {
+            tracing::debug!(%key, error = %e, "extending the holder's description failed");
+        }
         if self.watchdog {
             inner.watchdog.track(Arc::clone(lease), true);
         }

@@ -333,21 +333,22 @@ impl Servers {
     }
 
     /// Writes what a hold says of its holder ([`scripts::describe`]) on
-    /// every server (every Redlock node); `Ok` once one took it.
+    /// every server (every Redlock node); `Ok` once one took it (a Redlock
+    /// node that is slow or down does not hold up the acquisition; the
+    /// requests still in flight then are dropped).
     pub(crate) async fn describe(
         &self,
         key: &str,
         about: Option<&str>,
         ttl: Option<Duration>,
     ) -> Result<()> {
-        let sent = futures_util::future::join_all(
-            self.all()
-                .iter()
-                .map(|backend| scripts::describe(backend, key, about, ttl)),
-        )
-        .await;
+        let mut sent: FuturesUnordered<_> = self
+            .all()
+            .iter()
+            .map(|backend| scripts::describe(backend, key, about, ttl))
+            .collect();
         let mut first_error = None;
-        for outcome in sent {
+        while let Some(outcome) = sent.next().await {
             match outcome {
                 Ok(()) => return Ok(()),
                 Err(e) => first_error = first_error.or(Some(e)),
@@ -357,9 +358,22 @@ impl Servers {
     }
 
     /// What the holds whose keys are `keys` say of their holders
-    /// ([`scripts::who`]); on Redlock, the first node's.
+    /// ([`scripts::who`]); on Redlock, the first node to answer (each node
+    /// is written alike; one down must not fail a status the quorum gave).
     pub(crate) async fn who(&self, keys: &[String]) -> Result<Vec<Option<String>>> {
-        scripts::who(&self.all()[0], keys).await
+        let mut asked: FuturesUnordered<_> = self
+            .all()
+            .iter()
+            .map(|backend| scripts::who(backend, keys))
+            .collect();
+        let mut first_error = None;
+        while let Some(answer) = asked.next().await {
+            match answer {
+                Ok(about) => return Ok(about),
+                Err(e) => first_error = first_error.or(Some(e)),
+            }
+        }
+        first_error.map_or(Ok(Vec::new()), Err)
     }
 
     pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<()> {
