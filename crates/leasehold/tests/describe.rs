@@ -160,3 +160,22 @@ async fn an_empty_or_long_description_is_refused_before_anything_is_sent() {
     }
     assert_eq!(keys_of(&server, "bad"), Vec::<String>::new());
 }
+
+/// The blocking handles have it too.
+#[test]
+fn a_blocking_handle_describes_its_holds() {
+    let server = RedisServer::start();
+    let client = leasehold::blocking::Client::connect(&server.url()).expect("connect");
+    let guard = client.lock("t").describe("thread 1").acquire().unwrap();
+    let status = client.lock("t").status().unwrap();
+    assert_eq!(status.holder_about.as_deref(), Some("thread 1"));
+    guard.release().unwrap();
+    let permit = client
+        .semaphore("s", 1)
+        .describe("thread 2")
+        .acquire()
+        .unwrap();
+    let status = client.semaphore("s", 1).status().unwrap();
+    assert_eq!(status.holders[0].about.as_deref(), Some("thread 2"));
+    permit.release().unwrap();
+}
