@@ -116,7 +116,8 @@ impl Core for Inner {
     }
 
     async fn hear_breaks(&self) {
-        if self.breaks.initialized() {
+        // Closed: no lease is taken any more, so no notice is needed.
+        if self.breaks.initialized() || self.is_closed() {
             return;
         }
         let channel = crate::key::broken_channel(&self.prefix);
