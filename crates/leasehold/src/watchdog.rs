@@ -1092,6 +1092,43 @@ mod tests {
         assert_eq!(*fake.releases_sent.lock().unwrap(), 1);
     }
 
+    /// Issue 33, item 6: a break notice loses exactly the leases it names,
+    /// at once, with `Broken`, and stops their renewal; a notice naming a
+    /// hold this client does not have (a later holder's break delivered
+    /// again, another name, garbage) loses nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_break_notice_loses_exactly_the_leases_it_names() {
+        let fake = Fake::new(true, false);
+        let watchdog = Watchdog::start(fake.clone());
+        let start = Instant::now();
+        let (broken, kept) = (lease("a", TTL, start), lease("b", TTL, start));
+        watchdog.track(Arc::clone(&broken), true);
+        watchdog.track(Arc::clone(&kept), true);
+        let hear = watchdog.hear_broken();
+        let key_a = broken.keys.lock().to_owned();
+        let key_b = kept.keys.lock().to_owned();
+        hear(broken_notice(&key_a, &["someone-else", "b"]).as_bytes());
+        hear(broken_notice(&key_b, &["a"]).as_bytes());
+        hear(b"not a notice");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert!(
+            !broken.is_lost() && !kept.is_lost(),
+            "a notice of other holds lost a lease"
+        );
+        hear(broken_notice(&key_a, &["a"]).as_bytes());
+        tokio::time::timeout(Duration::from_millis(1), broken.lost())
+            .await
+            .expect("lost at once");
+        assert_eq!(broken.lost_reason(), Some(LostReason::Broken));
+        tokio::time::sleep(TTL).await;
+        assert!(
+            fake.renewals_of("a").is_empty(),
+            "a broken lease was renewed"
+        );
+        assert!(!kept.is_lost());
+        assert!(!fake.renewals_of("b").is_empty());
+    }
+
     /// Issue 13, item 6: releases that never answer (a batch of dropped
     /// guards on a slow server) do not hold up the renewal of a lease that
     /// stays held; at most `MAX_RELEASES_IN_FLIGHT` are in flight.
