@@ -2085,6 +2085,11 @@ fn release_force_stops_the_running_command_at_once_and_says_an_operator_broke_it
         &format!("{WAIT_FOR}echo up > started; wait_for never"),
     );
     wait_for_line(&dir.path().join("started"));
+    // `run` listens for break notices from its acquisition on (subscribed
+    // in the background): break once it does.
+    wait_until("run listens for break notices", || {
+        server.subscribers("leasehold:broken") >= 1
+    });
     let out = run_at(&url, &["release", "--force", "job"]);
     assert_eq!(out.code(), 0, "{out:?}");
     let broken_at = Instant::now();

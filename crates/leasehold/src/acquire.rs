@@ -72,15 +72,13 @@ pub(crate) trait Core: Sync {
     /// [`Client::close`] waits for.
     fn flights(&self) -> &Arc<Flights>;
 
-    /// Before the client's first lease: subscribes it to the break notices
-    /// of its prefix, so that an operator's break of a lease it holds is
-    /// heard at once (one round trip beside the first attempt, once per
-    /// client). A failure is not
-    /// the acquisition's: the next one tries again, and meanwhile a break
-    /// is noticed at the next renewal.
-    fn hear_breaks(&self) -> impl Future<Output = ()> + Send {
-        std::future::ready(())
-    }
+    /// At the client's first acquisition: starts subscribing it to the
+    /// break notices of its prefix, so that an operator's break of a lease
+    /// it holds is heard at once. In the background, sent before the first
+    /// attempt: no acquisition waits for it (its lease's validity would
+    /// run meanwhile). A failure is not the acquisition's: the next one
+    /// tries again, and meanwhile a break is noticed at the next renewal.
+    fn hear_breaks(&self) {}
 }
 
 /// What [`Client::close`] waits for besides the watchdog: every acquisition
@@ -261,13 +259,10 @@ where
         outcome = tracing::field::Empty,
         waited = tracing::field::Empty,
     );
-    // The first acquisition of a client subscribes to the break notices
-    // beside its first attempt, and returns once both are done: the guard
-    // is handed out only once a break of its lease would be heard.
-    let (result, ()) = tokio::join!(
-        wait_for(target, wait, attempt).instrument(span.clone()),
-        target.core.hear_breaks()
-    );
+    target.core.hear_breaks();
+    let result = wait_for(target, wait, attempt)
+        .instrument(span.clone())
+        .await;
     let outcome = match &result {
         Ok(Some(_)) => Outcome::Acquired,
         Ok(None) if wait.is_some() => Outcome::Timeout,

@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::acquire::{Core, Flights};
@@ -37,9 +38,10 @@ pub(crate) struct Inner {
     pub(crate) flights: Arc<Flights>,
     /// `command_timeout`: bounds how long `close` waits for them.
     pub(crate) command_timeout: Duration,
-    /// The subscription to the prefix's break notices, made before the
-    /// first lease ([`Core::hear_breaks`]) and kept for the client's life.
-    pub(crate) breaks: tokio::sync::OnceCell<Subscription>,
+    /// The subscription to the prefix's break notices, started at the
+    /// first acquisition ([`Core::hear_breaks`]) and kept for the client's
+    /// life, and whether it was started (cleared again by a failure).
+    pub(crate) breaks: Arc<(tokio::sync::OnceCell<Subscription>, AtomicBool)>,
 }
 
 impl Inner {
@@ -115,22 +117,30 @@ impl Core for Inner {
         &self.flights
     }
 
-    async fn hear_breaks(&self) {
+    fn hear_breaks(&self) {
+        let (subscribed, started) = &*self.breaks;
         // Closed: no lease is taken any more, so no notice is needed.
-        if self.breaks.initialized() || self.is_closed() {
+        if subscribed.initialized() || self.is_closed() || started.swap(true, Ordering::AcqRel) {
             return;
         }
+        let breaks = Arc::clone(&self.breaks);
+        let events = self.events.clone();
+        let listener = self.watchdog.hear_broken();
         let channel = crate::key::broken_channel(&self.prefix);
-        let heard = self
-            .breaks
-            .get_or_try_init(|| self.events.listen(&channel, self.watchdog.hear_broken()))
-            .await;
-        if let Err(e) = heard {
-            tracing::debug!(
-                %channel,
-                error = %e,
-                "cannot subscribe to the break notices yet; a lease broken meanwhile is noticed at its next renewal"
-            );
-        }
+        tokio::spawn(async move {
+            let (subscribed, started) = &*breaks;
+            let heard = subscribed
+                .get_or_try_init(|| events.listen(&channel, listener))
+                .await;
+            if let Err(e) = heard {
+                started.store(false, Ordering::Release);
+                tracing::debug!(
+                    %channel,
+                    error = %e,
+                    "cannot subscribe to the break notices yet; a lease broken meanwhile is \
+                     noticed at its next renewal"
+                );
+            }
+        });
     }
 }

@@ -20,6 +20,25 @@ const TTL: Duration = Duration::from_secs(60);
 /// round trips on loopback, far below the first renewal (TTL / 3).
 const HEARD_WITHIN: Duration = Duration::from_secs(2);
 
+/// Waits until `clients` connections in all listen for the break notices
+/// on `servers` (`PUBSUB NUMSUB`, and `SHARDNUMSUB` where the server has
+/// it). A client subscribes at its first acquisition, in the background
+/// (no acquisition waits for it); the tests break only once it has.
+async fn hearing(servers: &[&RedisServer], clients: i64) {
+    common::wait_until("the clients listen for break notices", || {
+        let mut n = 0;
+        for server in servers {
+            n += server.subscribers("leasehold:broken");
+            let sharded: redis::RedisResult<(String, i64)> = redis::cmd("PUBSUB")
+                .arg(&["SHARDNUMSUB", "leasehold:broken"])
+                .query(&mut server.connection());
+            n += sharded.map_or(0, |(_, k)| k);
+        }
+        n >= clients
+    })
+    .await;
+}
+
 /// Breaks `name` from `operator` and waits for `lost` (the holder's
 /// guard's `lost()`), which must resolve within [`HEARD_WITHIN`]; returns
 /// how long after the break returned it did.
@@ -46,6 +65,7 @@ async fn a_broken_guard_of_every_kind_is_lost_at_once_and_says_an_operator_broke
     let operator = client(&server).await;
 
     let lock = holder.lock("lock").ttl(TTL).acquire().await.unwrap();
+    hearing(&[&server], 1).await;
     // Another lease of the same client, on another name, is not touched.
     let other = holder.lock("other").ttl(TTL).acquire().await.unwrap();
     broken_at_once(&operator, "lock", lock.lost()).await;
@@ -74,6 +94,7 @@ async fn a_broken_guard_of_every_kind_is_lost_at_once_and_says_an_operator_broke
     assert_eq!(write.lost_reason(), Some(LostReason::Broken));
     let read = holder.rw_lock("rw").ttl(TTL).read().await.unwrap();
     let other_read = operator.rw_lock("rw").ttl(TTL).read().await.unwrap();
+    hearing(&[&server], 2).await;
     broken_at_once(&operator, "rw", read.lost()).await;
     assert_eq!(read.lost_reason(), Some(LostReason::Broken));
     // The breaker's own read was broken too, and its client told as well.
@@ -109,8 +130,10 @@ async fn the_next_holder_after_a_break_is_not_lost_by_it() {
     let (a, b) = (client(&server).await, client(&server).await);
     let operator = client(&server).await;
     let first = a.rw_lock("rw").ttl(TTL).write().await.unwrap();
+    hearing(&[&server], 1).await;
     broken_at_once(&operator, "rw", first.lost()).await;
     let next = b.rw_lock("rw").ttl(TTL).write().await.unwrap();
+    hearing(&[&server], 2).await;
     // Its notice went out before B acquired; a round trip of B's client
     // later, B still holds.
     b.lock("probe").try_acquire().await.unwrap();
@@ -129,6 +152,7 @@ async fn a_broken_redlock_lease_is_lost_at_once() {
     let holder = Client::redlock(urls.clone()).await.unwrap();
     let operator = Client::redlock(urls).await.unwrap();
     let guard = holder.lock("job").ttl(TTL).acquire().await.unwrap();
+    hearing(&servers.iter().collect::<Vec<_>>(), 1).await;
     broken_at_once(&operator, "job", guard.lost()).await;
     assert_eq!(guard.lost_reason(), Some(LostReason::Broken));
 }
@@ -143,6 +167,7 @@ async fn a_broken_lease_on_a_cluster_is_lost_at_once() {
     let operator = Client::cluster(cluster.urls()).await.unwrap();
     for name in ["a", "b", "c", "d"] {
         let guard = holder.rw_lock(name).ttl(TTL).write().await.unwrap();
+        hearing(&cluster.nodes().iter().collect::<Vec<_>>(), 1).await;
         broken_at_once(&operator, name, guard.lost()).await;
         assert_eq!(guard.lost_reason(), Some(LostReason::Broken));
         let guard = holder.lock(name).ttl(TTL).acquire().await.unwrap();

@@ -48,11 +48,13 @@ impl Client {
     /// lock whose holder is stuck (a hung process, a lost token). The
     /// holder's client is told at once: the break publishes the holds it
     /// broke on the prefix's `<prefix>:broken` channel, which every client
-    /// subscribes to before its first lease, and the guard of each is lost
+    /// subscribes to at its first acquisition, and the guard of each is lost
     /// at once ([`LostReason::Broken`](crate::LostReason::Broken): its
     /// `lost()` resolves, `leasehold run` stops its command). A holder
-    /// that does not hear it (its connection dropped at that moment, or it
-    /// is stuck) learns it at its next renewal, and meanwhile the next
+    /// that does not hear it (its connection dropped at that moment, it is
+    /// stuck, or the break came before its client's subscription, which is
+    /// made in the background beside its first acquisition) learns it at
+    /// its next renewal, and meanwhile the next
     /// holder may run beside it. Only fencing tokens
     /// protect a resource from the broken holder's late writes; the name's
     /// last fence is kept (with its expiry), so the next holder's fence is
