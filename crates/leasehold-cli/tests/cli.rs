@@ -2128,7 +2128,12 @@ fn status_and_list_show_which_host_pid_and_command_hold_a_run() {
         .into_owned();
     let pid = runner.pid();
     let expected = format!("{host} pid {pid}: sh -c ");
-    let status = status_json(&url, "nightly");
+    // Written in the background once the lock is held.
+    let mut status = status_json(&url, "nightly");
+    wait_until("status shows who holds it", || {
+        status = status_json(&url, "nightly");
+        status["about"].is_string()
+    });
     let about = status["about"].as_str().expect("about");
     assert!(about.starts_with(&expected), "{status}");
     assert!(about.contains("wait_for go"), "{status}");

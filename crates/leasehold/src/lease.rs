@@ -106,6 +106,9 @@ pub(crate) struct Lease {
     /// `lock_delay`: renewals and extends set the lease on the server for
     /// this much more than the TTL the holder counts.
     delay: Duration,
+    /// Set by a release (explicit, or handed to the background) before it
+    /// sends anything.
+    released: AtomicBool,
 }
 
 #[derive(Clone, Copy)]
@@ -160,6 +163,7 @@ impl Lease {
             lost_notify: Notify::new(),
             kept_until: std::sync::OnceLock::new(),
             delay: Duration::ZERO,
+            released: AtomicBool::new(false),
         }
     }
 
@@ -187,6 +191,16 @@ impl Lease {
     pub(crate) fn described(mut self, about: Option<Arc<str>>) -> Lease {
         self.about = about;
         self
+    }
+
+    /// Records that a release of this lease is about to be sent.
+    pub(crate) fn mark_released(&self) {
+        self.released.store(true, Ordering::Release);
+    }
+
+    /// Whether a release of this lease was sent (or is about to be).
+    pub(crate) fn is_released(&self) -> bool {
+        self.released.load(Ordering::Acquire)
     }
 
     /// Where the holder's description is kept, if it gave one.

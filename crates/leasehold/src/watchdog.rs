@@ -747,6 +747,7 @@ impl<D: Door> State<D> {
 
 impl Release {
     fn of(lease: &Lease) -> Release {
+        lease.mark_released();
         Release {
             id: OwnedLeaseId {
                 kind: lease.kind,

@@ -11,6 +11,15 @@ use leasehold::Error;
 use leasehold_testkit::RedisServer;
 use redis::Commands;
 
+/// Waits until a description is kept under `name` (it is written in the
+/// background once the guard is handed out).
+async fn described(server: &RedisServer, name: &str) {
+    wait_until("the description is written", || {
+        keys_of(server, name).iter().any(|k| k.contains(":who:"))
+    })
+    .await;
+}
+
 /// Every key of the name `name` under the default prefix.
 fn keys_of(server: &RedisServer, name: &str) -> Vec<String> {
     let mut keys: Vec<String> = server
@@ -31,6 +40,7 @@ async fn a_lock_holders_description_is_shown_while_it_holds_and_gone_with_the_re
         .acquire()
         .await
         .unwrap();
+    described(&server, "job").await;
     let status = other.lock("job").status().await.unwrap();
     assert_eq!(
         status.holder_about.as_deref(),
@@ -52,7 +62,23 @@ async fn a_lock_holders_description_is_shown_while_it_holds_and_gone_with_the_re
     let status = other.lock("job").status().await.unwrap();
     assert_eq!(status.holder_about, None);
 
-    // A guard dropped: released in the background, description and all.
+    // A guard dropped: released in the background, description and all;
+    // then one dropped at once, before its description may be written.
+    let guard = holder
+        .lock("job")
+        .describe("dropped")
+        .acquire()
+        .await
+        .unwrap();
+    described(&server, "job").await;
+    drop(guard);
+    wait_until("the dropped guard's keys are gone", || {
+        keys_of(&server, "job").is_empty()
+    })
+    .await;
+    // (The release marks the lease released before it sends anything; the
+    // write of the description, answered after that, is followed by its
+    // deletion.)
     let guard = holder
         .lock("job")
         .describe("dropped")
@@ -66,9 +92,16 @@ async fn a_lock_holders_description_is_shown_while_it_holds_and_gone_with_the_re
     .await;
 
     // Without a description nothing more is written.
-    let _guard = holder.lock("job").acquire().await.unwrap();
-    assert_eq!(other.lock("job").status().await.unwrap().holder_about, None);
-    assert!(keys_of(&server, "job").iter().all(|k| !k.contains(":who:")));
+    let _guard = holder.lock("plain").acquire().await.unwrap();
+    assert_eq!(
+        other.lock("plain").status().await.unwrap().holder_about,
+        None
+    );
+    assert!(
+        keys_of(&server, "plain")
+            .iter()
+            .all(|k| !k.contains(":who:"))
+    );
 }
 
 #[tokio::test]
@@ -83,6 +116,7 @@ async fn a_description_is_renewed_with_its_lease_and_expires_with_it() {
         .acquire()
         .await
         .unwrap();
+    described(&server, "renewed").await;
     // Three TTLs: renewed every ttl / 3, the description with it.
     tokio::time::sleep(ttl * 3).await;
     assert!(!guard.is_lost());
@@ -116,6 +150,7 @@ async fn rwlock_and_semaphore_holds_show_their_descriptions() {
     let server = RedisServer::start();
     let (a, b) = (client(&server).await, client(&server).await);
     let write = a.rw_lock("rw").describe("writer a").write().await.unwrap();
+    described(&server, "rw").await;
     let status = b.rw_lock("rw").status().await.unwrap();
     assert_eq!(
         status.writer.as_ref().and_then(|w| w.about.as_deref()),
@@ -124,6 +159,11 @@ async fn rwlock_and_semaphore_holds_show_their_descriptions() {
     // A downgrade carries it to the read hold.
     let read = write.downgrade().await.unwrap();
     let second = b.rw_lock("rw").read().await.unwrap();
+    wait_until("the description moved to the read hold", || {
+        let keys = keys_of(&server, "rw");
+        keys.iter().any(|k| k.contains(":who:r:")) && !keys.iter().any(|k| k.contains(":who:w:"))
+    })
+    .await;
     let status = b.rw_lock("rw").status().await.unwrap();
     let mut about: Vec<Option<String>> = status.readers.iter().map(|r| r.about.clone()).collect();
     about.sort();
@@ -138,6 +178,7 @@ async fn rwlock_and_semaphore_holds_show_their_descriptions() {
         .acquire()
         .await
         .unwrap();
+    described(&server, "sem").await;
     let status = b.semaphore("sem", 2).status().await.unwrap();
     assert_eq!(status.holders.len(), 1);
     assert_eq!(status.holders[0].about.as_deref(), Some("permit a"));
@@ -166,7 +207,15 @@ async fn an_empty_or_long_description_is_refused_before_anything_is_sent() {
 fn a_blocking_handle_describes_its_holds() {
     let server = RedisServer::start();
     let client = leasehold::blocking::Client::connect(&server.url()).expect("connect");
+    let written = |name: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !keys_of(&server, name).iter().any(|k| k.contains(":who:")) {
+            assert!(std::time::Instant::now() < deadline, "never written");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
     let guard = client.lock("t").describe("thread 1").acquire().unwrap();
+    written("t");
     let status = client.lock("t").status().unwrap();
     assert_eq!(status.holder_about.as_deref(), Some("thread 1"));
     guard.release().unwrap();
@@ -175,6 +224,7 @@ fn a_blocking_handle_describes_its_holds() {
         .describe("thread 2")
         .acquire()
         .unwrap();
+    written("s");
     let status = client.semaphore("s", 1).status().unwrap();
     assert_eq!(status.holders[0].about.as_deref(), Some("thread 2"));
     permit.release().unwrap();

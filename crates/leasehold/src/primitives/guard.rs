@@ -116,6 +116,7 @@ impl Held {
 
     pub(crate) async fn release(mut self) -> Result<()> {
         self.done = true;
+        self.lease.mark_released();
         let inner = &self.inner;
         // Off the watchdog's books from here: `Client::close` waits for this
         // release instead (dropped last, after a release handed to the
@@ -189,6 +190,34 @@ impl Held {
         }
         watchdog.release_lease(&self.lease);
     }
+}
+
+/// Writes what `lease`'s holder says of itself ([`Lease::who`]), if it
+/// said anything, with the lease's TTL, and deletes the description kept
+/// at `moved_from` (a downgraded write hold's), in a task of its own: the
+/// guard is handed out at once (its lease's validity runs meanwhile, and
+/// a renewal must not wait for this). A release that came first (it marks
+/// the lease released before it sends anything) is followed by a deletion
+/// here; a release that comes later sends its deletion after the write was
+/// answered. Either way nothing is left behind.
+pub(crate) fn describe_hold(inner: &Arc<Inner>, lease: &Arc<Lease>, moved_from: Option<String>) {
+    let (Some(about), Some(key)) = (lease.about.clone(), lease.who()) else {
+        return;
+    };
+    let ttl = lease.server_ttl(lease.snapshot().ttl);
+    let (servers, lease) = (inner.servers.clone(), Arc::clone(lease));
+    tokio::spawn(async move {
+        let mut outcome = servers.describe(&key, Some(&about), Some(ttl)).await;
+        if lease.is_released() {
+            outcome = outcome.and(servers.describe(&key, None, None).await);
+        }
+        if let Some(old) = moved_from {
+            outcome = outcome.and(servers.describe(&old, None, None).await);
+        }
+        if let Err(e) = outcome {
+            tracing::debug!(%key, error = %e, "could not record the holder's description");
+        }
+    });
 }
 
 /// Hands a release to the background if `release()` is cancelled midway.

@@ -12,7 +12,7 @@ use crate::inner::Inner;
 use crate::key::{LockKeys, validate_name};
 use crate::kind::LockKind;
 use crate::lease::Lease;
-use crate::primitives::guard::Held;
+use crate::primitives::guard::{Held, describe_hold};
 use crate::token::Token;
 
 /// One live hold of an [`RwLock`](crate::RwLock) or one [`Permit`](crate::Permit) of a
@@ -183,22 +183,12 @@ impl Handle {
     }
 
     /// [`Handle::held`], and the holder's description (`describe`) written
-    /// beside the new hold before the guard is handed out, so that a status
-    /// read after the acquisition shows it. A failure to write it is
-    /// logged, not the acquisition's.
-    pub(crate) async fn hold(&self, id: (LockKind, Token, String), won: Won) -> Held {
+    /// beside the new hold ([`describe_hold`]), in the background: the
+    /// guard is handed out at once, since its lease's validity runs
+    /// meanwhile.
+    pub(crate) fn hold(&self, id: (LockKind, Token, String), won: Won) -> Held {
         let held = self.held(id, won);
-        if let (Some(about), Some(key)) = (&self.about, held.lease.who()) {
-            let ttl = held.lease.server_ttl(self.ttl);
-            if let Err(e) = self
-                .inner
-                .servers
-                .describe(&key, Some(about), Some(ttl))
-                .await
-            {
-                tracing::debug!(%key, error = %e, "could not record the holder's description");
-            }
-        }
+        describe_hold(&self.inner, &held.lease, None);
         held
     }
 }

@@ -369,7 +369,7 @@ pub(crate) async fn take_lease(
     Ok(match acquired {
         Some(won) => {
             let hold = token.as_str().to_owned();
-            Some(h.hold((kind, token, hold), won).await)
+            Some(h.hold((kind, token, hold), won))
         }
         None => None,
     })

@@ -212,7 +212,7 @@ impl ReentrantLock {
                     hold.as_str().to_owned(),
                 );
                 Some(ReentrantGuard {
-                    held: self.h.hold(id, won).await,
+                    held: self.h.hold(id, won),
                 })
             }
             None => None,

@@ -11,7 +11,7 @@ use crate::inner::Inner;
 use crate::key::{LockKeys, validate_name, validate_owner};
 use crate::kind::LockKind;
 use crate::lease::Lease;
-use crate::primitives::guard::{Held, guard_api};
+use crate::primitives::guard::{Held, describe_hold, guard_api};
 use crate::primitives::handle::{Handle, HoldStatus, at_least_api, handle_api, owner_api};
 use crate::scripts::{Acquire, Mode, Owned, OwnedLeaseId, RwAcquire, RwAttempt};
 use crate::token::{Token, redact};
@@ -321,7 +321,7 @@ impl RwLock {
             intent.member.clear();
         }
         let id = (LockKind::RwLock, self.owner.clone(), member);
-        Ok(Some(self.h.hold(id, won).await))
+        Ok(Some(self.h.hold(id, won)))
     }
 }
 
@@ -502,17 +502,9 @@ impl WriteGuard {
                 }
                 // The description moves to the read hold.
                 next = next.described(lease.about.clone());
-                if let (Some(about), Some(old), Some(new)) = (&lease.about, lease.who(), next.who())
-                {
-                    let servers = &inner.servers;
-                    let moved = servers.describe(&new, Some(about), Some(ttl)).await;
-                    if let Err(e) = moved.and(servers.describe(&old, None, None).await) {
-                        tracing::debug!(error = %e, "moving the holder's description failed");
-                    }
-                }
-                Ok(ReadGuard {
-                    held: Held::new(&inner, next, fence, watchdog),
-                })
+                let held = Held::new(&inner, next, fence, watchdog);
+                describe_hold(&inner, &held.lease, lease.who());
+                Ok(ReadGuard { held })
             }
             gone @ (Owned::Missing | Owned::OtherOwner) => {
                 lease.mark_lost(gone.lost_reason());

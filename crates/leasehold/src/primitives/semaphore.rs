@@ -223,8 +223,7 @@ impl Semaphore {
             Some(won) => Some(Permit {
                 held: self
                     .h
-                    .hold((LockKind::Semaphore, hold, member.clone()), won)
-                    .await,
+                    .hold((LockKind::Semaphore, hold, member.clone()), won),
             }),
             None => None,
         })
