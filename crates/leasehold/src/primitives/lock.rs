@@ -366,13 +366,10 @@ pub(crate) async fn take_lease(
         reply
     })
     .await?;
-    Ok(match acquired {
-        Some(won) => {
-            let hold = token.as_str().to_owned();
-            Some(h.hold((kind, token, hold), won))
-        }
-        None => None,
-    })
+    Ok(acquired.map(|won| {
+        let hold = token.as_str().to_owned();
+        h.hold((kind, token, hold), won)
+    }))
 }
 
 /// A lock's state at one moment, from [`Lock::status`](crate::Lock::status) or [`Client::list`](crate::Client::list).

@@ -204,19 +204,16 @@ impl ReentrantLock {
             servers.reentrant_acquire(&self.h.keys, owner, hold.as_str(), self.h.ttl, memory)
         })
         .await?;
-        Ok(match acquired {
-            Some(won) => {
-                let id = (
-                    LockKind::Reentrant,
-                    self.owner.clone(),
-                    hold.as_str().to_owned(),
-                );
-                Some(ReentrantGuard {
-                    held: self.h.hold(id, won),
-                })
+        Ok(acquired.map(|won| {
+            let id = (
+                LockKind::Reentrant,
+                self.owner.clone(),
+                hold.as_str().to_owned(),
+            );
+            ReentrantGuard {
+                held: self.h.hold(id, won),
             }
-            None => None,
-        })
+        }))
     }
 }
 

@@ -219,14 +219,11 @@ impl Semaphore {
             }
         })
         .await?;
-        Ok(match acquired {
-            Some(won) => Some(Permit {
-                held: self
-                    .h
-                    .hold((LockKind::Semaphore, hold, member.clone()), won),
-            }),
-            None => None,
-        })
+        Ok(acquired.map(|won| Permit {
+            held: self
+                .h
+                .hold((LockKind::Semaphore, hold, member.clone()), won),
+        }))
     }
 }
 
