@@ -163,18 +163,18 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
 }
 
 /// What `run`'s hold says of its holder (`leasehold status` and `list` show
-/// it): `<host> pid <pid>: <command>`, this process's pid, the command cut
-/// to fit the library's 512 bytes.
+/// it): `<host> pid <pid>: <program>`, this process's pid and the command's
+/// program as given, cut to fit the library's 512 bytes. Not its arguments:
+/// a command line may carry a secret (a password given as an argument), and
+/// whoever can read the lock's keys reads this.
 fn who_runs(command: &[std::ffi::OsString]) -> String {
     const MOST: usize = 512;
     let host = nix::unistd::gethostname()
         .map_or_else(|_| "?".to_owned(), |h| h.to_string_lossy().into_owned());
-    let command = command
-        .iter()
-        .map(|a| a.to_string_lossy())
-        .collect::<Vec<_>>()
-        .join(" ");
-    let mut who = format!("{host} pid {}: {command}", std::process::id());
+    let program = command
+        .first()
+        .map_or_else(String::new, |p| p.to_string_lossy().into_owned());
+    let mut who = format!("{host} pid {}: {program}", std::process::id());
     if who.len() > MOST {
         let mut end = MOST - "…".len();
         while !who.is_char_boundary(end) {
