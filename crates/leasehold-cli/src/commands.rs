@@ -307,16 +307,23 @@ async fn list(global: &Global, args: ListArgs) -> Result<u8, Failure> {
                     remaining: s.remaining,
                     fence: s.fence,
                     waiting: "-".to_owned(),
+                    about: None,
                 };
                 (row, output::reentrant_status_json(&s))
             }
             LockKind::RwLock => {
                 let s = client.rw_lock(&name).status().await?;
-                let (holder, remaining) = match &s.writer {
-                    Some(w) => (format!("{} (writer)", w.holder), Some(w.remaining)),
+                let last = s.readers.iter().max_by_key(|r| r.remaining);
+                let (holder, remaining, about) = match &s.writer {
+                    Some(w) => (
+                        format!("{} (writer)", w.holder),
+                        Some(w.remaining),
+                        w.about.clone(),
+                    ),
                     None => (
                         format!("{} reader(s)", s.reader_count),
-                        s.readers.iter().map(|r| r.remaining).max(),
+                        last.map(|r| r.remaining),
+                        last.and_then(|r| r.about.clone()),
                     ),
                 };
                 let row = Row {
@@ -326,6 +333,7 @@ async fn list(global: &Global, args: ListArgs) -> Result<u8, Failure> {
                     remaining,
                     fence: s.fence,
                     waiting: s.waiting_writers.to_string(),
+                    about,
                 };
                 (row, output::rw_status_json(&s))
             }
@@ -339,6 +347,11 @@ async fn list(global: &Global, args: ListArgs) -> Result<u8, Failure> {
                     remaining: s.holders.iter().map(|h| h.remaining).max(),
                     fence: s.fence,
                     waiting: "-".to_owned(),
+                    about: s
+                        .holders
+                        .iter()
+                        .max_by_key(|h| h.remaining)
+                        .and_then(|h| h.about.clone()),
                 };
                 (row, output::semaphore_status_json(&s))
             }
@@ -351,6 +364,7 @@ async fn list(global: &Global, args: ListArgs) -> Result<u8, Failure> {
                     remaining: s.remaining,
                     fence: s.fence,
                     waiting: s.waiting_clients.to_string(),
+                    about: s.holder_about.clone(),
                 };
                 let mut object = output::status_json(&s);
                 object["kind"] = json!(kind.as_str());

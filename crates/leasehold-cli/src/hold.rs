@@ -188,7 +188,10 @@ pub(crate) async fn take_hold(
     mode: Mode,
 ) -> Result<AnyGuard, Failure> {
     let rw = || {
-        let rw = client.rw_lock(name).ttl(lease.ttl).wait(lease.wait);
+        let mut rw = client.rw_lock(name).ttl(lease.ttl).wait(lease.wait);
+        if let Some(about) = &lease.about {
+            rw = rw.describe(about.as_str());
+        }
         match lease.at_least {
             Some(at_least) => rw.hold_at_least(at_least),
             None => rw,
@@ -231,6 +234,9 @@ pub(crate) async fn take_hold(
             if let Some(at_least) = lease.at_least {
                 sem = sem.hold_at_least(at_least);
             }
+            if let Some(about) = &lease.about {
+                sem = sem.describe(about.as_str());
+            }
             let busy = || format!("all {permits} permits of semaphore {name:?} are held");
             let permit = per_lease(
                 lease,
@@ -265,6 +271,9 @@ pub(crate) async fn take_all(
         .lock_delay(lease.lock_delay);
     if let Some(at_least) = lease.at_least {
         multi = multi.hold_at_least(at_least);
+    }
+    if let Some(about) = &lease.about {
+        multi = multi.describe(about.as_str());
     }
     let sorted = multi.names().join(" ");
     let watch = Watch::several(client, &multi.names());
@@ -328,6 +337,9 @@ pub(crate) async fn take(
         .lock_delay(lease.lock_delay);
     if let Some(at_least) = lease.at_least {
         lock = lock.hold_at_least(at_least);
+    }
+    if let Some(about) = &lease.about {
+        lock = lock.describe(about.as_str());
     }
     per_lease(
         lease,

@@ -72,6 +72,7 @@ pub(crate) fn status_json(status: &LockStatus) -> Value {
         "kind": status.holder.as_ref().map(|_| "lock"),
         "held": status.holder.is_some(),
         "holder": status.holder,
+        "about": status.holder_about,
         "remaining_ms": status.remaining.map(millis),
         "fence": status.fence,
         "waiting_clients": status.waiting_clients,
@@ -80,9 +81,10 @@ pub(crate) fn status_json(status: &LockStatus) -> Value {
 
 /// A lock's status as `key value` lines.
 pub(crate) fn status_human(status: &LockStatus) -> String {
-    let holder = match &status.holder {
-        Some(h) => format!("{h}… (token prefix)"),
-        None => "none (the lock is free)".to_owned(),
+    let holder = match (&status.holder, &status.holder_about) {
+        (Some(h), Some(about)) => format!("{h}… (token prefix): {}", printable(about)),
+        (Some(h), None) => format!("{h}… (token prefix)"),
+        (None, _) => "none (the lock is free)".to_owned(),
     };
     let remaining = remaining_human(status.remaining);
     format!(
@@ -235,7 +237,7 @@ pub(crate) fn broken_human(name: &str, broken: Option<&BrokenLease>) -> String {
 
 /// One hold of a read-write lock or semaphore as a JSON object.
 fn hold_json(hold: &HoldStatus) -> Value {
-    json!({ "holder": hold.holder, "remaining_ms": millis(hold.remaining) })
+    json!({ "holder": hold.holder, "about": hold.about, "remaining_ms": millis(hold.remaining) })
 }
 
 /// The most holds listed in human output; `--json` lists up to the library's cap.
@@ -243,7 +245,15 @@ const HUMAN_MOST_HOLDS: usize = 10;
 
 /// One hold: its holder's prefix and time left.
 fn hold_human(hold: &HoldStatus) -> String {
-    format!("{}… {} left", hold.holder, short(hold.remaining))
+    match &hold.about {
+        Some(about) => format!(
+            "{}… {} left: {}",
+            hold.holder,
+            short(hold.remaining),
+            printable(about)
+        ),
+        None => format!("{}… {} left", hold.holder, short(hold.remaining)),
+    }
 }
 
 /// The first holds of `total`, one indented line each, and how many more.
@@ -291,6 +301,9 @@ pub(crate) struct Row {
     pub(crate) fence: Option<u64>,
     /// Waiting clients (lock) or writers (rwlock); `-` where not counted.
     pub(crate) waiting: String,
+    /// What the holder says of itself (the lock's holder, the writer, the
+    /// permit or read hold that ends last), if it did.
+    pub(crate) about: Option<String>,
 }
 
 /// Held locks of every kind as an aligned table, one per line under a
@@ -309,21 +322,30 @@ pub(crate) fn list_human(rows: &[Row]) -> String {
         .max()
         .unwrap_or(0)
         .max("HOLDER".len());
+    let who = rows.iter().any(|r| r.about.is_some());
     let mut out = format!(
         "{:<width$}  {:<9}  {:<holder_width$}  {:>10}  {:>20}  WAITING",
         "NAME", "KIND", "HOLDER", "REMAINING", "FENCE"
     );
+    if who {
+        out.push_str("  WHO");
+    }
     for (r, name) in rows.iter().zip(&names) {
         out.push('\n');
-        out.push_str(&format!(
-            "{:<width$}  {:<9}  {:<holder_width$}  {:>10}  {:>20}  {}",
+        let mut line = format!(
+            "{:<width$}  {:<9}  {:<holder_width$}  {:>10}  {:>20}  {:<7}",
             name,
             r.kind,
             r.holder,
             r.remaining.map_or_else(|| "-".to_owned(), short),
             r.fence.map_or_else(|| "-".to_owned(), |f| f.to_string()),
             r.waiting
-        ));
+        );
+        if who {
+            line.push_str("  ");
+            line.push_str(&r.about.as_deref().map_or_else(|| "-".to_owned(), printable));
+        }
+        out.push_str(line.trim_end());
     }
     out
 }

@@ -561,7 +561,7 @@ impl Global {
 
 /// How `run` or `acquire` takes its hold: the lease, the wait, and what
 /// a conflict exits with.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct LeaseArgs {
     /// Lease length.
     pub(crate) ttl: Duration,
@@ -578,6 +578,8 @@ pub(crate) struct LeaseArgs {
     pub(crate) at_least: Option<Duration>,
     /// `--lock-delay` (the plain lock).
     pub(crate) lock_delay: Duration,
+    /// What each hold says of its holder (`run`: host, pid and command).
+    pub(crate) about: Option<String>,
 }
 
 impl LeaseArgs {
@@ -592,6 +594,7 @@ impl LeaseArgs {
             progress: !global.quiet && nix::unistd::isatty(std::io::stderr()).unwrap_or(false),
             at_least: None,
             lock_delay: Duration::ZERO,
+            about: None,
         }
     }
 }

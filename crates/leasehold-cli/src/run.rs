@@ -136,6 +136,7 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
     let mut lease = LeaseArgs {
         at_least: args.at_least,
         lock_delay: args.lock_delay.unwrap_or_default(),
+        about: Some(who_runs(&args.command)),
         ..LeaseArgs::new(args.ttl, &args.wait, global)
     };
     let client = match connect_for(global, &lease).await {
@@ -159,6 +160,30 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
     }
     timing::mark(me, "end");
     outcome
+}
+
+/// What `run`'s hold says of its holder (`leasehold status` and `list` show
+/// it): `<host> pid <pid>: <program>`, this process's pid and the command's
+/// program as given, cut to fit the library's 512 bytes. Not its arguments:
+/// a command line may carry a secret (a password given as an argument), and
+/// whoever can read the lock's keys reads this.
+fn who_runs(command: &[std::ffi::OsString]) -> String {
+    const MOST: usize = 512;
+    let host = nix::unistd::gethostname()
+        .map_or_else(|_| "?".to_owned(), |h| h.to_string_lossy().into_owned());
+    let program = command
+        .first()
+        .map_or_else(String::new, |p| p.to_string_lossy().into_owned());
+    let mut who = format!("{host} pid {}: {program}", std::process::id());
+    if who.len() > MOST {
+        let mut end = MOST - "…".len();
+        while !who.is_char_boundary(end) {
+            end -= 1;
+        }
+        who.truncate(end);
+        who.push('…');
+    }
+    who
 }
 
 /// The processes `run` starts before it connects: the watcher, and the
@@ -641,6 +666,11 @@ impl Supervisor<'_> {
                 "the lease on {what} was lost while the command was stopped (leasehold was \
                  stopped or paused longer than the lease lasts); ending the command without \
                  resuming it (SIGTERM, SIGKILL after {grace})"
+            ));
+        } else if self.guard.lost_reason() == Some(leasehold::LostReason::Broken) {
+            exit::notice(format!(
+                "the lease on {what} was broken by an operator (leasehold release --force) \
+                 while the command ran; stopping the command (SIGTERM, SIGKILL after {grace})"
             ));
         } else {
             let why = self.guard.lost_reason().map_or_else(

@@ -2069,6 +2069,99 @@ fn release_force_breaks_every_kind_says_what_it_removed_and_keeps_the_fence() {
     assert!(again.fence() > cases[0].3);
 }
 
+/// Issue 33, item 6: `release --force` while `run` holds the lock stops the command at once
+/// (it used to run on until its next renewal, a third of the TTL later, and then said the
+/// lease "expired before it was renewed"), says that an operator broke the lock, and exits 70.
+#[test]
+fn release_force_stops_the_running_command_at_once_and_says_an_operator_broke_it() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = temp_dir();
+    // Its first renewal would come 20 s in: far beyond the bound below.
+    let runner = spawn_script(
+        dir.path(),
+        &url,
+        &["run", "job", "--ttl", "60s", "--kill-grace", "30s"],
+        &format!("{WAIT_FOR}echo up > started; wait_for never"),
+    );
+    wait_for_line(&dir.path().join("started"));
+    // `run` listens for break notices from its acquisition on (subscribed
+    // in the background): break once it does.
+    wait_until("run listens for break notices", || {
+        server.subscribers("leasehold:broken") >= 1
+    });
+    let out = run_at(&url, &["release", "--force", "job"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let broken_at = Instant::now();
+    let stopped = runner.finish();
+    let took = broken_at.elapsed();
+    assert_eq!(stopped.code(), 70, "{stopped:?}");
+    assert!(
+        stopped.stderr.contains("broken by an operator"),
+        "{stopped:?}"
+    );
+    assert!(!stopped.stderr.contains("expired"), "{stopped:?}");
+    eprintln!("the command stopped {took:?} after release --force returned");
+    assert!(
+        took < Duration::from_secs(10),
+        "the command ran on {took:?} after the break"
+    );
+}
+
+/// Issue 33, item 7: `run` records host, pid and command with its lease; `status`, `list`
+/// and `--json` show it, and nothing of it is left once the run ends. The command's
+/// program only: its arguments may carry a secret (a password given on a command line),
+/// and the lock's keys are read by whoever can read the prefix.
+#[test]
+fn status_and_list_show_which_host_pid_and_command_hold_a_run() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = temp_dir();
+    let runner = spawn_script(
+        dir.path(),
+        &url,
+        &["run", "nightly"],
+        &format!("{WAIT_FOR}: --password=s3cr3tPW; echo up > started; wait_for go"),
+    );
+    wait_for_line(&dir.path().join("started"));
+    let host = nix::unistd::gethostname()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let pid = runner.pid();
+    let expected = format!("{host} pid {pid}: sh");
+    // Written in the background once the lock is held.
+    let mut status = status_json(&url, "nightly");
+    wait_until("status shows who holds it", || {
+        status = status_json(&url, "nightly");
+        status["about"].is_string()
+    });
+    let about = status["about"].as_str().expect("about");
+    assert_eq!(about, expected, "{status}");
+    let human = run_at(&url, &["status", "nightly"]);
+    assert!(human.stdout.contains(&expected), "{human:?}");
+    assert!(!human.stdout.contains("s3cr3tPW"), "{human:?}");
+    let list = run_at(&url, &["list"]);
+    assert!(!list.stdout.contains("s3cr3tPW"), "{list:?}");
+    assert!(list.stdout.contains("WHO"), "{list:?}");
+    assert!(list.stdout.contains(&expected), "{list:?}");
+    let listed = run_at(&url, &["--json", "list"]).json();
+    assert!(
+        listed["locks"][0]["about"]
+            .as_str()
+            .is_some_and(|a| a.starts_with(&expected)),
+        "{listed}"
+    );
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    assert_eq!(runner.finish().code(), 0);
+    let mut conn = server.connection();
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg("leasehold:{nightly}*")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(left, Vec::<String>::new(), "left behind");
+}
+
 #[test]
 fn release_force_hands_a_lock_to_its_queued_waiter_at_once() {
     let server = RedisServer::start();

@@ -71,6 +71,14 @@ pub(crate) trait Core: Sync {
     /// The client's acquisitions and releases in flight, which
     /// [`Client::close`] waits for.
     fn flights(&self) -> &Arc<Flights>;
+
+    /// At the client's first acquisition: starts subscribing it to the
+    /// break notices of its prefix, so that an operator's break of a lease
+    /// it holds is heard at once. In the background, sent before the first
+    /// attempt: no acquisition waits for it (its lease's validity would
+    /// run meanwhile). A failure is not the acquisition's: the next one
+    /// tries again, and meanwhile a break is noticed at the next renewal.
+    fn hear_breaks(&self) {}
 }
 
 /// What [`Client::close`] waits for besides the watchdog: every acquisition
@@ -251,6 +259,7 @@ where
         outcome = tracing::field::Empty,
         waited = tracing::field::Empty,
     );
+    target.core.hear_breaks();
     let result = wait_for(target, wait, attempt)
         .instrument(span.clone())
         .await;

@@ -82,8 +82,15 @@ pub(crate) struct Shared {
     channels: Mutex<HashMap<String, Entry>>,
 }
 
+/// What every message of a channel is handed to, instead of waking
+/// waiters: the break notices ([`Events::listen`]). Called on the
+/// connection's task, so it must only hand the message on.
+pub(crate) type Listener = Box<dyn Fn(&[u8]) + Send + Sync>;
+
 struct Entry {
     refs: usize,
+    /// Set by [`Events::listen`]: the channel's messages go here.
+    listener: Option<Listener>,
     /// Wakes one or all waiters of the channel (empty or `all` payloads).
     notify: Arc<Notify>,
     /// Each waiter's own wake-up, by waiter id (payload = that id).
@@ -115,6 +122,10 @@ impl Shared {
                     _ => b"",
                 };
                 if let Some(entry) = self.channels().get(channel) {
+                    if let Some(listener) = &entry.listener {
+                        listener(payload);
+                        return;
+                    }
                     match payload {
                         b"" => entry.notify.notify_one(),
                         b"all" => entry.notify.notify_waiters(),
@@ -193,7 +204,23 @@ impl Events {
     /// Dropping the future drops the registration; the channel is
     /// unsubscribed later if nobody else uses it.
     pub(crate) async fn subscribe(&self, channel: &str, waiter: &str) -> Result<Subscription> {
-        let (subscription, subscribed) = self.register(channel, waiter);
+        self.ensure(channel, waiter, None).await
+    }
+
+    /// Subscribes to `channel` and hands every message on it to `listener`
+    /// (a channel of notices, not of wake-ups), for as long as the returned
+    /// [`Subscription`] lives; returns once the server confirmed it.
+    pub(crate) async fn listen(&self, channel: &str, listener: Listener) -> Result<Subscription> {
+        self.ensure(channel, "", Some(listener)).await
+    }
+
+    async fn ensure(
+        &self,
+        channel: &str,
+        waiter: &str,
+        listener: Option<Listener>,
+    ) -> Result<Subscription> {
+        let (subscription, subscribed) = self.register(channel, waiter, listener);
         if !subscribed {
             let (done, confirmed) = oneshot::channel();
             let shut_down = || Error::InvalidArgument("the client was shut down".into());
@@ -221,7 +248,7 @@ impl Events {
         {
             return None;
         }
-        match self.register(channel, waiter) {
+        match self.register(channel, waiter, None) {
             (subscription, true) => Some(subscription),
             // Swept in between: dropping the registration undoes it.
             (_, false) => None,
@@ -230,18 +257,27 @@ impl Events {
 
     /// Adds `waiter` to `channel`'s registry; says whether the server
     /// confirmed the channel's subscription already.
-    fn register(&self, channel: &str, waiter: &str) -> (Subscription, bool) {
+    fn register(
+        &self,
+        channel: &str,
+        waiter: &str,
+        listener: Option<Listener>,
+    ) -> (Subscription, bool) {
         let own = Arc::new(Own::default());
         let (notify, subscribed) = {
             let mut channels = self.shared.channels();
             let entry = channels.entry(channel.to_owned()).or_insert_with(|| Entry {
                 refs: 0,
+                listener: None,
                 notify: Arc::new(Notify::new()),
                 waiters: HashMap::default(),
                 subscribed: false,
                 idle_since: Instant::now(),
             });
             entry.refs += 1;
+            if listener.is_some() {
+                entry.listener = listener;
+            }
             entry.waiters.insert(waiter.to_owned(), Arc::clone(&own));
             (Arc::clone(&entry.notify), entry.subscribed)
         };
@@ -483,6 +519,34 @@ mod tests {
         assert!(woken(a_own), "the named waiter slept on");
         assert!(!woken(b_own.as_mut()), "another waiter woke");
         assert!(!woken(channel.as_mut()), "the channel's waiters woke");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_listened_channel_hands_every_message_on_and_wakes_nobody() {
+        let fake = Fake::answering();
+        let (shared, events) = start(&fake);
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let to = Arc::clone(&heard);
+        let _notices = events
+            .listen(
+                "notices",
+                Box::new(move |payload| to.lock().unwrap().push(payload.to_vec())),
+            )
+            .await
+            .expect("listen");
+        let waiter = events.subscribe("ch", "a").await.expect("subscribe");
+        let channel = waiter.notify();
+        let mut woken_channel = pin!(channel.notified());
+        woken_channel.as_mut().enable();
+        for payload in ["", "all", "a"] {
+            shared.on_push(message("notices", payload));
+        }
+        assert_eq!(
+            *heard.lock().unwrap(),
+            [b"".to_vec(), b"all".to_vec(), b"a".to_vec()]
+        );
+        assert!(!woken(woken_channel), "a notice woke a waiter");
+        assert_eq!(fake.calls(), ["subscribe notices", "subscribe ch"]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -5,11 +5,12 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::acquire::{Core, Flights};
 use crate::error::{Error, Result};
-use crate::events::Events;
+use crate::events::{Events, Subscription};
 use crate::scripts::{LeaseId, Owned, OwnedLeaseId};
 use crate::servers::Servers;
 use crate::watchdog::Watchdog;
@@ -37,6 +38,10 @@ pub(crate) struct Inner {
     pub(crate) flights: Arc<Flights>,
     /// `command_timeout`: bounds how long `close` waits for them.
     pub(crate) command_timeout: Duration,
+    /// The subscription to the prefix's break notices, started at the
+    /// first acquisition ([`Core::hear_breaks`]) and kept for the client's
+    /// life, and whether it was started (cleared again by a failure).
+    pub(crate) breaks: Arc<(tokio::sync::OnceCell<Subscription>, AtomicBool)>,
 }
 
 impl Inner {
@@ -110,5 +115,32 @@ impl Core for Inner {
 
     fn flights(&self) -> &Arc<Flights> {
         &self.flights
+    }
+
+    fn hear_breaks(&self) {
+        let (subscribed, started) = &*self.breaks;
+        // Closed: no lease is taken any more, so no notice is needed.
+        if subscribed.initialized() || self.is_closed() || started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let breaks = Arc::clone(&self.breaks);
+        let events = self.events.clone();
+        let listener = self.watchdog.hear_broken();
+        let channel = crate::key::broken_channel(&self.prefix);
+        tokio::spawn(async move {
+            let (subscribed, started) = &*breaks;
+            let heard = subscribed
+                .get_or_try_init(|| events.listen(&channel, listener))
+                .await;
+            if let Err(e) = heard {
+                started.store(false, Ordering::Release);
+                tracing::debug!(
+                    %channel,
+                    error = %e,
+                    "cannot subscribe to the break notices yet; a lease broken meanwhile is \
+                     noticed at its next renewal"
+                );
+            }
+        });
     }
 }

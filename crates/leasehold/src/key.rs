@@ -127,6 +127,17 @@ impl LockKeys {
         format!("{}:call:{id}", &lock[..lock.len() - ":lock".len()])
     }
 
+    /// What one hold says of its holder (`describe`, `leasehold run`'s host,
+    /// pid and command): `<prefix>:{<tag>}:who:<hold>`, in the lock's slot,
+    /// where `hold` is the id the hold's lease knows it by (a lock's token,
+    /// a reentrant hold id, an RwLock's or a semaphore's member). It lives as
+    /// long as the lease: set with its TTL, renewed with it, deleted with
+    /// its release.
+    pub(crate) fn who(&self, hold: &str) -> String {
+        let lock = self.lock();
+        format!("{}:who:{hold}", &lock[..lock.len() - ":lock".len()])
+    }
+
     /// Waiters of a lease lock in arrival order (a sorted set).
     pub(crate) fn queue(&self) -> &str {
         self.name(3)
@@ -154,6 +165,14 @@ impl LockKeys {
     pub(crate) fn elected(&self) -> String {
         beside(self.lock(), ":elected")
     }
+}
+
+/// Where `Client::break_lease` tells the holders' clients which holds it
+/// broke (`watchdog::broken_notice`): `<prefix>:broken`, one channel per
+/// prefix (a break is rare; a client subscribes once, not per lease). It
+/// has no `{`, so no lock's key or channel is named the same.
+pub(crate) fn broken_channel(prefix: &str) -> String {
+    format!("{prefix}:broken")
 }
 
 /// The leader record of the election whose lease is `lock_key`:

@@ -81,6 +81,9 @@ pub(crate) struct Lease {
     /// What the kind's scripts know this lease by: the owner token for a
     /// lock, the hold id for a reentrant lock, the member for an RwLock.
     pub(crate) hold: String,
+    /// What the holder says of itself (`describe`), kept beside the lease
+    /// at [`LockKeys::who`] for as long as it lasts.
+    pub(crate) about: Option<Arc<str>>,
     timing: Mutex<Timing>,
     /// Held by whoever changes the lease's expiry on the server (a renewal,
     /// an extend), so the two never overlap: a renewal sent with the old
@@ -103,6 +106,9 @@ pub(crate) struct Lease {
     /// `lock_delay`: renewals and extends set the lease on the server for
     /// this much more than the TTL the holder counts.
     delay: Duration,
+    /// Set by a release (explicit, or handed to the background) before it
+    /// sends anything.
+    released: AtomicBool,
 }
 
 #[derive(Clone, Copy)]
@@ -143,6 +149,7 @@ impl Lease {
             kind,
             token,
             hold,
+            about: None,
             timing: Mutex::new(Timing {
                 ttl,
                 set_at: sent,
@@ -156,6 +163,7 @@ impl Lease {
             lost_notify: Notify::new(),
             kept_until: std::sync::OnceLock::new(),
             delay: Duration::ZERO,
+            released: AtomicBool::new(false),
         }
     }
 
@@ -177,6 +185,27 @@ impl Lease {
     pub(crate) fn lock_delay(mut self, delay: Duration) -> Lease {
         self.delay = delay;
         self
+    }
+
+    /// This lease, described by its holder as `about` (see [`Lease::about`]).
+    pub(crate) fn described(mut self, about: Option<Arc<str>>) -> Lease {
+        self.about = about;
+        self
+    }
+
+    /// Records that a release of this lease is about to be sent.
+    pub(crate) fn mark_released(&self) {
+        self.released.store(true, Ordering::Release);
+    }
+
+    /// Whether a release of this lease was sent (or is about to be).
+    pub(crate) fn is_released(&self) -> bool {
+        self.released.load(Ordering::Acquire)
+    }
+
+    /// Where the holder's description is kept, if it gave one.
+    pub(crate) fn who(&self) -> Option<String> {
+        self.about.as_ref().map(|_| self.keys.who(&self.hold))
     }
 
     /// Whether the lease has a lock delay: once it has ended without a

@@ -191,7 +191,7 @@
 //! | `leasehold_held_leases` | gauge | | guards alive in this process |
 //! | `leasehold_renewals_total` | counter | | leases the watchdog renewed |
 //! | `leasehold_renewal_batches_total` | counter | | renewal calls (each renews a batch of leases) |
-//! | `leasehold_leases_lost_total` | counter | `reason` | leases lost: `expired` (gone from the server, or validity passed before a renewal went out), `taken` (another owner holds it), `unreachable` (renewals got no answer until the validity ran out) |
+//! | `leasehold_leases_lost_total` | counter | `reason` | leases lost: `expired` (gone from the server, or validity passed before a renewal went out), `taken` (another owner holds it), `unreachable` (renewals got no answer until the validity ran out), `broken` (an operator broke it: `Client::break_lease`, `leasehold release --force`) |
 //! | `leasehold_handoffs_total` | counter | | acquisitions by a lease handed over whole at release |
 //!
 //! `kind` is `lock` (also [`FairLock`], and each name of a [`MultiLock`],

@@ -81,6 +81,14 @@ pub enum LostReason {
     Unreachable,
     /// [`Client::close`](crate::Client::close) gave it back.
     Closed,
+    /// An operator broke it: `leasehold release --force`, or
+    /// [`Client::break_lease`](crate::Client::break_lease), which tells the
+    /// holder's client at once (it hears the break on its prefix's
+    /// `<prefix>:broken` channel). A client that missed the notice (its
+    /// connection dropped at that moment) learns of the loss at its next
+    /// renewal instead, as [`Expired`](LostReason::Expired) or
+    /// [`Taken`](LostReason::Taken).
+    Broken,
 }
 
 impl LostReason {
@@ -90,6 +98,7 @@ impl LostReason {
             LostReason::Taken => 2,
             LostReason::Unreachable => 3,
             LostReason::Closed => 4,
+            LostReason::Broken => 5,
         }
     }
 
@@ -99,6 +108,7 @@ impl LostReason {
             2 => LostReason::Taken,
             3 => LostReason::Unreachable,
             4 => LostReason::Closed,
+            5 => LostReason::Broken,
             _ => return None,
         })
     }
@@ -114,6 +124,9 @@ impl std::fmt::Display for LostReason {
                  too slow)"
             }
             LostReason::Closed => "the client was closed",
+            LostReason::Broken => {
+                "an operator broke it (leasehold release --force, or Client::break_lease)"
+            }
         })
     }
 }
@@ -125,6 +138,7 @@ impl LostReason {
             LostReason::Taken => "taken",
             LostReason::Unreachable => "unreachable",
             LostReason::Closed => "closed",
+            LostReason::Broken => "broken",
         }
     }
 }

@@ -67,6 +67,40 @@ enum Command {
     /// Give back every lease on the books, stop renewing, and answer once
     /// every release is done (with the first error, if any failed).
     Close(oneshot::Sender<Result<()>>),
+    /// An operator broke these holds of the lock whose key is `key`: the
+    /// leases on the books that are among them are lost at once.
+    Broken { key: String, holds: Vec<String> },
+}
+
+/// A break notice: what `Client::break_lease` publishes on the prefix's
+/// break channel ([`crate::key::broken_channel`]) once it broke holds, and
+/// every client that holds a lease of that prefix hears. The lock key and
+/// the ids of the holds broken (as each lease knows its hold: a lock's
+/// token, a reentrant hold id, an RwLock's or a semaphore's member), each as
+/// `<length in bytes>:<text>`, so that any text fits.
+pub(crate) fn broken_notice(key: &str, holds: &[&str]) -> String {
+    let mut notice = String::new();
+    for part in std::iter::once(key).chain(holds.iter().copied()) {
+        notice.push_str(&format!("{}:{part}", part.len()));
+    }
+    notice
+}
+
+/// The lock key and the hold ids of a [`broken_notice`]; `None` for
+/// anything else.
+fn parse_broken_notice(mut payload: &[u8]) -> Option<(String, Vec<String>)> {
+    let mut parts = Vec::new();
+    while !payload.is_empty() {
+        let colon = payload.iter().position(|&b| b == b':')?;
+        let len: usize = std::str::from_utf8(&payload[..colon]).ok()?.parse().ok()?;
+        let rest = &payload[colon + 1..];
+        let part = rest.get(..len)?;
+        parts.push(String::from_utf8(part.to_vec()).ok()?);
+        payload = &rest[len..];
+    }
+    let mut parts = parts.into_iter();
+    let key = parts.next()?;
+    Some((key, parts.collect()))
 }
 
 /// One background release.
@@ -82,6 +116,9 @@ struct Release {
     /// renewal of the lease in flight, so that nothing of that renewal
     /// (on Redlock, a re-take of the lease on a node) lands after it.
     changes: Option<Arc<tokio::sync::Mutex<()>>>,
+    /// Where the holder's description is kept ([`Lease::who`]), deleted
+    /// with the release.
+    who: Option<String>,
 }
 
 /// The background releases handed over and not done yet, per lock key:
@@ -137,6 +174,18 @@ pub(crate) trait Door: Clone + Send + Sync + 'static {
 
     /// Whether one call may only touch keys of one slot.
     fn is_cluster(&self) -> bool;
+
+    /// Writes (`about`), renews (`ttl` alone) or deletes (neither) what a
+    /// hold says of its holder at `key` ([`Servers::describe`]).
+    fn describe(
+        &self,
+        key: &str,
+        about: Option<&str>,
+        ttl: Option<Duration>,
+    ) -> impl Future<Output = Result<()>> + Send {
+        let _ = (key, about, ttl);
+        std::future::ready(Ok(()))
+    }
 }
 
 impl Door for Servers {
@@ -154,6 +203,15 @@ impl Door for Servers {
 
     fn is_cluster(&self) -> bool {
         Servers::is_cluster(self)
+    }
+
+    fn describe(
+        &self,
+        key: &str,
+        about: Option<&str>,
+        ttl: Option<Duration>,
+    ) -> impl Future<Output = Result<()>> + Send {
+        Servers::describe(self, key, about, ttl)
     }
 }
 
@@ -207,6 +265,23 @@ impl Watchdog {
         let _ = self.tx.send(Command::Track { lease, renew });
     }
 
+    /// What hands the break notices heard ([`broken_notice`]) to the task:
+    /// the leases they name are lost at once, with
+    /// [`LostReason::Broken`]. It holds the task only weakly: the
+    /// subscription that calls it lives as long as the client's
+    /// connections, which the task holds.
+    pub(crate) fn hear_broken(&self) -> crate::events::Listener {
+        let tx = self.tx.downgrade();
+        Box::new(move |payload| {
+            let Some((key, holds)) = parse_broken_notice(payload) else {
+                return;
+            };
+            if let Some(tx) = tx.upgrade() {
+                let _ = tx.send(Command::Broken { key, holds });
+            }
+        })
+    }
+
     /// Takes the lease with this id off the books: no more renewals.
     pub(crate) fn untrack(&self, id: u64) {
         let _ = self.tx.send(Command::Untrack(id));
@@ -221,6 +296,7 @@ impl Watchdog {
             keep_until: None,
             counted: true,
             changes: None,
+            who: None,
         });
     }
 
@@ -369,6 +445,22 @@ impl<D: Door> State<D> {
                 }
             }
             Command::Untrack(id) => self.untrack(id),
+            Command::Broken { key, holds } => {
+                let mut broken: Vec<u64> = self
+                    .leases
+                    .iter()
+                    .filter(|(_, t)| t.lease.keys.lock() == key && holds.contains(&t.lease.hold))
+                    .map(|(id, _)| *id)
+                    .collect();
+                broken.sort_unstable();
+                for id in broken {
+                    if let Some(tracked) = self.leases.get(&id) {
+                        let lease = Arc::clone(&tracked.lease);
+                        self.untrack(id);
+                        lease.mark_lost(LostReason::Broken);
+                    }
+                }
+            }
             Command::Release(release) => self.backlog.push_back(release),
             Command::Close(done) => {
                 self.closed = true;
@@ -407,6 +499,7 @@ impl<D: Door> State<D> {
                 keep_until,
                 counted,
                 changes,
+                who,
             }) = self.backlog.pop_front()
             else {
                 return;
@@ -436,7 +529,13 @@ impl<D: Door> State<D> {
                         }
                     };
                 }
-                match servers.release(id.id()).await {
+                let released = servers.release(id.id()).await;
+                if let Some(key) = who
+                    && let Err(e) = servers.describe(&key, None, None).await
+                {
+                    tracing::debug!(%key, error = %e, "deleting the holder's description failed; it expires with the lease");
+                }
+                match released {
                     Ok(_) => Ok(()),
                     Err(e) => {
                         tracing::warn!(key = %id.keys.lock(), error = %e,
@@ -582,6 +681,16 @@ impl<D: Door> State<D> {
                 Some(Owned::Done) => {
                     lease.renewal_waits(false);
                     lease.renewed(sent, *snap);
+                    if let Some(key) = lease.who() {
+                        // Renewed only where it is still there (PEXPIRE): a
+                        // release that deleted it meanwhile stays done.
+                        let (servers, ttl) = (self.servers.clone(), lease.server_ttl(snap.ttl));
+                        tokio::spawn(async move {
+                            if let Err(e) = servers.describe(&key, None, Some(ttl)).await {
+                                tracing::debug!(%key, error = %e, "renewing the holder's description failed");
+                            }
+                        });
+                    }
                     self.schedule(Arc::clone(lease), Some(sent + snap.ttl / 3));
                     self.unanswered.remove(&lease.id);
                     renewed += 1;
@@ -638,6 +747,7 @@ impl<D: Door> State<D> {
 
 impl Release {
     fn of(lease: &Lease) -> Release {
+        lease.mark_released();
         Release {
             id: OwnedLeaseId {
                 kind: lease.kind,
@@ -648,6 +758,7 @@ impl Release {
             keep_until: lease.kept_until(),
             counted: false,
             changes: Some(lease.changes()),
+            who: lease.who(),
         }
     }
 }
@@ -689,6 +800,18 @@ mod tests {
     use tokio::sync::Semaphore;
 
     use super::*;
+
+    #[test]
+    fn a_break_notice_carries_the_lock_key_and_holds_whatever_their_text() {
+        let holds = ["r:h1:own:er", "", "12:3", "ünï"];
+        let notice = broken_notice("p:{n}:lock", &holds);
+        let (key, parsed) = parse_broken_notice(notice.as_bytes()).expect("parsed");
+        assert_eq!(key, "p:{n}:lock");
+        assert_eq!(parsed, holds);
+        for bad in ["", "x", "5:abc", "3:abc2", "3:abcx"] {
+            assert_eq!(parse_broken_notice(bad.as_bytes()), None, "{bad:?}");
+        }
+    }
     use crate::key::{LockKeys, slot};
     use crate::token::Token;
 
@@ -968,6 +1091,43 @@ mod tests {
             .await
             .expect("done once answered");
         assert_eq!(*fake.releases_sent.lock().unwrap(), 1);
+    }
+
+    /// Issue 33, item 6: a break notice loses exactly the leases it names,
+    /// at once, with `Broken`, and stops their renewal; a notice naming a
+    /// hold this client does not have (a later holder's break delivered
+    /// again, another name, garbage) loses nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_break_notice_loses_exactly_the_leases_it_names() {
+        let fake = Fake::new(true, false);
+        let watchdog = Watchdog::start(fake.clone());
+        let start = Instant::now();
+        let (broken, kept) = (lease("a", TTL, start), lease("b", TTL, start));
+        watchdog.track(Arc::clone(&broken), true);
+        watchdog.track(Arc::clone(&kept), true);
+        let hear = watchdog.hear_broken();
+        let key_a = broken.keys.lock().to_owned();
+        let key_b = kept.keys.lock().to_owned();
+        hear(broken_notice(&key_a, &["someone-else", "b"]).as_bytes());
+        hear(broken_notice(&key_b, &["a"]).as_bytes());
+        hear(b"not a notice");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert!(
+            !broken.is_lost() && !kept.is_lost(),
+            "a notice of other holds lost a lease"
+        );
+        hear(broken_notice(&key_a, &["a"]).as_bytes());
+        tokio::time::timeout(Duration::from_millis(1), broken.lost())
+            .await
+            .expect("lost at once");
+        assert_eq!(broken.lost_reason(), Some(LostReason::Broken));
+        tokio::time::sleep(TTL).await;
+        assert!(
+            fake.renewals_of("a").is_empty(),
+            "a broken lease was renewed"
+        );
+        assert!(!kept.is_lost());
+        assert!(!fake.renewals_of("b").is_empty());
     }
 
     /// Issue 13, item 6: releases that never answer (a batch of dropped

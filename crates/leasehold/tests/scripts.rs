@@ -2299,3 +2299,622 @@ fn common_snapshot(conn: &mut Connection, key: &str) -> (Option<Vec<u8>>, i64) {
     let dump: Option<Vec<u8>> = redis::cmd("DUMP").arg(key).query(conn).unwrap();
     (dump, conn.pttl(key).unwrap())
 }
+
+// Every script that writes, run twice: a cluster driver re-sends a call whose connection
+// dropped before the reply (issue 32), so the same EVALSHA with the same KEYS and ARGV may
+// run again after another client changed the lock. The second run must leave what that
+// client did as it was: each test below runs one exact invocation, lets another client act,
+// runs the same invocation again, and compares the keys as stored (DUMP) and their expiry.
+
+/// `keys` as stored: each one's DUMP and its expiry in ms of server time (-1 none, -2 no key).
+fn stored_state(conn: &mut Connection, keys: &[&str]) -> Vec<(Option<Vec<u8>>, i64)> {
+    keys.iter()
+        .map(|key| {
+            let dump: Option<Vec<u8>> = redis::cmd("DUMP").arg(*key).query(conn).unwrap();
+            let pttl: i64 = conn.pttl(*key).unwrap();
+            let at = if pttl < 0 {
+                pttl
+            } else {
+                i64::try_from(expire_time_ms(conn, key)).unwrap()
+            };
+            (dump, at)
+        })
+        .collect()
+}
+
+/// Runs `call`, then `between` (another client's change), then `call` again, exactly the same
+/// invocation, and asserts that the second run changed none of `keys` (what `between` left):
+/// contents exactly, expiry exactly (within the 1 ms by which Redis 6.2's reading may be
+/// late). Returns both replies.
+fn run_twice<T: redis::FromRedisValue + std::fmt::Debug>(
+    conn: &mut Connection,
+    script: &str,
+    call: &redis::ScriptInvocation<'_>,
+    between: impl FnOnce(&mut Connection),
+    keys: &[&str],
+) -> (T, T) {
+    let first: T = call.invoke(conn).unwrap();
+    between(conn);
+    let before = stored_state(conn, keys);
+    let second: T = call.invoke(conn).unwrap();
+    let after = stored_state(conn, keys);
+    for ((key, (dump_b, at_b)), (dump_a, at_a)) in keys.iter().zip(&before).zip(&after) {
+        assert!(
+            dump_b == dump_a,
+            "{script} run again (it answered {second:?}, the first run {first:?}) changed {key} \
+             as another client left it"
+        );
+        let late = if leasehold_testkit::server_version() >= (7, 0) {
+            0
+        } else {
+            1
+        };
+        assert!(
+            at_a == at_b || (*at_b >= 0 && *at_a >= *at_b && *at_a - *at_b <= late),
+            "{script} run again changed the expiry of {key}: {at_b} -> {at_a}"
+        );
+    }
+    (first, second)
+}
+
+#[test]
+fn lock_acquire_run_again_after_another_took_the_lock_changes_nothing() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let script = redis::Script::new(&ACQUIRE);
+    let mut call = script.prepare_invoke();
+    call.key(LOCK)
+        .key(FENCE)
+        .key(QUEUE)
+        .key(ALIVE)
+        .arg("a")
+        .arg(10_000)
+        .arg(10_000)
+        .arg(WINDOW)
+        .arg("1")
+        .arg("0")
+        .arg(CONN);
+    let (first, second): (Vec<i64>, Vec<i64>) = run_twice(
+        &mut conn,
+        "lock_acquire",
+        &call,
+        |conn| {
+            assert_eq!(release(conn, "a"), 1);
+            assert_eq!(acquire(conn, "b", 20_000).0, 1);
+        },
+        &[LOCK, FENCE],
+    );
+    assert_eq!((first[0], second[0]), (1, 0));
+    let _: () = conn.del(QUEUE).unwrap();
+}
+
+#[test]
+fn lock_release_run_again_after_another_took_the_lock_changes_nothing() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    acquire(&mut conn, "a", 10_000);
+    let call = release_call("a", false, false);
+    let (first, second): (i64, i64) = run_twice(
+        &mut conn,
+        "lock_release",
+        &call,
+        |conn| assert_eq!(acquire(conn, "b", 20_000).0, 1),
+        &[LOCK, FENCE, QUEUE],
+    );
+    assert_eq!((first, second), (1, -1));
+}
+
+#[test]
+fn lock_extend_run_again_after_another_took_the_lock_changes_nothing() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    acquire(&mut conn, "a", 10_000);
+    let script = redis::Script::new(&EXTEND);
+    let mut call = script.prepare_invoke();
+    call.key(LOCK).arg("a").arg(60_000);
+    let (first, second): (Vec<i64>, Vec<i64>) = run_twice(
+        &mut conn,
+        "lock_extend",
+        &call,
+        |conn| {
+            assert_eq!(release(conn, "a"), 1);
+            assert_eq!(acquire(conn, "b", 20_000).0, 1);
+        },
+        &[LOCK, FENCE],
+    );
+    assert_eq!((first, second), (vec![1], vec![-1]));
+}
+
+#[test]
+fn lock_retake_run_again_after_another_took_the_lock_changes_nothing() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let script = redis::Script::new(&RETAKE);
+    let mut call = script.prepare_invoke();
+    call.key(LOCK).arg("a").arg(10_000);
+    let (first, second): (Vec<i64>, Vec<i64>) = run_twice(
+        &mut conn,
+        "lock_retake",
+        &call,
+        |conn| {
+            assert_eq!(release(conn, "a"), 1);
+            assert_eq!(acquire(conn, "b", 20_000).0, 1);
+        },
+        &[LOCK, FENCE],
+    );
+    assert_eq!((first, second), (vec![1], vec![0]));
+}
+
+#[test]
+fn reentrant_acquire_run_again_after_another_owner_took_the_lock_changes_nothing() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let script = redis::Script::new(&RE_ACQUIRE);
+    let mut call = script.prepare_invoke();
+    call.key(LOCK)
+        .key(FENCE)
+        .arg("oa")
+        .arg("ha")
+        .arg(10_000)
+        .arg(10_000);
+    let (first, second): ((i64, i64), (i64, i64)) = run_twice(
+        &mut conn,
+        "reentrant_acquire",
+        &call,
+        |conn| {
+            assert_eq!(re_release(conn, "oa", "ha"), 1);
+            assert_eq!(re_acquire(conn, "ob", "hb", 20_000).0, 1);
+        },
+        &[LOCK, FENCE],
+    );
+    assert_eq!((first.0, second.0), (1, 0));
+}
+
+#[test]
+fn reentrant_release_run_again_after_another_owner_took_the_lock_changes_nothing() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    re_acquire(&mut conn, "oa", "ha", 10_000);
+    re_acquire(&mut conn, "oa", "ha2", 10_000);
+    // Both forms: a named hold, and any one hold with the record of the call.
+    for (hold, record) in [("ha", None), ("", Some("t:{n}:call:c1"))] {
+        let script = redis::Script::new(&RE_RELEASE);
+        let mut call = script.prepare_invoke();
+        call.key(LOCK).key(CHANNEL).key(FENCE);
+        if let Some(record) = record {
+            call.key(record);
+        }
+        call.arg("oa").arg(hold).arg("0").arg("1");
+        let freed = record.is_some();
+        let (first, second): (i64, i64) = run_twice(
+            &mut conn,
+            "reentrant_release",
+            &call,
+            |conn| {
+                if freed {
+                    assert_eq!(re_acquire(conn, "ob", "hb", 20_000).0, 1);
+                } else {
+                    // The owner's other hold stays: another owner cannot enter, but the
+                    // owner's own new hold can.
+                    assert_eq!(re_acquire(conn, "oa", "ha3", 20_000).0, 1);
+                }
+            },
+            &[LOCK, FENCE],
+        );
+        // Any one hold: the record of the call answers what the first run did.
+        assert_eq!(
+            (first, second),
+            (1, if freed { 1 } else { 0 }),
+            "hold {hold:?}"
+        );
+        if !freed {
+            assert_eq!(re_release(&mut conn, "oa", "ha3"), 1);
+        }
+    }
+}
+
+#[test]
+fn reentrant_extend_run_again_after_another_owner_took_the_lock_changes_nothing() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    re_acquire(&mut conn, "oa", "ha", 10_000);
+    let script = redis::Script::new(&RE_EXTEND);
+    let mut call = script.prepare_invoke();
+    call.key(LOCK).arg("ha").arg(60_000);
+    let (first, second): (Vec<i64>, Vec<i64>) = run_twice(
+        &mut conn,
+        "reentrant_extend",
+        &call,
+        |conn| {
+            assert_eq!(re_release(conn, "oa", "ha"), 1);
+            assert_eq!(re_acquire(conn, "ob", "hb", 20_000).0, 1);
+        },
+        &[LOCK, FENCE],
+    );
+    assert_eq!((first, second), (vec![1], vec![-1]));
+}
+
+#[test]
+fn rw_acquire_run_again_after_another_writer_took_the_lock_changes_nothing() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let script = redis::Script::new(&RW_ACQUIRE);
+    let mut call = script.prepare_invoke();
+    call.key(LOCK)
+        .key(FENCE)
+        .arg("w")
+        .arg("oa")
+        .arg("ha")
+        .arg(10_000)
+        .arg(10_000)
+        .arg("1");
+    let (first, second): ((i64, i64), (i64, i64)) = run_twice(
+        &mut conn,
+        "rw_acquire",
+        &call,
+        |conn| {
+            assert_eq!(rw_release(conn, "w:ha:oa"), 1);
+            assert_eq!(rw(conn, "w", "ob", "hb", 20_000, false).0, 1);
+        },
+        &[FENCE],
+    );
+    assert_eq!((first.0, second.0), (1, 0));
+    // Refused, it may leave its own waiting writer's entry; the writer's hold is as it was.
+    let live: Vec<String> = members(&mut conn)
+        .into_iter()
+        .filter(|m| !m.starts_with("i:"))
+        .collect();
+    assert_eq!(live, ["w:hb:ob"]);
+}
+
+#[test]
+fn rw_release_run_again_after_another_writer_took_the_lock_changes_nothing() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    rw(&mut conn, "r", "oa", "ha", 10_000, false);
+    let script = redis::Script::new(&RW_RELEASE);
+    let mut call = script.prepare_invoke();
+    call.key(LOCK).key(CHANNEL).key(FENCE).arg("r:ha:oa");
+    let (first, second): (i64, i64) = run_twice(
+        &mut conn,
+        "rw_release",
+        &call,
+        |conn| assert_eq!(rw(conn, "w", "ob", "hb", 20_000, false).0, 1),
+        &[LOCK, FENCE],
+    );
+    assert_eq!((first, second), (1, 0));
+}
+
+#[test]
+fn rw_extend_run_again_after_another_writer_took_the_lock_changes_nothing() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    rw(&mut conn, "w", "oa", "ha", 10_000, false);
+    let script = redis::Script::new(&RW_EXTEND);
+    let mut call = script.prepare_invoke();
+    call.key(LOCK).arg("w:ha:oa").arg(60_000);
+    let (first, second): (Vec<i64>, Vec<i64>) = run_twice(
+        &mut conn,
+        "rw_extend",
+        &call,
+        |conn| {
+            assert_eq!(rw_release(conn, "w:ha:oa"), 1);
+            assert_eq!(rw(conn, "w", "ob", "hb", 20_000, false).0, 1);
+        },
+        &[LOCK, FENCE],
+    );
+    assert_eq!((first, second), (vec![1], vec![0]));
+}
+
+#[test]
+fn rw_downgrade_run_again_after_another_writer_took_the_lock_changes_nothing() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    rw(&mut conn, "w", "oa", "ha", 10_000, false);
+    let script = redis::Script::new(&RW_DOWNGRADE);
+    let mut call = script.prepare_invoke();
+    call.key(LOCK)
+        .key(CHANNEL)
+        .arg("w:ha:oa")
+        .arg("r:ha2:oa")
+        .arg(10_000)
+        .arg("0");
+    let (first, second): (i64, i64) = run_twice(
+        &mut conn,
+        "rw_downgrade",
+        &call,
+        |conn| {
+            assert_eq!(rw_release(conn, "r:ha2:oa"), 1);
+            assert_eq!(rw(conn, "w", "ob", "hb", 20_000, false).0, 1);
+        },
+        &[LOCK, FENCE],
+    );
+    assert_eq!((first, second), (1, 0));
+}
+
+#[test]
+fn sem_acquire_run_again_after_another_took_the_permit_changes_nothing() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let script = redis::Script::new(&SEM_ACQUIRE);
+    let mut call = script.prepare_invoke();
+    call.key(LOCK)
+        .key(FENCE)
+        .arg(1)
+        .arg("pa")
+        .arg(10_000)
+        .arg(10_000);
+    let (first, second): ((i64, i64), (i64, i64)) = run_twice(
+        &mut conn,
+        "sem_acquire",
+        &call,
+        |conn| {
+            assert_eq!(rw_release(conn, "1:pa"), 1);
+            assert_eq!(sem(conn, 1, "pb", 20_000).0, 1);
+        },
+        &[LOCK, FENCE],
+    );
+    assert_eq!((first.0, second.0), (1, 0));
+}
+
+#[test]
+fn election_announce_run_again_after_another_leader_changes_nothing() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let (_, term) = acquire(&mut conn, "a", 10_000);
+    let script = redis::Script::new(&shipped("election_announce"));
+    let mut call = script.prepare_invoke();
+    call.key(LOCK)
+        .key(LEADER)
+        .key(ELECTED)
+        .arg("a")
+        .arg(term)
+        .arg("host a")
+        .arg("0");
+    let (first, second): (i64, i64) = run_twice(
+        &mut conn,
+        "election_announce",
+        &call,
+        |conn| {
+            assert_eq!(vacate(conn, "a"), 1);
+            assert_eq!(release(conn, "a"), 1);
+            let (_, term) = acquire(conn, "b", 20_000);
+            assert_eq!(announce(conn, "b", term as u64, "host b"), 1);
+        },
+        &[LOCK, LEADER, FENCE],
+    );
+    assert_eq!((first, second), (1, 0));
+}
+
+#[test]
+fn election_extend_run_again_after_another_leader_changes_nothing() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let (_, term) = acquire(&mut conn, "a", 10_000);
+    assert_eq!(announce(&mut conn, "a", term as u64, "host a"), 1);
+    let script = redis::Script::new(&shipped("election_extend"));
+    let mut call = script.prepare_invoke();
+    call.key(LOCK).key(LEADER).arg("a").arg(60_000);
+    let (first, second): (Vec<i64>, Vec<i64>) = run_twice(
+        &mut conn,
+        "election_extend",
+        &call,
+        |conn| {
+            assert_eq!(vacate(conn, "a"), 1);
+            assert_eq!(release(conn, "a"), 1);
+            let (_, term) = acquire(conn, "b", 20_000);
+            assert_eq!(announce(conn, "b", term as u64, "host b"), 1);
+        },
+        &[LOCK, LEADER, FENCE],
+    );
+    assert_eq!((first, second), (vec![1], vec![-1]));
+}
+
+#[test]
+fn election_vacate_run_again_after_another_leader_changes_nothing() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let (_, term) = acquire(&mut conn, "a", 10_000);
+    assert_eq!(announce(&mut conn, "a", term as u64, "host a"), 1);
+    let script = redis::Script::new(&shipped("election_vacate"));
+    let mut call = script.prepare_invoke();
+    call.key(LOCK).key(LEADER).key(ELECTED).arg("a").arg("0");
+    let (first, second): (i64, i64) = run_twice(
+        &mut conn,
+        "election_vacate",
+        &call,
+        |conn| {
+            assert_eq!(release(conn, "a"), 1);
+            let (_, term) = acquire(conn, "b", 20_000);
+            assert_eq!(announce(conn, "b", term as u64, "host b"), 1);
+        },
+        &[LOCK, LEADER, FENCE],
+    );
+    assert_eq!((first, second), (1, 0));
+}
+
+#[test]
+fn fenced_set_run_again_after_a_newer_holder_wrote_changes_nothing() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let script = redis::Script::new(leasehold::fenced::SET_SCRIPT);
+    let mut call = script.prepare_invoke();
+    call.key("t:{n}:data")
+        .key("t:{n}:data-fence")
+        .arg("7")
+        .arg("a's");
+    let written = |conn: &mut Connection, fence: &str, value: &str| {
+        let set: redis::RedisResult<String> = redis::Script::new(leasehold::fenced::SET_SCRIPT)
+            .key("t:{n}:data")
+            .key("t:{n}:data-fence")
+            .arg(fence)
+            .arg(value)
+            .invoke(conn);
+        assert_eq!(set.unwrap(), fence);
+    };
+    let first: String = call.invoke(&mut conn).unwrap();
+    assert_eq!(first, "7");
+    written(&mut conn, "9", "b's");
+    let before = stored_state(&mut conn, &["t:{n}:data", "t:{n}:data-fence"]);
+    let second: redis::RedisResult<String> = call.invoke(&mut conn);
+    let err = second.expect_err("a stale write run again was refused");
+    assert!(err.to_string().contains("STALE"), "{err}");
+    assert_eq!(
+        stored_state(&mut conn, &["t:{n}:data", "t:{n}:data-fence"]),
+        before,
+        "fenced_set run again changed the newer holder's write"
+    );
+}
+
+static LEASE_BREAK: LazyLock<String> = LazyLock::new(|| shipped("lease_break"));
+
+/// One hold lease_break.lua reads or removes: its member (a reentrant lock's owner), ms left,
+/// count, the reentrant lock's fence ('' else), the ids its guards know it by.
+type BreakHold = (String, i64, i64, String, Vec<String>);
+
+/// lease_break.lua: with `holds` `None` the read, else the break of those named.
+fn lease_break_invocation(kind: &str, holds: &[String]) -> redis::ScriptInvocation<'static> {
+    static SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(&LEASE_BREAK));
+    let mut call = SCRIPT.prepare_invoke();
+    call.key(LOCK).key(CHANNEL).key(FENCE).arg("0").arg(kind);
+    for hold in holds {
+        call.arg(hold);
+    }
+    call
+}
+
+/// The operator's break of whatever holds `LOCK` (a reentrant lock, an RwLock or a
+/// semaphore), as `Client::break_lease` sends it: the read (run here), then the break of
+/// exactly what it read (returned, to run).
+fn lease_break_call(conn: &mut Connection) -> redis::ScriptInvocation<'static> {
+    let (kind, holds, _): (String, Vec<BreakHold>, Option<i64>) =
+        lease_break_invocation("", &[]).invoke(conn).unwrap();
+    let names: Vec<String> = if kind == "reentrant" {
+        holds
+            .into_iter()
+            .flat_map(|(owner, _, _, fence, _)| [owner, fence])
+            .collect()
+    } else {
+        holds.into_iter().map(|(member, ..)| member).collect()
+    };
+    lease_break_invocation(&kind, &names)
+}
+
+/// Issue 32: a break re-sent by the cluster driver after a new holder took the lock broke
+/// that holder too (its hold, its hash, its permit). For each kind: A holds, the break
+/// removes A's hold, B takes the lock, and the same break call again must leave B holding.
+#[test]
+fn lease_break_run_again_after_a_new_holder_took_the_lock_changes_nothing() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    type Take = fn(&mut Connection, &str);
+    let kinds: [(&str, Take, Take); 4] = [
+        (
+            "reentrant",
+            |c, who| assert_eq!(re_acquire(c, who, &format!("h{who}"), 20_000).0, 1),
+            |c, who| assert_eq!(re_acquire(c, who, &format!("h{who}2"), 20_000).0, 1),
+        ),
+        (
+            "write",
+            |c, who| assert_eq!(rw(c, "w", who, &format!("h{who}"), 20_000, false).0, 1),
+            |_, _| {},
+        ),
+        (
+            "read",
+            |c, who| assert_eq!(rw(c, "r", who, &format!("h{who}"), 20_000, false).0, 1),
+            |c, who| assert_eq!(rw(c, "r", who, &format!("h{who}2"), 20_000, false).0, 1),
+        ),
+        (
+            "permit",
+            |c, who| assert_eq!(sem(c, 2, &format!("h{who}"), 20_000).0, 1),
+            |c, who| assert_eq!(sem(c, 2, &format!("h{who}2"), 20_000).0, 1),
+        ),
+    ];
+    for (kind, take, more) in kinds {
+        let _: () = conn.del(&[LOCK, FENCE]).unwrap();
+        take(&mut conn, "a");
+        let call = lease_break_call(&mut conn);
+        let first: Value = call.invoke(&mut conn).unwrap();
+        take(&mut conn, "b");
+        more(&mut conn, "b");
+        let before = stored_state(&mut conn, &[LOCK, FENCE]);
+        let second: Value = call.invoke(&mut conn).unwrap();
+        assert_eq!(
+            stored_state(&mut conn, &[LOCK, FENCE]),
+            before,
+            "{kind}: the break run again (it answered {second:?}; the first run {first:?}) \
+             broke the holder that came after it"
+        );
+    }
+}
+
+#[test]
+fn lease_break_reads_without_writing_and_breaks_only_the_holds_it_names() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    // An RwLock: two reads and a waiting writer; a hold taken after the read is not broken.
+    rw(&mut conn, "r", "oa", "ha", 20_000, false);
+    rw(&mut conn, "r", "ob", "hb", 20_000, false);
+    assert_eq!(rw(&mut conn, "w", "oc", "hc", 20_000, true).0, 0);
+    let before = stored_state(&mut conn, &[LOCK, FENCE]);
+    let (kind, holds, _): (String, Vec<BreakHold>, Option<i64>) =
+        lease_break_invocation("", &[]).invoke(&mut conn).unwrap();
+    assert_eq!(kind, "rwlock");
+    let mut read: Vec<String> = holds.iter().map(|h| h.0.clone()).collect();
+    read.sort();
+    assert_eq!(
+        read,
+        ["r:ha:oa", "r:hb:ob"],
+        "the waiting writer is not a hold"
+    );
+    assert!(holds.iter().all(|h| h.4 == [h.0.clone()] && h.2 == 1));
+    assert_eq!(
+        stored_state(&mut conn, &[LOCK, FENCE]),
+        before,
+        "a read wrote"
+    );
+    let (_, broken, _): (String, Vec<BreakHold>, Option<i64>) =
+        lease_break_invocation("rwlock", &["r:ha:oa".into(), "i:hc:oc".into()])
+            .invoke(&mut conn)
+            .unwrap();
+    assert_eq!(broken.len(), 1);
+    assert_eq!(broken[0].0, "r:ha:oa");
+    assert_eq!(members(&mut conn), ["i:hc:oc", "r:hb:ob"]);
+    // Named as another kind: nothing.
+    let (_, broken, _): (String, Vec<BreakHold>, Option<i64>) =
+        lease_break_invocation("semaphore", &["r:hb:ob".into()])
+            .invoke(&mut conn)
+            .unwrap();
+    assert!(broken.is_empty());
+    assert_eq!(members(&mut conn), ["i:hc:oc", "r:hb:ob"]);
+
+    // A reentrant lock is named by its owner and fence: the same owner's later tenure is not
+    // the one read.
+    let _: () = conn.del(&[LOCK, FENCE]).unwrap();
+    let (_, fence) = re_acquire(&mut conn, "o", "h1", 20_000);
+    re_acquire(&mut conn, "o", "h2", 20_000);
+    let (_, holds, _): (String, Vec<BreakHold>, Option<i64>) =
+        lease_break_invocation("", &[]).invoke(&mut conn).unwrap();
+    assert_eq!(holds.len(), 1);
+    let (owner, _, count, tenure, mut ids) = holds[0].clone();
+    ids.sort();
+    assert_eq!(
+        (owner.as_str(), count, ids),
+        ("o", 2, vec!["h1".into(), "h2".into()])
+    );
+    assert_eq!(tenure, fence.to_string());
+    let stale = (fence - 1).to_string();
+    let (_, broken, _): (String, Vec<BreakHold>, Option<i64>) =
+        lease_break_invocation("reentrant", &["o".into(), stale])
+            .invoke(&mut conn)
+            .unwrap();
+    assert!(broken.is_empty(), "another tenure was broken");
+    assert_eq!(hold_fields(&mut conn).len(), 2);
+    let (_, broken, _): (String, Vec<BreakHold>, Option<i64>) =
+        lease_break_invocation("reentrant", &["o".into(), tenure])
+            .invoke(&mut conn)
+            .unwrap();
+    assert_eq!(broken.len(), 1);
+    assert!(!conn.exists::<_, bool>(LOCK).unwrap());
+    assert!(conn.exists::<_, bool>(FENCE).unwrap(), "the fence is kept");
+}

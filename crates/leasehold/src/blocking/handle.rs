@@ -100,6 +100,15 @@ impl<H: Settings> Handle<H> {
     pub fn watchdog(self, renew: bool) -> Self {
         self.map(|h| h.watchdog(renew))
     }
+
+    /// What each hold says of its holder, shown by the statuses and
+    /// `leasehold status`; see [`crate::Lock::describe`].
+    ///
+    /// Defaults to none.
+    pub fn describe(self, about: impl Into<String>) -> Self {
+        let about = about.into();
+        self.map(|h| h.describe(about))
+    }
 }
 
 impl<H: Named> Handle<H> {

@@ -66,11 +66,12 @@ impl_each!(AsyncLease for crate::primitives::lock::LockGuard, crate::primitives:
     }
 });
 
-/// Async handles with `ttl`, `wait` and `watchdog`.
+/// Async handles with `ttl`, `wait`, `watchdog` and `describe`.
 pub trait Settings: Sized {
     fn ttl(self, ttl: Duration) -> Self;
     fn wait(self, wait: Duration) -> Self;
     fn watchdog(self, renew: bool) -> Self;
+    fn describe(self, about: String) -> Self;
 }
 
 /// Async handles of one named lock.
@@ -127,6 +128,9 @@ impl_each!(Settings for crate::primitives::lock::Lock, crate::primitives::fair::
     }
     fn watchdog(self, renew: bool) -> Self {
         Self::watchdog(self, renew)
+    }
+    fn describe(self, about: String) -> Self {
+        Self::describe(self, about)
     }
 });
 

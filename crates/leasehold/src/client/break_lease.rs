@@ -46,9 +46,16 @@ impl Client {
     /// **Breaks mutual exclusion for the holder**: removes whatever holds
     /// `name` now, whatever its owner token, for an operator freeing a
     /// lock whose holder is stuck (a hung process, a lost token). The
-    /// holder is not told: it goes on believing it holds the lock until
-    /// its next renewal is refused (its guard then reports the lease lost),
-    /// and meanwhile the next holder runs beside it. Only fencing tokens
+    /// holder's client is told at once: the break publishes the holds it
+    /// broke on the prefix's `<prefix>:broken` channel, which every client
+    /// subscribes to at its first acquisition, and the guard of each is lost
+    /// at once ([`LostReason::Broken`](crate::LostReason::Broken): its
+    /// `lost()` resolves, `leasehold run` stops its command). A holder
+    /// that does not hear it (its connection dropped at that moment, it is
+    /// stuck, or the break came before its client's subscription, which is
+    /// made in the background beside its first acquisition) learns it at
+    /// its next renewal, and meanwhile the next
+    /// holder may run beside it. Only fencing tokens
     /// protect a resource from the broken holder's late writes; the name's
     /// last fence is kept (with its expiry), so the next holder's fence is
     /// above the broken one's whatever the client's fence memory.
@@ -60,9 +67,15 @@ impl Client {
     /// read and write hold (waiting writers stay, and go first); a
     /// semaphore every permit; their waiters are woken.
     ///
-    /// Returns `None`, having changed nothing, when nothing held the name,
-    /// or when the lock's holder read first had left before the break
-    /// (released, expired, or handed on: call again to break the new one).
+    /// The break removes exactly the holds it read first (a lock's token, a
+    /// reentrant owner's tenure by its fence, each RwLock hold or permit by
+    /// its id), so the same call delivered twice (a driver re-sends a call
+    /// whose connection dropped before the reply) never breaks a holder
+    /// that came after it; a hold taken between the read and the break is
+    /// not broken either. Returns `None`, having changed nothing, when
+    /// nothing held the name, or when none of the holds read first was
+    /// still held at the break (released, expired, or handed on: call again
+    /// to break the new holder).
     ///
     /// # Errors
     ///
@@ -107,27 +120,41 @@ impl Client {
                 }
                 let election = matches!(self.election(name).leader().await, Ok(Some(_)));
                 match servers.lock_break(&keys, &token, election).await? {
-                    Owned::Done => Ok(Some(BrokenLease {
-                        name: name.to_owned(),
-                        kind: if election {
-                            LockKind::Election
-                        } else {
-                            LockKind::Lock
-                        },
-                        holds: vec![BrokenHold {
-                            holder: redact(&token).to_owned(),
-                            remaining: status.remaining,
-                            holds: 1,
-                        }],
-                        fence: status.fence,
-                    })),
+                    Owned::Done => {
+                        self.tell_holders(&keys, &[token.as_str()]).await;
+                        Ok(Some(BrokenLease {
+                            name: name.to_owned(),
+                            kind: if election {
+                                LockKind::Election
+                            } else {
+                                LockKind::Lock
+                            },
+                            holds: vec![BrokenHold {
+                                holder: redact(&token).to_owned(),
+                                remaining: status.remaining,
+                                holds: 1,
+                            }],
+                            fence: status.fence,
+                        }))
+                    }
                     Owned::Missing | Owned::OtherOwner => Ok(None),
                 }
             }
             // Not a lease lock's string: one of the sets of holds. (A
             // foreign key beside it is named as it is.)
             Err(Error::WrongType { key }) if key == keys.lock() => {
-                let broken = servers.lease_break(&keys).await?;
+                // Read first, then break exactly what was read: a break
+                // re-sent by a driver (a connection dropped before the reply)
+                // then finds none of it, and never breaks a holder that came
+                // after (issue 32).
+                let read = servers.lease_break(&keys, None).await?;
+                if read.holds.is_empty() {
+                    return Ok(None);
+                }
+                let names = read.names();
+                let broken = servers
+                    .lease_break(&keys, Some((read.kind.as_str(), &names)))
+                    .await?;
                 let kind = match broken.kind.as_str() {
                     "reentrant" => LockKind::Reentrant,
                     "rwlock" => LockKind::RwLock,
@@ -138,13 +165,19 @@ impl Client {
                 if broken.holds.is_empty() {
                     return Ok(None);
                 }
+                let leases: Vec<&str> = broken
+                    .holds
+                    .iter()
+                    .flat_map(|hold| hold.leases.iter().map(String::as_str))
+                    .collect();
+                self.tell_holders(&keys, &leases).await;
                 let holds = broken
                     .holds
                     .iter()
-                    .map(|(member, remaining, holds)| BrokenHold {
-                        holder: redact(holder_of(kind, member)).to_owned(),
-                        remaining: *remaining,
-                        holds: *holds,
+                    .map(|hold| BrokenHold {
+                        holder: redact(holder_of(kind, &hold.id)).to_owned(),
+                        remaining: hold.left,
+                        holds: hold.count,
                     })
                     .collect();
                 Ok(Some(BrokenLease {
@@ -155,6 +188,26 @@ impl Client {
                 }))
             }
             Err(e) => Err(e),
+        }
+    }
+}
+
+impl Client {
+    /// Tells the clients of the holds broken (`holds`: the ids their leases
+    /// know them by) on the prefix's break channel, so that each marks its
+    /// guard lost at once ([`LostReason::Broken`](crate::LostReason::Broken)).
+    /// The break is done whatever happens here: a notice that does not go
+    /// out is logged, and the holder then learns it at its next renewal.
+    async fn tell_holders(&self, keys: &LockKeys, holds: &[&str]) {
+        let channel = crate::key::broken_channel(self.prefix());
+        let notice = crate::watchdog::broken_notice(keys.lock(), holds);
+        if let Err(e) = self.inner.servers.publish(&channel, &notice).await {
+            tracing::warn!(
+                %channel,
+                error = %e,
+                "the lease was broken, but its holder could not be told; it learns it at its next \
+                 renewal"
+            );
         }
     }
 }

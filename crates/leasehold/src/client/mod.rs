@@ -599,6 +599,7 @@ impl ClientBuilder {
                 fence_memory: self.fence_memory,
                 closed: std::sync::atomic::AtomicBool::new(false),
                 closing: tokio::sync::Notify::new(),
+                breaks: Arc::default(),
                 flights: Flights::new(),
                 command_timeout: self.command_timeout,
             }),

@@ -100,6 +100,14 @@ impl Held {
         if !lease.extend(ttl, send).await? {
             return Err(self.lost_error());
         }
+        if let Some(key) = lease.who()
+            && let Err(e) = inner
+                .servers
+                .describe(&key, None, Some(lease.server_ttl(ttl)))
+                .await
+        {
+            tracing::debug!(%key, error = %e, "extending the holder's description failed");
+        }
         if self.watchdog {
             inner.watchdog.track(Arc::clone(lease), true);
         }
@@ -108,6 +116,7 @@ impl Held {
 
     pub(crate) async fn release(mut self) -> Result<()> {
         self.done = true;
+        self.lease.mark_released();
         let inner = &self.inner;
         // Off the watchdog's books from here: `Client::close` waits for this
         // release instead (dropped last, after a release handed to the
@@ -145,6 +154,12 @@ impl Held {
             }
         };
         pending.0 = None;
+        if lease.kept_for().is_none()
+            && let Some(key) = lease.who()
+            && let Err(e) = inner.servers.describe(&key, None, None).await
+        {
+            tracing::debug!(%key, error = %e, "deleting the holder's description failed; it expires with the lease");
+        }
         match outcome {
             Ok(Owned::Done) => Ok(()),
             Ok(gone @ (Owned::Missing | Owned::OtherOwner)) => {
@@ -175,6 +190,34 @@ impl Held {
         }
         watchdog.release_lease(&self.lease);
     }
+}
+
+/// Writes what `lease`'s holder says of itself ([`Lease::who`]), if it
+/// said anything, with the lease's TTL, and deletes the description kept
+/// at `moved_from` (a downgraded write hold's), in a task of its own: the
+/// guard is handed out at once (its lease's validity runs meanwhile, and
+/// a renewal must not wait for this). A release that came first (it marks
+/// the lease released before it sends anything) is followed by a deletion
+/// here; a release that comes later sends its deletion after the write was
+/// answered. Either way nothing is left behind.
+pub(crate) fn describe_hold(inner: &Arc<Inner>, lease: &Arc<Lease>, moved_from: Option<String>) {
+    let (Some(about), Some(key)) = (lease.about.clone(), lease.who()) else {
+        return;
+    };
+    let ttl = lease.server_ttl(lease.snapshot().ttl);
+    let (servers, lease) = (inner.servers.clone(), Arc::clone(lease));
+    tokio::spawn(async move {
+        let mut outcome = servers.describe(&key, Some(&about), Some(ttl)).await;
+        if lease.is_released() {
+            outcome = outcome.and(servers.describe(&key, None, None).await);
+        }
+        if let Some(old) = moved_from {
+            outcome = outcome.and(servers.describe(&old, None, None).await);
+        }
+        if let Err(e) = outcome {
+            tracing::debug!(%key, error = %e, "could not record the holder's description");
+        }
+    });
 }
 
 /// Hands a release to the background if `release()` is cancelled midway.
@@ -250,7 +293,9 @@ macro_rules! guard_api {
             /// [`LostReason::Unreachable`](crate::LostReason::Unreachable):
             /// Redis did not answer the renewals sent in time;
             /// [`Expired`](crate::LostReason::Expired): none was (this
-            /// process paused), or Redis no longer had it.
+            /// process paused), or Redis no longer had it;
+            /// [`Broken`](crate::LostReason::Broken): an operator broke it
+            /// ([`Client::break_lease`](crate::Client::break_lease)), told at once.
             pub fn lost_reason(&self) -> Option<crate::telemetry::LostReason> {
                 self.held.lost_reason()
             }

@@ -12,7 +12,7 @@ use crate::inner::Inner;
 use crate::key::{LockKeys, validate_name};
 use crate::kind::LockKind;
 use crate::lease::Lease;
-use crate::primitives::guard::Held;
+use crate::primitives::guard::{Held, describe_hold};
 use crate::token::Token;
 
 /// One live hold of an [`RwLock`](crate::RwLock) or one [`Permit`](crate::Permit) of a
@@ -26,7 +26,13 @@ pub struct HoldStatus {
     pub holder: String,
     /// How long the hold's lease has left.
     pub remaining: Duration,
+    /// What the holder says of itself, if it did (`describe`; `leasehold
+    /// run`: host, pid and command).
+    pub about: Option<String>,
 }
+
+/// The longest description a holder may give of itself (`describe`).
+pub(crate) const MAX_ABOUT_LEN: usize = 512;
 
 /// Default lease length of every handle.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -50,6 +56,8 @@ pub(crate) struct Handle {
     /// `lock_delay`: the server keeps a lease this much longer than the
     /// holder counts it (Lock and FairLock only).
     pub(crate) delay: Duration,
+    /// `describe`: what each hold says of its holder, kept beside it.
+    pub(crate) about: Option<Arc<str>>,
 }
 
 impl Handle {
@@ -64,6 +72,7 @@ impl Handle {
             watchdog: true,
             at_least: None,
             delay: Duration::ZERO,
+            about: None,
         }
     }
 
@@ -86,6 +95,14 @@ impl Handle {
                 "lock_delay {:?} is above the longest lease TTL allowed, {:?} \
                  (ClientBuilder::ttl_bounds)",
                 self.delay, self.inner.max_ttl
+            )));
+        }
+        if let Some(about) = &self.about
+            && (about.is_empty() || about.len() > MAX_ABOUT_LEN)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "describe: a holder's description must be 1 to {MAX_ABOUT_LEN} bytes, got {}",
+                about.len()
             )));
         }
         match self.at_least {
@@ -157,11 +174,21 @@ impl Handle {
             Some(at_least) => lease.keep_until(crate::clock::Instant::now() + at_least),
             None => lease,
         };
-        let lease = lease.lock_delay(self.delay);
+        let lease = lease.lock_delay(self.delay).described(self.about.clone());
         let held = Held::new(&self.inner, lease, won.fence, self.watchdog);
         // On the watchdog's books now: `Client::close` gives it back from
         // there, and need not wait for this acquisition any more.
         drop(won.flight);
+        held
+    }
+
+    /// [`Handle::held`], and the holder's description (`describe`) written
+    /// beside the new hold ([`describe_hold`]), in the background: the
+    /// guard is handed out at once, since its lease's validity runs
+    /// meanwhile.
+    pub(crate) fn hold(&self, id: (LockKind, Token, String), won: Won) -> Held {
+        let held = self.held(id, won);
+        describe_hold(&self.inner, &held.lease, None);
         held
     }
 }
@@ -182,6 +209,20 @@ macro_rules! handle_api {
         }
 
         impl $handle {
+            /// What each hold taken by this handle says of its holder (a
+            /// host, a process, a job: `leasehold run` records host, pid and
+            /// command), shown by the statuses (`holder_about`/`about`) and
+            /// `leasehold status`/`list`. Kept beside the hold, with its TTL,
+            /// renewed with it and deleted with its release, so nothing is
+            /// left once it ends. Readable by anyone who can read the lock's
+            /// keys: put no secret in it. 1 to 512 bytes.
+            ///
+            /// Defaults to none (nothing is written).
+            pub fn describe(mut self, about: impl Into<String>) -> Self {
+                self.h.about = Some(std::sync::Arc::from(about.into()));
+                self
+            }
+
             /// The length of the lease. While a guard is held, the watchdog
             /// renews it every `ttl / 3`, so the TTL bounds how long a crashed
             /// holder keeps the lock, not how long a live one may hold it.

@@ -303,9 +303,18 @@ impl Lock {
             });
         }
         let waiting_clients = servers.waiting_clients(&self.h.keys).await?;
+        let holder_about = match &stored.holder {
+            Some(token) => servers
+                .who(&[self.h.keys.who(token)])
+                .await?
+                .pop()
+                .flatten(),
+            None => None,
+        };
         Ok(LockStatus {
             name: self.h.name.clone(),
             holder: stored.holder.as_deref().map(|t| redact(t).to_owned()),
+            holder_about,
             remaining: stored.remaining,
             fence: stored.fence,
             waiters: stored.waiters,
@@ -370,7 +379,7 @@ pub(crate) async fn take_lease(
     .await?;
     Ok(acquired.map(|won| {
         let hold = token.as_str().to_owned();
-        h.held((kind, token, hold), won)
+        h.hold((kind, token, hold), won)
     }))
 }
 
@@ -383,6 +392,10 @@ pub struct LockStatus {
     /// The first 8 characters of the holder's owner token (never the whole
     /// token: that is a capability), or `None` when free.
     pub holder: Option<String>,
+    /// What the holder says of itself, if it did
+    /// ([`Lock::describe`](crate::Lock::describe); `leasehold run`: host, pid
+    /// and command).
+    pub holder_about: Option<String>,
     /// The holder's remaining lease, or `None` when free.
     pub remaining: Option<Duration>,
     /// The last fencing token issued for this name, if still kept: while

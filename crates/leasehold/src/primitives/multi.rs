@@ -132,6 +132,15 @@ impl MultiLock {
         self
     }
 
+    /// What each name's hold says of its holder; see
+    /// [`Lock::describe`](crate::Lock::describe).
+    ///
+    /// Defaults to none.
+    pub fn describe(self, about: impl Into<String>) -> MultiLock {
+        let about: String = about.into();
+        self.each(|lock| lock.describe(about.clone()))
+    }
+
     /// Chubby's lock-delay on every name; see [`Lock::lock_delay`](crate::Lock::lock_delay).
     ///
     /// Defaults to zero.

@@ -216,7 +216,7 @@ impl ReentrantLock {
                 hold.as_str().to_owned(),
             );
             ReentrantGuard {
-                held: self.h.held(id, won),
+                held: self.h.hold(id, won),
             }
         }))
     }

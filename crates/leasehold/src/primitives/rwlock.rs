@@ -11,7 +11,7 @@ use crate::inner::Inner;
 use crate::key::{LockKeys, validate_name, validate_owner};
 use crate::kind::LockKind;
 use crate::lease::Lease;
-use crate::primitives::guard::{Held, guard_api};
+use crate::primitives::guard::{Held, describe_hold, guard_api};
 use crate::primitives::handle::{Handle, HoldStatus, at_least_api, handle_api, owner_api};
 use crate::scripts::{Acquire, Mode, Owned, OwnedLeaseId, RwAcquire, RwAttempt};
 use crate::token::{Token, redact};
@@ -246,6 +246,23 @@ impl RwLock {
             waiting_writers: 0,
             fence: stored.fence,
         };
+        // What the listed holds say of their holders, in one read.
+        let members: Vec<String> = stored
+            .groups
+            .iter()
+            .filter(|g| g.prefix == "r" || g.prefix == "w")
+            .flat_map(|g| {
+                g.entries
+                    .iter()
+                    .map(|(rest, _)| format!("{}:{rest}", g.prefix))
+            })
+            .collect();
+        let keys: Vec<String> = members.iter().map(|m| self.h.keys.who(m)).collect();
+        let about: std::collections::HashMap<String, String> = members
+            .into_iter()
+            .zip(servers.who(&keys).await?)
+            .filter_map(|(member, about)| Some((member, about?)))
+            .collect();
         for group in stored.groups {
             let holds = group.entries.iter().map(|(rest, left)| HoldStatus {
                 // A hold's member ends `<hold id>:<owner>`; hold ids have no ':'.
@@ -255,6 +272,7 @@ impl RwLock {
                 )
                 .to_owned(),
                 remaining: *left,
+                about: about.get(&format!("{}:{rest}", group.prefix)).cloned(),
             });
             match group.prefix.as_str() {
                 // One owner writes at a time; its last write hold to end counts.
@@ -326,7 +344,7 @@ impl RwLock {
             intent.member.clear();
         }
         let id = (LockKind::RwLock, owner, member);
-        Ok(Some(self.h.held(id, won)))
+        Ok(Some(self.h.hold(id, won)))
     }
 }
 
@@ -505,9 +523,11 @@ impl WriteGuard {
                 if let Some(until) = lease.kept_until() {
                     next = next.keep_until(until);
                 }
-                Ok(ReadGuard {
-                    held: Held::new(&inner, next, fence, watchdog),
-                })
+                // The description moves to the read hold.
+                next = next.described(lease.about.clone());
+                let held = Held::new(&inner, next, fence, watchdog);
+                describe_hold(&inner, &held.lease, lease.who());
+                Ok(ReadGuard { held })
             }
             gone @ (Owned::Missing | Owned::OtherOwner) => {
                 lease.mark_lost(gone.lost_reason());

@@ -157,17 +157,30 @@ impl Semaphore {
             .map_err(|_| Error::WrongType {
                 key: self.h.keys.lock().to_owned(),
             })?;
-        let holders = stored.groups.iter().flat_map(|g| &g.entries);
+        let holders: Vec<(String, &(String, Duration))> = stored
+            .groups
+            .iter()
+            .flat_map(|g| {
+                g.entries
+                    .iter()
+                    .map(|e| (format!("{}:{}", g.prefix, e.0), e))
+            })
+            .take(STATUS_MOST_ENTRIES)
+            .collect();
+        let keys: Vec<String> = holders.iter().map(|(m, _)| self.h.keys.who(m)).collect();
+        let about = servers.who(&keys).await?;
         Ok(SemaphoreStatus {
             name: self.h.name.clone(),
             // Every live permit was taken counting the same N (sem_acquire.lua).
             permits: counted.first().copied(),
             held: stored.groups.iter().map(|g| g.count).sum(),
             holders: holders
-                .take(STATUS_MOST_ENTRIES)
-                .map(|(hold, left)| HoldStatus {
+                .iter()
+                .zip(about)
+                .map(|((_, (hold, left)), about)| HoldStatus {
                     holder: redact(hold).to_owned(),
                     remaining: *left,
+                    about,
                 })
                 .collect(),
             fence: stored.fence,
@@ -209,7 +222,7 @@ impl Semaphore {
         Ok(acquired.map(|won| Permit {
             held: self
                 .h
-                .held((LockKind::Semaphore, hold, member.clone()), won),
+                .hold((LockKind::Semaphore, hold, member.clone()), won),
         }))
     }
 }

@@ -35,39 +35,90 @@ pub(crate) async fn lock_break(
     Ok(Owned::from_code(code))
 }
 
-/// What [`lease_break`] removed: the kind the key's type and members say
-/// (`lock` for a string key, which it leaves to [`lock_break`]; `none`
-/// for no key), the last fence, and per hold removed its member (or a reentrant lock's
-/// owner), the time it had left and how many holds it stood for.
+/// What [`lease_break`] read or removed: the kind the key's type and
+/// members say (`lock` for a string key, which it leaves to [`lock_break`];
+/// `none` for no key), the last fence, and the holds.
 pub(crate) struct BrokenSet {
     pub(crate) kind: String,
     pub(crate) fence: Option<u64>,
-    pub(crate) holds: Vec<(String, Option<Duration>, usize)>,
+    pub(crate) holds: Vec<SetHold>,
 }
 
-/// Removes every live hold of a reentrant lock, RwLock (not its waiting
-/// writers) or semaphore whatever its owner, wakes the waiters and keeps
-/// the fence key (`lease_break.lua`).
-pub(crate) async fn lease_break(backend: &Backend, keys: &LockKeys) -> Result<BrokenSet> {
+/// One hold [`lease_break`] read or removed.
+pub(crate) struct SetHold {
+    /// Its member, or a reentrant lock's owner.
+    pub(crate) id: String,
+    /// The time it had left.
+    pub(crate) left: Option<Duration>,
+    /// How many holds it stands for (a reentrant owner's), else 1.
+    pub(crate) count: usize,
+    /// A reentrant lock's fence, which names the owner's tenure; else empty.
+    pub(crate) fence: String,
+    /// The ids its guards' leases know it by: a reentrant lock's hold ids,
+    /// else the member.
+    pub(crate) leases: Vec<String>,
+}
+
+impl BrokenSet {
+    /// What a break of these holds names (`lease_break.lua`'s ARGV[3..]).
+    pub(crate) fn names(&self) -> Vec<&str> {
+        if self.kind == "reentrant" {
+            self.holds
+                .iter()
+                .flat_map(|h| [h.id.as_str(), h.fence.as_str()])
+                .collect()
+        } else {
+            self.holds.iter().map(|h| h.id.as_str()).collect()
+        }
+    }
+}
+
+/// Reads the live holds of a reentrant lock, RwLock (not its waiting
+/// writers) or semaphore, changing nothing (`holds` `None`); or removes
+/// those of `holds` (what a read answered, by [`BrokenSet::names`], for
+/// the kind `kind`) that are still live, whatever their owner, wakes the
+/// waiters and keeps the fence key (`lease_break.lua`). Naming them makes
+/// the break safe to run twice: a re-sent call finds none of them once
+/// they are gone, and leaves a holder that came after them alone.
+pub(crate) async fn lease_break(
+    backend: &Backend,
+    keys: &LockKeys,
+    holds: Option<(&str, &[&str])>,
+) -> Result<BrokenSet> {
+    type Reply = (
+        String,
+        Vec<(String, i64, usize, String, Vec<String>)>,
+        Option<u64>,
+    );
     let mut invocation = LEASE_BREAK.prepare_invoke();
     invocation
         .key(keys.lock())
         .key(keys.channel())
         .key(keys.fence())
         .arg(sharded(backend));
-    let (kind, holds, fence): (String, Vec<(String, i64, usize)>, Option<u64>) =
-        backend.invoke(&invocation, keys.lock()).await?;
+    match holds {
+        None => {
+            invocation.arg("");
+        }
+        Some((kind, names)) => {
+            invocation.arg(kind);
+            for name in names {
+                invocation.arg(*name);
+            }
+        }
+    }
+    let (kind, holds, fence): Reply = backend.invoke(&invocation, keys.lock()).await?;
     Ok(BrokenSet {
         kind,
         fence,
         holds: holds
             .into_iter()
-            .map(|(member, left, count)| {
-                (
-                    member,
-                    u64::try_from(left).ok().map(Duration::from_millis),
-                    count,
-                )
+            .map(|(id, left, count, fence, leases)| SetHold {
+                id,
+                left: u64::try_from(left).ok().map(Duration::from_millis),
+                count,
+                fence,
+                leases,
             })
             .collect(),
     })

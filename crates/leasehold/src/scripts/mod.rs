@@ -24,8 +24,8 @@ pub(crate) use breaking::{BrokenSet, lease_break, lock_break};
 use election::election_release;
 pub(crate) use election::{Leading, election_announce, election_leader};
 pub(crate) use status::{
-    ReentrantState, STATUS_MOST_ENTRIES, SetStatus, Status, lock_status, reentrant_status,
-    rw_status, subscribers,
+    ReentrantState, STATUS_MOST_ENTRIES, SetStatus, Status, describe, lock_status,
+    reentrant_status, rw_status, subscribers, who,
 };
 
 /// The prelude every script starts with: the helpers they share (server

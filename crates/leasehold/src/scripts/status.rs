@@ -150,3 +150,47 @@ pub(crate) async fn subscribers(backend: &Backend, channel: &str) -> Result<usiz
     }
     Ok(count)
 }
+
+/// Writes what a hold says of its holder at `key` ([`LockKeys::who`]): the
+/// text `about` for `ttl` (`Some` both), or renews it for `ttl` where it is
+/// still there (`about` `None`), or deletes it (`ttl` `None`). Plain
+/// commands, not owner-checked: the text is only ever read for a hold that
+/// is live, by its id.
+pub(crate) async fn describe(
+    backend: &Backend,
+    key: &str,
+    about: Option<&str>,
+    ttl: Option<Duration>,
+) -> Result<()> {
+    let cmd = match (about, ttl) {
+        (Some(about), Some(ttl)) => {
+            let mut cmd = redis::cmd("SET");
+            cmd.arg(key).arg(about).arg("PX").arg(millis(ttl));
+            cmd
+        }
+        (None, Some(ttl)) => {
+            let mut cmd = redis::cmd("PEXPIRE");
+            cmd.arg(key).arg(millis(ttl));
+            cmd
+        }
+        (_, None) => {
+            let mut cmd = redis::cmd("DEL");
+            cmd.arg(key);
+            cmd
+        }
+    };
+    backend.query::<redis::Value>(&cmd, key).await.map(|_| ())
+}
+
+/// What the holds at `keys` ([`LockKeys::who`], all of one lock, so of one
+/// slot) say of their holders, in order; `None` where nothing is said.
+pub(crate) async fn who(backend: &Backend, keys: &[String]) -> Result<Vec<Option<String>>> {
+    let Some(first) = keys.first() else {
+        return Ok(Vec::new());
+    };
+    let mut cmd = redis::cmd("MGET");
+    for key in keys {
+        cmd.arg(key);
+    }
+    backend.query(&cmd, first).await
+}

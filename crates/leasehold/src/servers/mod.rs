@@ -193,11 +193,16 @@ impl Servers {
         }
     }
 
-    /// Breaks every live hold of a reentrant lock, RwLock or semaphore
-    /// ([`scripts::lease_break`]); refused on Redlock, which has none.
-    pub(crate) async fn lease_break(&self, keys: &LockKeys) -> Result<scripts::BrokenSet> {
+    /// Reads the live holds of a reentrant lock, RwLock or semaphore, or
+    /// breaks those named ([`scripts::lease_break`]); refused on Redlock,
+    /// which has none.
+    pub(crate) async fn lease_break(
+        &self,
+        keys: &LockKeys,
+        holds: Option<(&str, &[&str])>,
+    ) -> Result<scripts::BrokenSet> {
         let backend = self.single("ReentrantLock, RwLock or Semaphore")?;
-        scripts::lease_break(backend, keys).await
+        scripts::lease_break(backend, keys, holds).await
     }
 
     // The primitives that need one server (their state cannot be split over
@@ -315,6 +320,78 @@ impl Servers {
             Servers::One(backend) => backend.subscribe(channel).await,
             Servers::Quorum(_) => first_success(self.all(), channel, true).await,
         }
+    }
+
+    /// Publishes `message` on `channel`: by SPUBLISH where subscriptions
+    /// are SSUBSCRIBE (a cluster with sharded pub/sub), else PUBLISH; on
+    /// every node of Redlock at once, whose clients subscribe on every
+    /// node. `Ok` once one server took it, else the first error.
+    pub(crate) async fn publish(&self, channel: &str, message: &str) -> Result<()> {
+        let sent = futures_util::future::join_all(self.all().iter().map(|backend| {
+            let command = if backend.sharded_pubsub() {
+                "SPUBLISH"
+            } else {
+                "PUBLISH"
+            };
+            async move {
+                backend
+                    .query::<i64>(redis::cmd(command).arg(channel).arg(message), channel)
+                    .await
+            }
+        }))
+        .await;
+        let mut first_error = None;
+        for outcome in sent {
+            match outcome {
+                Ok(_) => return Ok(()),
+                Err(e) => first_error = first_error.or(Some(e)),
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Writes what a hold says of its holder ([`scripts::describe`]) on
+    /// every server (every Redlock node); `Ok` once one took it (a Redlock
+    /// node that is slow or down does not hold up the acquisition; the
+    /// requests still in flight then are dropped).
+    pub(crate) async fn describe(
+        &self,
+        key: &str,
+        about: Option<&str>,
+        ttl: Option<Duration>,
+    ) -> Result<()> {
+        let mut sent: FuturesUnordered<_> = self
+            .all()
+            .iter()
+            .map(|backend| scripts::describe(backend, key, about, ttl))
+            .collect();
+        let mut first_error = None;
+        while let Some(outcome) = sent.next().await {
+            match outcome {
+                Ok(()) => return Ok(()),
+                Err(e) => first_error = first_error.or(Some(e)),
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// What the holds whose keys are `keys` say of their holders
+    /// ([`scripts::who`]); on Redlock, the first node to answer (each node
+    /// is written alike; one down must not fail a status the quorum gave).
+    pub(crate) async fn who(&self, keys: &[String]) -> Result<Vec<Option<String>>> {
+        let mut asked: FuturesUnordered<_> = self
+            .all()
+            .iter()
+            .map(|backend| scripts::who(backend, keys))
+            .collect();
+        let mut first_error = None;
+        while let Some(answer) = asked.next().await {
+            match answer {
+                Ok(about) => return Ok(about),
+                Err(e) => first_error = first_error.or(Some(e)),
+            }
+        }
+        first_error.map_or(Ok(Vec::new()), Err)
     }
 
     pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<()> {
