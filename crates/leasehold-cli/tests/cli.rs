@@ -2008,7 +2008,11 @@ fn release_force_breaks_every_kind_says_what_it_removed_and_keeps_the_fence() {
     let client = leasehold::blocking::Client::connect(&url).expect("connect");
     let ttl = Duration::from_secs(300);
     let lock = client.lock("b:lock").ttl(ttl).acquire().unwrap();
-    let reentrant = client.reentrant_lock("b:re").ttl(ttl);
+    // One owner on purpose: its two holds are one holder's (issue 33 item 5).
+    let reentrant = client
+        .reentrant_lock("b:re")
+        .owner("the-operator-test")
+        .ttl(ttl);
     let re = reentrant.acquire().unwrap();
     let _re2 = reentrant.acquire().unwrap();
     let read = client.rw_lock("b:rw").ttl(ttl).read().unwrap();

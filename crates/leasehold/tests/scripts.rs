@@ -2542,6 +2542,7 @@ fn rw_acquire_run_again_after_another_writer_took_the_lock_changes_nothing() {
     let mut call = script.prepare_invoke();
     call.key(LOCK)
         .key(FENCE)
+        .key(WRITERS)
         .arg("w")
         .arg("oa")
         .arg("ha")
