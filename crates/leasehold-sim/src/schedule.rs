@@ -122,6 +122,17 @@ pub struct Config {
     /// right at the acquisition's deadline (within a few ms either side):
     /// the last try at a deadline meets `close()`.
     pub close_at_deadline: f64,
+    /// When an operator breaks a name (`Client::break_lease` from a
+    /// process of its own), from the start.
+    pub breaks: Vec<Duration>,
+    /// Each lock node's clock: its granularity in µs (0: continuous) and
+    /// its drift in parts per million.
+    pub clocks: Vec<(u64, i64)>,
+    /// Another program writes a key of its own where one of name `n0`'s
+    /// keys is (one server only): when, the key's suffix (`lock`, `fence`,
+    /// `queue`, `alive`, `leader`, `writers`) and its type (`string`,
+    /// `hash`, `zset`).
+    pub foreign: Option<(Duration, &'static str, &'static str)>,
 }
 
 impl Config {
@@ -163,6 +174,7 @@ impl Config {
             reset_before: if r.chance(0.4) { 0.01 } else { 0.0 },
             reset_after: if r.chance(0.4) { 0.01 } else { 0.0 },
             flush_after_late_grant: 0.0,
+            twice: 0.0,
         };
         let length = Duration::from_secs(r.range(3, 12));
         let nodes = node_names(topology);
@@ -225,9 +237,50 @@ impl Config {
             length,
             // Drawn last: the draws above stay what they were for every seed.
             close_at_deadline: if r.chance(0.15) { 0.1 } else { 0.0 },
+            breaks: Vec::new(),
+            clocks: Vec::new(),
+            foreign: None,
         };
         if matches!(topology, Topology::Redlock(_)) && r.chance(0.3) {
             config.faults.flush_after_late_grant = 0.5;
+        }
+        // Drawn after everything above, which stays what it was for every
+        // seed: duplicate deliveries, an operator's breaks, server clocks.
+        if r.chance(0.3) {
+            config.faults.twice = *r.pick(&[0.01, 0.03]);
+        }
+        if r.chance(0.3) {
+            for _ in 0..r.range(1, 4) {
+                config
+                    .breaks
+                    .push(Duration::from_millis(r.below(length.as_millis() as u64)));
+            }
+            config.breaks.sort();
+        }
+        config.clocks = nodes
+            .iter()
+            .map(|_| {
+                let tick = *r.pick(&[0, 0, 1_000, 15_625]);
+                let drift = if r.chance(0.5) {
+                    r.range(0, 100) as i64 - 50
+                } else {
+                    0
+                };
+                (tick, drift)
+            })
+            .collect();
+        if topology == Topology::Single && r.chance(0.2) {
+            let at = Duration::from_millis(r.below(length.as_millis() as u64));
+            let suffix = *r.pick(&["lock", "fence", "queue", "alive", "leader", "writers"]);
+            let kind = *r.pick(&["string", "hash", "zset"]);
+            // A sorted set at a waiters' key is read as waiters (KEYS.md
+            // says so): that one is not drawn.
+            let kind = if matches!(suffix, "queue" | "alive" | "writers") && kind == "zset" {
+                "hash"
+            } else {
+                kind
+            };
+            config.foreign = Some((at, suffix, kind));
         }
         config
     }
@@ -268,6 +321,8 @@ pub struct Outcome {
     /// Scripts the servers ran (each a lock operation at a server:
     /// acquire, renew, release, status, fenced writes).
     pub scripts: u64,
+    /// Requests delivered twice.
+    pub duplicates: u64,
     /// Broken invariants.
     pub violations: Vec<Violation>,
     /// The last lines of the history (for a report).
@@ -290,6 +345,10 @@ struct Record {
     closed: BTreeMap<usize, u64>,
     /// When each process's `close()` was called (µs from the start).
     closing: BTreeMap<usize, u64>,
+    /// Tokens of guards taken with `hold_at_least` (a release keeps their
+    /// lease until then) or `lock_delay` (a lease that ended without a
+    /// release keeps the lock for the delay): by design, `close()` included.
+    kept: Vec<String>,
 }
 
 type Shared = Arc<Mutex<Record>>;
@@ -326,6 +385,9 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
     if config.topology == Topology::Replicated {
         world.add_replica("redis");
     }
+    for (node, &(tick, drift)) in names.iter().zip(&config.clocks) {
+        world.set_clock(node, tick, drift);
+    }
     if trace {
         world.with_history(|h| h.full = Some(Vec::new()));
     }
@@ -352,6 +414,26 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
             }
         }
     }
+    // The operator: a process of its own that breaks names by hand.
+    let operator = if config.breaks.is_empty() {
+        None
+    } else {
+        let p = config.processes;
+        world.set_operator(p);
+        leasehold::sim::install(Some(world.dialer(p)));
+        let builder = Client::builder().command_timeout(config.command_timeout);
+        let builder = match config.topology {
+            Topology::Single | Topology::Replicated => builder.url("sim://redis"),
+            Topology::Redlock(_) => builder.redlock(names.iter().map(|n| format!("sim://{n}"))),
+        };
+        match builder.build().await {
+            Ok(client) => Some(client),
+            Err(e) => {
+                world.log(|| format!("operator could not connect: {e}"));
+                None
+            }
+        }
+    };
     leasehold::sim::install(None);
 
     let start = Instant::now();
@@ -384,6 +466,41 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
             tasks.spawn(task.run());
         }
     }
+    if let Some(operator) = operator.clone() {
+        let world = world.clone();
+        let mut r = rng.fork();
+        let (breaks, names) = (config.breaks.clone(), config.names);
+        tasks.spawn(async move {
+            for at in breaks {
+                tokio::time::sleep_until(start + at).await;
+                let name = format!("n{}", r.below(names as u64));
+                world.log(|| format!("FAULT the operator breaks {name}"));
+                let broken = operator.break_lease(&name).await;
+                world.log(|| format!("operator break {name}: {broken:?}"));
+            }
+            let _ = operator.close().await;
+        });
+    }
+    // Another program's key where one of n0's keys is: it must come out
+    // unchanged, and no guard of n0 asked for after it is handed out while
+    // it sits at the lock or the fence key.
+    let planted: Arc<Mutex<Option<(u64, String, crate::server::KeyDump)>>> = Arc::default();
+    if let Some((at, suffix, kind)) = config.foreign {
+        let (world, planted, node) = (world.clone(), Arc::clone(&planted), names[0].clone());
+        tasks.spawn(async move {
+            tokio::time::sleep_until(start + at).await;
+            let key = format!("leasehold:{{n0}}:{suffix}");
+            let args: Vec<&str> = match kind {
+                "string" => vec!["SET", &key, "precious"],
+                "hash" => vec!["HSET", &key, "field", "precious"],
+                _ => vec!["ZADD", &key, "7", "precious"],
+            };
+            if let Some(dump) = world.plant(&node, &args) {
+                *planted.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some((now_us(start), key, dump));
+            }
+        });
+    }
     // Redlock's nodes restart empty only after two TTLs down, as the
     // algorithm requires of a node without persistence (the chaos runs'
     // Redlock scenarios do the same).
@@ -391,6 +508,7 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
     for (at, fault) in config.injected.clone() {
         let world = world.clone();
         let shared = Arc::clone(&shared);
+        let lock_nodes = names.clone();
         let client = match fault {
             Injected::Close(p) => clients.get(p).cloned(),
             _ => None,
@@ -403,6 +521,9 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
                 let closed = client.close().await;
                 world.log(|| format!("p{p} close() returned {closed:?}"));
                 record(&shared).closed.entry(*p).or_insert(now_us(start));
+                if closed.is_ok() {
+                    left_after_close(&world, &shared, *p, &lock_nodes);
+                }
             }
         });
     }
@@ -491,6 +612,9 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
         )
         .await;
         world.log(|| format!("p{p} close: {closing:?}"));
+        if matches!(closing, Ok(Ok(()))) {
+            left_after_close(&world, &shared, p, &names);
+        }
         if closing.is_err() {
             record(&shared).violations.push(Violation {
                 invariant: "close() never ended",
@@ -501,8 +625,34 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
     drop(clients);
     // Nothing left behind: once every lease and queue window has passed.
     tokio::time::sleep(config.ttl * 2 + config.command_timeout + Duration::from_secs(8)).await;
+    let planted = planted.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Some((at_us, key, before)) = &planted {
+        let after = world.dump_key(&names[0], key);
+        if after.as_ref() != Some(before) {
+            record(&shared).violations.push(Violation {
+                invariant: "another program's key was changed",
+                detail: format!("{key}: {before:?} became {after:?}"),
+            });
+        }
+        let blocks = key.ends_with(":lock") || key.ends_with(":fence");
+        let over: Vec<String> = record(&shared)
+            .holds
+            .get("n0")
+            .into_iter()
+            .flatten()
+            .filter(|h| blocks && h.asked_us > *at_us)
+            .map(|h| format!("{} from {} us", h.who, h.from_us))
+            .collect();
+        if !over.is_empty() {
+            record(&shared).violations.push(Violation {
+                invariant: "a guard handed out over another program's key",
+                detail: format!("{key} written at {at_us} us: {}", over.join(", ")),
+            });
+        }
+    }
     for node in &names {
-        let left = world.dump(node);
+        let mut left = world.dump(node);
+        left.retain(|k| planted.as_ref().is_none_or(|(_, key, _)| &k.key != key));
         if !left.is_empty() {
             let keys: Vec<String> = left
                 .iter()
@@ -544,8 +694,52 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
             detail: line,
         });
     }
-    for (name, holds) in &rec.holds {
-        violations.extend(check_holds(name, config.kind.sharing(), holds));
+    for line in world.resent_removals() {
+        violations.push(Violation {
+            invariant: "a request delivered twice changed more than delivered once",
+            detail: line,
+        });
+    }
+    // A hold an operator broke is believed only until the break ran: the
+    // break is documented to end mutual exclusion for its holder. One the
+    // break removed before its guard came back was never held alone and
+    // is left out (its fence, issued before the break, may be below a
+    // later holder's that came back sooner); the resource still judges
+    // its writes.
+    let broken: Vec<(String, String, u64)> = world
+        .broken()
+        .into_iter()
+        .map(|(node, id, at)| {
+            (
+                node,
+                id,
+                at.saturating_duration_since(start).as_micros() as u64,
+            )
+        })
+        .collect();
+    for (name, holds) in &mut rec.holds {
+        for hold in holds.iter_mut() {
+            let ended = broken
+                .iter()
+                .filter(|(_, id, at)| {
+                    id.contains(hold.owner.as_str()) && (hold.asked_us..=hold.last_us).contains(at)
+                })
+                .map(|(_, _, at)| *at)
+                .min();
+            if let Some(at) = ended {
+                world.log(|| format!("{} {name} broken at {at} us", hold.who));
+                hold.last_us = at;
+            }
+        }
+        holds.retain(|h| h.last_us >= h.from_us);
+        let found = check_holds(name, config.kind.sharing(), holds);
+        // Redlock's fences are best-effort (SAFETY.md: the quorum's largest,
+        // raised to the node clocks), and node clocks that tick and drift
+        // apart can issue one below the last: not judged there.
+        violations.extend(found.into_iter().filter(|v| {
+            !(matches!(config.topology, Topology::Redlock(_))
+                && v.invariant == "fence not above an earlier holder's")
+        }));
     }
     // In the order the resource ran them, each key's accepted fences
     // never go down.
@@ -581,9 +775,38 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
         operations: rec.operations,
         commands: world.commands(),
         scripts: world.scripts(),
+        duplicates: world.duplicates(),
         violations,
         recent,
         full,
+    }
+}
+
+/// After process `p`'s `close()` returned: nothing on any lock node may
+/// hold a token of it (SAFETY.md: "`Client::close()` frees everything
+/// before a program ends"); on Redlock, no majority of the nodes (a
+/// release returns once a majority has answered, and a late node's copy
+/// is one no quorum can use).
+fn left_after_close(world: &World, shared: &Shared, p: usize, nodes: &[String]) {
+    let kept = record(shared).kept.clone();
+    let mut held: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for (node, key, hold) in world.holds_of(p, &format!("owner-p{p}"), nodes) {
+        if !kept.iter().any(|k| hold.contains(k.as_str())) {
+            held.entry((key, hold)).or_default().push(node);
+        }
+    }
+    let majority = nodes.len() / 2 + 1;
+    let lock_nodes = if nodes.len() > 1 { majority } else { 1 };
+    let left: Vec<String> = held
+        .into_iter()
+        .filter(|(_, on)| on.len() >= lock_nodes)
+        .map(|((key, hold), on)| format!("{key}: {hold} on {}", on.join(" ")))
+        .collect();
+    if !left.is_empty() {
+        record(shared).violations.push(Violation {
+            invariant: "a lock held after close() returned",
+            detail: format!("p{p}: {}", left.join(", ")),
+        });
     }
 }
 
@@ -778,6 +1001,7 @@ impl Task {
             {
                 self.close_near(ask.wait);
             }
+            let asked_us = now_us(origin);
             let attempt = self.acquire(&name, &ask);
             let result = match cancel_after {
                 Some(after) => match tokio::time::timeout(after, attempt).await {
@@ -841,6 +1065,11 @@ impl Task {
             };
             let mut last_us = from_us;
             record(&self.shared).acquisitions += 1;
+            if ask.at_least.is_some() || ask.delay.is_some() {
+                let mut r = record(&self.shared);
+                r.kept.push(token.clone());
+                r.kept.extend(guard.lock_tokens());
+            }
             self.world.log(|| {
                 format!(
                     "{who} HOLDS {fences:?} token {}",
@@ -904,11 +1133,17 @@ impl Task {
             if believed {
                 let mut r = record(&self.shared);
                 for (name, fence) in &fences {
+                    // Each name of a MultiLock has a token of its own.
+                    let owner = match &guard {
+                        Guard::Multi(g) => g.token(name).unwrap_or(&owner).to_owned(),
+                        _ => owner.clone(),
+                    };
                     r.holds.entry(name.clone()).or_default().push(Hold {
                         who: who.clone(),
-                        owner: owner.clone(),
+                        owner,
                         read: ask.read,
                         fence: *fence,
+                        asked_us,
                         from_us,
                         last_us,
                     });
@@ -955,6 +1190,7 @@ impl Task {
             self.world.clone(),
             self.process,
         );
+        let nodes = node_names(self.config.topology);
         let origin = self.end - self.config.length;
         tokio::spawn(async move {
             tokio::time::sleep(at).await;
@@ -966,6 +1202,9 @@ impl Task {
             let closed = client.close().await;
             world.log(|| format!("p{p} close() returned {closed:?}"));
             record(&shared).closed.insert(p, now_us(origin));
+            if closed.is_ok() {
+                left_after_close(&world, &shared, p, &nodes);
+            }
         });
     }
 

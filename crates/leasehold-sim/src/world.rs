@@ -51,6 +51,13 @@ pub struct Faults {
     /// lease) finds the node's script cache flushed as it arrives, so the
     /// give-back that follows meets NOSCRIPT and is sent again.
     pub flush_after_late_grant: f64,
+    /// Chance per request of a duplicate delivery: the server runs it, the
+    /// connection drops before the reply, and the request is sent again on
+    /// the new connection and runs a second time (what redis-rs's cluster
+    /// driver does with a request whose connection failed); the caller
+    /// gets the second reply. Never on the fenced resource (the
+    /// application's own connection).
+    pub twice: f64,
 }
 
 /// A server the world holds, with what faults do to it.
@@ -63,6 +70,11 @@ struct Node {
     paused_until: Option<Instant>,
     /// Its replica's copy of the data, as of the last replication.
     replica: Option<Server>,
+    /// The granularity of its clock in µs (0: continuous): a server reads
+    /// a clock that ticks (1 ms on some hosts, 15.6 ms on others).
+    tick_us: u64,
+    /// How fast its clock runs against the world's, in parts per million.
+    drift_ppm: i64,
 }
 
 /// The world's state, behind one lock (one thread runs it all).
@@ -93,6 +105,18 @@ struct State {
     released: BTreeMap<(String, Vec<u8>), u128>,
     /// Released leases set back (see [`World::retaken_after_release`]).
     retaken_after_release: Vec<String>,
+    /// The operator's process (its requests' removals are breaks).
+    operator: Option<usize>,
+    /// Holds an operator's request removed: (node, hold, when).
+    broken: Vec<(String, String, Instant)>,
+    /// Second deliveries that removed another owner's hold (one line each).
+    resent_removals: Vec<String>,
+    /// Which process first sent each owner token (32 hex digits).
+    sent_by: BTreeMap<Vec<u8>, usize>,
+    /// Requests delivered twice.
+    duplicates: u64,
+    /// Owner tokens of requests delivered twice.
+    resent_tokens: BTreeSet<Vec<u8>>,
 }
 
 /// Every shipped script's name by its SHA1, as EVALSHA names it.
@@ -127,17 +151,69 @@ fn lock_script(args: &[Vec<u8>]) -> Option<(&'static str, &[Vec<u8>], &[Vec<u8>]
     Some((name, keys, &args[3 + numkeys..]))
 }
 
+/// Any shipped script's call: its name, KEYS and ARGV (None for any other
+/// command).
+fn script_call(args: &[Vec<u8>]) -> Option<(&'static str, &[Vec<u8>], &[Vec<u8>])> {
+    if !args.first()?.eq_ignore_ascii_case(b"EVALSHA") {
+        return None;
+    }
+    let name = script_name(&args.get(1)?.to_ascii_lowercase())?;
+    let numkeys: usize = std::str::from_utf8(args.get(2)?).ok()?.parse().ok()?;
+    let keys = args.get(3..3 + numkeys)?;
+    Some((name, keys, &args[3 + numkeys..]))
+}
+
+/// An owner token as the library draws them: 32 lower-case hex digits.
+fn is_token(arg: &[u8]) -> bool {
+    arg.len() == 32
+        && arg
+            .iter()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+}
+
+/// The holds a lock key shows at `now_ms`: a lock's or leader's string
+/// (its holder's token), a reentrant lock's owner, the live members of an
+/// RwLock's or a semaphore's sorted set (waiting writers among them).
+pub fn holds_in(key: Option<&crate::server::KeyDump>, now_ms: i64) -> BTreeSet<String> {
+    use crate::server::DumpValue;
+    let Some(key) = key else {
+        return BTreeSet::new();
+    };
+    match &key.value {
+        DumpValue::String(v) => [String::from_utf8_lossy(v).into_owned()].into(),
+        DumpValue::Hash(fields) => fields
+            .iter()
+            .filter(|(f, _)| f == b"owner")
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+            .collect(),
+        DumpValue::ZSet(z) => z
+            .iter()
+            .filter(|(_, score)| *score > now_ms as f64)
+            .map(|(m, _)| String::from_utf8_lossy(m).into_owned())
+            .collect(),
+    }
+}
+
 impl State {
     /// Notes a Redlock re-take (`lock_retake`) that ran on a node after
     /// the guard's release ran there: it sets the released lease back
     /// there, held for a TTL after its holder let it go.
-    fn check_renewals(&mut self, node: &str, script: &str, argv: &[Vec<u8>]) {
+    fn check_renewals(&mut self, node: &str, script: &str, argv: &[Vec<u8>], reply: &Value) {
         let now = Instant::now().duration_since(self.start).as_millis();
         match script {
             // Only a re-take can set a key back (SET NX); an extend that
             // lands after the release finds the key gone or another's.
             "lock_retake" => {
-                for token in argv.iter().step_by(2) {
+                // One answer per lease: 1 if set back (a re-take that found
+                // the key taken, as a second delivery may, changed nothing).
+                let set_back = |i: usize| match reply {
+                    Value::Array(answers) => matches!(answers.get(i), Some(Value::Int(1))),
+                    _ => false,
+                };
+                for (i, token) in argv.iter().step_by(2).enumerate() {
+                    if !set_back(i) {
+                        continue;
+                    }
                     let at = (node.to_owned(), token.clone());
                     if let Some(released) = self.released.get(&at) {
                         let line = format!(
@@ -190,6 +266,8 @@ enum Fate {
     Delivered,
     ResetBefore,
     ResetAfter,
+    /// Run, reply lost, sent again and run again (see [`Faults::twice`]).
+    Twice,
 }
 
 impl World {
@@ -204,6 +282,8 @@ impl World {
                     clock_offset_us: 0,
                     paused_until: None,
                     replica: None,
+                    tick_us: 0,
+                    drift_ppm: 0,
                 };
                 (name.to_owned(), node)
             })
@@ -224,6 +304,12 @@ impl World {
             releasing: BTreeSet::new(),
             released: BTreeMap::new(),
             retaken_after_release: Vec::new(),
+            operator: None,
+            broken: Vec::new(),
+            resent_removals: Vec::new(),
+            sent_by: BTreeMap::new(),
+            duplicates: 0,
+            resent_tokens: BTreeSet::new(),
         })))
     }
 
@@ -268,10 +354,14 @@ impl World {
     /// The token of a guard's release in `args`, if that is what they are:
     /// a `lock_release` sent after the guard's `release()` was called (a
     /// give-back of an attempt, sent before, may carry the same token).
-    fn guard_release(&self, args: &[Vec<u8>]) -> Option<Vec<u8>> {
+    /// The operator's break of a lock sends the same script with the
+    /// holder's token, and is not its guard's release.
+    fn guard_release(&self, process: usize, args: &[Vec<u8>]) -> Option<Vec<u8>> {
         let (script, _, argv) = lock_script(args)?;
         let token = argv.first()?;
-        (script == "lock_release" && self.state().releasing.contains(token)).then(|| token.clone())
+        let s = self.state();
+        (script == "lock_release" && s.operator != Some(process) && s.releasing.contains(token))
+            .then(|| token.clone())
     }
 
     /// Records that a guard's release of `token` ran on `node` now.
@@ -296,6 +386,187 @@ impl World {
     /// A digest of every command run so far (node, server time, connection, arguments).
     pub fn wire_digest(&self) -> u64 {
         self.state().wire_digest
+    }
+
+    /// Fault: another program writes `args` (a SET, HSET or ZADD of a key
+    /// of its own) on `node`, where a lock's key would be, if no key is
+    /// there now; returns the key as it is then, to hold against what is
+    /// there later.
+    pub fn plant(&self, node: &str, args: &[&str]) -> Option<crate::server::KeyDump> {
+        let args: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let key = args.get(1)?.clone();
+        if self
+            .dump_key(node, &String::from_utf8_lossy(&key))
+            .is_some()
+        {
+            self.log(|| {
+                format!(
+                    "{} is taken: nothing planted",
+                    String::from_utf8_lossy(&key)
+                )
+            });
+            return None;
+        }
+        self.exec(node, 0, &args);
+        self.log(|| {
+            format!(
+                "FAULT another program writes {}",
+                String::from_utf8_lossy(&key)
+            )
+        });
+        let s = self.state();
+        let n = s.nodes.get(node)?;
+        n.server.dump_key(&key, World::node_now_us(&s, n))
+    }
+
+    /// `key` on `node` now, if it is live.
+    pub fn dump_key(&self, node: &str, key: &str) -> Option<crate::server::KeyDump> {
+        let s = self.state();
+        let n = s.nodes.get(node)?;
+        n.server.dump_key(key.as_bytes(), World::node_now_us(&s, n))
+    }
+
+    /// Marks `process` as the operator's: the holds its requests remove
+    /// are breaks ([`World::broken`]).
+    pub fn set_operator(&self, process: usize) {
+        self.state().operator = Some(process);
+    }
+
+    /// Sets `node`'s clock: its granularity in µs (0: continuous) and its
+    /// drift in parts per million.
+    pub fn set_clock(&self, node: &str, tick_us: u64, drift_ppm: i64) {
+        if let Some(n) = self.state().nodes.get_mut(node) {
+            n.tick_us = tick_us;
+            n.drift_ppm = drift_ppm;
+        }
+    }
+
+    /// Holds the operator's requests removed: (node, hold as the key shows
+    /// it, when the server ran the request).
+    pub fn broken(&self) -> Vec<(String, String, Instant)> {
+        self.state().broken.clone()
+    }
+
+    /// Second deliveries of a request that removed a hold of an owner the
+    /// request does not name: what a request delivered once would not have
+    /// done. One line each.
+    pub fn resent_removals(&self) -> Vec<String> {
+        self.state().resent_removals.clone()
+    }
+
+    /// Requests delivered twice so far.
+    pub fn duplicates(&self) -> u64 {
+        self.state().duplicates
+    }
+
+    /// The holds on `nodes`' lock keys (`…:lock`, `…:leader`) that carry an
+    /// owner token first sent by `process`, or its reentrant `owner`: what
+    /// `close()` must have given back. Left out: tokens of requests
+    /// delivered twice (a second delivery can land after `close()` gave the
+    /// lease back; SAFETY.md says what it leaves). (node, key, hold) each.
+    pub fn holds_of(
+        &self,
+        process: usize,
+        owner: &str,
+        nodes: &[String],
+    ) -> Vec<(String, String, String)> {
+        let s = self.state();
+        let mine: Vec<String> = s
+            .sent_by
+            .iter()
+            .filter(|(t, p)| **p == process && !s.resent_tokens.contains(*t))
+            .map(|(t, _)| String::from_utf8_lossy(t).into_owned())
+            .chain([owner.to_owned()])
+            .collect();
+        let mut out = Vec::new();
+        for node in nodes {
+            let Some(n) = s.nodes.get(node) else { continue };
+            let now_us = World::node_now_us(&s, n);
+            for key in n.server.dump(now_us) {
+                if !(key.key.ends_with(":lock") || key.key.ends_with(":leader")) {
+                    continue;
+                }
+                for hold in holds_in(Some(&key), (now_us / 1000) as i64) {
+                    if mine.iter().any(|m| hold.contains(m.as_str())) {
+                        out.push((node.clone(), key.key.clone(), hold));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Notes the owner tokens in a request of `process` (the first sender
+    /// of a token is the process that drew it).
+    fn note_tokens(&self, process: usize, args: &[Vec<u8>]) {
+        let mut s = self.state();
+        for arg in args.iter().filter(|a| is_token(a)) {
+            s.sent_by.entry(arg.clone()).or_insert(process);
+        }
+    }
+
+    /// Runs a request of `process` as [`World::exec`] does; a script's
+    /// effect on its lock key (KEYS[1]) is watched when the operator sent
+    /// it (the holds it removed are broken) or when it is a second delivery
+    /// (`again`: it may remove nothing of an owner it does not name).
+    fn exec_request(
+        &self,
+        node: &str,
+        conn: u64,
+        process: usize,
+        args: &[Vec<u8>],
+        again: bool,
+    ) -> Value {
+        let operator = self.state().operator == Some(process);
+        let watched = (operator || again)
+            .then(|| script_call(args))
+            .flatten()
+            .and_then(|(name, keys, _)| Some((name, keys.first()?.clone())));
+        let Some((script, key)) = watched else {
+            return self.exec(node, conn, args);
+        };
+        let holds = |w: &World| {
+            let s = w.state();
+            let n = s.nodes.get(node).expect("a node of the world");
+            let now_us = World::node_now_us(&s, n);
+            holds_in(
+                n.server.dump_key(&key, now_us).as_ref(),
+                (now_us / 1000) as i64,
+            )
+        };
+        let before = holds(self);
+        let reply = self.exec(node, conn, args);
+        let after = holds(self);
+        let removed: Vec<String> = before.difference(&after).cloned().collect();
+        if removed.is_empty() {
+            return reply;
+        }
+        let mut s = self.state();
+        let at = Instant::now().duration_since(s.start).as_micros() as u64;
+        if operator {
+            for hold in &removed {
+                s.broken
+                    .push((node.to_owned(), hold.clone(), Instant::now()));
+            }
+        }
+        if again {
+            let (_, _, argv) = script_call(args).expect("a script call");
+            let named = |hold: &str| {
+                argv.iter()
+                    .filter(|a| a.len() >= 8)
+                    .any(|a| hold.contains(String::from_utf8_lossy(a).as_ref()))
+            };
+            for hold in removed.iter().filter(|h| !named(h)) {
+                let line = format!(
+                    "at {} ms, {node}: {script} delivered a second time removed {} of {}",
+                    at / 1000,
+                    &hold[..hold.len().min(40)],
+                    String::from_utf8_lossy(&key)
+                );
+                s.resent_removals.push(line);
+            }
+        }
+        reply
     }
 
     /// A dialer for the library's `sim://<node>` URLs, for the process `process`.
@@ -346,10 +617,16 @@ impl World {
         conn
     }
 
-    /// The server time of `node` now, in µs.
+    /// The server time of `node` now, in µs: the world's, run at the
+    /// node's drift, stepped by its offset, read at its clock's ticks.
     fn node_now_us(s: &State, node: &Node) -> u64 {
         let elapsed = Instant::now().duration_since(s.start).as_micros() as i64;
-        (EPOCH_US as i64 + elapsed + node.clock_offset_us) as u64
+        let drifted = elapsed + elapsed * node.drift_ppm / 1_000_000;
+        let us = (EPOCH_US as i64 + drifted + node.clock_offset_us) as u64;
+        match node.tick_us {
+            0 => us,
+            tick => us - us % tick,
+        }
     }
 
     /// Draws one message's delay.
@@ -370,6 +647,9 @@ impl World {
             Fate::ResetBefore
         } else if s.rng.chance(after) {
             Fate::ResetAfter
+        // No draw at all without it: earlier seeds keep their schedules.
+        } else if s.faults.twice > 0.0 && s.rng.chance(s.faults.twice) {
+            Fate::Twice
         } else {
             Fate::Delivered
         }
@@ -400,7 +680,7 @@ impl World {
         let reply = n.server.exec(conn, now_us, args);
         let deliveries = n.server.take_deliveries();
         if let Some((script, _, argv)) = lock_script(args) {
-            s.check_renewals(node, script, argv);
+            s.check_renewals(node, script, argv, &reply);
         }
         // EVALSHA sha 2 key fence_key fence value expiry: fenced::set.
         if node == "resource"
@@ -750,8 +1030,11 @@ impl SimWire {
             (delay, fate)
         };
         let arrive = conn.arrival(out, true);
-        let epoch = conn.lines().epoch;
-        let guard_release = conn.world.guard_release(&args);
+        let mut epoch = conn.lines().epoch;
+        if !self.faultless {
+            conn.world.note_tokens(conn.process, &args);
+        }
+        let guard_release = conn.world.guard_release(conn.process, &args);
         let (tx, rx) = oneshot::channel();
         let server_side = Arc::clone(&conn);
         tokio::spawn(async move {
@@ -790,7 +1073,37 @@ impl SimWire {
                     }
                 }
                 None => {
-                    let reply = conn.world.exec(&conn.node, conn.id, &args);
+                    let mut reply =
+                        conn.world
+                            .exec_request(&conn.node, conn.id, conn.process, &args, false);
+                    if fate == Fate::Twice {
+                        // The reply is lost with the connection; the driver
+                        // sends the request again once it has reconnected.
+                        conn.reset();
+                        epoch = conn.lines().epoch;
+                        let again = {
+                            let mut s = conn.world.state();
+                            s.duplicates += 1;
+                            for arg in args.iter().filter(|a| is_token(a)) {
+                                s.resent_tokens.insert(arg.clone());
+                            }
+                            Duration::from_millis(s.rng.range(5, 60))
+                        };
+                        let process = conn.process;
+                        conn.world
+                            .log(|| format!("NET p{process} conn {} request sent again", conn.id));
+                        tokio::time::sleep(again).await;
+                        while let Some(until) = conn.world.paused_until(&conn.node) {
+                            tokio::time::sleep_until(until).await;
+                        }
+                        if conn.lines().epoch != epoch {
+                            let _ = tx.send(reset());
+                            return;
+                        }
+                        reply =
+                            conn.world
+                                .exec_request(&conn.node, conn.id, conn.process, &args, true);
+                    }
                     // A release met by NOSCRIPT did not run; its re-send will.
                     if let Some(token) = guard_release
                         && !matches!(reply, Value::ServerError(_))

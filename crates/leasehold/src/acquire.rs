@@ -596,6 +596,9 @@ impl<'a, 'b, C: Core> Waiter<'a, 'b, C> {
             Acquire::Acquired { .. } => None,
             Acquire::Held { unsettled, .. } => {
                 self.pending.armed = unsettled;
+                // A refused attempt of a lease lock queues its waiter, also
+                // after a give-back settled it: it leaves below.
+                self.pending.queued = self.pending.target.queues;
                 None
             }
         };
@@ -1547,6 +1550,27 @@ mod tests {
             assert_eq!(core.count("release answered"), given_back);
             assert_eq!(core.count("background release"), 0);
         }
+    }
+
+    /// A grant given back (it came too late) settles the waiter; when the
+    /// deadline's last try is then refused, that try has queued it again,
+    /// and it must leave the queue before the timeout is returned. Found
+    /// by the simulator's close() invariant (seed 338: the last try's
+    /// queue entry outlived the wait, a release handed the lock to it, and
+    /// the lock sat idle with the token of a client already closed).
+    #[tokio::test(start_paused = true)]
+    async fn a_last_try_refused_after_a_give_back_still_leaves_the_queue() {
+        let core = FakeCore::new();
+        let wait = TTL / 2;
+        let steps = [Step::Late(7), Step::Queued(u64::MAX)];
+        let acquired = tokio::time::timeout(LONG, run(&core, true, Some(wait), &steps))
+            .await
+            .expect("the wait ended");
+        assert_eq!(acquired.expect("acquire"), None);
+        // The give-back of the late grant, then the leave after the last try.
+        assert_eq!(core.count("give-back sent"), 1, "{:?}", core.entries());
+        assert_eq!(core.count("release sent"), 1, "{:?}", core.entries());
+        assert_eq!(core.count("background release"), 0);
     }
 
     /// A queued waiter whose wait runs out leaves the queue, and waits for

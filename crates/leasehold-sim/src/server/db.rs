@@ -192,6 +192,24 @@ impl Db {
             .collect()
     }
 
+    /// `key` as [`Db::dump`] shows it, if it is live at `now_ms`.
+    pub(super) fn dump_key(&self, key: &[u8], now_ms: i64) -> Option<KeyDump> {
+        let e = self.keys.get(key)?;
+        if e.expire_ms.is_some_and(|w| now_ms > w) {
+            return None;
+        }
+        let value = match &e.data {
+            Data::Str(v) => DumpValue::String(v.clone()),
+            Data::Hash(fields) => DumpValue::Hash(fields.clone()),
+            Data::ZSet(z) => DumpValue::ZSet(z.iter().map(|(m, s)| (m.to_vec(), s)).collect()),
+        };
+        Some(KeyDump {
+            key: String::from_utf8_lossy(key).into_owned(),
+            value,
+            pttl_ms: e.expire_ms.map(|w| (w - now_ms).max(0)),
+        })
+    }
+
     /// Deletes `key` if it has expired at `now`.
     fn expire_if_needed(&mut self, key: &[u8], now: i64) {
         let expired = self

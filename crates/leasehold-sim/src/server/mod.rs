@@ -383,6 +383,11 @@ impl Server {
         self.core().db.dump((now_us / 1000) as i64)
     }
 
+    /// One key of [`Server::dump`], if it is live.
+    pub fn dump_key(&self, key: &[u8], now_us: u64) -> Option<KeyDump> {
+        self.core().db.dump_key(key, (now_us / 1000) as i64)
+    }
+
     /// Replaces this server's keyspace with a copy of `from`'s (a replica
     /// catching up), keeping its own scripts and subscriptions: cheaper
     /// than [`Server::data_copy`], which starts a new Lua state.
