@@ -370,6 +370,7 @@ pub fn run(config: &Config, trace: bool) -> Outcome {
         .expect("a current-thread runtime");
     leasehold::sim::seed_random(Some(config.seed.wrapping_mul(0x2545_f491_4f6c_dd1d)));
     let outcome = runtime.block_on(schedule(config.clone(), trace));
+    crate::libtrace::stop();
     leasehold::sim::install(None);
     leasehold::sim::seed_random(None);
     outcome
@@ -390,6 +391,9 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
     }
     if trace {
         world.with_history(|h| h.full = Some(Vec::new()));
+        if let Some(filter) = std::env::var_os("LEASEHOLD_SIM_LOG") {
+            crate::libtrace::start(&world, &filter.to_string_lossy());
+        }
     }
     world.log(|| format!("CONFIG {config:?}"));
     let shared: Shared = Arc::default();
