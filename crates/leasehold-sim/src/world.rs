@@ -1090,7 +1090,7 @@ impl SimWire {
                     break;
                 }
             }
-            let turn = Turn(Arc::clone(&conn));
+            let mut turn = Some(Turn(Arc::clone(&conn)));
             if conn.lines().epoch != epoch {
                 let _ = tx.send(reset());
                 return;
@@ -1121,6 +1121,9 @@ impl SimWire {
                         // sends the request again once it has reconnected.
                         conn.reset();
                         epoch = conn.lines().epoch;
+                        // Sent again on the new connection: it takes no
+                        // place in the order of the old one.
+                        turn = None;
                         let again = {
                             let mut s = conn.world.state();
                             s.duplicates += 1;
@@ -1155,7 +1158,7 @@ impl SimWire {
             };
             // Done at the server: the next request may run; its reply's
             // way back is its own.
-            drop(turn);
+            drop(turn.take());
             if fate == Fate::ResetAfter {
                 conn.reset();
                 let _ = tx.send(reset());
