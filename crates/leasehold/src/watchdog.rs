@@ -659,6 +659,20 @@ impl<D: Door> State<D> {
         }
     }
 
+    /// A lease lost by the client's clock (its validity ran out
+    /// unrenewed) stays on the books, no longer renewed, until its guard
+    /// goes: the server may hold it for as long as its last TTL there
+    /// (the validity is counted short: from a request's send, less the
+    /// drift, and capped by an extend whose answer never came), and a
+    /// close gives it back. A lease the server said is gone, or held by
+    /// another, goes off the books at once.
+    fn keep_unrenewed(&mut self, lease: &Arc<Lease>) {
+        if self.unanswered.remove(&lease.id) && self.unanswered.is_empty() {
+            self.failing_since = None;
+        }
+        self.schedule(Arc::clone(lease), None);
+    }
+
     fn untrack(&mut self, id: u64) {
         // A lease off the books keeps no outage open.
         if self.unanswered.remove(&id) && self.unanswered.is_empty() {
@@ -692,7 +706,7 @@ impl<D: Door> State<D> {
             }
             let lease = Arc::clone(&tracked.lease);
             if lease.is_lost() {
-                self.untrack(id);
+                self.keep_unrenewed(&lease);
                 lease.mark_lost(lease.expiry_reason());
                 continue;
             }
@@ -772,7 +786,7 @@ impl<D: Door> State<D> {
                 None => {
                     let valid_until = lease.snapshot().valid_until;
                     if now >= valid_until {
-                        self.untrack(lease.id);
+                        self.keep_unrenewed(lease);
                         lease.mark_lost(LostReason::Unreachable);
                     } else {
                         unanswered += 1;
@@ -1518,5 +1532,60 @@ mod tests {
             3,
             "only the later one sent again"
         );
+    }
+
+    /// The simulator's close() invariant, seed 2824: a lease the client
+    /// counts as lost by its own clock (an extend to a shorter TTL, given
+    /// up on, capped its validity; a renewal could not reach Redis until
+    /// the validity ran out) may still be held on the server, for as long
+    /// as its last TTL there. It went off the books, so `close` returned Ok
+    /// without giving it back while its guard lived on. It stays on the
+    /// books, unrenewed, until its guard goes; `close` gives it back.
+    #[tokio::test(start_paused = true)]
+    async fn close_gives_back_a_lease_lost_by_the_clients_clock() {
+        let fake = Fake::new(true, false);
+        let watchdog = Watchdog::start(fake.clone(), TTL);
+        let ttl = Duration::from_secs(3);
+        // Its validity capped by an extend to 100 ms that got no answer.
+        let capped = lease("capped", ttl, Instant::now());
+        watchdog.track(Arc::clone(&capped), true);
+        let extending = tokio::time::timeout(
+            Duration::from_millis(10),
+            capped.extend(Duration::from_millis(100), || std::future::pending()),
+        )
+        .await;
+        assert!(extending.is_err(), "given up on");
+        // Renewals that cannot reach Redis until the validity runs out.
+        let unreachable = lease("unreachable", TTL, Instant::now());
+        fake.unreachable
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        watchdog.track(Arc::clone(&unreachable), true);
+        tokio::time::sleep(ttl / 3 + Duration::from_millis(10)).await;
+        assert!(capped.is_lost() && unreachable.is_lost());
+        assert_eq!(unreachable.lost_reason(), Some(LostReason::Unreachable));
+        assert_eq!(*fake.releases_sent.lock().unwrap(), 0);
+        watchdog.close().await.expect("answered");
+        assert_eq!(
+            *fake.releases_sent.lock().unwrap(),
+            2,
+            "both given back at close"
+        );
+    }
+
+    /// A lease lost by the client's clock and then released by its guard
+    /// (or dropped) is off the books: `close` sends nothing more for it.
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_lease_whose_guard_went_is_off_the_books() {
+        let fake = Fake::new(true, false);
+        fake.unreachable
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let watchdog = Watchdog::start(fake.clone(), TTL);
+        let lost = lease("lost", TTL, Instant::now());
+        watchdog.track(Arc::clone(&lost), true);
+        tokio::time::sleep(TTL * 2).await;
+        assert!(lost.is_lost());
+        watchdog.untrack(lost.id);
+        watchdog.close().await.expect("nothing to give back");
+        assert_eq!(*fake.releases_sent.lock().unwrap(), 0);
     }
 }
