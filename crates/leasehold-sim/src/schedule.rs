@@ -398,7 +398,10 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
     world.log(|| format!("CONFIG {config:?}"));
     let shared: Shared = Arc::default();
 
-    let mut clients = Vec::new();
+    // Each with its process: the one whose dialer it connected through,
+    // whose tokens the checker finds on the wire (a process that could not
+    // connect leaves a gap; seed 2597 took p2's client for p1's).
+    let mut clients: Vec<(usize, Client)> = Vec::new();
     for p in 0..config.processes {
         leasehold::sim::install(Some(world.dialer(p)));
         let builder = Client::builder()
@@ -412,7 +415,7 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
             Topology::Redlock(_) => builder.redlock(names.iter().map(|n| format!("sim://{n}"))),
         };
         match builder.build().await {
-            Ok(client) => clients.push(client),
+            Ok(client) => clients.push((p, client)),
             Err(e) => {
                 world.log(|| format!("p{p} could not connect: {e}"));
             }
@@ -453,7 +456,7 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
             }
         });
     }
-    for (p, client) in clients.iter().enumerate() {
+    for &(p, ref client) in &clients {
         for t in 0..config.tasks {
             let task = Task {
                 who: format!("p{p}t{t}"),
@@ -514,7 +517,10 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
         let shared = Arc::clone(&shared);
         let lock_nodes = names.clone();
         let client = match fault {
-            Injected::Close(p) => clients.get(p).cloned(),
+            Injected::Close(p) => clients
+                .iter()
+                .find(|(q, _)| *q == p)
+                .map(|(_, client)| client.clone()),
             _ => None,
         };
         tasks.spawn(async move {
@@ -606,7 +612,7 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
             detail: format!("tasks still running {stuck_after:?} after the start"),
         });
     }
-    for (p, client) in clients.iter().enumerate() {
+    for &(p, ref client) in &clients {
         if record(&shared).closed.contains_key(&p) {
             continue;
         }
