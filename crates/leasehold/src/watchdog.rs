@@ -620,7 +620,11 @@ impl<D: Door> State<D> {
         }
         // Kept for the next close while its hold may be on the server.
         let now = Instant::now();
-        while self.unfinished.front().is_some_and(|(until, _)| *until <= now) {
+        while self
+            .unfinished
+            .front()
+            .is_some_and(|(until, _)| *until <= now)
+        {
             self.unfinished.pop_front();
         }
         if self.unfinished.len() == MAX_UNFINISHED {
@@ -1551,7 +1555,7 @@ mod tests {
         watchdog.track(Arc::clone(&capped), true);
         let extending = tokio::time::timeout(
             Duration::from_millis(10),
-            capped.extend(Duration::from_millis(100), || std::future::pending()),
+            capped.extend(Duration::from_millis(100), std::future::pending),
         )
         .await;
         assert!(extending.is_err(), "given up on");
