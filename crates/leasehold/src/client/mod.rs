@@ -471,7 +471,10 @@ impl Client {
     ///
     /// [`Error::CloseIncomplete`] when some release got no answer (the
     /// server is unreachable), or some acquisition or release was still in
-    /// flight after that bound: those leases end by their TTL.
+    /// flight after that bound, or more than 4096 releases in the
+    /// background failed before it (the oldest are not sent again): those
+    /// leases end by their TTL. Calling `close` again sends again the
+    /// releases that failed.
     ///
     /// # Cancel safety
     ///
