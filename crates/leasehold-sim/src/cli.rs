@@ -93,6 +93,8 @@ const USAGE: &str = "usage: leasehold-sim --seed N [--trace] [--set key=value ..
        leasehold-sim --regressions FILE                      replay the seeds of FILE (one per line: seed, then why)
        --twice: run every schedule twice and fail if the two histories differ (determinism)
        --first: stop at the first violation in a SAFE schedule (prints its seed and the time taken)
+with --seed N --trace: LEASEHOLD_SIM_WIRE=1 adds every request a server ran and its reply (WIRE lines);
+       LEASEHOLD_SIM_LOG=debug (any tracing filter) adds the library's own events (LIB lines)
 keys for --set: processes tasks names ops ttl_ms length_ms delay_ms slow reset_before reset_after injected (count kept)";
 
 /// The configuration of `seed` with the `--set` changes.

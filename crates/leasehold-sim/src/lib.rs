@@ -11,6 +11,8 @@
 //!   client, a workload of every primitive, and the verdict.
 
 pub mod history;
+#[cfg(leasehold_sim)]
+pub mod libtrace;
 pub mod rng;
 #[cfg(leasehold_sim)]
 pub mod schedule;

@@ -370,6 +370,7 @@ pub fn run(config: &Config, trace: bool) -> Outcome {
         .expect("a current-thread runtime");
     leasehold::sim::seed_random(Some(config.seed.wrapping_mul(0x2545_f491_4f6c_dd1d)));
     let outcome = runtime.block_on(schedule(config.clone(), trace));
+    crate::libtrace::stop();
     leasehold::sim::install(None);
     leasehold::sim::seed_random(None);
     outcome
@@ -390,11 +391,17 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
     }
     if trace {
         world.with_history(|h| h.full = Some(Vec::new()));
+        if let Some(filter) = std::env::var_os("LEASEHOLD_SIM_LOG") {
+            crate::libtrace::start(&world, &filter.to_string_lossy());
+        }
     }
     world.log(|| format!("CONFIG {config:?}"));
     let shared: Shared = Arc::default();
 
-    let mut clients = Vec::new();
+    // Each with its process: the one whose dialer it connected through,
+    // whose tokens the checker finds on the wire (a process that could not
+    // connect leaves a gap; seed 2597 took p2's client for p1's).
+    let mut clients: Vec<(usize, Client)> = Vec::new();
     for p in 0..config.processes {
         leasehold::sim::install(Some(world.dialer(p)));
         let builder = Client::builder()
@@ -408,7 +415,7 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
             Topology::Redlock(_) => builder.redlock(names.iter().map(|n| format!("sim://{n}"))),
         };
         match builder.build().await {
-            Ok(client) => clients.push(client),
+            Ok(client) => clients.push((p, client)),
             Err(e) => {
                 world.log(|| format!("p{p} could not connect: {e}"));
             }
@@ -449,7 +456,7 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
             }
         });
     }
-    for (p, client) in clients.iter().enumerate() {
+    for &(p, ref client) in &clients {
         for t in 0..config.tasks {
             let task = Task {
                 who: format!("p{p}t{t}"),
@@ -510,7 +517,10 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
         let shared = Arc::clone(&shared);
         let lock_nodes = names.clone();
         let client = match fault {
-            Injected::Close(p) => clients.get(p).cloned(),
+            Injected::Close(p) => clients
+                .iter()
+                .find(|(q, _)| *q == p)
+                .map(|(_, client)| client.clone()),
             _ => None,
         };
         tasks.spawn(async move {
@@ -602,7 +612,7 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
             detail: format!("tasks still running {stuck_after:?} after the start"),
         });
     }
-    for (p, client) in clients.iter().enumerate() {
+    for &(p, ref client) in &clients {
         if record(&shared).closed.contains_key(&p) {
             continue;
         }

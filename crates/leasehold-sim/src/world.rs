@@ -611,7 +611,10 @@ impl World {
                 blocked_until: now,
                 to_server: now,
                 to_client: now,
+                sent: 0,
+                ran: 0,
             }),
+            turn: tokio::sync::Notify::new(),
         });
         s.conns.insert(id, Arc::downgrade(&conn));
         conn
@@ -908,6 +911,9 @@ struct Conn {
     timeout: Duration,
     on_push: OnPush,
     lines: Mutex<Lines>,
+    /// Woken whenever a request of this connection is done at the server,
+    /// so the next one may run ([`Lines::ran`]).
+    turn: tokio::sync::Notify,
 }
 
 /// The connection's two directions (FIFO each) and its subscriptions.
@@ -924,6 +930,27 @@ struct Lines {
     to_server: Instant,
     /// When the last reply or push sent reaches the client.
     to_client: Instant,
+    /// Requests sent on this connection so far: each is numbered as it
+    /// is sent.
+    sent: u64,
+    /// Requests done at the server: the one numbered so runs next. The
+    /// server runs a connection's requests in the order they were sent,
+    /// also those held up together by a pause (each one waits for its
+    /// own wake-up, and the timer's order at one instant is not the
+    /// sending order: seed 532 ran a release before the acquisition
+    /// sent ahead of it on the same connection, across three pauses).
+    ran: u64,
+}
+
+/// A request's place in its connection's order: done (the next may run)
+/// when dropped, whatever became of it.
+struct Turn(Arc<Conn>);
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        self.0.lines().ran += 1;
+        self.0.turn.notify_waiters();
+    }
 }
 
 impl Conn {
@@ -1030,7 +1057,11 @@ impl SimWire {
             (delay, fate)
         };
         let arrive = conn.arrival(out, true);
-        let mut epoch = conn.lines().epoch;
+        let (mut epoch, seq) = {
+            let mut lines = conn.lines();
+            lines.sent += 1;
+            (lines.epoch, lines.sent - 1)
+        };
         if !self.faultless {
             conn.world.note_tokens(conn.process, &args);
         }
@@ -1042,15 +1073,24 @@ impl SimWire {
             let reset = || Err(io_error(std::io::ErrorKind::ConnectionReset, "reset"));
             tokio::time::sleep_until(arrive).await;
             loop {
-                let blocked = conn.lines().blocked_until;
+                let turn = conn.turn.notified();
+                tokio::pin!(turn);
+                turn.as_mut().enable();
+                let (blocked, ran) = {
+                    let lines = conn.lines();
+                    (lines.blocked_until, lines.ran)
+                };
                 if let Some(until) = conn.world.paused_until(&conn.node) {
                     tokio::time::sleep_until(until).await;
                 } else if blocked > Instant::now() {
                     tokio::time::sleep_until(blocked).await;
+                } else if ran < seq {
+                    turn.await;
                 } else {
                     break;
                 }
             }
+            let mut turn = Some(Turn(Arc::clone(&conn)));
             if conn.lines().epoch != epoch {
                 let _ = tx.send(reset());
                 return;
@@ -1081,6 +1121,9 @@ impl SimWire {
                         // sends the request again once it has reconnected.
                         conn.reset();
                         epoch = conn.lines().epoch;
+                        // Sent again on the new connection: it takes no
+                        // place in the order of the old one.
+                        turn = None;
                         let again = {
                             let mut s = conn.world.state();
                             s.duplicates += 1;
@@ -1113,6 +1156,9 @@ impl SimWire {
                     reply
                 }
             };
+            // Done at the server: the next request may run; its reply's
+            // way back is its own.
+            drop(turn.take());
             if fate == Fate::ResetAfter {
                 conn.reset();
                 let _ = tx.send(reset());

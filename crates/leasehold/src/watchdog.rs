@@ -45,7 +45,7 @@ use crate::error::{Error, Result};
 use crate::key::slot;
 use crate::kind::LockKind;
 use crate::lease::{Lease, Snapshot};
-use crate::scripts::{Extension, LeaseId, Owned, OwnedLeaseId};
+use crate::scripts::{Extension, LeaseId, Owned, OwnedLeaseId, QUEUE_WINDOW};
 use crate::servers::Servers;
 use crate::telemetry::{self, LostReason};
 
@@ -55,6 +55,9 @@ const COALESCE: Duration = Duration::from_millis(20);
 const MAX_BATCH: usize = 512;
 /// Most background releases in flight at once; the rest wait their turn.
 const MAX_RELEASES_IN_FLIGHT: usize = 64;
+/// Most failed background releases kept for [`Watchdog::close`] to send
+/// again; past it the oldest is let go, and `close` reports it.
+const MAX_UNFINISHED: usize = 4096;
 
 enum Command {
     /// Keep this lease on the books and, with `renew`, renew it (again: its
@@ -223,10 +226,13 @@ pub(crate) struct Watchdog {
 }
 
 impl Watchdog {
-    pub(crate) fn start(door: impl Door) -> Watchdog {
+    /// The task of a client whose leases last at most `max_ttl` (and as
+    /// long again with `lock_delay`).
+    pub(crate) fn start(door: impl Door, max_ttl: Duration) -> Watchdog {
         let (tx, rx) = mpsc::unbounded_channel();
         let unsettled = Arc::new(Unsettled::default());
-        tokio::spawn(run(door, rx, Arc::clone(&unsettled)));
+        let longest = max_ttl.saturating_mul(2).saturating_add(QUEUE_WINDOW);
+        tokio::spawn(run(door, rx, Arc::clone(&unsettled), longest));
         Watchdog { tx, unsettled }
     }
 
@@ -310,8 +316,9 @@ impl Watchdog {
     }
 
     /// Gives back every lease on the books and every release still queued,
-    /// and stops renewing; returns when all of them are done. Leases put
-    /// on the books later are given back at once.
+    /// sends again every background release that failed while its hold may
+    /// still be on the server, and stops renewing; returns when all of them
+    /// are done. Leases put on the books later are given back at once.
     pub(crate) async fn close(&self) -> Result<()> {
         let (done, closed) = oneshot::channel();
         if self.tx.send(Command::Close(done)).is_err() {
@@ -327,7 +334,9 @@ struct Tracked {
     due: Option<Instant>,
 }
 
-type Releasing = Pin<Box<dyn Future<Output = Result<()>> + Send>>;
+/// A background release in flight; it answers with its outcome and
+/// itself, to be sent again by a close if it failed.
+type Releasing = Pin<Box<dyn Future<Output = (Result<()>, Release)> + Send>>;
 
 /// A lease being renewed: its timing when the renewal was sent, and the
 /// guard that keeps an extend of it out until the outcome is recorded.
@@ -356,6 +365,23 @@ struct State<D> {
     closing: Vec<oneshot::Sender<Result<()>>>,
     /// Releases that failed while a close waited, and the first error.
     close_failures: (usize, Option<String>),
+    /// Background releases that failed, oldest first, each with when it
+    /// is let go: a close sends them again. Without it, a dropped guard's
+    /// release or a cancelled acquisition's give-back that failed before
+    /// `close` left its hold (a lease, a queued waiter then handed the
+    /// lock) on the server after `close` returned Ok.
+    unfinished: VecDeque<(Instant, Release)>,
+    /// How long a failed release is kept: the longest a hold of this
+    /// client can last (its longest TTL and lock-delay, a queue window).
+    /// Not the hold's own TTL from the failure: a request of the hold that
+    /// the client gave up on (a renewal, an extend, an attempt) may still
+    /// be on its way, and sets the TTL again when it lands (seed 496 of the
+    /// simulator: an extend given up on landed 1.2 s after its release
+    /// failed, and kept the lease past the TTL counted from the failure).
+    keep_failed: Duration,
+    /// Failed releases let go past [`MAX_UNFINISHED`] while their holds may
+    /// still be on the server: the next close reports them.
+    forgotten: usize,
     /// The leases whose last renewal got no answer, and since when some
     /// have had none: an outage is logged once as it starts, and once as
     /// it ends, not at every retry.
@@ -367,6 +393,7 @@ async fn run<D: Door>(
     servers: D,
     mut rx: mpsc::UnboundedReceiver<Command>,
     unsettled: Arc<Unsettled>,
+    keep_failed: Duration,
 ) {
     let mut state = State {
         servers,
@@ -379,6 +406,9 @@ async fn run<D: Door>(
         closed: false,
         closing: Vec::new(),
         close_failures: (0, None),
+        unfinished: VecDeque::new(),
+        keep_failed,
+        forgotten: 0,
         unanswered: HashSet::new(),
         failing_since: None,
     };
@@ -476,6 +506,24 @@ impl<D: Door> State<D> {
                 self.queue.clear();
                 self.unanswered.clear();
                 self.failing_since = None;
+                // The releases that failed before: sent again, and this
+                // close answers only once they are done.
+                let now = Instant::now();
+                for (until, release) in self.unfinished.drain(..) {
+                    if until > now {
+                        self.backlog.push_back(release);
+                    }
+                }
+                if self.forgotten > 0 {
+                    let (failed, first) = &mut self.close_failures;
+                    *failed += std::mem::take(&mut self.forgotten);
+                    first.get_or_insert_with(|| {
+                        format!(
+                            "more than {MAX_UNFINISHED} background releases failed; the oldest \
+                             were not sent again"
+                        )
+                    });
+                }
                 self.closing.push(done);
             }
         }
@@ -504,11 +552,12 @@ impl<D: Door> State<D> {
             else {
                 return;
             };
+            let (again, again_who) = (changes.clone(), who.clone());
             let servers = self.servers.clone();
             let kept_for = keep_until.and_then(crate::lease::rest_until);
             let unsettled = counted.then(|| Arc::clone(&self.unsettled));
             let settle = id.keys.lock().to_owned();
-            let release = async move {
+            let release = async move |id: &OwnedLeaseId| {
                 let _changing = match changes {
                     Some(changes) => Some(changes.lock_owned().await),
                     None => None,
@@ -545,23 +594,44 @@ impl<D: Door> State<D> {
                 }
             };
             self.releasing.push(Box::pin(async move {
-                let outcome = release.await;
+                let outcome = release(&id).await;
                 if let Some(unsettled) = unsettled {
                     unsettled.remove(&settle);
                 }
-                outcome
+                // Sent again by a close if it failed.
+                let again = Release {
+                    id,
+                    keep_until,
+                    counted: false,
+                    changes: again,
+                    who: again_who,
+                };
+                (outcome, again)
             }));
         }
     }
 
-    fn released(&mut self, outcome: Result<()>) {
-        if let Err(e) = outcome
-            && !self.closing.is_empty()
-        {
+    fn released(&mut self, (outcome, release): (Result<()>, Release)) {
+        let Err(e) = outcome else { return };
+        if !self.closing.is_empty() {
             let (failed, first) = &mut self.close_failures;
             *failed += 1;
             first.get_or_insert_with(|| e.to_string());
         }
+        // Kept for the next close while its hold may be on the server.
+        let now = Instant::now();
+        while self
+            .unfinished
+            .front()
+            .is_some_and(|(until, _)| *until <= now)
+        {
+            self.unfinished.pop_front();
+        }
+        if self.unfinished.len() == MAX_UNFINISHED {
+            self.unfinished.pop_front();
+            self.forgotten += 1;
+        }
+        self.unfinished.push_back((now + self.keep_failed, release));
     }
 
     /// Answers the callers of close once nothing is left to release.
@@ -591,6 +661,20 @@ impl<D: Door> State<D> {
         if let Some(due) = due {
             self.queue.insert((due, id), ());
         }
+    }
+
+    /// A lease lost by the client's clock (its validity ran out
+    /// unrenewed) stays on the books, no longer renewed, until its guard
+    /// goes: the server may hold it for as long as its last TTL there
+    /// (the validity is counted short: from a request's send, less the
+    /// drift, and capped by an extend whose answer never came), and a
+    /// close gives it back. A lease the server said is gone, or held by
+    /// another, goes off the books at once.
+    fn keep_unrenewed(&mut self, lease: &Arc<Lease>) {
+        if self.unanswered.remove(&lease.id) && self.unanswered.is_empty() {
+            self.failing_since = None;
+        }
+        self.schedule(Arc::clone(lease), None);
     }
 
     fn untrack(&mut self, id: u64) {
@@ -626,7 +710,7 @@ impl<D: Door> State<D> {
             }
             let lease = Arc::clone(&tracked.lease);
             if lease.is_lost() {
-                self.untrack(id);
+                self.keep_unrenewed(&lease);
                 lease.mark_lost(lease.expiry_reason());
                 continue;
             }
@@ -706,7 +790,7 @@ impl<D: Door> State<D> {
                 None => {
                     let valid_until = lease.snapshot().valid_until;
                     if now >= valid_until {
-                        self.untrack(lease.id);
+                        self.keep_unrenewed(lease);
                         lease.mark_lost(LostReason::Unreachable);
                     } else {
                         unanswered += 1;
@@ -813,6 +897,7 @@ mod tests {
         }
     }
     use crate::key::{LockKeys, slot};
+    use crate::scripts::QUEUE_WINDOW;
     use crate::token::Token;
 
     /// A dropped guard's lock lease, released in the background.
@@ -842,6 +927,9 @@ mod tests {
         /// Every renewal sent: when, and the lease's hold.
         renewals: Arc<Mutex<Vec<(Instant, String)>>>,
         releases_sent: Arc<Mutex<usize>>,
+        /// This many releases from now fail to reach the server (a
+        /// connection reset, a timeout).
+        failing_releases: Arc<Mutex<usize>>,
         renewal_permits: Arc<Semaphore>,
         /// While set, every renewal fails to reach the server.
         unreachable: Arc<std::sync::atomic::AtomicBool>,
@@ -862,6 +950,7 @@ mod tests {
             Fake {
                 renewals: Arc::default(),
                 releases_sent: Arc::default(),
+                failing_releases: Arc::default(),
                 renewal_permits: Arc::new(Semaphore::new(permits)),
                 unreachable: Arc::default(),
                 frozen: Arc::default(),
@@ -892,10 +981,22 @@ mod tests {
     impl Door for Fake {
         fn release(&self, _id: LeaseId<'_>) -> impl Future<Output = Result<Owned>> + Send {
             let (sent, stuck) = (Arc::clone(&self.releases_sent), self.stuck);
+            let fails = {
+                let mut failing = self.failing_releases.lock().unwrap();
+                let fails = *failing > 0;
+                *failing = failing.saturating_sub(1);
+                fails
+            };
             async move {
                 *sent.lock().unwrap() += 1;
                 if stuck {
                     std::future::pending::<()>().await;
+                }
+                if fails {
+                    return Err(Error::Unreachable {
+                        addr: "fake".into(),
+                        source: std::io::Error::other("connection reset").into(),
+                    });
                 }
                 Ok(Owned::Done)
             }
@@ -1008,7 +1109,7 @@ mod tests {
         let logged = Logged::default();
         let _default = tracing::dispatcher::set_default(&tracing::Dispatch::new(logged.clone()));
         let fake = Fake::new(true, false);
-        let watchdog = Watchdog::start(fake.clone());
+        let watchdog = Watchdog::start(fake.clone(), TTL);
         let ttl = Duration::from_secs(3);
         let held = lease("held", ttl, Instant::now());
         watchdog.track(Arc::clone(&held), true);
@@ -1040,7 +1141,7 @@ mod tests {
     async fn a_lease_whose_renewal_was_not_answered_is_lost_as_unreachable() {
         let fake = Fake::new(true, false);
         fake.frozen.lock().unwrap().push("frozen".to_owned());
-        let watchdog = Watchdog::start(fake.clone());
+        let watchdog = Watchdog::start(fake.clone(), TTL);
         let ttl = Duration::from_secs(3);
         let frozen = lease("frozen", ttl, Instant::now());
         let unrenewed = lease("unrenewed", ttl, Instant::now());
@@ -1071,7 +1172,7 @@ mod tests {
         let keys = Arc::new(LockKeys::new("t", "dropped"));
         let other = LockKeys::new("t", "other");
         let stuck = Fake::new(true, true);
-        let watchdog = Watchdog::start(stuck.clone());
+        let watchdog = Watchdog::start(stuck.clone(), TTL);
         watchdog.release(dropped(Arc::clone(&keys), "dropped".into()));
         tokio::time::timeout(Duration::from_millis(1), watchdog.settled(other.lock()))
             .await
@@ -1085,7 +1186,7 @@ mod tests {
         assert_eq!(*stuck.releases_sent.lock().unwrap(), 1);
 
         let fake = Fake::new(true, false);
-        let watchdog = Watchdog::start(fake.clone());
+        let watchdog = Watchdog::start(fake.clone(), TTL);
         watchdog.release(dropped(Arc::clone(&keys), "dropped".into()));
         tokio::time::timeout(Duration::from_millis(1), watchdog.settled(keys.lock()))
             .await
@@ -1100,7 +1201,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_break_notice_loses_exactly_the_leases_it_names() {
         let fake = Fake::new(true, false);
-        let watchdog = Watchdog::start(fake.clone());
+        let watchdog = Watchdog::start(fake.clone(), TTL);
         let start = Instant::now();
         let (broken, kept) = (lease("a", TTL, start), lease("b", TTL, start));
         watchdog.track(Arc::clone(&broken), true);
@@ -1136,7 +1237,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_renewal_is_not_held_up_by_releases_that_hang() {
         let fake = Fake::new(true, true);
-        let watchdog = Watchdog::start(fake.clone());
+        let watchdog = Watchdog::start(fake.clone(), TTL);
         let start = Instant::now();
         for i in 0..1000 {
             let keys = Arc::new(LockKeys::new("t", &format!("dropped:{i}")));
@@ -1165,7 +1266,7 @@ mod tests {
     async fn a_renewal_that_never_answers_holds_back_no_other() {
         let fake = Fake::new(true, false);
         fake.frozen.lock().unwrap().push("stuck".into());
-        let watchdog = Watchdog::start(fake.clone());
+        let watchdog = Watchdog::start(fake.clone(), TTL);
         let start = Instant::now();
         let stuck = lease("stuck", TTL, start);
         watchdog.track(Arc::clone(&stuck), true);
@@ -1190,7 +1291,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_first_renewal_is_due_from_the_acquisition_not_the_registration() {
         let fake = Fake::new(true, false);
-        let watchdog = Watchdog::start(fake.clone());
+        let watchdog = Watchdog::start(fake.clone(), TTL);
         let sent = Instant::now();
         let held = lease("late", TTL, sent);
         tokio::time::advance(Duration::from_millis(250)).await;
@@ -1210,7 +1311,7 @@ mod tests {
     /// answer, once its first renewal is in flight.
     async fn a_renewal_in_flight() -> (Fake, Watchdog, Arc<Lease>) {
         let fake = Fake::new(false, false);
-        let watchdog = Watchdog::start(fake.clone());
+        let watchdog = Watchdog::start(fake.clone(), TTL);
         let held = lease("held", TTL, Instant::now());
         watchdog.track(Arc::clone(&held), true);
         tokio::time::sleep(TTL / 3 + Duration::from_millis(1)).await;
@@ -1288,7 +1389,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_renewal_waits_for_an_extend_in_flight() {
         let fake = Fake::new(true, false);
-        let watchdog = Watchdog::start(fake.clone());
+        let watchdog = Watchdog::start(fake.clone(), TTL);
         let sent = Instant::now();
         let held = lease("held", TTL, sent);
         let extending = held.change().await;
@@ -1313,7 +1414,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn commands_are_not_starved_by_a_steady_stream_of_due_renewals() {
         let door = Fake::distant();
-        let watchdog = Watchdog::start(door.clone());
+        let watchdog = Watchdog::start(door.clone(), TTL);
         let start = Instant::now();
         let ttl = Duration::from_secs(3);
         let mut held = Vec::new();
@@ -1352,5 +1453,143 @@ mod tests {
             .await
             .expect("close returned")
             .expect("close");
+    }
+
+    /// The simulator's close() invariant, seeds 107, 114, 496 and 1274: a
+    /// background release that failed before `close` (a cancelled
+    /// campaign's leave whose connection was reset; a dropped guard's
+    /// release, or an acquisition's give-back, whose answer outlasted the
+    /// command timeout) was forgotten, and `close` returned Ok while the
+    /// hold (a queued waiter, a lease the server granted late) was still
+    /// on the server. `close` sends it again, and returns Ok only once
+    /// answered.
+    #[tokio::test(start_paused = true)]
+    async fn close_sends_again_the_background_releases_that_failed() {
+        let fake = Fake::new(true, false);
+        *fake.failing_releases.lock().unwrap() = 2;
+        let watchdog = Watchdog::start(fake.clone(), TTL);
+        let waiter = Arc::new(LockKeys::new("t", "campaign"));
+        watchdog.release(OwnedLeaseId {
+            kind: LockKind::Election,
+            keys: Arc::clone(&waiter),
+            hold: "cancelled".into(),
+            queued: Some(TTL),
+        });
+        let guard = lease("dropped", TTL, Instant::now());
+        watchdog.track(Arc::clone(&guard), true);
+        watchdog.untrack(guard.id);
+        watchdog.release_lease(&guard);
+        tokio::time::timeout(Duration::from_millis(1), watchdog.settled(waiter.lock()))
+            .await
+            .expect("the first tries are done (failed)");
+        assert_eq!(*fake.releases_sent.lock().unwrap(), 2);
+        tokio::time::timeout(Duration::from_secs(1), watchdog.close())
+            .await
+            .expect("close returned")
+            .expect("both sent again and answered");
+        assert_eq!(*fake.releases_sent.lock().unwrap(), 4);
+    }
+
+    /// As above, when the release sent again at close fails too: `close`
+    /// says so, and a second `close` tries once more.
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_release_that_fails_again_at_close_makes_close_incomplete() {
+        let fake = Fake::new(true, false);
+        *fake.failing_releases.lock().unwrap() = 2;
+        let watchdog = Watchdog::start(fake.clone(), TTL);
+        watchdog.release(dropped(
+            Arc::new(LockKeys::new("t", "dropped")),
+            "dropped".into(),
+        ));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let closed = watchdog.close().await;
+        assert!(
+            matches!(closed, Err(Error::CloseIncomplete { failed: 1, .. })),
+            "{closed:?}"
+        );
+        watchdog.close().await.expect("answered on the third try");
+        assert_eq!(*fake.releases_sent.lock().unwrap(), 3);
+    }
+
+    /// A failed background release is kept for as long as a hold of the
+    /// client can last (twice its longest TTL, for a lock-delay, and a
+    /// queue window): `close` after that sends nothing again.
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_release_is_not_sent_again_after_the_longest_hold() {
+        let fake = Fake::new(true, false);
+        *fake.failing_releases.lock().unwrap() = 2;
+        let watchdog = Watchdog::start(fake.clone(), TTL);
+        watchdog.release(dropped(
+            Arc::new(LockKeys::new("t", "dropped")),
+            "dropped".into(),
+        ));
+        let longest = TTL * 2 + QUEUE_WINDOW;
+        tokio::time::sleep(longest - Duration::from_millis(1)).await;
+        // A second one, failed later: still kept when the first is not.
+        let guard = lease("guard", TTL, Instant::now());
+        watchdog.release_lease(&guard);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert_eq!(*fake.releases_sent.lock().unwrap(), 2);
+        watchdog.close().await.expect("answered");
+        assert_eq!(
+            *fake.releases_sent.lock().unwrap(),
+            3,
+            "only the later one sent again"
+        );
+    }
+
+    /// The simulator's close() invariant, seed 2824: a lease the client
+    /// counts as lost by its own clock (an extend to a shorter TTL, given
+    /// up on, capped its validity; a renewal could not reach Redis until
+    /// the validity ran out) may still be held on the server, for as long
+    /// as its last TTL there. It went off the books, so `close` returned Ok
+    /// without giving it back while its guard lived on. It stays on the
+    /// books, unrenewed, until its guard goes; `close` gives it back.
+    #[tokio::test(start_paused = true)]
+    async fn close_gives_back_a_lease_lost_by_the_clients_clock() {
+        let fake = Fake::new(true, false);
+        let watchdog = Watchdog::start(fake.clone(), TTL);
+        let ttl = Duration::from_secs(3);
+        // Its validity capped by an extend to 100 ms that got no answer.
+        let capped = lease("capped", ttl, Instant::now());
+        watchdog.track(Arc::clone(&capped), true);
+        let extending = tokio::time::timeout(
+            Duration::from_millis(10),
+            capped.extend(Duration::from_millis(100), std::future::pending),
+        )
+        .await;
+        assert!(extending.is_err(), "given up on");
+        // Renewals that cannot reach Redis until the validity runs out.
+        let unreachable = lease("unreachable", TTL, Instant::now());
+        fake.unreachable
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        watchdog.track(Arc::clone(&unreachable), true);
+        tokio::time::sleep(ttl / 3 + Duration::from_millis(10)).await;
+        assert!(capped.is_lost() && unreachable.is_lost());
+        assert_eq!(unreachable.lost_reason(), Some(LostReason::Unreachable));
+        assert_eq!(*fake.releases_sent.lock().unwrap(), 0);
+        watchdog.close().await.expect("answered");
+        assert_eq!(
+            *fake.releases_sent.lock().unwrap(),
+            2,
+            "both given back at close"
+        );
+    }
+
+    /// A lease lost by the client's clock and then released by its guard
+    /// (or dropped) is off the books: `close` sends nothing more for it.
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_lease_whose_guard_went_is_off_the_books() {
+        let fake = Fake::new(true, false);
+        fake.unreachable
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let watchdog = Watchdog::start(fake.clone(), TTL);
+        let lost = lease("lost", TTL, Instant::now());
+        watchdog.track(Arc::clone(&lost), true);
+        tokio::time::sleep(TTL * 2).await;
+        assert!(lost.is_lost());
+        watchdog.untrack(lost.id);
+        watchdog.close().await.expect("nothing to give back");
+        assert_eq!(*fake.releases_sent.lock().unwrap(), 0);
     }
 }

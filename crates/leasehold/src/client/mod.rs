@@ -433,8 +433,10 @@ impl Client {
     }
 
     /// Gives back every lease this client (and every clone of it) holds,
-    /// finishes the releases of guards dropped earlier, and stops renewing;
-    /// returns once Redis has answered them all. Call it before a program
+    /// finishes the releases of guards dropped earlier, sends again every
+    /// release made in the background that failed (a dropped guard's, a
+    /// cancelled acquisition's) while its hold may still be on the server,
+    /// and stops renewing; returns once Redis has answered them all. Call it before a program
     /// ends: a guard dropped as `main` returns is released by a background
     /// task that the runtime's shutdown stops, which leaves its lock held
     /// until the TTL runs out.
@@ -469,7 +471,10 @@ impl Client {
     ///
     /// [`Error::CloseIncomplete`] when some release got no answer (the
     /// server is unreachable), or some acquisition or release was still in
-    /// flight after that bound: those leases end by their TTL.
+    /// flight after that bound, or more than 4096 releases in the
+    /// background failed before it (the oldest are not sent again): those
+    /// leases end by their TTL. Calling `close` again sends again the
+    /// releases that failed.
     ///
     /// # Cancel safety
     ///
@@ -590,7 +595,7 @@ impl ClientBuilder {
         Ok(Client {
             inner: Arc::new(Inner {
                 events: Events::start(shared, servers.clone()),
-                watchdog: Watchdog::start(servers.clone()),
+                watchdog: Watchdog::start(servers.clone(), self.max_ttl),
                 servers,
                 prefix: self.prefix,
                 min_ttl: self.min_ttl,
