@@ -246,7 +246,11 @@ impl Config {
         }
         // Drawn after everything above, which stays what it was for every
         // seed: duplicate deliveries, an operator's breaks, server clocks.
-        if r.chance(0.3) {
+        // Not on Redlock: its masters are independent servers reached by
+        // plain connections (redis-rs's multiplexed connection and its
+        // connection manager), which never send a request twice; the
+        // cluster driver's re-send is modelled on one server, a shard.
+        if r.chance(0.3) && !matches!(topology, Topology::Redlock(_)) {
             config.faults.twice = *r.pick(&[0.01, 0.03]);
         }
         if r.chance(0.3) {

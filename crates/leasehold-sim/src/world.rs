@@ -172,7 +172,8 @@ fn is_token(arg: &[u8]) -> bool {
 }
 
 /// The holds a lock key shows at `now_ms`: a lock's or leader's string
-/// (its holder's token), a reentrant lock's owner, the live members of an
+/// (its holder's token), a reentrant lock's owner (while a hold of it
+/// lives), the live members of an
 /// RwLock's or a semaphore's sorted set (waiting writers among them).
 pub fn holds_in(key: Option<&crate::server::KeyDump>, now_ms: i64) -> BTreeSet<String> {
     use crate::server::DumpValue;
@@ -181,11 +182,22 @@ pub fn holds_in(key: Option<&crate::server::KeyDump>, now_ms: i64) -> BTreeSet<S
     };
     match &key.value {
         DumpValue::String(v) => [String::from_utf8_lossy(v).into_owned()].into(),
-        DumpValue::Hash(fields) => fields
-            .iter()
-            .filter(|(f, _)| f == b"owner")
-            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
-            .collect(),
+        // A reentrant lock's owner, while one of its holds (`h:<id>` ->
+        // expiry, server ms) lives: a hash whose holds all ended is free.
+        DumpValue::Hash(fields) => {
+            let live = fields.iter().any(|(f, v)| {
+                f.starts_with(b"h:")
+                    && std::str::from_utf8(v)
+                        .ok()
+                        .and_then(|v| v.parse::<i64>().ok())
+                        .is_some_and(|expiry| expiry > now_ms)
+            });
+            fields
+                .iter()
+                .filter(|(f, _)| live && f == b"owner")
+                .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+                .collect()
+        }
         DumpValue::ZSet(z) => z
             .iter()
             .filter(|(_, score)| *score > now_ms as f64)
@@ -1143,9 +1155,16 @@ impl SimWire {
                             let _ = tx.send(reset());
                             return;
                         }
-                        reply =
-                            conn.world
-                                .exec_request(&conn.node, conn.id, conn.process, &args, true);
+                        // A first delivery refused whole (NOSCRIPT, say) ran
+                        // nothing: the second is the one that runs.
+                        let first_ran = !matches!(reply, Value::ServerError(_));
+                        reply = conn.world.exec_request(
+                            &conn.node,
+                            conn.id,
+                            conn.process,
+                            &args,
+                            first_ran,
+                        );
                     }
                     // A release met by NOSCRIPT did not run; its re-send will.
                     if let Some(token) = guard_release
