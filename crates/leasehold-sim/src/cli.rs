@@ -430,6 +430,17 @@ fn many(args: &Args) -> i32 {
         .map(|(inv, seeds)| (*inv, seeds.clone()))
         .collect();
     safe.retain(|inv, _| !leasehold_sim::history::OPEN_FINDINGS.contains(inv));
+    let mut topologies: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for o in &results {
+        let t = topologies
+            .entry(format!("{:?}", o.config.topology))
+            .or_default();
+        t.0 += 1;
+        t.1 += o.acquisitions;
+    }
+    for (topology, (schedules, acquisitions)) in &topologies {
+        println!("  {topology}: {schedules} schedules, {acquisitions} acquisitions");
+    }
     let drawn = |f: &dyn Fn(&Outcome) -> bool| results.iter().filter(|o| f(o)).count();
     println!(
         "faults drawn: duplicate deliveries in {} schedules ({} requests), operator breaks in {}, \
