@@ -187,6 +187,11 @@ pub(crate) struct Won {
     /// books (`Handle::held` drops this then), so that `Client::close`
     /// either waits for it or finds the lease there to give back.
     pub(crate) flight: Option<Flight>,
+    /// The TTL this acquisition's attempts queued with, if the lock queues:
+    /// an attempt whose reply never came may still land after the lease is
+    /// won and queue its holder again (the lock then held by another), so
+    /// the lease's release leaves the queue too.
+    pub(crate) queued: Option<Duration>,
 }
 
 /// What the server's time of a waiter's attempt may have lost to rounding
@@ -218,6 +223,7 @@ impl Deadlines {
             sent: *sent,
             span,
             flight: None,
+            queued: None,
         })
     }
 }
@@ -276,6 +282,7 @@ where
     result.map(|won| {
         won.map(|won| Won {
             flight: Some(flight),
+            queued: target.queued(),
             ..won
         })
     })
@@ -682,6 +689,7 @@ impl<C: Core> PendingAttempt<'_, '_, C> {
             sent,
             span: self.target.ttl,
             flight: None,
+            queued: None,
         }
     }
 
@@ -1571,6 +1579,27 @@ mod tests {
         assert_eq!(core.count("give-back sent"), 1, "{:?}", core.entries());
         assert_eq!(core.count("release sent"), 1, "{:?}", core.entries());
         assert_eq!(core.count("background release"), 0);
+    }
+
+    /// A lease won by a waiter of a lock that queues names the queue at its
+    /// release: an attempt whose reply never came may land after the lease
+    /// is won (handed over at release, say) and queue its holder again, and
+    /// the release must take that entry out (seed 18652: it stayed, a later
+    /// release handed the lock to it, after its client's close()).
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_won_by_a_waiter_of_a_queueing_lock_leaves_the_queue_at_release() {
+        let core = FakeCore::new();
+        let keys = keys();
+        for queues in [true, false] {
+            let target = target(&core, &keys, queues);
+            let steps = [Step::Transient, Step::Granted(7)];
+            let won = acquire(&target, WAIT, script(&core, &steps))
+                .await
+                .expect("acquire")
+                .expect("won");
+            assert_eq!(won.queued, target.queued(), "queues: {queues}");
+            assert_eq!(won.queued.is_some(), queues);
+        }
     }
 
     /// A queued waiter whose wait runs out leaves the queue, and waits for

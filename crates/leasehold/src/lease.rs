@@ -109,6 +109,10 @@ pub(crate) struct Lease {
     /// Set by a release (explicit, or handed to the background) before it
     /// sends anything.
     released: AtomicBool,
+    /// The TTL its acquisition's attempts queued with, for a lock that
+    /// queues ([`Won::queued`](crate::acquire::Won)): its release leaves
+    /// the queue too.
+    queued: Option<Duration>,
 }
 
 #[derive(Clone, Copy)]
@@ -164,7 +168,15 @@ impl Lease {
             kept_until: std::sync::OnceLock::new(),
             delay: Duration::ZERO,
             released: AtomicBool::new(false),
+            queued: None,
         }
+    }
+
+    /// This lease, whose acquisition's attempts queued with `queued` (see
+    /// [`Lease::id`]).
+    pub(crate) fn queued_as(mut self, queued: Option<Duration>) -> Lease {
+        self.queued = queued;
+        self
     }
 
     /// This lease, kept by a release until `until` (see [`Lease::kept_for`]).
@@ -220,13 +232,16 @@ impl Lease {
         server_ttl(ttl, self.delay)
     }
 
-    /// The lease as a release names it (a held lease: not a queued waiter).
+    /// The lease as a release names it: with the TTL its attempts queued
+    /// with, if its lock queues, so a late attempt's entry in the queue goes
+    /// with the release (the release script never hands a lease to the
+    /// token releasing it).
     pub(crate) fn id(&self) -> LeaseId<'_> {
         LeaseId {
             kind: self.kind,
             keys: &self.keys,
             hold: &self.hold,
-            queued: None,
+            queued: self.queued,
         }
     }
 

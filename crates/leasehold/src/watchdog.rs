@@ -833,12 +833,7 @@ impl Release {
     fn of(lease: &Lease) -> Release {
         lease.mark_released();
         Release {
-            id: OwnedLeaseId {
-                kind: lease.kind,
-                keys: Arc::clone(&lease.keys),
-                hold: lease.hold.clone(),
-                queued: None,
-            },
+            id: lease.id().owned(),
             keep_until: lease.kept_until(),
             counted: false,
             changes: Some(lease.changes()),

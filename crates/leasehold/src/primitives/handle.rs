@@ -174,7 +174,10 @@ impl Handle {
             Some(at_least) => lease.keep_until(crate::clock::Instant::now() + at_least),
             None => lease,
         };
-        let lease = lease.lock_delay(self.delay).described(self.about.clone());
+        let lease = lease
+            .lock_delay(self.delay)
+            .described(self.about.clone())
+            .queued_as(won.queued);
         let held = Held::new(&self.inner, lease, won.fence, self.watchdog);
         // On the watchdog's books now: `Client::close` gives it back from
         // there, and need not wait for this acquisition any more.
