@@ -56,15 +56,83 @@ const BODIES: &[(&str, &str)] = &[
     ("lease_break", include_str!("lease_break.lua")),
 ];
 
-/// The script `name` as it is shipped: its file with [`PRELUDE`] put in at
-/// its top. `None` for an unknown name.
+/// The script `name` as it is shipped: its file with the part of
+/// [`PRELUDE`] it uses put in at its top ([`prelude_for`]). `None` for an
+/// unknown name.
 ///
 /// No script has a `#!lua` line (script flags such as `no-writes`): Redis
 /// 6.2 refuses them as a syntax error, and one text for every server keeps
 /// the scripts tested exactly as shipped.
 pub(crate) fn source(name: &str) -> Option<String> {
     let (_, body) = BODIES.iter().find(|(n, _)| *n == name)?;
-    Some(format!("{PRELUDE}{body}"))
+    Some(format!("{}{body}", prelude_for(body)))
+}
+
+/// The paragraphs of [`PRELUDE`] (split at blank lines) that `body` needs:
+/// each one defining a name `body` mentions, or that such a paragraph
+/// mentions, in the prelude's order; a paragraph with code that defines no
+/// name is always kept, one with only comments never.
+///
+/// Why: Redis runs a script's whole text on every call, and each `local
+/// function` of the prelude is a closure made, and later collected, on each
+/// one. The lock's acquire and release used 9 and 6 of its 19 definitions;
+/// the whole prelude cost about 5,000 server instructions per call
+/// (callgrind; docs/BENCHMARKS.md). A name mentioned only in a comment keeps
+/// its paragraph too: more text, never a missing definition.
+fn prelude_for(body: &str) -> String {
+    let paragraphs: Vec<&str> = PRELUDE.split("\n\n").collect();
+    let defined: Vec<Vec<&str>> = paragraphs.iter().map(|p| definitions(p)).collect();
+    let mut wanted = identifiers(body);
+    let mut kept = vec![false; paragraphs.len()];
+    loop {
+        let mut grew = false;
+        for (i, paragraph) in paragraphs.iter().enumerate() {
+            let has_code = paragraph
+                .lines()
+                .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with("--"));
+            let needed = if defined[i].is_empty() {
+                has_code
+            } else {
+                defined[i].iter().any(|name| wanted.contains(name))
+            };
+            if needed && !kept[i] {
+                kept[i] = true;
+                wanted.extend(identifiers(paragraph));
+                grew = true;
+            }
+        }
+        if !grew {
+            break;
+        }
+    }
+    let mut out = String::new();
+    for (paragraph, _) in paragraphs.iter().zip(&kept).filter(|(_, k)| **k) {
+        out.push_str(paragraph.trim_end_matches('\n'));
+        out.push_str("\n\n");
+    }
+    out
+}
+
+/// The names a prelude paragraph defines at its top level: its lines
+/// `local NAME = ...` and `local function NAME(...)`.
+fn definitions(paragraph: &str) -> Vec<&str> {
+    paragraph
+        .lines()
+        .filter_map(|l| l.strip_prefix("local "))
+        .map(|l| l.strip_prefix("function ").unwrap_or(l))
+        .filter_map(|l| identifiers_in(l).next())
+        .collect()
+}
+
+/// Every Lua identifier-like word of `text` (comments and strings too).
+fn identifiers(text: &str) -> std::collections::HashSet<&str> {
+    identifiers_in(text).collect()
+}
+
+/// The identifier-like words of `text`, in order.
+fn identifiers_in(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_'))
 }
 
 /// Every shipped script's SHA1 (lower-case hex, as EVALSHA carries it) and
@@ -816,7 +884,29 @@ pub(crate) fn millis(d: Duration) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{BODIES, PRELUDE};
+    use super::{BODIES, PRELUDE, definitions, identifiers, prelude_for};
+
+    /// Each script gets every prelude definition it uses, directly or through
+    /// another one, and the lock's own scripts none they do not use.
+    #[test]
+    fn each_script_carries_the_prelude_definitions_it_uses() {
+        let all: Vec<&str> = PRELUDE.split("\n\n").flat_map(definitions).collect();
+        assert!(all.len() > 10, "{all:?}");
+        for (name, body) in BODIES {
+            let prelude = prelude_for(body);
+            let text = format!("{prelude}{body}");
+            let present: Vec<&str> = prelude.split("\n\n").flat_map(definitions).collect();
+            for used in identifiers(&text) {
+                if all.contains(&used) {
+                    assert!(present.contains(&used), "{name}.lua uses {used} without it");
+                }
+            }
+        }
+        let acquire = prelude_for(include_str!("lock_acquire.lua"));
+        assert!(acquire.contains("local function next_fence("), "{acquire}");
+        assert!(!acquire.contains("local function handed_fence("), "{acquire}");
+        assert!(!acquire.contains("local function live_holds("), "{acquire}");
+    }
 
     /// Redis 6.2 refuses a script that starts with `#!lua` (flags) as a
     /// syntax error. (What else 6.2 lacks is taken only where the prelude's
