@@ -18,6 +18,8 @@ use crate::telemetry::LostReason;
 
 mod breaking;
 mod election;
+#[cfg(test)]
+mod shake;
 mod status;
 
 pub(crate) use breaking::{BrokenSet, lease_break, lock_break};
@@ -30,6 +32,7 @@ pub(crate) use status::{
 
 /// The prelude every script starts with: the helpers they share (server
 /// time, fences, the batched renewal loop).
+#[cfg(test)]
 const PRELUDE: &str = include_str!("prelude.lua");
 
 /// Every script, by name, as written in its file (without the prelude).
@@ -56,83 +59,22 @@ const BODIES: &[(&str, &str)] = &[
     ("lease_break", include_str!("lease_break.lua")),
 ];
 
+// `SHIPPED`: every script's text as shipped, by name, written by build.rs:
+// its file with the part of prelude.lua it uses put in at its top
+// (shake.rs).
+include!(concat!(env!("OUT_DIR"), "/shipped_scripts.rs"));
+
 /// The script `name` as it is shipped: its file with the part of
-/// [`PRELUDE`] it uses put in at its top ([`prelude_for`]). `None` for an
-/// unknown name.
+/// [`PRELUDE`] it uses put in at its top (`shake.rs`, at build time).
+/// `None` for an unknown name.
 ///
 /// No script has a `#!lua` line (script flags such as `no-writes`): Redis
 /// 6.2 refuses them as a syntax error, and one text for every server keeps
 /// the scripts tested exactly as shipped.
 pub(crate) fn source(name: &str) -> Option<String> {
-    let (_, body) = BODIES.iter().find(|(n, _)| *n == name)?;
-    Some(format!("{}{body}", prelude_for(body)))
-}
-
-/// The paragraphs of [`PRELUDE`] (split at blank lines) that `body` needs:
-/// each one defining a name `body` mentions, or that such a paragraph
-/// mentions, in the prelude's order; a paragraph with code that defines no
-/// name is always kept, one with only comments never.
-///
-/// Why: Redis runs a script's whole text on every call, and each `local
-/// function` of the prelude is a closure made, and later collected, on each
-/// one. The lock's acquire and release used 9 and 6 of its 19 definitions;
-/// the whole prelude cost about 5,000 server instructions per call
-/// (callgrind; docs/BENCHMARKS.md). A name mentioned only in a comment keeps
-/// its paragraph too: more text, never a missing definition.
-fn prelude_for(body: &str) -> String {
-    let paragraphs: Vec<&str> = PRELUDE.split("\n\n").collect();
-    let defined: Vec<Vec<&str>> = paragraphs.iter().map(|p| definitions(p)).collect();
-    let mut wanted = identifiers(body);
-    let mut kept = vec![false; paragraphs.len()];
-    loop {
-        let mut grew = false;
-        for (i, paragraph) in paragraphs.iter().enumerate() {
-            let has_code = paragraph
-                .lines()
-                .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with("--"));
-            let needed = if defined[i].is_empty() {
-                has_code
-            } else {
-                defined[i].iter().any(|name| wanted.contains(name))
-            };
-            if needed && !kept[i] {
-                kept[i] = true;
-                wanted.extend(identifiers(paragraph));
-                grew = true;
-            }
-        }
-        if !grew {
-            break;
-        }
-    }
-    let mut out = String::new();
-    for (paragraph, _) in paragraphs.iter().zip(&kept).filter(|(_, k)| **k) {
-        out.push_str(paragraph.trim_end_matches('\n'));
-        out.push_str("\n\n");
-    }
-    out
-}
-
-/// The names a prelude paragraph defines at its top level: its lines
-/// `local NAME = ...` and `local function NAME(...)`.
-fn definitions(paragraph: &str) -> Vec<&str> {
-    paragraph
-        .lines()
-        .filter_map(|l| l.strip_prefix("local "))
-        .map(|l| l.strip_prefix("function ").unwrap_or(l))
-        .filter_map(|l| identifiers_in(l).next())
-        .collect()
-}
-
-/// Every Lua identifier-like word of `text` (comments and strings too).
-fn identifiers(text: &str) -> std::collections::HashSet<&str> {
-    identifiers_in(text).collect()
-}
-
-/// The identifier-like words of `text`, in order.
-fn identifiers_in(text: &str) -> impl Iterator<Item = &str> {
-    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .filter(|w| w.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_'))
+    BODIES.iter().find(|(n, _)| *n == name)?;
+    let (_, text) = SHIPPED.iter().find(|(n, _)| *n == name)?;
+    Some((*text).to_owned())
 }
 
 /// Every shipped script's SHA1 (lower-case hex, as EVALSHA carries it) and
@@ -884,7 +826,8 @@ pub(crate) fn millis(d: Duration) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{BODIES, PRELUDE, definitions, identifiers, prelude_for};
+    use super::shake::{definitions, identifiers, prelude_for};
+    use super::{BODIES, PRELUDE, source};
 
     /// Each script gets every prelude definition it uses, directly or through
     /// another one, and the lock's own scripts none they do not use.
@@ -893,8 +836,10 @@ mod tests {
         let all: Vec<&str> = PRELUDE.split("\n\n").flat_map(definitions).collect();
         assert!(all.len() > 10, "{all:?}");
         for (name, body) in BODIES {
-            let prelude = prelude_for(body);
+            let prelude = prelude_for(PRELUDE, body);
             let text = format!("{prelude}{body}");
+            // As build.rs wrote it.
+            assert_eq!(source(name).as_deref(), Some(text.as_str()), "{name}");
             let present: Vec<&str> = prelude.split("\n\n").flat_map(definitions).collect();
             for used in identifiers(&text) {
                 if all.contains(&used) {
@@ -902,9 +847,12 @@ mod tests {
                 }
             }
         }
-        let acquire = prelude_for(include_str!("lock_acquire.lua"));
+        let acquire = prelude_for(PRELUDE, include_str!("lock_acquire.lua"));
         assert!(acquire.contains("local function next_fence("), "{acquire}");
-        assert!(!acquire.contains("local function handed_fence("), "{acquire}");
+        assert!(
+            !acquire.contains("local function handed_fence("),
+            "{acquire}"
+        );
         assert!(!acquire.contains("local function live_holds("), "{acquire}");
     }
 
