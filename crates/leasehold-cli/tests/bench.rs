@@ -208,6 +208,35 @@ fn quick_bench_reports_every_scenario_with_targets_and_sane_values() {
         }
     }
 
+    // The long holds (issue 34): both libraries at 16 and 64 waiters, one
+    // holder at a time, with Redis CPU per acquisition and wait p99 judged
+    // against rslock's.
+    let long = report["scenarios"]["contended"]["data"]["long_hold_runs"]
+        .as_array()
+        .expect("long-hold runs");
+    for waiters in [16, 64] {
+        for library in ["leasehold", "rslock"] {
+            let run = long
+                .iter()
+                .find(|r| r["waiters"] == waiters && r["library"] == library)
+                .unwrap_or_else(|| panic!("no long-hold {library} run with {waiters} waiters"));
+            assert!(run["acquisitions"].as_u64().is_some_and(|n| n > 0), "{run}");
+            assert_eq!(run["overlapping_holders"], 0, "{run}");
+        }
+    }
+    let rows = report["scenarios"]["contended"]["rows"]
+        .as_array()
+        .expect("rows");
+    for figure in ["Redis CPU/acquisition", "wait p99"] {
+        assert!(
+            rows.iter().any(|r| r["target"].is_object()
+                && r["figure"].as_str().is_some_and(
+                    |f| f.starts_with("hold 20ms, 64 waiters: ") && f.contains(figure)
+                )),
+            "no long-hold {figure} row with a target"
+        );
+    }
+
     let keys = &report["scenarios"]["many_keys"]["data"];
     assert!(keys["leasehold_acquired"].as_u64().is_some_and(|n| n > 0));
     assert!(keys["raw_acquired"].as_u64().is_some_and(|n| n > 0));
