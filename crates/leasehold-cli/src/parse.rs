@@ -44,8 +44,12 @@ where
     T: Into<OsString> + Clone,
 {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
-    let on_line = match command_reading(|_| false).try_get_matches_from(&args) {
-        Ok(matches) => given_on_line(&matches),
+    // Kept for given_on_line: building clap's command again costs more than
+    // the parse itself (a third of a one-shot `run`'s instructions went to
+    // building and dropping clap commands, issue 34).
+    let mut first = command_reading(|_| false);
+    let on_line = match first.try_get_matches_from_mut(&args) {
+        Ok(matches) => given_on_line(&first, &matches),
         // Printed below, by the command that names the variables.
         Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
             Vec::new()
@@ -112,9 +116,10 @@ fn command_reading(read: impl Fn(&str) -> bool) -> clap::Command {
 }
 
 /// The ids of the global options the command line gives, before or after
-/// the command (clap hands a global option given after it up to the top).
-fn given_on_line(matches: &ArgMatches) -> Vec<String> {
-    Cli::command()
+/// the command (clap hands a global option given after it up to the top),
+/// as `command` parsed it into `matches`.
+fn given_on_line(command: &clap::Command, matches: &ArgMatches) -> Vec<String> {
+    command
         .get_arguments()
         .filter(|arg| matches.value_source(arg.get_id().as_str()) == Some(ValueSource::CommandLine))
         .map(|arg| arg.get_id().as_str().to_owned())
