@@ -44,17 +44,29 @@ where
     T: Into<OsString> + Clone,
 {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
-    // Kept for given_on_line: building clap's command again costs more than
-    // the parse itself (a third of a one-shot `run`'s instructions went to
-    // building and dropping clap commands, issue 34).
-    let mut first = command_reading(|_| false);
-    let on_line = match first.try_get_matches_from_mut(&args) {
-        Ok(matches) => given_on_line(&first, &matches),
-        // Printed below, by the command that names the variables.
-        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
-            Vec::new()
+    // With no LEASEHOLD_* variable set, no option can come from one: the
+    // pass that tells the command line's options from the variables' is not
+    // needed (building, running and dropping clap's command is a quarter of
+    // a one-shot `run`'s instructions, issue 34), and an error of the one
+    // pass left is the command line's.
+    let any_variable = std::env::vars_os().any(|(name, _)| {
+        name.to_str()
+            .is_some_and(|name| name.starts_with(VARIABLE_PREFIX))
+    });
+    let on_line = if any_variable {
+        // Kept for given_on_line: building clap's command again costs more
+        // than the parse itself.
+        let mut first = command_reading(|_| false);
+        match first.try_get_matches_from_mut(&args) {
+            Ok(matches) => given_on_line(&first, &matches),
+            // Printed below, by the command that names the variables.
+            Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+                Vec::new()
+            }
+            Err(e) => return Err(Failure::usage(one_line(&e, &args, false))),
         }
-        Err(e) => return Err(Failure::usage(one_line(&e, &args, false))),
+    } else {
+        Vec::new()
     };
     let url_on_line = on_line.iter().any(|id| id == "urls");
     let unused = if url_on_line {
@@ -90,10 +102,15 @@ where
             let _ = e.print();
             Ok(Parsed::Done)
         }
-        // The command line alone parsed: the error is a variable's.
-        Err(e) => Err(Failure::usage(one_line(&e, &args, true))),
+        // The command line alone parsed: the error is a variable's (with no
+        // variable set, it is the command line's).
+        Err(e) => Err(Failure::usage(one_line(&e, &args, any_variable))),
     }
 }
+
+/// What the name of every variable an option is read from starts with
+/// (`LEASEHOLD_URL`, ...; the unit test `every_variable_has_the_prefix`).
+const VARIABLE_PREFIX: &str = "LEASEHOLD_";
 
 /// The ids of the options that set how the `--url`s are taken.
 const TOPOLOGY: [&str; 2] = ["cluster", "sentinel"];
@@ -759,6 +776,31 @@ pub(crate) fn single(servers: Servers, flag: &str) -> Result<String, Failure> {
 mod tests {
     use super::*;
     use crate::exit;
+
+    /// parse skips its first pass when no variable with the prefix is set:
+    /// exact only while every option's variable has it, subcommands' too.
+    #[test]
+    fn every_variable_has_the_prefix() {
+        fn check(command: &clap::Command, seen: &mut usize) {
+            for arg in command.get_arguments() {
+                if let Some(name) = arg.get_env() {
+                    *seen += 1;
+                    assert!(
+                        name.to_str()
+                            .is_some_and(|n| n.starts_with(VARIABLE_PREFIX)),
+                        "{name:?} of --{}",
+                        arg.get_id()
+                    );
+                }
+            }
+            for sub in command.get_subcommands() {
+                check(sub, seen);
+            }
+        }
+        let mut seen = 0;
+        check(&Cli::command(), &mut seen);
+        assert!(seen >= 12, "{seen} variables");
+    }
 
     #[test]
     fn durations_are_human_and_above_zero() {
