@@ -804,6 +804,18 @@ pub(crate) struct BenchArgs {
     /// Defaults to 3, or 1 with --quick.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=20))]
     pub(crate) rounds: Option<u32>,
+
+    /// The round trip (PING p50, measured first) above which the machine is
+    /// too noisy to judge: every figure is printed, no verdict ("noisy: floors
+    /// not judged"). Defaults to 50us (a quiet machine's is ~21us).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) quiet_rtt: Option<Duration>,
+
+    /// The load from elsewhere (percent of all cores busy while the bench
+    /// sleeps, from /proc/stat) above which the machine is too noisy to
+    /// judge. Defaults to 15.
+    #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub(crate) quiet_load: Option<u8>,
 }
 
 /// The scenarios of `bench`.

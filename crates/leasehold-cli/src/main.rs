@@ -75,10 +75,17 @@ fn main() -> ExitCode {
             command,
         },
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // One thread for the commands that hold or inspect one lock: they wait on
+    // Redis, a child and signals, never on CPU, and a one-shot `run` spends
+    // more starting worker threads than it does on the lock (issue 34). The
+    // bench, its workers and the demo run many tasks at once, as a
+    // `#[tokio::main]` program does: all cores.
+    let mut builder = if many_tasks(&cli.command) {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             let failure = Failure::with_code(
@@ -96,6 +103,17 @@ fn main() -> ExitCode {
     // must not hold the exit up; Redis ends any lease by its TTL.
     runtime.shutdown_timeout(Duration::from_millis(200));
     ExitCode::from(code)
+}
+
+/// Whether `command` runs many tasks at once and gets a worker thread per
+/// core; every other command runs on one thread.
+fn many_tasks(command: &args::Command) -> bool {
+    match command {
+        args::Command::Demo(_) => true,
+        #[cfg(feature = "bench")]
+        args::Command::Bench(_) | args::Command::BenchWorker(_) => true,
+        _ => false,
+    }
 }
 
 /// Prints the library's tracing events on stderr: warnings by default,

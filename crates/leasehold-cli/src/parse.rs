@@ -44,13 +44,29 @@ where
     T: Into<OsString> + Clone,
 {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
-    let on_line = match command_reading(|_| false).try_get_matches_from(&args) {
-        Ok(matches) => given_on_line(&matches),
-        // Printed below, by the command that names the variables.
-        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
-            Vec::new()
+    // With no LEASEHOLD_* variable set, no option can come from one: the
+    // pass that tells the command line's options from the variables' is not
+    // needed (building, running and dropping clap's command is a quarter of
+    // a one-shot `run`'s instructions, issue 34), and an error of the one
+    // pass left is the command line's.
+    let any_variable = std::env::vars_os().any(|(name, _)| {
+        name.to_str()
+            .is_some_and(|name| name.starts_with(VARIABLE_PREFIX))
+    });
+    let on_line = if any_variable {
+        // Kept for given_on_line: building clap's command again costs more
+        // than the parse itself.
+        let mut first = command_reading(|_| false);
+        match first.try_get_matches_from_mut(&args) {
+            Ok(matches) => given_on_line(&first, &matches),
+            // Printed below, by the command that names the variables.
+            Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+                Vec::new()
+            }
+            Err(e) => return Err(Failure::usage(one_line(&e, &args, false))),
         }
-        Err(e) => return Err(Failure::usage(one_line(&e, &args, false))),
+    } else {
+        Vec::new()
     };
     let url_on_line = on_line.iter().any(|id| id == "urls");
     let unused = if url_on_line {
@@ -86,10 +102,15 @@ where
             let _ = e.print();
             Ok(Parsed::Done)
         }
-        // The command line alone parsed: the error is a variable's.
-        Err(e) => Err(Failure::usage(one_line(&e, &args, true))),
+        // The command line alone parsed: the error is a variable's (with no
+        // variable set, it is the command line's).
+        Err(e) => Err(Failure::usage(one_line(&e, &args, any_variable))),
     }
 }
+
+/// What the name of every variable an option is read from starts with
+/// (`LEASEHOLD_URL`, ...; the unit test `every_variable_has_the_prefix`).
+const VARIABLE_PREFIX: &str = "LEASEHOLD_";
 
 /// The ids of the options that set how the `--url`s are taken.
 const TOPOLOGY: [&str; 2] = ["cluster", "sentinel"];
@@ -112,9 +133,10 @@ fn command_reading(read: impl Fn(&str) -> bool) -> clap::Command {
 }
 
 /// The ids of the global options the command line gives, before or after
-/// the command (clap hands a global option given after it up to the top).
-fn given_on_line(matches: &ArgMatches) -> Vec<String> {
-    Cli::command()
+/// the command (clap hands a global option given after it up to the top),
+/// as `command` parsed it into `matches`.
+fn given_on_line(command: &clap::Command, matches: &ArgMatches) -> Vec<String> {
+    command
         .get_arguments()
         .filter(|arg| matches.value_source(arg.get_id().as_str()) == Some(ValueSource::CommandLine))
         .map(|arg| arg.get_id().as_str().to_owned())
@@ -757,6 +779,31 @@ pub(crate) fn single(servers: Servers, flag: &str) -> Result<String, Failure> {
 mod tests {
     use super::*;
     use crate::exit;
+
+    /// parse skips its first pass when no variable with the prefix is set:
+    /// exact only while every option's variable has it, subcommands' too.
+    #[test]
+    fn every_variable_has_the_prefix() {
+        fn check(command: &clap::Command, seen: &mut usize) {
+            for arg in command.get_arguments() {
+                if let Some(name) = arg.get_env() {
+                    *seen += 1;
+                    assert!(
+                        name.to_str()
+                            .is_some_and(|n| n.starts_with(VARIABLE_PREFIX)),
+                        "{name:?} of --{}",
+                        arg.get_id()
+                    );
+                }
+            }
+            for sub in command.get_subcommands() {
+                check(sub, seen);
+            }
+        }
+        let mut seen = 0;
+        check(&Cli::command(), &mut seen);
+        assert!(seen >= 12, "{seen} variables");
+    }
 
     #[test]
     fn durations_are_human_and_above_zero() {

@@ -13,10 +13,11 @@ use serde_json::Value;
 /// Longest the quick bench may take here (a loaded machine, a debug build).
 const LIMIT: Duration = Duration::from_secs(180);
 
-#[test]
-fn quick_bench_reports_every_scenario_with_targets_and_sane_values() {
+/// Runs `leasehold` with `args` (its private redis-server) within [`LIMIT`]:
+/// (stdout, stderr) of a successful run.
+fn bench(args: &[&str]) -> (String, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args(["bench", "--quick", "--json"])
+        .args(args)
         .env_remove("LEASEHOLD_URL")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -53,6 +54,63 @@ fn quick_bench_reports_every_scenario_with_targets_and_sane_values() {
         status.success(),
         "{status}: stdout {stdout} stderr {stderr}"
     );
+    (stdout, stderr)
+}
+
+/// On a machine measured as noisy (forced here: no loopback round trip is
+/// at most a nanosecond) the bench prints every figure and target but judges none, and
+/// says so instead of a verdict.
+#[test]
+fn a_noisy_machine_gets_figures_but_no_verdict() {
+    let (stdout, stderr) = bench(&["bench", "uncontended", "--quick", "--quiet-rtt", "1ns"]);
+    let calibration = stdout
+        .lines()
+        .find(|l| l.starts_with("calibration: "))
+        .unwrap_or_else(|| panic!("no calibration line: {stdout} {stderr}"));
+    assert!(
+        calibration.contains("noisy: floors not judged") && calibration.contains("--quiet-rtt"),
+        "{calibration}"
+    );
+    let last = stdout.lines().rev().find(|l| !l.is_empty()).unwrap_or("");
+    assert!(
+        last.starts_with("noisy: floors not judged (round trip"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("not judged"), "{stdout}");
+    for verdict in [" PASS", " SHORT", "figures PASS"] {
+        assert!(!stdout.contains(verdict), "{verdict:?} in {stdout}");
+    }
+
+    let (json, _) = bench(&[
+        "bench",
+        "uncontended",
+        "--quick",
+        "--json",
+        "--quiet-rtt",
+        "1ns",
+    ]);
+    let report: Value = serde_json::from_str(&json).expect("one JSON object");
+    assert_eq!(report["calibration"]["judged"], false, "{json}");
+    assert_eq!(report["summary"]["judged"], false);
+    assert!(
+        report["summary"]["verdict"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("noisy: floors not judged")),
+        "{}",
+        report["summary"]
+    );
+    let rows = report["scenarios"]["uncontended"]["rows"]
+        .as_array()
+        .expect("rows");
+    assert!(rows.iter().any(|r| r["target"].is_object()));
+    for row in rows.iter().filter(|r| r["target"].is_object()) {
+        assert_eq!(row["verdict"], "not judged", "{row}");
+    }
+}
+
+#[test]
+fn quick_bench_reports_every_scenario_with_targets_and_sane_values() {
+    let (stdout, _) = bench(&["bench", "--quick", "--json"]);
     let report: Value = serde_json::from_str(&stdout)
         .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}): {stdout}"));
 
@@ -63,6 +121,11 @@ fn quick_bench_reports_every_scenario_with_targets_and_sane_values() {
             .is_some_and(|v| v > 0.0)
     );
     assert!(report["machine"]["redis_version"].is_string());
+    // The machine measured before anything is judged.
+    let calibration = &report["calibration"];
+    assert!(calibration["rtt_us"].as_f64().is_some_and(|v| v > 0.0));
+    assert!(calibration["judged"].is_boolean(), "{calibration}");
+    assert_eq!(report["summary"]["judged"], calibration["judged"]);
     for key in [
         "uncontended",
         "contended",
@@ -93,7 +156,13 @@ fn quick_bench_reports_every_scenario_with_targets_and_sane_values() {
             }
             if row["target"].is_object() {
                 let verdict = row["verdict"].as_str().unwrap_or("");
-                assert!(["PASS", "SHORT", "n/a"].contains(&verdict), "{key}: {row}");
+                let judged = report["calibration"]["judged"] == true;
+                let verdicts: &[&str] = if judged {
+                    &["PASS", "SHORT", "n/a"]
+                } else {
+                    &["not judged"]
+                };
+                assert!(verdicts.contains(&verdict), "{key}: {row}");
             }
         }
     }
@@ -137,6 +206,35 @@ fn quick_bench_reports_every_scenario_with_targets_and_sane_values() {
             );
             assert!(top.is_some_and(|t| t > 0.0) && total >= top, "{run}");
         }
+    }
+
+    // The long holds (issue 34): both libraries at 16 and 64 waiters, one
+    // holder at a time, with Redis CPU per acquisition and wait p99 judged
+    // against rslock's.
+    let long = report["scenarios"]["contended"]["data"]["long_hold_runs"]
+        .as_array()
+        .expect("long-hold runs");
+    for waiters in [16, 64] {
+        for library in ["leasehold", "rslock"] {
+            let run = long
+                .iter()
+                .find(|r| r["waiters"] == waiters && r["library"] == library)
+                .unwrap_or_else(|| panic!("no long-hold {library} run with {waiters} waiters"));
+            assert!(run["acquisitions"].as_u64().is_some_and(|n| n > 0), "{run}");
+            assert_eq!(run["overlapping_holders"], 0, "{run}");
+        }
+    }
+    let rows = report["scenarios"]["contended"]["rows"]
+        .as_array()
+        .expect("rows");
+    for figure in ["Redis CPU/acquisition", "wait p99"] {
+        assert!(
+            rows.iter().any(|r| r["target"].is_object()
+                && r["figure"].as_str().is_some_and(
+                    |f| f.starts_with("hold 20ms, 64 waiters: ") && f.contains(figure)
+                )),
+            "no long-hold {figure} row with a target"
+        );
     }
 
     let keys = &report["scenarios"]["many_keys"]["data"];

@@ -47,6 +47,11 @@ const GOAL_WAITERS: [usize; 2] = [16, 64];
 const LUA_GOAL_WAITERS: usize = 64;
 /// The waiter count at which Redis CPU per acquisition has a target.
 const CPU_GOAL_WAITERS: usize = 16;
+/// The long-hold runs (issue 34): each holder keeps the lock this long, so
+/// a polling peer pays for every poll while it waits; Redis CPU per
+/// acquisition and wait p99 at most rslock's, at these waiter counts.
+const LONG_HOLD: Duration = Duration::from_millis(20);
+const LONG_HOLD_WAITERS: [usize; 2] = [16, 64];
 
 /// One run: one library, one number of waiters.
 #[derive(Debug, Clone)]
@@ -152,16 +157,23 @@ fn library_name(library: Library) -> &'static str {
     }
 }
 
-/// Runs scenario 2: for each waiter count, leasehold then rslock.
+/// Runs scenario 2: for each waiter count, leasehold then rslock; then the
+/// long holds, the same way.
 pub(crate) async fn run(ctx: &Context<'_>) -> Result<(Section, Vec<Series>), Failure> {
     let mut admin = crate::session::plain_connection(ctx.url).await?;
     let mut runs = Vec::new();
     for &waiters in &ctx.settings.waiters {
         for library in [Library::Leasehold, Library::Rslock] {
-            runs.push(one(ctx, &mut admin, library, waiters).await?);
+            runs.push(one(ctx, &mut admin, library, waiters, ctx.settings.hold).await?);
         }
     }
-    Ok(report(ctx, &runs))
+    let mut long = Vec::new();
+    for waiters in LONG_HOLD_WAITERS {
+        for library in [Library::Leasehold, Library::Rslock] {
+            long.push(one(ctx, &mut admin, library, waiters, LONG_HOLD).await?);
+        }
+    }
+    Ok(report(ctx, &runs, &long))
 }
 
 /// One run with `waiters` worker processes of `library`.
@@ -170,18 +182,20 @@ async fn one(
     admin: &mut redis::aio::MultiplexedConnection,
     library: Library,
     waiters: usize,
+    hold: Duration,
 ) -> Result<Run, Failure> {
     let s = ctx.settings;
+    let hold_us = hold.as_micros();
     let name = match library {
-        Library::Leasehold => format!("bench:contended:{waiters}"),
-        Library::Rslock => format!("{}:bench:contended-rslock:{waiters}", ctx.prefix),
+        Library::Leasehold => format!("bench:contended:{waiters}:{hold_us}"),
+        Library::Rslock => format!("{}:bench:contended-rslock:{waiters}:{hold_us}", ctx.prefix),
     };
     let job = Assignment {
         library,
         url: ctx.url.to_owned(),
         prefix: ctx.prefix.to_owned(),
         name,
-        hold: s.hold,
+        hold,
         ttl: TTL,
         run: s.contended_run,
         max_count: MAX_PER_WORKER,
@@ -279,8 +293,53 @@ fn flatness(fewest: &Run, most: &Run) -> (f64, f64) {
     (b_top / a_top, b_total / a_total)
 }
 
+/// The long-hold rows: Redis CPU per acquisition and wait p99 beside
+/// rslock's, each at most rslock's, per waiter count.
+fn long_hold_rows(long: &[Run]) -> Vec<Row> {
+    let find = |library, waiters| {
+        long.iter()
+            .find(|r| r.library == library && r.waiters == waiters)
+    };
+    let ms = LONG_HOLD.as_millis();
+    let us = |v| Figure::new(v, Unit::Micros);
+    let mut rows = Vec::new();
+    for n in LONG_HOLD_WAITERS {
+        let (Some(l), Some(r)) = (find(Library::Leasehold, n), find(Library::Rslock, n)) else {
+            continue;
+        };
+        rows.push(
+            Row::plain(
+                format!("hold {ms}ms, {n} waiters: acquisitions"),
+                Figure::new(l.acquisitions as f64, Unit::Count),
+            )
+            .beside(Figure::new(r.acquisitions as f64, Unit::Count)),
+        );
+        let (l_cpu, r_cpu) = (l.cpu_us_per_acquisition(), r.cpu_us_per_acquisition());
+        rows.push(
+            Row::goal(
+                format!(
+                    "hold {ms}ms, {n} waiters: Redis CPU/acquisition ({:.2}x rslock)",
+                    l_cpu / r_cpu
+                ),
+                us(l_cpu),
+                Goal::AtMost(r_cpu, "<= rslock".into()),
+            )
+            .beside(us(r_cpu)),
+        );
+        rows.push(
+            Row::goal(
+                format!("hold {ms}ms, {n} waiters: wait p99"),
+                us(l.wait_us(99.0)),
+                Goal::AtMost(r.wait_us(99.0), "<= rslock".into()),
+            )
+            .beside(us(r.wait_us(99.0))),
+        );
+    }
+    rows
+}
+
 /// The section and the wait distributions.
-fn report(ctx: &Context<'_>, runs: &[Run]) -> (Section, Vec<Series>) {
+fn report(ctx: &Context<'_>, runs: &[Run], long: &[Run]) -> (Section, Vec<Series>) {
     let find = |library, waiters| {
         runs.iter()
             .find(|r| r.library == library && r.waiters == waiters)
@@ -439,6 +498,7 @@ fn report(ctx: &Context<'_>, runs: &[Run]) -> (Section, Vec<Series>) {
             Goal::at_most(FLAT_FACTOR, Unit::Times),
         ));
     }
+    rows.extend(long_hold_rows(long));
     let section = Section {
         key: "contended",
         title: format!(
@@ -452,18 +512,30 @@ fn report(ctx: &Context<'_>, runs: &[Run]) -> (Section, Vec<Series>) {
             "RTT = PING p50 sampled every 2 ms by the bench process during each run (the same load as the hand-offs; idle-machine RTT in the header); hand-off gap = one holder's release call -> the next holder's acquisition (CLOCK_MONOTONIC across processes)".into(),
             "client calls = commands the clients sent (EVALSHA, SUBSCRIBE, ...; rslock: SET NX PX, EVALSHA); incl. Lua-internal = also the GET/SET/TIME/PUBLISH/... scripts ran, as INFO commandstats counts them".into(),
             "rslock = LockManager::lock at its defaults (3 tries, 0-200ms apart), called again until acquired; the wait counts from the first try".into(),
+            format!("hold {}ms = the long holds: the same workers holding {}ms each time, so a polling peer pays for every poll while it waits (a FIFO's p99 at 64 waiters cannot be below ~63 holds)", LONG_HOLD.as_millis(), LONG_HOLD.as_millis()),
             "Redis CPU/acquisition = INFO cpu used_cpu_user + used_cpu_sys (the whole redis-server, same server for both) from just before the go signal until every worker has reported and exited, / acquisitions; includes the bench's own PINGs (one every 2 ms) and the workers' disconnects".into(),
         ],
         data: json!({
             "hold_us": ctx.settings.hold.as_micros(),
             "run_ms": ctx.settings.contended_run.as_millis(),
             "runs": runs.iter().map(Run::to_json).collect::<Vec<_>>(),
+            "long_hold_ms": LONG_HOLD.as_millis(),
+            "long_hold_runs": long.iter().map(Run::to_json).collect::<Vec<_>>(),
         }),
+    };
+    let long_panel = |r: &Run| {
+        format!(
+            "2. one key, hold {}ms, {} waiters: wait time",
+            LONG_HOLD.as_millis(),
+            r.waiters
+        )
     };
     let series = runs
         .iter()
-        .map(|r| Series {
-            panel: format!("2. one key, {} waiters: wait time", r.waiters),
+        .map(|r| (format!("2. one key, {} waiters: wait time", r.waiters), r))
+        .chain(long.iter().map(|r| (long_panel(r), r)))
+        .map(|(panel, r)| Series {
+            panel,
             label: library_name(r.library).into(),
             sorted_us: r.waits.iter().map(|ns| *ns as f64 / 1e3).collect(),
         })

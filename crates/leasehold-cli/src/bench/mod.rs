@@ -15,6 +15,7 @@
 //! private redis-server (loopback) and kills it, and every worker process,
 //! by PID at the end; scenario 5 always starts (and kills) its own nodes.
 
+mod calibration;
 mod contended;
 mod held;
 mod many_keys;
@@ -206,13 +207,25 @@ pub(crate) async fn bench(global: &Global, args: BenchArgs) -> Result<u8, Failur
             target.place()
         ));
     }
+    let quiet = calibration::Quiet {
+        rtt: args.quiet_rtt.unwrap_or(calibration::Quiet::DEFAULT.rtt),
+        load_percent: args
+            .quiet_load
+            .map_or(calibration::Quiet::DEFAULT.load_percent, f64::from),
+    };
     let result = tokio::select! {
-        r = run_all(&target, global, &settings, &selected) => r,
+        r = run_all(&target, global, &settings, &selected, quiet) => r,
         code = stop.next() => Err(Failure::with_code(code, "bench interrupted")),
     };
     // Stops the private server (the workers are gone with their futures).
     drop(target);
-    let (mut machine, sections, series) = result?;
+    let (mut machine, sections, series, calibration) = result?;
+    let judged = calibration.noisy().is_none();
+    let sections: Vec<Section> = if judged {
+        sections
+    } else {
+        sections.into_iter().map(Section::unjudged).collect()
+    };
     // The machine is shared: how busy it was at the end says as much about
     // the figures as how busy it was at the start.
     machine["load_1min_at_end"] = json!(load_average());
@@ -236,27 +249,39 @@ pub(crate) async fn bench(global: &Global, args: BenchArgs) -> Result<u8, Failur
             .iter()
             .map(|s| (s.key.to_owned(), s.to_json()))
             .collect();
+        let summary = if judged {
+            json!({"judged": true, "pass": pass, "short": short})
+        } else {
+            json!({"judged": false, "verdict": format!("noisy: floors not judged ({})",
+                calibration.noisy().unwrap_or_default())})
+        };
         emit_json(&json!({
             "machine": machine,
+            "calibration": calibration.to_json(),
             "settings": settings.to_json(),
             "quick": args.quick,
             "scenarios": scenarios,
-            "summary": {"pass": pass, "short": short},
+            "summary": summary,
         }));
     } else {
         emit(&machine_line(&machine));
+        emit(&calibration.line());
         for section in &sections {
             emit("");
             emit(&section.to_human());
         }
         emit("");
-        emit(&format!(
-            "{pass} figures PASS, {short} SHORT of their targets{}",
-            args.svg
-                .as_ref()
-                .map(|p| format!("; wait-time plot written to {}", p.display()))
-                .unwrap_or_default()
-        ));
+        let plot = args
+            .svg
+            .as_ref()
+            .map(|p| format!("; wait-time plot written to {}", p.display()))
+            .unwrap_or_default();
+        match calibration.noisy() {
+            None => emit(&format!(
+                "{pass} figures PASS, {short} SHORT of their targets{plot}"
+            )),
+            Some(why) => emit(&format!("noisy: floors not judged ({why}){plot}")),
+        }
     }
     Ok(0)
 }
@@ -279,9 +304,12 @@ async fn run_all(
     global: &Global,
     settings: &Settings,
     selected: &[Scenario],
-) -> Result<(Value, Vec<Section>, Vec<Series>), Failure> {
+    quiet: calibration::Quiet,
+) -> Result<(Value, Vec<Section>, Vec<Series>, calibration::Calibration), Failure> {
     let mut admin = plain_connection(&target.url).await?;
     let rtt = server::round_trip(&mut admin, 500).await?;
+    // Before any scenario: the machine as the figures will find it.
+    let calibration = calibration::Calibration::measure(rtt, quiet).await;
     let machine = machine(&mut admin, rtt).await?;
     let ctx = Context {
         url: &target.url,
@@ -334,7 +362,7 @@ async fn run_all(
         "run_stampede",
     ];
     sections.sort_by_key(|s| order.iter().position(|k| *k == s.key));
-    Ok((machine, sections, series))
+    Ok((machine, sections, series, calibration))
 }
 
 /// The machine the figures come from.

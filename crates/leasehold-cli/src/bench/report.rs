@@ -130,6 +130,9 @@ pub(crate) struct Row {
     /// For a floor of DESIGN.md section 8: the guarantee its cost pays for,
     /// in one line.
     pub(crate) reason: Option<&'static str>,
+    /// False when the run's machine was too noisy to judge figures
+    /// ([`super::calibration`]): its target is shown, its verdict is not.
+    pub(crate) judged: bool,
 }
 
 impl Row {
@@ -141,6 +144,7 @@ impl Row {
             goal: None,
             peer: None,
             reason: None,
+            judged: true,
         }
     }
 
@@ -165,8 +169,12 @@ impl Row {
         self
     }
 
-    /// `PASS`, `SHORT`, `n/a` (no value) or `""` (no target).
+    /// `PASS`, `SHORT`, `n/a` (no value), [`NOT_JUDGED`] (a target on a noisy
+    /// machine) or `""` (no target).
     fn verdict(&self) -> &'static str {
+        if !self.judged && self.goal.is_some() {
+            return NOT_JUDGED;
+        }
         match self.goal.as_ref().map(|g| g.met(self.value.value)) {
             None => "",
             Some(None) => "n/a",
@@ -175,6 +183,9 @@ impl Row {
         }
     }
 }
+
+/// The verdict of a figure with a target when the machine was too noisy.
+pub(crate) const NOT_JUDGED: &str = "not judged";
 
 /// One scenario's results.
 #[derive(Debug, Clone)]
@@ -206,6 +217,14 @@ pub(crate) fn tally(sections: &[Section]) -> (usize, usize) {
 }
 
 impl Section {
+    /// Shows every target but judges none (a noisy machine).
+    pub(crate) fn unjudged(mut self) -> Section {
+        for row in &mut self.rows {
+            row.judged = false;
+        }
+        self
+    }
+
     /// The section as an aligned table under its title, notes below.
     pub(crate) fn to_human(&self) -> String {
         let mut header = vec!["figure", "leasehold", "target", "verdict"];

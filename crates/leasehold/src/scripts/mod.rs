@@ -18,6 +18,8 @@ use crate::telemetry::LostReason;
 
 mod breaking;
 mod election;
+#[cfg(test)]
+mod shake;
 mod status;
 
 pub(crate) use breaking::{BrokenSet, lease_break, lock_break};
@@ -30,6 +32,7 @@ pub(crate) use status::{
 
 /// The prelude every script starts with: the helpers they share (server
 /// time, fences, the batched renewal loop).
+#[cfg(test)]
 const PRELUDE: &str = include_str!("prelude.lua");
 
 /// Every script, by name, as written in its file (without the prelude).
@@ -56,15 +59,22 @@ const BODIES: &[(&str, &str)] = &[
     ("lease_break", include_str!("lease_break.lua")),
 ];
 
-/// The script `name` as it is shipped: its file with [`PRELUDE`] put in at
-/// its top. `None` for an unknown name.
+// `SHIPPED`: every script's text as shipped, by name, written by build.rs:
+// its file with the part of prelude.lua it uses put in at its top
+// (shake.rs).
+include!(concat!(env!("OUT_DIR"), "/shipped_scripts.rs"));
+
+/// The script `name` as it is shipped: its file with the part of
+/// [`PRELUDE`] it uses put in at its top (`shake.rs`, at build time).
+/// `None` for an unknown name.
 ///
 /// No script has a `#!lua` line (script flags such as `no-writes`): Redis
 /// 6.2 refuses them as a syntax error, and one text for every server keeps
 /// the scripts tested exactly as shipped.
 pub(crate) fn source(name: &str) -> Option<String> {
-    let (_, body) = BODIES.iter().find(|(n, _)| *n == name)?;
-    Some(format!("{PRELUDE}{body}"))
+    BODIES.iter().find(|(n, _)| *n == name)?;
+    let (_, text) = SHIPPED.iter().find(|(n, _)| *n == name)?;
+    Some((*text).to_owned())
 }
 
 /// Every shipped script's SHA1 (lower-case hex, as EVALSHA carries it) and
@@ -823,7 +833,35 @@ pub(crate) fn millis(d: Duration) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{BODIES, PRELUDE};
+    use super::shake::{definitions, identifiers, prelude_for};
+    use super::{BODIES, PRELUDE, source};
+
+    /// Each script gets every prelude definition it uses, directly or through
+    /// another one, and the lock's own scripts none they do not use.
+    #[test]
+    fn each_script_carries_the_prelude_definitions_it_uses() {
+        let all: Vec<&str> = PRELUDE.split("\n\n").flat_map(definitions).collect();
+        assert!(all.len() > 10, "{all:?}");
+        for (name, body) in BODIES {
+            let prelude = prelude_for(PRELUDE, body);
+            let text = format!("{prelude}{body}");
+            // As build.rs wrote it.
+            assert_eq!(source(name).as_deref(), Some(text.as_str()), "{name}");
+            let present: Vec<&str> = prelude.split("\n\n").flat_map(definitions).collect();
+            for used in identifiers(&text) {
+                if all.contains(&used) {
+                    assert!(present.contains(&used), "{name}.lua uses {used} without it");
+                }
+            }
+        }
+        let acquire = prelude_for(PRELUDE, include_str!("lock_acquire.lua"));
+        assert!(acquire.contains("local function next_fence("), "{acquire}");
+        assert!(
+            !acquire.contains("local function handed_fence("),
+            "{acquire}"
+        );
+        assert!(!acquire.contains("local function live_holds("), "{acquire}");
+    }
 
     /// Redis 6.2 refuses a script that starts with `#!lua` (flags) as a
     /// syntax error. (What else 6.2 lacks is taken only where the prelude's

@@ -1,5 +1,7 @@
--- prelude.lua: shared by every script; scripts/mod.rs puts it at the top of each one when it
--- loads them, and tests/scripts.rs runs them so assembled. Every script runs on Redis 6.2
+-- prelude.lua: shared by every script; build.rs puts at the top of each one the paragraphs
+-- (blocks between blank lines: keep one definition's lines together, with no blank line
+-- inside) that define a name the script uses, directly or through another (scripts/shake.rs),
+-- and tests/scripts.rs runs them so assembled. Every script runs on Redis 6.2
 -- (no '#!lua' line): where 7.0 saves a command, the script asks `modern` and takes the 7.0
 -- form there and the 6.2 one otherwise.
 --
