@@ -245,6 +245,17 @@ impl Lease {
         }
     }
 
+    /// [`Lease::id`], owned, for a release that outlives the borrow (the
+    /// background's): the keys shared, not copied.
+    pub(crate) fn owned_id(&self) -> crate::scripts::OwnedLeaseId {
+        crate::scripts::OwnedLeaseId {
+            kind: self.kind,
+            keys: Arc::clone(&self.keys),
+            hold: self.hold.clone(),
+            queued: self.queued,
+        }
+    }
+
     /// Until when a release keeps the lease, if `hold_at_least` asked.
     pub(crate) fn kept_until(&self) -> Option<Instant> {
         self.kept_until.get().copied()

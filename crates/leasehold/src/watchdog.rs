@@ -833,7 +833,7 @@ impl Release {
     fn of(lease: &Lease) -> Release {
         lease.mark_released();
         Release {
-            id: lease.id().owned(),
+            id: lease.owned_id(),
             keep_until: lease.kept_until(),
             counted: false,
             changes: Some(lease.changes()),
