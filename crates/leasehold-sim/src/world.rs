@@ -136,19 +136,12 @@ fn script_name(sha: &[u8]) -> Option<&'static str> {
 /// The plain lock's scripts that set, renew or delete a lock key: the
 /// script's name, its KEYS and its ARGV (None for any other command).
 fn lock_script(args: &[Vec<u8>]) -> Option<(&'static str, &[Vec<u8>], &[Vec<u8>])> {
-    if !args.first()?.eq_ignore_ascii_case(b"EVALSHA") {
-        return None;
-    }
-    let name = script_name(&args.get(1)?.to_ascii_lowercase())?;
-    if !matches!(
-        name,
-        "lock_acquire" | "lock_release" | "lock_extend" | "lock_retake"
-    ) {
-        return None;
-    }
-    let numkeys: usize = std::str::from_utf8(args.get(2)?).ok()?.parse().ok()?;
-    let keys = args.get(3..3 + numkeys)?;
-    Some((name, keys, &args[3 + numkeys..]))
+    script_call(args).filter(|(name, _, _)| {
+        matches!(
+            *name,
+            "lock_acquire" | "lock_release" | "lock_extend" | "lock_retake"
+        )
+    })
 }
 
 /// Any shipped script's call: its name, KEYS and ARGV (None for any other
