@@ -26,9 +26,11 @@ use redis::{Cmd, PushInfo, PushKind, RedisError, Value};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::cluster::ClusterMap;
 use crate::history::History;
 use crate::rng::Rng;
 use crate::server::{Flavor, Server};
+use crate::socket::{Shared as SocketShared, SimSocket};
 
 /// The server clock at the simulation's start: 2026-11-27, in µs.
 const EPOCH_US: u64 = 1_795_000_000_000_000;
@@ -117,6 +119,13 @@ struct State {
     duplicates: u64,
     /// Owner tokens of requests delivered twice.
     resent_tokens: BTreeSet<Vec<u8>>,
+    /// A Redis Cluster's slot map, if the lock nodes are one.
+    cluster: Option<ClusterMap>,
+    /// Connections that sent ASKING (for their next command).
+    asking: BTreeSet<u64>,
+    /// Requests whose reply a reset lost on a driver's socket, by process:
+    /// the driver may send them again (a second delivery).
+    lost_replies: BTreeSet<(usize, Vec<Vec<u8>>)>,
 }
 
 /// Every shipped script's name by its SHA1, as EVALSHA names it.
@@ -315,6 +324,9 @@ impl World {
             sent_by: BTreeMap::new(),
             duplicates: 0,
             resent_tokens: BTreeSet::new(),
+            cluster: None,
+            asking: BTreeSet::new(),
+            lost_replies: BTreeSet::new(),
         })))
     }
 
@@ -522,6 +534,9 @@ impl World {
         args: &[Vec<u8>],
         again: bool,
     ) -> Value {
+        if let Some(reply) = self.serve_here(node, conn, process, args) {
+            return reply;
+        }
         let operator = self.state().operator == Some(process);
         let watched = (operator || again)
             .then(|| script_call(args))
@@ -574,6 +589,232 @@ impl World {
         reply
     }
 
+    /// The reply to a command a node answers without its keyspace: the
+    /// connection's own commands (HELLO, CLIENT, ASKING, READONLY) and a
+    /// cluster's (CLUSTER SLOTS, and the redirection of a command whose
+    /// slot this node does not serve). None: the command runs.
+    fn serve_here(&self, node: &str, conn: u64, process: usize, args: &[Vec<u8>]) -> Option<Value> {
+        let name = String::from_utf8_lossy(args.first()?).to_ascii_uppercase();
+        let mut s = self.state();
+        let asking = s.asking.remove(&conn);
+        let reply = match name.as_str() {
+            "HELLO" => Value::Map(vec![
+                (
+                    Value::SimpleString("server".into()),
+                    Value::BulkString(b"redis".to_vec()),
+                ),
+                (
+                    Value::SimpleString("version".into()),
+                    Value::BulkString(b"7.2.4".to_vec()),
+                ),
+                (Value::SimpleString("proto".into()), Value::Int(3)),
+                (Value::SimpleString("id".into()), Value::Int(conn as i64)),
+                (
+                    Value::SimpleString("mode".into()),
+                    Value::BulkString(
+                        if s.cluster.is_some() {
+                            "cluster"
+                        } else {
+                            "standalone"
+                        }
+                        .into(),
+                    ),
+                ),
+                (
+                    Value::SimpleString("role".into()),
+                    Value::BulkString(b"master".to_vec()),
+                ),
+                (Value::SimpleString("modules".into()), Value::Array(vec![])),
+            ]),
+            "CLIENT" | "READONLY" | "READWRITE" => Value::Okay,
+            "ASKING" => {
+                s.asking.insert(conn);
+                Value::Okay
+            }
+            "CLUSTER" => match s.cluster.as_ref().filter(|m| m.has(node)) {
+                Some(map)
+                    if args
+                        .get(1)
+                        .is_some_and(|a| a.eq_ignore_ascii_case(b"SLOTS")) =>
+                {
+                    map.slots_reply(process)
+                }
+                _ => crate::server::error_value("ERR This instance has cluster support disabled"),
+            },
+            _ => {
+                let map = s.cluster.as_ref().filter(|m| m.has(node))?;
+                let keys = crate::cluster::keys_of(args);
+                let n = s.nodes.get(node)?;
+                let now_us = World::node_now_us(&s, n);
+                let routed = map.route(node, process, &keys, asking, |key| {
+                    n.server.dump_key(key, now_us).is_some()
+                });
+                match routed {
+                    Ok(()) => return None,
+                    Err(redirect) => redirect,
+                }
+            }
+        };
+        s.commands += 1;
+        let now_us = s
+            .nodes
+            .get(node)
+            .map(|n| World::node_now_us(&s, n))
+            .unwrap_or(0);
+        s.digest_command(node, now_us, conn, args);
+        drop(s);
+        if let Value::ServerError(e) = &reply {
+            let code = e.code().to_owned();
+            let what = match script_call(args) {
+                Some((script, keys, _)) => format!(
+                    "{script} {:?}",
+                    keys.first().map(|k| String::from_utf8_lossy(k))
+                ),
+                None => String::from_utf8_lossy(&args[0]).into_owned(),
+            };
+            self.log(|| format!("CLUSTER {node} answers {code} to p{process} conn {conn}: {what}"));
+        }
+        Some(reply)
+    }
+
+    /// Makes the lock nodes a Redis Cluster: `masters` own the slots in
+    /// equal ranges, `replicas` (replica, master) copy their masters.
+    pub fn make_cluster(&self, masters: &[String], replicas: &[(String, String)]) {
+        self.state().cluster = Some(ClusterMap::new(masters, replicas));
+    }
+
+    /// The nodes that hold lock keys now: a cluster's masters that own
+    /// slots (a dead master and a replica's copy are not), else `names`.
+    pub fn serving(&self, names: &[String]) -> Vec<String> {
+        let s = self.state();
+        match &s.cluster {
+            Some(map) => {
+                let mut owners: Vec<String> = (0..crate::cluster::SLOTS)
+                    .map(|slot| map.owner(slot).to_owned())
+                    .collect();
+                owners.sort();
+                owners.dedup();
+                owners
+            }
+            None => names.to_vec(),
+        }
+    }
+
+    /// The cluster's slot map now.
+    pub fn cluster_map(&self) -> Option<ClusterMap> {
+        self.state().cluster.clone()
+    }
+
+    /// The replica copies every write of its master so far (asynchronous
+    /// replication, caught up).
+    pub fn replicate_to(&self, replica: &str, master: &str) {
+        let mut s = self.state();
+        // Only while it is that master's replica (a promoted one is not).
+        if s.cluster
+            .as_ref()
+            .is_some_and(|m| m.replica_of.get(replica).is_none_or(|of| of != master))
+        {
+            return;
+        }
+        let Some(data) = s.nodes.get(master).map(|m| m.server.data_copy()) else {
+            return;
+        };
+        if let Some(r) = s.nodes.get_mut(replica) {
+            r.server.copy_data_from(&data);
+        }
+    }
+
+    /// Fault: a cluster master dies (its connections drop, new ones are
+    /// refused) and its replica takes over its slots, with the data it has.
+    pub fn kill_and_promote(&self, master: &str, replica: &str) {
+        let mut s = self.state();
+        let conns = s.conns_to(master);
+        if let Some(map) = &mut s.cluster {
+            map.down.insert(master.to_owned());
+            map.take_over(master, replica);
+        }
+        drop(s);
+        self.log(|| format!("FAULT {master} dies; its replica {replica} takes over its slots"));
+        for conn in conns {
+            conn.reset();
+        }
+    }
+
+    /// Fault, in steps: `slot` migrates from its owner to `to`. Each key
+    /// of the slot moves after its own delay (MIGRATE), meanwhile the
+    /// owner answers ASK for keys already gone and TRYAGAIN for a split
+    /// command; at the end the slot is `to`'s (MOVED from then on).
+    pub async fn migrate_slot(&self, slot: u16, to: &str, mut rng: Rng) {
+        let from = {
+            let mut s = self.state();
+            let Some(map) = &mut s.cluster else { return };
+            let from = map.owner(slot).to_owned();
+            if from == to || map.down.contains(to) || map.down.contains(&from) {
+                return;
+            }
+            map.migrating.insert(slot, to.to_owned());
+            from
+        };
+        self.log(|| format!("FAULT slot {slot} migrates from {from} to {to}"));
+        loop {
+            tokio::time::sleep(Duration::from_millis(rng.range(1, 50))).await;
+            let moved = {
+                let mut s = self.state();
+                if s.cluster
+                    .as_ref()
+                    .is_none_or(|m| m.migrating.get(&slot).is_none_or(|t| t != to))
+                {
+                    return; // a failover ended the migration
+                }
+                if !(s.nodes.contains_key(&from) && s.nodes.contains_key(to)) {
+                    return;
+                }
+                let mut a = s.nodes.remove(&from).expect("checked");
+                let mut b = s.nodes.remove(to).expect("checked");
+                // One key of the slot per step (MIGRATE moves one).
+                let first = a
+                    .server
+                    .key_names()
+                    .into_iter()
+                    .find(|k| crate::cluster::slot(k) == slot);
+                let n = match &first {
+                    Some(key) => a.server.move_keys(&mut b.server, |k| k == key),
+                    None => 0,
+                };
+                s.nodes.insert(from.clone(), a);
+                s.nodes.insert(to.to_owned(), b);
+                n > 0 && first.is_some()
+            };
+            if !moved {
+                break;
+            }
+        }
+        let pushes = {
+            let mut s = self.state();
+            if let Some(map) = &mut s.cluster {
+                map.assign(slot, to);
+            }
+            let Some(n) = s.nodes.get_mut(&from) else {
+                return;
+            };
+            n.server
+                .end_sharded(|channel| crate::cluster::slot(channel) == slot);
+            let deliveries = n.server.take_deliveries();
+            let mut pushes = Vec::new();
+            for d in deliveries {
+                if let Some(target) = s.conns.get(&d.conn).and_then(Weak::upgrade) {
+                    let delay = World::delay(&mut s);
+                    pushes.push((target, d.push, delay));
+                }
+            }
+            pushes
+        };
+        self.log(|| format!("slot {slot} is {to}'s now"));
+        for (target, push, delay) in pushes {
+            target.push_later(push, delay);
+        }
+    }
+
     /// A dialer for the library's `sim://<node>` URLs, for the process `process`.
     pub fn dialer(&self, process: usize) -> Arc<dyn Dialer> {
         Arc::new(ProcessDialer {
@@ -598,6 +839,53 @@ impl World {
     }
 
     fn connect(&self, node: &str, process: usize, timeout: Duration, on_push: OnPush) -> Arc<Conn> {
+        self.connect_with(node, process, timeout, on_push, None)
+    }
+
+    /// A driver's socket to `node` for `process` (see [`ClusterMap::host`]);
+    /// refused while the node is down.
+    pub fn socket(&self, host: &str) -> Result<SimSocket, RedisError> {
+        let refused = || {
+            RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::ConnectionRefused,
+                format!("simulated node {host} refuses"),
+            ))
+        };
+        let (process, node) = ClusterMap::parse_host(host).ok_or_else(refused)?;
+        {
+            let s = self.state();
+            if !s.nodes.contains_key(&node)
+                || s.cluster.as_ref().is_some_and(|m| m.down.contains(&node))
+            {
+                return Err(refused());
+            }
+        }
+        let shared = Arc::new(SocketShared::default());
+        let pushed = Arc::clone(&shared);
+        let conn = self.connect_with(
+            &node,
+            process,
+            Duration::from_secs(3600),
+            Arc::new(move |push| pushed.push(push)),
+            Some(Arc::clone(&shared)),
+        );
+        Ok(SimSocket::new(
+            shared,
+            SimWire {
+                conn,
+                faultless: false,
+            },
+        ))
+    }
+
+    fn connect_with(
+        &self,
+        node: &str,
+        process: usize,
+        timeout: Duration,
+        on_push: OnPush,
+        socket: Option<Arc<SocketShared>>,
+    ) -> Arc<Conn> {
         let mut s = self.state();
         assert!(s.nodes.contains_key(node), "no simulated node {node:?}");
         let id = s.next_conn;
@@ -620,6 +908,7 @@ impl World {
                 ran: 0,
             }),
             turn: tokio::sync::Notify::new(),
+            socket,
         });
         s.conns.insert(id, Arc::downgrade(&conn));
         conn
@@ -905,6 +1194,14 @@ impl Dialer for ProcessDialer {
             faultless: false,
         }))
     }
+
+    fn dial_socket(
+        &self,
+        host: &str,
+        _port: u16,
+    ) -> Result<Box<dyn leasehold::sim::Socket>, RedisError> {
+        Ok(Box::new(self.world.socket(host)?))
+    }
 }
 
 /// One simulated connection.
@@ -919,6 +1216,9 @@ struct Conn {
     /// Woken whenever a request of this connection is done at the server,
     /// so the next one may run ([`Lines::ran`]).
     turn: tokio::sync::Notify,
+    /// The driver's socket, for a connection a driver opened (a cluster
+    /// node's): a reset ends its stream and the driver reconnects itself.
+    socket: Option<Arc<SocketShared>>,
 }
 
 /// The connection's two directions (FIFO each) and its subscriptions.
@@ -1003,6 +1303,10 @@ impl Conn {
         let (id, process) = (self.id, self.process);
         self.world
             .log(|| format!("NET p{process} conn {id} to {node} reset"));
+        if let Some(socket) = &self.socket {
+            socket.close();
+            return;
+        }
         let conn = Arc::clone(self);
         tokio::spawn(async move {
             let delay = {
@@ -1051,15 +1355,27 @@ impl SimWire {
     /// future or times out.
     fn send(&self, args: Vec<Vec<u8>>) -> WireFuture<Result<Value, RedisError>> {
         let conn = Arc::clone(&self.conn);
-        let (out, fate) = {
+        let socket = conn.socket.is_some();
+        let (out, fate, again) = {
             let mut s = conn.world.state();
             let delay = World::delay(&mut s);
-            let fate = if self.faultless {
-                Fate::Delivered
-            } else {
-                World::fate(&mut s)
+            let fate = match self.faultless {
+                true => Fate::Delivered,
+                false => World::fate(&mut s),
             };
-            (delay, fate)
+            let fate = match fate {
+                // A driver's socket: the reply is lost with the
+                // connection, and the driver itself sends it again.
+                Fate::Twice if socket => Fate::ResetAfter,
+                fate => fate,
+            };
+            // The same request again from the same process, after a reset
+            // lost its reply: a second delivery (the driver's re-send).
+            let again = socket && s.lost_replies.remove(&(conn.process, args.clone()));
+            if again {
+                s.duplicates += 1;
+            }
+            (delay, fate, again)
         };
         let arrive = conn.arrival(out, true);
         let (mut epoch, seq) = {
@@ -1120,7 +1436,7 @@ impl SimWire {
                 None => {
                     let mut reply =
                         conn.world
-                            .exec_request(&conn.node, conn.id, conn.process, &args, false);
+                            .exec_request(&conn.node, conn.id, conn.process, &args, again);
                     if fate == Fate::Twice {
                         // The reply is lost with the connection; the driver
                         // sends the request again once it has reconnected.
@@ -1172,6 +1488,13 @@ impl SimWire {
             // way back is its own.
             drop(turn.take());
             if fate == Fate::ResetAfter {
+                if socket {
+                    let mut s = conn.world.state();
+                    for arg in args.iter().filter(|a| is_token(a)) {
+                        s.resent_tokens.insert(arg.clone());
+                    }
+                    s.lost_replies.insert((conn.process, args.clone()));
+                }
                 conn.reset();
                 let _ = tx.send(reset());
                 return;
@@ -1204,6 +1527,23 @@ impl SimWire {
                 Err(_) => Err(io_error(std::io::ErrorKind::TimedOut, "timed out")),
             }
         })
+    }
+}
+
+impl SimWire {
+    /// Sends a command a driver wrote on its socket: its reply, or an error
+    /// once the connection dropped.
+    pub fn send_socket(&self, args: Vec<Vec<u8>>) -> WireFuture<Result<Value, RedisError>> {
+        self.send(args)
+    }
+
+    /// The driver dropped its socket: the server forgets its subscriptions.
+    pub fn hang_up(&self) {
+        let mut s = self.conn.world.state();
+        s.asking.remove(&self.conn.id);
+        if let Some(n) = s.nodes.get_mut(&self.conn.node) {
+            n.server.disconnect(self.conn.id);
+        }
     }
 }
 

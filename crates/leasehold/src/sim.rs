@@ -7,6 +7,17 @@
 //! is above the wire (primitives, the wait loop, watchdog, events, Redlock,
 //! `close()`) is the shipped code. Tokens and jitter are drawn from the
 //! simulator's seed ([`seed_random`]) so a schedule replays bit for bit.
+//!
+//! A Redis Cluster is simulated below the driver instead: the library's
+//! cluster connection is redis-rs's own async cluster connection, as
+//! shipped, over [`NodeConn`]s, each a redis-rs `MultiplexedConnection`
+//! over a byte stream ([`Socket`]) that the simulator's [`Dialer`] opens to
+//! a simulated node and that speaks RESP3 to it. The driver's slot map,
+//! redirections (MOVED, ASK), reconnects and re-sends all run above the
+//! seam. Its randomness: the retry back-off's jitter is pinned (its lower
+//! and upper bound drawn from the seed, see `backend::connect_cluster`),
+//! and a random node for a keyless command is not used (every command the
+//! library sends a cluster names a key or its nodes).
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -46,10 +57,103 @@ pub trait Dialer {
         command_timeout: Duration,
         on_push: OnPush,
     ) -> Result<Arc<dyn Wire>, RedisError>;
+
+    /// Opens a byte stream to the node at `host:port` (a simulated cluster
+    /// node's address, as CLUSTER SLOTS names it), or refuses as a closed
+    /// port does.
+    fn dial_socket(&self, host: &str, port: u16) -> Result<Box<dyn Socket>, RedisError> {
+        let _ = port;
+        Err(RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            format!("no simulated node at {host}"),
+        )))
+    }
+}
+
+/// A byte stream to a simulated node: what a TCP socket is to the driver.
+pub trait Socket: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Socket for T {}
+
+/// A connection to one simulated cluster node: redis-rs's multiplexed
+/// connection over a [`Socket`] the installed [`Dialer`] opens. The cluster
+/// driver makes one per node through [`Connect`](redis::cluster_async::Connect).
+#[cfg(feature = "cluster")]
+#[derive(Clone)]
+pub struct NodeConn(redis::aio::MultiplexedConnection);
+
+/// Connects redis-rs's multiplexed connection to the simulated node of
+/// `info` (its handshake, HELLO and the rest, as shipped), its driver task
+/// spawned on the current runtime.
+#[cfg(feature = "cluster")]
+pub(crate) async fn connect_node(
+    info: &redis::ConnectionInfo,
+    config: &redis::AsyncConnectionConfig,
+) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+    let (host, port) = match info.addr() {
+        redis::ConnectionAddr::Tcp(host, port) => (host.clone(), *port),
+        other => {
+            return Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("a simulated node has a TCP address, not {other:?}"),
+            )));
+        }
+    };
+    let socket = SOCKETS.with(|d| match &*d.borrow() {
+        Some(dialer) => dialer.dial_socket(&host, port),
+        None => Err(RedisError::from(std::io::Error::other(
+            "no simulation dialer on this thread",
+        ))),
+    })?;
+    let (conn, driver) = redis::aio::MultiplexedConnection::new_with_config(
+        info.redis_settings(),
+        socket,
+        config.clone(),
+    )
+    .await?;
+    tokio::spawn(driver);
+    Ok(conn)
+}
+
+#[cfg(feature = "cluster")]
+impl redis::cluster_async::Connect for NodeConn {
+    fn connect_with_config<'a, T>(
+        info: T,
+        config: redis::AsyncConnectionConfig,
+    ) -> redis::RedisFuture<'a, Self>
+    where
+        T: redis::IntoConnectionInfo + Send + 'a,
+    {
+        Box::pin(async move {
+            let info = info.into_connection_info()?;
+            connect_node(&info, &config).await.map(NodeConn)
+        })
+    }
+}
+
+#[cfg(feature = "cluster")]
+impl redis::aio::ConnectionLike for NodeConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> redis::RedisFuture<'a, Value> {
+        self.0.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        self.0.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.0.get_db()
+    }
 }
 
 thread_local! {
     static DIALER: RefCell<Option<Arc<dyn Dialer>>> = const { RefCell::new(None) };
+    static SOCKETS: RefCell<Option<Arc<dyn Dialer>>> = const { RefCell::new(None) };
     static RANDOM: RefCell<Option<u64>> = const { RefCell::new(None) };
     static LEASE_IDS: std::cell::Cell<u64> = const { std::cell::Cell::new(1) };
 }
@@ -59,12 +163,26 @@ pub fn install(dialer: Option<Arc<dyn Dialer>>) {
     DIALER.with(|d| *d.borrow_mut() = dialer);
 }
 
+/// Installs the dialer of this thread's simulated sockets (None: uninstall),
+/// for the whole schedule: a driver reconnects at any time, and the address
+/// it dials names the process ([`Dialer::dial_socket`]).
+pub fn install_sockets(dialer: Option<Arc<dyn Dialer>>) {
+    SOCKETS.with(|d| *d.borrow_mut() = dialer);
+}
+
 /// Seeds this thread's random choices (tokens, jitter); None: the OS source.
 /// Lease ids restart at 1 too, so a schedule does not depend on what ran
 /// before it on this thread.
 pub fn seed_random(seed: Option<u64>) {
     RANDOM.with(|r| *r.borrow_mut() = seed);
     LEASE_IDS.with(|ids| ids.set(1));
+}
+
+/// The cluster driver's wait between retries, in ms: one value per schedule
+/// (the driver's jitter pinned), drawn from the seed; 10-100 ms.
+#[cfg(feature = "cluster")]
+pub(crate) fn retry_wait_ms() -> u64 {
+    10 + (unit().unwrap_or(0.5) * 90.0) as u64
 }
 
 /// The next lease id of this thread's schedule, if it has a seed.
