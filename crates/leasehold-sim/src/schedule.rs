@@ -29,6 +29,9 @@ pub enum Topology {
     /// A Redis Cluster of three masters (c0, c1, c2), each with a replica
     /// (c0r, ..), reached through redis-rs's cluster driver as shipped.
     Cluster,
+    /// A master (m0) with two replicas (m1, m2), watched by three sentinels
+    /// (s0, s1, s2), followed by the library's own Sentinel code.
+    Sentinel,
 }
 
 /// The primitive a schedule's names are used as.
@@ -84,6 +87,20 @@ pub enum Injected {
     /// The slot of lock name `n<i>` migrates to another master (MIGRATING,
     /// IMPORTING, ASK, then MOVED).
     Migrate(usize, String),
+    /// A Sentinel failover to this replica: with every write of the master
+    /// (else UNSAFE, documented); the old master dead, or answering as a
+    /// master for this long (UNSAFE, documented: a split brain); one
+    /// sentinel missing it.
+    SentinelFailover {
+        /// The replica promoted.
+        to: String,
+        /// It had every write of the master.
+        caught_up: bool,
+        /// How long the old master answers as one (None: it died).
+        old_lives: Option<Duration>,
+        /// One sentinel never learns of the failover.
+        one_misses: bool,
+    },
     /// `Client::close()` of this process, whatever its tasks are doing.
     Close(usize),
 }
@@ -97,6 +114,12 @@ impl Injected {
             Injected::ClockStep(..) => Some("server clock step"),
             Injected::Failover(_) => Some("failover to a replica missing writes"),
             Injected::Promote(_, false) => Some("failover to a replica missing writes"),
+            Injected::SentinelFailover {
+                caught_up: false, ..
+            } => Some("failover to a replica missing writes"),
+            Injected::SentinelFailover {
+                old_lives: Some(_), ..
+            } => Some("an old master answering after its failover"),
             _ => None,
         }
     }
@@ -308,8 +331,49 @@ impl Config {
         // Cluster instead, their faults moved to its masters.
         if topology == Topology::Single && r.chance(0.25) && clusters {
             config.clustered(&mut r);
+        } else if topology == Topology::Single && r.chance(0.25) && clusters {
+            config.sentineled(&mut r);
         }
         config
+    }
+
+    /// This schedule on a Sentinel-watched master: the one server's faults
+    /// go to the master (m0), a failover becomes a Sentinel failover, and
+    /// more failovers are added, one of them perhaps as clients start.
+    fn sentineled(&mut self, r: &mut Rng) {
+        self.topology = Topology::Sentinel;
+        self.foreign = None;
+        let servers = node_names(Topology::Sentinel);
+        let failover = |r: &mut Rng| Injected::SentinelFailover {
+            to: r.pick(&servers[1..]).clone(),
+            caught_up: r.chance(0.7),
+            old_lives: r
+                .chance(0.3)
+                .then(|| Duration::from_millis(r.range(100, 3000))),
+            one_misses: r.chance(0.4),
+        };
+        for (_, fault) in &mut self.injected {
+            *fault = match std::mem::replace(fault, Injected::Close(0)) {
+                Injected::Pause(_, d) => Injected::Pause(servers[0].clone(), d),
+                Injected::FlushScripts(_) => Injected::FlushScripts(servers[0].clone()),
+                Injected::RestartAof(_) => Injected::RestartAof(servers[0].clone()),
+                Injected::RestartEmpty(_) => Injected::RestartEmpty(servers[0].clone()),
+                Injected::ClockStep(_, us) => Injected::ClockStep(servers[0].clone(), us),
+                Injected::Failover(_) => failover(r),
+                other => other,
+            };
+        }
+        if r.chance(0.5) {
+            let at = if r.chance(0.3) {
+                // The master dies as the clients start.
+                Duration::from_millis(r.below(20))
+            } else {
+                Duration::from_millis(r.below(self.length.as_millis() as u64))
+            };
+            let f = failover(r);
+            self.injected.push((at, f));
+        }
+        self.clocks = vec![(*r.pick(&[0, 0, 1_000, 15_625]), r.range(0, 100) as i64 - 50)];
     }
 
     /// This schedule on a Redis Cluster: each fault of the one server goes
@@ -380,7 +444,13 @@ fn node_names(topology: Topology) -> Vec<String> {
         Topology::Single | Topology::Replicated => vec!["redis".to_owned()],
         Topology::Redlock(n) => (0..n).map(|i| format!("node{i}")).collect(),
         Topology::Cluster => (0..3).map(|i| format!("c{i}")).collect(),
+        Topology::Sentinel => (0..3).map(|i| format!("m{i}")).collect(),
     }
+}
+
+/// The sentinels of [`Topology::Sentinel`].
+fn sentinel_names() -> Vec<String> {
+    (0..3).map(|i| format!("s{i}")).collect()
 }
 
 /// A cluster master's replica.
@@ -503,9 +573,14 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
         Topology::Cluster => names.iter().map(|m| (replica(m), m.clone())).collect(),
         _ => Vec::new(),
     };
+    let sentinels = match config.topology {
+        Topology::Sentinel => sentinel_names(),
+        _ => Vec::new(),
+    };
     let mut nodes: Vec<(&str, Flavor)> = names
         .iter()
         .chain(replicas.iter().map(|(r, _)| r))
+        .chain(&sentinels)
         .map(|n| (n.as_str(), Flavor::Redis7))
         .collect();
     nodes.push(("resource", Flavor::Redis7));
@@ -515,6 +590,10 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
     }
     if config.topology == Topology::Cluster {
         world.make_cluster(&names, &replicas);
+        leasehold::sim::install_sockets(Some(world.dialer(usize::MAX)));
+    }
+    if config.topology == Topology::Sentinel {
+        world.make_sentinels("mymaster", &names, &sentinels);
         leasehold::sim::install_sockets(Some(world.dialer(usize::MAX)));
     }
     for (node, &(tick, drift)) in names.iter().zip(&config.clocks) {
@@ -545,6 +624,7 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
                 .min_replicas(1, Duration::from_millis(100)),
             Topology::Redlock(_) => builder.redlock(names.iter().map(|n| format!("sim://{n}"))),
             Topology::Cluster => builder.cluster(cluster_urls(p, &names)),
+            Topology::Sentinel => builder.sentinel(cluster_urls(p, &sentinels), "mymaster"),
         };
         match builder.build().await {
             Ok(client) => clients.push((p, client)),
@@ -565,6 +645,7 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
             Topology::Single | Topology::Replicated => builder.url("sim://redis"),
             Topology::Redlock(_) => builder.redlock(names.iter().map(|n| format!("sim://{n}"))),
             Topology::Cluster => builder.cluster(cluster_urls(p, &names)),
+            Topology::Sentinel => builder.sentinel(cluster_urls(p, &sentinels), "mymaster"),
         };
         match builder.build().await {
             Ok(client) => Some(client),
@@ -589,16 +670,17 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
             }
         });
     }
-    // A cluster's replicas catch up with their masters now and then.
-    if config.topology == Topology::Cluster {
+    // A cluster's replicas, and the Sentinel master's, catch up with their
+    // masters now and then.
+    if matches!(config.topology, Topology::Cluster | Topology::Sentinel) {
         let world = world.clone();
         let mut r = rng.fork();
         let replicas = replicas.clone();
         tasks.spawn(async move {
             while Instant::now() < end {
                 tokio::time::sleep(Duration::from_millis(r.range(1, 200))).await;
-                for (replica, master) in &replicas {
-                    world.replicate_to(replica, master);
+                for (replica, master) in replicas.iter().cloned().chain(world.sentinel_replicas()) {
+                    world.replicate_to(&replica, &master);
                 }
             }
         });
@@ -678,6 +760,16 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
                 Injected::Migrate(name, to) => {
                     let slot = crate::cluster::slot(format!("n{name}").as_bytes());
                     world.migrate_slot(slot, to, r.fork()).await;
+                }
+                Injected::SentinelFailover {
+                    to,
+                    caught_up,
+                    old_lives,
+                    one_misses,
+                } => {
+                    world
+                        .sentinel_failover(to, *caught_up, *old_lives, *one_misses, r.fork())
+                        .await;
                 }
                 Injected::Promote(master, caught_up) => {
                     if *caught_up {
@@ -961,7 +1053,7 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
 fn left_after_close(world: &World, shared: &Shared, p: usize, nodes: &[String]) {
     let kept = record(shared).kept.clone();
     let mut held: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
-    let cluster = world.cluster_map().is_some();
+    let redlock = nodes.iter().all(|n| n.starts_with("node"));
     let nodes = &world.serving(nodes);
     for (node, key, hold) in world.holds_of(p, &format!("owner-p{p}"), nodes) {
         if !kept.iter().any(|k| hold.contains(k.as_str())) {
@@ -969,7 +1061,7 @@ fn left_after_close(world: &World, shared: &Shared, p: usize, nodes: &[String]) 
         }
     }
     let majority = nodes.len() / 2 + 1;
-    let lock_nodes = if nodes.len() > 1 && !cluster {
+    let lock_nodes = if nodes.len() > 1 && redlock {
         majority
     } else {
         1
@@ -1005,7 +1097,7 @@ fn inject(world: &World, fault: &Injected, delayed_restart: Option<Duration>) {
         Injected::Stall(p, length) => world.stall_process(*p, *length),
         Injected::Close(p) => world.log(|| format!("FAULT p{p} closes its client")),
         // Carried out by the schedule (they take time, or the replica).
-        Injected::Promote(..) | Injected::Migrate(..) => {}
+        Injected::Promote(..) | Injected::Migrate(..) | Injected::SentinelFailover { .. } => {}
     }
 }
 

@@ -83,7 +83,21 @@ impl Shared {
             let Some(v) = s.replies.remove(&next) else {
                 break;
             };
-            encode(&v, &mut s.out);
+            match v {
+                // A (un)subscription naming several channels: the server
+                // answers with one confirmation push per channel, each
+                // a frame of its own (the simulated server gives them as
+                // one array).
+                Value::Array(items)
+                    if !items.is_empty()
+                        && items.iter().all(|i| matches!(i, Value::Push { .. })) =>
+                {
+                    for item in &items {
+                        encode(item, &mut s.out);
+                    }
+                }
+                v => encode(&v, &mut s.out),
+            }
             s.next_out += 1;
         }
         if let Some(w) = s.reader.take() {

@@ -79,6 +79,19 @@ struct Node {
     drift_ppm: i64,
 }
 
+/// Simulated sentinels and the servers they watch.
+#[derive(Debug, Clone)]
+struct Sentinels {
+    /// The master's name they monitor it under.
+    name: String,
+    /// What each sentinel names: a master and the config epoch of its word.
+    views: BTreeMap<String, (String, u64)>,
+    /// Each watched server: the master it replicates, None for a master.
+    replica_of: BTreeMap<String, Option<String>>,
+    /// The newest config epoch.
+    epoch: u64,
+}
+
 /// The world's state, behind one lock (one thread runs it all).
 struct State {
     start: Instant,
@@ -123,6 +136,11 @@ struct State {
     cluster: Option<ClusterMap>,
     /// Connections that sent ASKING (for their next command).
     asking: BTreeSet<u64>,
+    /// Sentinels and the roles of the servers they watch, if the lock
+    /// server is a Sentinel-watched master.
+    sentinel: Option<Sentinels>,
+    /// Nodes that are down: their connections dropped, new ones refused.
+    down: BTreeSet<String>,
     /// Requests whose reply a reset lost on a driver's socket, by process:
     /// the driver may send them again (a second delivery).
     lost_replies: BTreeSet<(usize, Vec<Vec<u8>>)>,
@@ -325,6 +343,8 @@ impl World {
             duplicates: 0,
             resent_tokens: BTreeSet::new(),
             cluster: None,
+            sentinel: None,
+            down: BTreeSet::new(),
             asking: BTreeSet::new(),
             lost_replies: BTreeSet::new(),
         })))
@@ -627,6 +647,67 @@ impl World {
                 (Value::SimpleString("modules".into()), Value::Array(vec![])),
             ]),
             "CLIENT" | "READONLY" | "READWRITE" => Value::Okay,
+            "SENTINEL"
+                if s.sentinel
+                    .as_ref()
+                    .is_some_and(|t| t.views.contains_key(node)) =>
+            {
+                let t = s.sentinel.as_ref().expect("checked");
+                let (master, epoch) = t.views[node].clone();
+                let sub = args
+                    .get(1)
+                    .map(|a| a.to_ascii_uppercase())
+                    .unwrap_or_default();
+                let named = args
+                    .get(2)
+                    .is_some_and(|n| n.as_slice() == t.name.as_bytes());
+                match sub.as_slice() {
+                    _ if !named => Value::Nil,
+                    b"GET-MASTER-ADDR-BY-NAME" => Value::Array(vec![
+                        Value::BulkString(ClusterMap::host(process, &master).into_bytes()),
+                        Value::BulkString(crate::cluster::PORT.to_string().into_bytes()),
+                    ]),
+                    b"MASTER" => Value::Map(vec![
+                        (
+                            Value::BulkString(b"name".to_vec()),
+                            Value::BulkString(t.name.clone().into_bytes()),
+                        ),
+                        (
+                            Value::BulkString(b"config-epoch".to_vec()),
+                            Value::BulkString(epoch.to_string().into_bytes()),
+                        ),
+                    ]),
+                    _ => crate::server::error_value("ERR unknown sentinel subcommand"),
+                }
+            }
+            "ROLE"
+                if s.sentinel
+                    .as_ref()
+                    .is_some_and(|t| t.replica_of.contains_key(node)) =>
+            {
+                let t = s.sentinel.as_ref().expect("checked");
+                match &t.replica_of[node] {
+                    None => Value::Array(vec![
+                        Value::BulkString(b"master".to_vec()),
+                        Value::Int(0),
+                        Value::Array(vec![]),
+                    ]),
+                    Some(master) => Value::Array(vec![
+                        Value::BulkString(b"slave".to_vec()),
+                        Value::BulkString(ClusterMap::host(process, master).into_bytes()),
+                        Value::Int(i64::from(crate::cluster::PORT)),
+                        Value::BulkString(b"connected".to_vec()),
+                        Value::Int(0),
+                    ]),
+                }
+            }
+            "EVAL" | "EVALSHA" | "SET" | "DEL" | "ZADD" | "HSET" | "PEXPIRE"
+                if s.sentinel
+                    .as_ref()
+                    .is_some_and(|t| t.replica_of.get(node).is_some_and(Option::is_some)) =>
+            {
+                crate::server::error_value("READONLY You can't write against a read only replica.")
+            }
             "ASKING" => {
                 s.asking.insert(conn);
                 Value::Okay
@@ -696,7 +777,125 @@ impl World {
                 owners.dedup();
                 owners
             }
-            None => names.to_vec(),
+            None => match &s.sentinel {
+                Some(t) => t
+                    .replica_of
+                    .iter()
+                    .filter(|(n, of)| of.is_none() && !s.down.contains(*n))
+                    .map(|(n, _)| n.clone())
+                    .collect(),
+                None => names.to_vec(),
+            },
+        }
+    }
+
+    /// Makes `servers[0]` a master watched by `sentinels` under `name`, the
+    /// other servers its replicas.
+    pub fn make_sentinels(&self, name: &str, servers: &[String], sentinels: &[String]) {
+        let master = servers[0].clone();
+        self.state().sentinel = Some(Sentinels {
+            name: name.to_owned(),
+            views: sentinels
+                .iter()
+                .map(|s| (s.clone(), (master.clone(), 1)))
+                .collect(),
+            replica_of: servers
+                .iter()
+                .map(|n| (n.clone(), (n != &master).then(|| master.clone())))
+                .collect(),
+            epoch: 1,
+        });
+    }
+
+    /// The master's replicas now: (replica, master).
+    pub fn sentinel_replicas(&self) -> Vec<(String, String)> {
+        let s = self.state();
+        s.sentinel
+            .iter()
+            .flat_map(|t| t.replica_of.iter())
+            .filter_map(|(n, of)| Some((n.clone(), of.clone()?)))
+            .collect()
+    }
+
+    /// Fault: a Sentinel failover. The replica `to` is promoted (with every
+    /// write of the master if `caught_up`), the other replicas follow it, and
+    /// each sentinel learns of it after its own delay (one of them, if
+    /// `one_misses`, never). The old master dies, or (`old_lives`) keeps
+    /// answering as a master for that long until it is turned into a replica
+    /// of the new one (its data then the new master's).
+    pub async fn sentinel_failover(
+        &self,
+        to: &str,
+        caught_up: bool,
+        old_lives: Option<Duration>,
+        one_misses: bool,
+        mut rng: Rng,
+    ) {
+        let Some(old) = self.serving(&[]).into_iter().find(|n| n != to) else {
+            return;
+        };
+        if caught_up {
+            self.replicate_to(to, &old);
+        }
+        let (epoch, sentinels, conns) = {
+            let mut s = self.state();
+            let conns = if old_lives.is_none() {
+                s.down.insert(old.clone());
+                s.conns_to(&old)
+            } else {
+                Vec::new()
+            };
+            let Some(t) = &mut s.sentinel else { return };
+            t.epoch += 1;
+            for (node, of) in t.replica_of.iter_mut() {
+                if node == to {
+                    *of = None;
+                } else if *node != old {
+                    *of = Some(to.to_owned());
+                }
+            }
+            (t.epoch, t.views.keys().cloned().collect::<Vec<_>>(), conns)
+        };
+        self.log(|| {
+            format!(
+                "FAULT sentinel failover from {old} to {to} ({}, the old master {})",
+                if caught_up {
+                    "caught up"
+                } else {
+                    "missing writes"
+                },
+                match old_lives {
+                    Some(d) => format!("answering for {d:?}"),
+                    None => "dead".to_owned(),
+                }
+            )
+        });
+        for conn in conns {
+            conn.reset();
+        }
+        let missing = one_misses.then(|| rng.below(sentinels.len() as u64) as usize);
+        for (i, sentinel) in sentinels.iter().enumerate() {
+            if Some(i) == missing {
+                self.log(|| format!("{sentinel} misses the failover"));
+                continue;
+            }
+            let (world, sentinel, to) = (self.clone(), sentinel.clone(), to.to_owned());
+            let after = Duration::from_millis(rng.below(1500));
+            tokio::spawn(async move {
+                tokio::time::sleep(after).await;
+                if let Some(t) = &mut world.state().sentinel {
+                    t.views.insert(sentinel.clone(), (to.clone(), epoch));
+                }
+                world.log(|| format!("{sentinel} names {to} (epoch {epoch})"));
+            });
+        }
+        if let Some(lives) = old_lives {
+            tokio::time::sleep(lives).await;
+            if let Some(t) = &mut self.state().sentinel {
+                t.replica_of.insert(old.clone(), Some(to.to_owned()));
+            }
+            self.replicate_to(&old, to);
+            self.log(|| format!("{old} is turned into a replica of {to}"));
         }
     }
 
@@ -713,6 +912,11 @@ impl World {
         if s.cluster
             .as_ref()
             .is_some_and(|m| m.replica_of.get(replica).is_none_or(|of| of != master))
+            || s.sentinel.as_ref().is_some_and(|t| {
+                t.replica_of
+                    .get(replica)
+                    .is_none_or(|of| of.as_deref() != Some(master))
+            })
         {
             return;
         }
@@ -855,6 +1059,7 @@ impl World {
         {
             let s = self.state();
             if !s.nodes.contains_key(&node)
+                || s.down.contains(&node)
                 || s.cluster.as_ref().is_some_and(|m| m.down.contains(&node))
             {
                 return Err(refused());
@@ -1367,6 +1572,18 @@ impl SimWire {
                 // A driver's socket: the reply is lost with the
                 // connection, and the driver itself sends it again.
                 Fate::Twice if socket => Fate::ResetAfter,
+                // An operator's break on a driver's socket, where a
+                // schedule draws re-sends at all: its reply is lost every
+                // other time (a break is rare, and a break run twice must
+                // break no holder that came after it).
+                Fate::Delivered
+                    if socket
+                        && s.operator == Some(conn.process)
+                        && s.faults.twice > 0.0
+                        && s.rng.chance(0.5) =>
+                {
+                    Fate::ResetAfter
+                }
                 fate => fate,
             };
             // The same request again from the same process, after a reset

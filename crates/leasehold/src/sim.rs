@@ -85,7 +85,6 @@ pub struct NodeConn(redis::aio::MultiplexedConnection);
 /// Connects redis-rs's multiplexed connection to the simulated node of
 /// `info` (its handshake, HELLO and the rest, as shipped), its driver task
 /// spawned on the current runtime.
-#[cfg(feature = "cluster")]
 pub(crate) async fn connect_node(
     info: &redis::ConnectionInfo,
     config: &redis::AsyncConnectionConfig,
@@ -236,3 +235,260 @@ pub(crate) type HashMap<K, V> =
 /// As [`HashMap`].
 pub(crate) type HashSet<K> =
     std::collections::HashSet<K, std::hash::BuildHasherDefault<std::hash::DefaultHasher>>;
+
+/// The simulation build's `ConnectionManager`: a model of redis-rs's (1.8),
+/// whose connections it cannot open over a simulated socket (it dials TCP
+/// itself). Like it, it keeps one multiplexed connection (as shipped, over a
+/// [`Socket`]), gives a command's error to its caller and starts a new
+/// connection when the error says the old one is gone (an I/O error, a
+/// dropped connection, or its Disconnection push, which it passes on), with
+/// up to `number_of_retries` more attempts, `min_delay` doubling up to
+/// `max_delay` between them; commands sent meanwhile wait for that
+/// connection. Used where the library uses the manager: the Sentinel
+/// master's connection (`backend/managed.rs`, `backend/sentinel.rs`).
+#[derive(Clone)]
+pub struct ConnectionManager(Arc<Manager>);
+
+struct Manager {
+    info: redis::ConnectionInfo,
+    config: ConnectionManagerConfig,
+    /// The connection in use (or being made), and how many have been made.
+    current: std::sync::Mutex<(u64, ManagedConn)>,
+}
+
+type ManagedConn = futures_util::future::Shared<
+    Pin<Box<dyn Future<Output = Result<redis::aio::MultiplexedConnection, RedisError>> + Send>>,
+>;
+
+/// The settings of a [`ConnectionManager`], as redis-rs's names them.
+#[derive(Clone, Default)]
+pub struct ConnectionManagerConfig {
+    response_timeout: Option<Duration>,
+    connection_timeout: Option<Duration>,
+    number_of_retries: usize,
+    min_delay: Duration,
+    max_delay: Duration,
+    push: Option<Arc<dyn Fn(PushInfo) + Send + Sync>>,
+}
+
+impl ConnectionManagerConfig {
+    /// Settings with nothing set.
+    pub fn new() -> Self {
+        Self {
+            number_of_retries: 6,
+            min_delay: Duration::from_millis(100),
+            max_delay: Duration::from_secs(10),
+            ..Self::default()
+        }
+    }
+    /// Each reply's bound.
+    pub fn set_response_timeout(mut self, t: Option<Duration>) -> Self {
+        self.response_timeout = t;
+        self
+    }
+    /// Each connection attempt's bound.
+    pub fn set_connection_timeout(mut self, t: Option<Duration>) -> Self {
+        self.connection_timeout = t;
+        self
+    }
+    /// Attempts after the first of each new connection.
+    pub fn set_number_of_retries(mut self, n: usize) -> Self {
+        self.number_of_retries = n;
+        self
+    }
+    /// The first wait between attempts.
+    pub fn set_min_delay(mut self, d: Duration) -> Self {
+        self.min_delay = d;
+        self
+    }
+    /// The longest wait between attempts.
+    pub fn set_max_delay(mut self, d: Duration) -> Self {
+        self.max_delay = d;
+        self
+    }
+    /// Where pushes go (messages, and Disconnection when a connection drops).
+    pub fn set_push_sender<E>(
+        mut self,
+        sender: impl Fn(PushInfo) -> Result<(), E> + Send + Sync + 'static,
+    ) -> Self {
+        self.push = Some(Arc::new(move |p| {
+            let _ = sender(p);
+        }));
+        self
+    }
+}
+
+impl ConnectionManager {
+    /// Connects (with the retries) to the node of `client`'s address.
+    pub async fn new_with_config(
+        client: redis::Client,
+        config: ConnectionManagerConfig,
+    ) -> Result<Self, RedisError> {
+        let manager = Self::new_lazy_with_config(client, config)?;
+        let first = manager
+            .0
+            .current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
+            .clone();
+        first.await?;
+        Ok(manager)
+    }
+
+    /// As [`ConnectionManager::new_with_config`], connecting in the background.
+    pub fn new_lazy_with_config(
+        client: redis::Client,
+        config: ConnectionManagerConfig,
+    ) -> Result<Self, RedisError> {
+        let info = client.get_connection_info().clone();
+        let manager = Arc::new_cyclic(|weak: &std::sync::Weak<Manager>| Manager {
+            current: std::sync::Mutex::new((0, Manager::connect(weak.clone(), &info, &config))),
+            info,
+            config,
+        });
+        Ok(ConnectionManager(manager))
+    }
+
+    /// SUBSCRIBE `channels`, awaiting each one's confirmation.
+    pub async fn subscribe(&mut self, channels: impl redis::ToRedisArgs) -> Result<(), RedisError> {
+        let (generation, conn) = self.0.connection();
+        let mut conn = self.0.usable(generation, conn.await)?;
+        let result = conn.subscribe(channels).await;
+        self.0.check(generation, &result);
+        result
+    }
+
+    /// UNSUBSCRIBE `channels`.
+    pub async fn unsubscribe(
+        &mut self,
+        channels: impl redis::ToRedisArgs,
+    ) -> Result<(), RedisError> {
+        let (generation, conn) = self.0.connection();
+        let mut conn = self.0.usable(generation, conn.await)?;
+        let result = conn.unsubscribe(channels).await;
+        self.0.check(generation, &result);
+        result
+    }
+}
+
+impl Manager {
+    /// A new connection (attempts with back-off), started at once.
+    fn connect(
+        manager: std::sync::Weak<Manager>,
+        info: &redis::ConnectionInfo,
+        config: &ConnectionManagerConfig,
+    ) -> ManagedConn {
+        use futures_util::FutureExt;
+        let (info, config) = (info.clone(), config.clone());
+        let conn_config = {
+            let mut c = redis::AsyncConnectionConfig::new()
+                .set_response_timeout(config.response_timeout)
+                .set_connection_timeout(config.connection_timeout);
+            let push = config.push.clone();
+            c = c.set_push_sender(move |p: PushInfo| -> Result<(), std::convert::Infallible> {
+                let dropped = p.kind == redis::PushKind::Disconnection;
+                if let Some(push) = &push {
+                    push(p);
+                }
+                if dropped && let Some(m) = manager.upgrade() {
+                    let generation = m.current.lock().unwrap_or_else(|e| e.into_inner()).0;
+                    m.reconnect(generation);
+                }
+                Ok(())
+            });
+            c
+        };
+        let attempts = async move {
+            let mut delay = config.min_delay;
+            let mut left = config.number_of_retries;
+            loop {
+                match connect_node(&info, &conn_config).await {
+                    Ok(conn) => return Ok(conn),
+                    Err(e) if left == 0 => return Err(e),
+                    Err(_) => {
+                        left -= 1;
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(config.max_delay);
+                    }
+                }
+            }
+        };
+        let shared = attempts.boxed().shared();
+        tokio::spawn(shared.clone().map(|_| ()));
+        shared
+    }
+
+    fn connection(&self) -> (u64, ManagedConn) {
+        self.current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Starts a new connection in place of connection `generation`, if that
+    /// one is still in use.
+    fn reconnect(self: &Arc<Self>, generation: u64) {
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if current.0 == generation {
+            *current = (
+                generation + 1,
+                Manager::connect(Arc::downgrade(self), &self.info, &self.config),
+            );
+        }
+    }
+
+    fn usable(
+        self: &Arc<Self>,
+        generation: u64,
+        conn: Result<redis::aio::MultiplexedConnection, RedisError>,
+    ) -> Result<redis::aio::MultiplexedConnection, RedisError> {
+        if let Err(e) = &conn
+            && e.is_io_error()
+        {
+            self.reconnect(generation);
+        }
+        conn
+    }
+
+    fn check<T>(self: &Arc<Self>, generation: u64, result: &Result<T, RedisError>) {
+        if let Err(e) = result
+            && e.is_unrecoverable_error()
+        {
+            self.reconnect(generation);
+        }
+    }
+}
+
+impl redis::aio::ConnectionLike for ConnectionManager {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> redis::RedisFuture<'a, Value> {
+        let manager = Arc::clone(&self.0);
+        Box::pin(async move {
+            let (generation, conn) = manager.connection();
+            let mut conn = manager.usable(generation, conn.await)?;
+            let result = conn.send_packed_command(cmd).await;
+            manager.check(generation, &result);
+            result
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        let manager = Arc::clone(&self.0);
+        Box::pin(async move {
+            let (generation, conn) = manager.connection();
+            let mut conn = manager.usable(generation, conn.await)?;
+            let result = conn.send_packed_commands(pipeline, offset, count).await;
+            manager.check(generation, &result);
+            result
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.0.info.redis_settings().db()
+    }
+}

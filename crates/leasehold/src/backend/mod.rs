@@ -43,7 +43,13 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager};
+/// redis-rs's connection manager; in the simulator's build, its model over
+/// simulated sockets (see `sim::ConnectionManager`).
+#[cfg(leasehold_sim)]
+pub(crate) use crate::sim::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionLike;
+#[cfg(not(leasehold_sim))]
+pub(crate) use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 #[cfg(test)]
 use address::is_tls_url;
