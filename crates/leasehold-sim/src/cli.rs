@@ -26,6 +26,8 @@ struct Args {
     twice: bool,
     regressions: Option<String>,
     sets: Vec<(String, String)>,
+    /// Only schedules drawn on this topology (its name, lower case).
+    topology: Option<String>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -40,6 +42,7 @@ fn parse() -> Result<Args, String> {
         first: false,
         twice: false,
         regressions: None,
+        topology: None,
         sets: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
@@ -61,6 +64,7 @@ fn parse() -> Result<Args, String> {
             "--no-shrink" => args.shrink = false,
             "--first" => args.first = true,
             "--twice" => args.twice = true,
+            "--topology" => args.topology = Some(value("--topology")?.to_ascii_lowercase()),
             "--regressions" => args.regressions = Some(value("--regressions")?),
             "--set" => {
                 let v = value("--set")?;
@@ -92,6 +96,7 @@ const USAGE: &str = "usage: leasehold-sim --seed N [--trace] [--set key=value ..
        leasehold-sim --minutes M [--from S] [--jobs J]
        leasehold-sim --regressions FILE                      replay the seeds of FILE (one per line: seed, then why)
        --twice: run every schedule twice and fail if the two histories differ (determinism)
+       --topology T: only the seeds drawn on T (single, replicated, redlock, cluster, sentinel)
        --first: stop at the first violation in a SAFE schedule (prints its seed and the time taken)
 with --seed N --trace: LEASEHOLD_SIM_WIRE=1 adds every request a server ran and its reply (WIRE lines);
        LEASEHOLD_SIM_LOG=debug (any tracing filter) adds the library's own events (LIB lines)
@@ -315,7 +320,14 @@ fn many(args: &Args) -> i32 {
                         return;
                     }
                     let seed = args.from + i;
-                    let mut outcome = schedule::run(&Config::draw(seed), false);
+                    let config = Config::draw(seed);
+                    if let Some(t) = &args.topology {
+                        let drawn = format!("{:?}", config.topology).to_ascii_lowercase();
+                        if !drawn.starts_with(t.as_str()) {
+                            continue;
+                        }
+                    }
+                    let mut outcome = schedule::run(&config, false);
                     if args.twice {
                         let again = schedule::run(&Config::draw(seed), false);
                         if again.digest != outcome.digest {
