@@ -524,7 +524,9 @@ impl World {
             s.sent_by.entry(arg.clone()).or_insert(process);
         }
         if let Some(("lock_acquire", _, [token, ttl, ..])) = lock_script(args) {
-            s.asked_ttl.entry(token.clone()).or_insert_with(|| ttl.clone());
+            s.asked_ttl
+                .entry(token.clone())
+                .or_insert_with(|| ttl.clone());
         }
     }
 
