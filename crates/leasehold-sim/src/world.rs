@@ -128,6 +128,8 @@ struct State {
     resent_removals: Vec<String>,
     /// Which process first sent each owner token (32 hex digits).
     sent_by: BTreeMap<Vec<u8>, usize>,
+    /// The server TTL (ms) each token's first `lock_acquire` asked for.
+    asked_ttl: BTreeMap<Vec<u8>, Vec<u8>>,
     /// Requests delivered twice.
     duplicates: u64,
     /// Owner tokens of requests delivered twice.
@@ -340,6 +342,7 @@ impl World {
             broken: Vec::new(),
             resent_removals: Vec::new(),
             sent_by: BTreeMap::new(),
+            asked_ttl: BTreeMap::new(),
             duplicates: 0,
             resent_tokens: BTreeSet::new(),
             cluster: None,
@@ -540,6 +543,19 @@ impl World {
         for arg in args.iter().filter(|a| is_token(a)) {
             s.sent_by.entry(arg.clone()).or_insert(process);
         }
+        if let Some(("lock_acquire", _, [token, ttl, ..])) = lock_script(args) {
+            s.asked_ttl
+                .entry(token.clone())
+                .or_insert_with(|| ttl.clone());
+        }
+    }
+
+    /// The server TTL in ms the first `lock_acquire` of `token` asked for
+    /// (a lease's TTL, plus its `lock_delay`).
+    pub fn asked_ttl_ms(&self, token: &str) -> Option<u64> {
+        let s = self.state();
+        let ttl = s.asked_ttl.get(token.as_bytes())?;
+        std::str::from_utf8(ttl).ok()?.parse().ok()
     }
 
     /// Runs a request of `process` as [`World::exec`] does; a script's

@@ -433,6 +433,8 @@ impl<'a, 'b, C: Core> Waiter<'a, 'b, C> {
         Fut: Future<Output = Result<Acquire>>,
     {
         let sent = Instant::now();
+        // Armed already: an earlier attempt's outcome is unknown.
+        let earlier = self.pending.armed;
         self.pending.armed = true;
         match attempt().await {
             Ok(Acquire::Acquired { fence }) => self.granted(fence, sent).await,
@@ -458,7 +460,7 @@ impl<'a, 'b, C: Core> Waiter<'a, 'b, C> {
                 Ok(Next::Sleep(at.min(self.deadline.unwrap_or(at))))
             }
             Err(e) => {
-                self.pending.failed(&e);
+                self.pending.failed(&e, earlier);
                 Err(e)
             }
         }
@@ -588,10 +590,11 @@ impl<'a, 'b, C: Core> Waiter<'a, 'b, C> {
     {
         let ttl = self.pending.target.ttl;
         let sent = Instant::now();
+        let earlier = self.pending.armed;
         self.pending.armed = true;
         let reply = attempt().await;
         if let Err(e) = &reply {
-            self.pending.failed(e);
+            self.pending.failed(e, earlier);
         }
         let won = match reply? {
             Acquire::Acquired { fence } if validity(ttl, sent.elapsed()).is_some() => {
@@ -670,14 +673,19 @@ impl<C: Core> PendingAttempt<'_, '_, C> {
         self.queued = false;
     }
 
-    /// The attempt failed with `e`. A key of another type is refused by the
-    /// script before it writes anything (issue 36): nothing of this attempt
-    /// is held, so there is nothing to give back (a background release would
-    /// only fail on the same key and warn of a lease that never was). A
-    /// place in the queue from an earlier attempt is still left.
-    fn failed(&mut self, e: &Error) {
+    /// The attempt failed with `e`; `earlier`: an earlier attempt's outcome
+    /// is unknown (its reply was lost). A key of another type is refused by
+    /// the script before it writes anything (issue 36): nothing of this
+    /// attempt is held, so there is nothing to give back for it (a
+    /// background release would only fail on the same key and warn of a
+    /// lease that never was). An earlier attempt whose reply was lost may
+    /// have been granted or queued before that key was written (seed 32206:
+    /// it queued its waiter behind a paused server, and a release handed the
+    /// lock to the waiter gone), so it is still given back, and a place in
+    /// the queue from an earlier attempt is still left.
+    fn failed(&mut self, e: &Error, earlier: bool) {
         if matches!(e, Error::WrongType { .. }) {
-            self.armed = false;
+            self.armed = earlier;
         }
     }
 
@@ -1430,6 +1438,34 @@ mod tests {
             );
             tokio::time::sleep(LONG).await;
             assert_eq!(core.entries(), ["attempt"], "queues: {queues}");
+        }
+    }
+
+    /// A refusal for a key of another type speaks for its own attempt only:
+    /// an earlier attempt of the same hold whose reply was lost may have been
+    /// granted or queued before the key was written, and is released.
+    /// Found by the simulator (seed 32206: an attempt timed out behind a
+    /// paused server, queued its waiter there; the retry met another
+    /// program's key and failed; a release then handed the lock to the
+    /// waiter gone, held after its client's close() returned Ok).
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_for_a_key_of_another_type_after_an_unanswered_attempt_releases_it() {
+        for queues in [false, true] {
+            let core = FakeCore::new();
+            let keys = keys();
+            let target = target(&core, &keys, queues);
+            let steps = [Step::Transient, Step::WrongType];
+            let refused = acquire(&target, WAIT, script(&core, &steps)).await;
+            assert!(
+                matches!(refused, Err(Error::WrongType { .. })),
+                "{refused:?}"
+            );
+            tokio::time::sleep(LONG).await;
+            assert_eq!(
+                core.entries(),
+                ["attempt", "attempt", "background release"],
+                "queues: {queues}"
+            );
         }
     }
 

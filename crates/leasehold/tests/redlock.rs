@@ -858,3 +858,62 @@ async fn a_node_down_at_subscribe_time_is_subscribed_when_it_comes_back() {
     holder.close().await.expect("close");
     waiter.close().await.expect("close");
 }
+
+/// What the simulator assumes of Redlock's connections (SAFETY.md,
+/// duplicate delivery): a node is a plain server reached by redis-rs's
+/// connection manager, which hands a dropped connection's error to the
+/// caller and sends nothing again, so a request the node ran before its
+/// connection dropped, and whose reply was lost, runs once. Drawn on
+/// Redlock, a re-send of such a request broke its invariants (seeds 7132,
+/// 8058, 15577: a give-back or re-take run again after later requests of
+/// its client); a driver that starts re-sending fails here first. The
+/// manager has the settings the library gives it (backend/managed.rs).
+#[tokio::test]
+async fn a_request_whose_connection_drops_after_the_node_ran_it_is_not_sent_again() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_response_timeout(Some(Duration::from_secs(10)))
+        .set_connection_timeout(Some(Duration::from_secs(10)))
+        .set_number_of_retries(2)
+        .set_min_delay(Duration::from_millis(20))
+        .set_max_delay(Duration::from_millis(500));
+    let manager = redis::Client::open(proxy.url())
+        .unwrap()
+        .get_connection_manager_with_config(config)
+        .await
+        .unwrap();
+    let runs = || -> Option<i64> { server.connection().get("runs").unwrap() };
+    // The request reaches the node a second late, and its reply would take
+    // as long again.
+    proxy.set_mode(ProxyMode::Delay(Duration::from_secs(1)));
+    let sent = tokio::spawn({
+        let mut manager = manager.clone();
+        async move { redis::AsyncCommands::incr::<_, _, i64>(&mut manager, "runs", 1).await }
+    });
+    common::wait_until("the node ran the request", || runs() == Some(1)).await;
+    // Its reply, still in the proxy's delay, is lost with the connection.
+    proxy.set_mode(ProxyMode::Reset);
+    proxy.set_mode(ProxyMode::Pass);
+    let lost = sent.await.unwrap();
+    assert!(lost.is_err(), "the reply came through: {lost:?}");
+    // The next request to run after the drop: the manager reconnects (a
+    // request meanwhile fails without being sent).
+    let mut manager = manager;
+    let mut next = None;
+    for _ in 0..100 {
+        match redis::AsyncCommands::incr::<_, _, i64>(&mut manager, "runs", 1).await {
+            Ok(n) => {
+                next = Some(n);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    assert_eq!(
+        next,
+        Some(2),
+        "the request the node ran before its connection dropped was sent again"
+    );
+    assert_eq!(runs(), Some(2));
+}
