@@ -80,3 +80,23 @@ def test_timeout_and_extend(server):
         await client.close()
 
     run(main())
+
+
+def test_one_handle_shared_by_tasks_gives_each_block_its_own_guard(server):
+    async def main():
+        client = await leasehold.aio.Client.connect(server.url)
+        lock = client.lock("shared-handle", wait=30)
+        fences = []
+
+        async def work():
+            async with lock as guard:
+                fences.append(guard.fence)
+                await asyncio.sleep(0.005)
+                assert not guard.released
+
+        await asyncio.gather(*(work() for _ in range(4)))
+        assert fences == sorted(fences) and len(set(fences)) == 4
+        assert await lock.try_acquire() is not None
+        await client.close()
+
+    run(main())

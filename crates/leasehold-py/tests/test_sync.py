@@ -272,3 +272,24 @@ def test_every_kind_through_the_one_guard(client):
     assert client.election("sched").try_campaign("host-b") is None
     assert lead.term == lead.fence
     lead.release()
+
+
+def test_one_handle_shared_by_threads_gives_each_block_its_own_guard(client):
+    lock = client.lock("shared-handle", wait=30)
+    fences, errors = {}, []
+
+    def work(i):
+        try:
+            with lock as guard:
+                fences[i] = guard.fence
+                time.sleep(0.005)
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(set(fences.values())) == 4
+    assert lock.try_acquire() is not None

@@ -18,6 +18,7 @@ held. For asyncio, see `leasehold.aio`.
 
 from __future__ import annotations
 
+import threading
 from typing import Iterable, Optional
 
 from . import _common
@@ -94,7 +95,9 @@ class Lock:
         self._ttl = _common.seconds(ttl, "ttl")
         self._wait = _common.seconds(wait, "wait")
         self._extra = extra
-        self._held: list[Guard] = []
+        # What `with` took, per thread: a handle shared by threads gives
+        # each `with` block back its own guard.
+        self._held = threading.local()
 
     def acquire(self) -> Guard:
         """Waits up to `wait` seconds (the library's default when None) and
@@ -111,11 +114,16 @@ class Lock:
 
     def __enter__(self) -> Guard:
         guard = self.acquire()
-        self._held.append(guard)
+        self._stack().append(guard)
         return guard
 
     def __exit__(self, *exc) -> None:
-        _guard_exit(self._held.pop())
+        _guard_exit(self._stack().pop())
+
+    def _stack(self) -> list[Guard]:
+        if not hasattr(self._held, "guards"):
+            self._held.guards = []
+        return self._held.guards
 
     def __repr__(self) -> str:
         return f"<leasehold.Lock {self._kind} {self._names!r}>"

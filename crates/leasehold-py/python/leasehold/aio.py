@@ -93,7 +93,9 @@ class Lock:
         self._core = core
         self._args = (kind, names, _common.seconds(ttl, "ttl"), _common.seconds(wait, "wait"))
         self._extra = extra
-        self._held: list[AsyncGuard] = []
+        # What `async with` took, per task: a handle shared by tasks gives
+        # each block back its own guard.
+        self._held: dict[Any, list[AsyncGuard]] = {}
 
     async def _take(self, once: bool):
         kind, names, ttl, wait = self._args
@@ -110,11 +112,15 @@ class Lock:
 
     async def __aenter__(self) -> AsyncGuard:
         guard = await self.acquire()
-        self._held.append(guard)
+        self._held.setdefault(asyncio.current_task(), []).append(guard)
         return guard
 
     async def __aexit__(self, *exc) -> None:
-        guard = self._held.pop()
+        task = asyncio.current_task()
+        stack = self._held[task]
+        guard = stack.pop()
+        if not stack:
+            del self._held[task]
         if guard.released:
             return
         try:
