@@ -110,7 +110,11 @@ macro_rules! take {
 }
 
 /// The kind's guard from `client`, per `spec`.
-async fn take(client: leasehold::Client, spec: Spec, once: bool) -> leasehold::Result<Option<Held>> {
+async fn take(
+    client: leasehold::Client,
+    spec: Spec,
+    once: bool,
+) -> leasehold::Result<Option<Held>> {
     let one = |g: leasehold::Guard| Held::One(g);
     let name = spec.names.first().cloned().unwrap_or_default();
     let owned = |mut h: leasehold::ReentrantLock| {
@@ -120,22 +124,56 @@ async fn take(client: leasehold::Client, spec: Spec, once: bool) -> leasehold::R
         h
     };
     match spec.kind.as_str() {
-        "lock" => take!(once, timed!(client.lock(name), spec), acquire, try_acquire, |g: leasehold::LockGuard| one(g.into_any())),
-        "fair_lock" => take!(once, timed!(client.fair_lock(name), spec), acquire, try_acquire, |g: leasehold::LockGuard| one(g.into_any())),
-        "reentrant_lock" => take!(once, owned(timed!(client.reentrant_lock(name), spec)), acquire, try_acquire, |g: leasehold::ReentrantGuard| one(g.into_any())),
+        "lock" => take!(
+            once,
+            timed!(client.lock(name), spec),
+            acquire,
+            try_acquire,
+            |g: leasehold::LockGuard| one(g.into_any())
+        ),
+        "fair_lock" => take!(
+            once,
+            timed!(client.fair_lock(name), spec),
+            acquire,
+            try_acquire,
+            |g: leasehold::LockGuard| one(g.into_any())
+        ),
+        "reentrant_lock" => take!(
+            once,
+            owned(timed!(client.reentrant_lock(name), spec)),
+            acquire,
+            try_acquire,
+            |g: leasehold::ReentrantGuard| one(g.into_any())
+        ),
         "read" | "write" => {
             let mut rw = timed!(client.rw_lock(name), spec);
             if let Some(owner) = &spec.owner {
                 rw = rw.owner(owner.clone());
             }
             if spec.kind == "read" {
-                take!(once, rw, read, try_read, |g: leasehold::ReadGuard| one(g.into_any()))
+                take!(once, rw, read, try_read, |g: leasehold::ReadGuard| one(
+                    g.into_any()
+                ))
             } else {
-                take!(once, rw, write, try_write, |g: leasehold::WriteGuard| one(g.into_any()))
+                take!(once, rw, write, try_write, |g: leasehold::WriteGuard| one(
+                    g.into_any()
+                ))
             }
         }
-        "semaphore" => take!(once, timed!(client.semaphore(name, spec.permits), spec), acquire, try_acquire, |g: leasehold::Permit| one(g.into_any())),
-        "multi_lock" => take!(once, timed!(client.multi_lock(spec.names.clone()), spec), acquire, try_acquire, Held::Multi),
+        "semaphore" => take!(
+            once,
+            timed!(client.semaphore(name, spec.permits), spec),
+            acquire,
+            try_acquire,
+            |g: leasehold::Permit| one(g.into_any())
+        ),
+        "multi_lock" => take!(
+            once,
+            timed!(client.multi_lock(spec.names.clone()), spec),
+            acquire,
+            try_acquire,
+            Held::Multi
+        ),
         "election" => {
             let mut election = client.election(name.clone());
             if let Some(ttl) = spec.ttl {
@@ -155,7 +193,9 @@ async fn take(client: leasehold::Client, spec: Spec, once: bool) -> leasehold::R
                 },
             }
         }
-        other => Err(leasehold::Error::InvalidArgument(format!("unknown lock kind {other:?}"))),
+        other => Err(leasehold::Error::InvalidArgument(format!(
+            "unknown lock kind {other:?}"
+        ))),
     }
 }
 
@@ -177,7 +217,11 @@ impl Core {
         let builder = match topology {
             "url" => match urls.as_slice() {
                 [url] => builder.url(url.clone()),
-                _ => return Err(InvalidArgument::new_err("leasehold.Client.connect takes one URL")),
+                _ => {
+                    return Err(InvalidArgument::new_err(
+                        "leasehold.Client.connect takes one URL",
+                    ));
+                }
             },
             "redlock" => builder.redlock(urls),
             "cluster" => builder.cluster(urls),
@@ -187,7 +231,11 @@ impl Core {
                 })?;
                 builder.sentinel(urls, &master)
             }
-            other => return Err(InvalidArgument::new_err(format!("unknown topology {other:?}"))),
+            other => {
+                return Err(InvalidArgument::new_err(format!(
+                    "unknown topology {other:?}"
+                )));
+            }
         };
         let builder = with_options(builder, options)?;
         let rt = runtime()?;
@@ -240,7 +288,11 @@ impl Core {
             "semaphore" => "semaphore",
             "multi_lock" => "multi_lock",
             "election" => "election",
-            other => return Err(InvalidArgument::new_err(format!("unknown lock kind {other:?}"))),
+            other => {
+                return Err(InvalidArgument::new_err(format!(
+                    "unknown lock kind {other:?}"
+                )));
+            }
         };
         let fut = async move {
             let held = take(client, spec, once).await.map_err(to_py)?;
@@ -254,7 +306,12 @@ impl Core {
     fn close(&self, py: Python<'_>, done: Option<Py<PyAny>>) -> PyResult<Py<PyAny>> {
         self.check()?;
         let client = self.client.clone();
-        call(py, &self.rt, async move { client.close().await.map_err(to_py) }, done)
+        call(
+            py,
+            &self.rt,
+            async move { client.close().await.map_err(to_py) },
+            done,
+        )
     }
 
     /// True once closed.

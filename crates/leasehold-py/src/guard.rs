@@ -146,7 +146,6 @@ impl Drop for Guard {
     }
 }
 
-
 #[pymethods]
 impl Guard {
     /// The lock's name (for several locks at once, their names joined by commas).
@@ -272,12 +271,11 @@ impl Guard {
             let mut released = shared.released.subscribe();
             let wait = async {
                 let held = shared.held.read().await;
-                match held.as_ref() {
-                    Some(h) => tokio::select! {
+                if let Some(h) = held.as_ref() {
+                    tokio::select! {
                         () = h.lost() => {}
                         _ = released.wait_for(|r| *r) => {}
-                    },
-                    None => {}
+                    }
                 }
             };
             Ok(match timeout {

@@ -161,4 +161,3 @@ pub(crate) fn seconds(value: f64, what: &str) -> PyResult<Duration> {
         ))
     })
 }
-

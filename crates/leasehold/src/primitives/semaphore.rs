@@ -220,7 +220,9 @@ impl Semaphore {
         })
         .await?;
         Ok(acquired.map(|won| {
-            let held = self.h.hold((LockKind::Semaphore, hold, member.clone()), won);
+            let held = self
+                .h
+                .hold((LockKind::Semaphore, hold, member.clone()), won);
             Guard::new(held, hold::SemaphorePermit)
         }))
     }
