@@ -293,3 +293,39 @@ def test_one_handle_shared_by_threads_gives_each_block_its_own_guard(client):
         t.join()
     assert errors == [] and len(set(fences.values())) == 4
     assert lock.try_acquire() is not None
+
+
+GIL = textwrap.dedent(
+    """
+    import socket, sys, threading, time, leasehold
+    url, port = sys.argv[1], int(sys.argv[2])
+    client = leasehold.Client.connect(url)
+
+    def queued():
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            key = "leasehold:{busy}:queue"
+            s.sendall(f"*2\\r\\n$4\\r\\nTYPE\\r\\n${len(key)}\\r\\n{key}\\r\\n".encode())
+            return s.recv(100) != b"+none\\r\\n"
+
+    holder = client.fair_lock("busy").acquire()
+    t = threading.Thread(target=lambda: client.fair_lock("busy", wait=30).acquire().release())
+    t.start()
+    # This thread runs Python while the other waits in acquire(): only if
+    # that wait released the GIL.
+    deadline = time.monotonic() + 20
+    while not queued():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    holder.release()
+    t.join()
+    print("ok")
+    """
+)
+
+
+def test_a_blocking_wait_releases_the_gil(server):
+    done = subprocess.run(
+        [sys.executable, "-c", GIL, server.url, str(server.port)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.stdout.strip() == "ok", done.stderr
