@@ -289,6 +289,24 @@ impl Guard {
         call(py, &self.rt, fut, done)
     }
 
+    /// `with lock.acquire() as guard:` gives it back at the end of the block.
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// Releases unless already released; a lease already lost is not an
+    /// error here (the block's own exception, if any, is the one to see).
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<()> {
+        if self.released()? {
+            return Ok(());
+        }
+        match self.release(py, None) {
+            Err(e) if e.is_instance_of::<crate::errors::Lost>(py) => Ok(()),
+            other => other.map(drop),
+        }
+    }
+
     fn __repr__(&self) -> PyResult<String> {
         let lost = self.is_lost()?;
         Ok(format!(

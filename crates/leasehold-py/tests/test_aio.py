@@ -100,3 +100,14 @@ def test_one_handle_shared_by_tasks_gives_each_block_its_own_guard(server):
         await client.close()
 
     run(main())
+
+
+def test_an_async_guard_is_its_own_context_manager(server):
+    async def main():
+        client = await leasehold.aio.Client.connect(server.url)
+        async with await client.lock("cm").acquire() as guard:
+            assert await client.lock("cm").try_acquire() is None
+        assert guard.released
+        await client.close()
+
+    run(main())

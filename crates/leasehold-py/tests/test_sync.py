@@ -214,9 +214,12 @@ FORK = textwrap.dedent(
         if fresh.lock("parent").try_acquire() is not None:
             code = 4  # the parent's lock must still be the parent's
         fresh.close()
-        os._exit(code)
+        # A normal exit: atexit, then the parent's client and guard
+        # collected in the child, must neither hang nor release the
+        # parent's lock.
+        sys.exit(code)
     _, status = os.waitpid(pid, 0)
-    guard.release()
+    guard.release()  # still the parent's: the child released nothing
     sys.exit(os.waitstatus_to_exitcode(status))
     """
 )
@@ -329,3 +332,12 @@ def test_a_blocking_wait_releases_the_gil(server):
         capture_output=True, text=True, timeout=60,
     )
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_a_guard_is_its_own_context_manager(client):
+    with client.lock("cm").acquire() as guard:
+        assert client.lock("cm").try_acquire() is None
+    assert guard.released
+    with client.lock("cm").acquire() as guard:
+        guard.release()  # released inside: the block's end does nothing more
+    assert client.lock("cm").try_acquire() is not None

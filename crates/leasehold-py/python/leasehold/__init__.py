@@ -68,18 +68,6 @@ __all__ = [
 ]
 
 
-def _guard_exit(guard: Guard) -> None:
-    # Leaving a `with` block: give the lock back unless it was released in
-    # the block, or was lost (then there is nothing to give back, and the
-    # block's own exception, if any, is the one to see).
-    if guard.released:
-        return
-    try:
-        guard.release()
-    except Lost:
-        pass
-
-
 class Lock:
     """A lock handle (cheap; nothing is sent until `acquire`).
 
@@ -118,7 +106,7 @@ class Lock:
         return guard
 
     def __exit__(self, *exc) -> None:
-        _guard_exit(self._stack().pop())
+        self._stack().pop().__exit__(*exc)
 
     def _stack(self) -> list[Guard]:
         if not hasattr(self._held, "guards"):

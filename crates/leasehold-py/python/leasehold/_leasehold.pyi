@@ -66,6 +66,8 @@ class Guard:
         """Gives the lock back; raises Lost if it was gone."""
     def lost(self, timeout: Optional[float] = None, done: Optional[_Done] = None) -> Any:
         """Blocks until lost or released (True) or `timeout` passes (False)."""
+    def __enter__(self) -> "Guard": ...
+    def __exit__(self, *exc: Any) -> None: ...
 
 class Core:
     @staticmethod

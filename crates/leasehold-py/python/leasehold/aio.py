@@ -81,6 +81,17 @@ class AsyncGuard:
         """Resolves when the lease is lost (or this guard is released)."""
         await _call(lambda done: self.sync.lost(None, done))
 
+    async def __aenter__(self) -> "AsyncGuard":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        if self.released:
+            return
+        try:
+            await self.release()
+        except Lost:
+            pass
+
     def __repr__(self) -> str:
         return repr(self.sync)
 
@@ -121,12 +132,7 @@ class Lock:
         guard = stack.pop()
         if not stack:
             del self._held[task]
-        if guard.released:
-            return
-        try:
-            await guard.release()
-        except Lost:
-            pass
+        await guard.__aexit__(*exc)
 
 
 class RwLock:
