@@ -111,3 +111,19 @@ def test_an_async_guard_is_its_own_context_manager(server):
         await client.close()
 
     run(main())
+
+
+def test_rw_lock_read_and_write_are_awaited_or_entered(server):
+    async def main():
+        client = await leasehold.aio.Client.connect(server.url)
+        rw = client.rw_lock("cfg")
+        r1 = await rw.read()
+        async with rw.read() as r2:
+            assert r2.kind == "read" and await rw.try_write() is None
+        await r1.release()
+        async with rw.write():
+            assert await rw.try_read() is None
+        assert await rw.try_write() is not None
+        await client.close()
+
+    run(main())

@@ -254,13 +254,13 @@ def test_exit_with_guards_held_releases_them(client, server):
 
 
 def test_every_kind_through_the_one_guard(client):
-    r1 = client.rw_lock("cfg").read().acquire()
-    r2 = client.rw_lock("cfg").read().acquire()
-    assert client.rw_lock("cfg").write().try_acquire() is None
+    r1 = client.rw_lock("cfg").read()
+    r2 = client.rw_lock("cfg").read()
+    assert client.rw_lock("cfg").try_write() is None
     r1.release(), r2.release()
-    w = client.rw_lock("cfg").write().acquire()
-    assert w.kind == "write" and client.rw_lock("cfg").read().try_acquire() is None
-    w.release()
+    with client.rw_lock("cfg").write() as w:
+        assert w.kind == "write" and client.rw_lock("cfg").try_read() is None
+    assert client.rw_lock("cfg").try_read() is not None
     re = client.reentrant_lock("re", owner="job-7")
     a, b = re.acquire(), re.acquire()
     assert client.reentrant_lock("re", owner="other").try_acquire() is None

@@ -71,9 +71,9 @@ __all__ = [
 class Lock:
     """A lock handle (cheap; nothing is sent until `acquire`).
 
-    Made by `Client.lock`, `fair_lock`, `reentrant_lock`, `semaphore`,
-    `multi_lock` and `RwLock.read()` / `.write()`. Use as a context manager,
-    or call `acquire()` / `try_acquire()` for a `Guard`.
+    Made by `Client.lock`, `fair_lock`, `reentrant_lock`, `semaphore` and
+    `multi_lock`. Use as a context manager, or call `acquire()` /
+    `try_acquire()` for a `Guard` (itself a context manager).
     """
 
     def __init__(self, core, kind: str, names: list[str], ttl, wait, **extra):
@@ -118,18 +118,26 @@ class Lock:
 
 
 class RwLock:
-    """A read-write lock handle: `read()` and `write()` give `Lock`s."""
+    """A read-write lock handle: many readers or one writer. As in Rust,
+    `read()` and `write()` acquire (waiting up to `wait`) and return the
+    guard, itself a context manager (`with rw.read() as guard:`);
+    `try_read()` / `try_write()` try once (None when busy)."""
 
     def __init__(self, core, name: str, ttl, wait, owner: Optional[str]):
-        self._args = (core, name, ttl, wait, owner)
+        self._read = Lock(core, "read", [name], ttl, wait, owner=owner)
+        self._write = Lock(core, "write", [name], ttl, wait, owner=owner)
 
-    def read(self) -> Lock:
-        core, name, ttl, wait, owner = self._args
-        return Lock(core, "read", [name], ttl, wait, owner=owner)
+    def read(self) -> Guard:
+        return self._read.acquire()
 
-    def write(self) -> Lock:
-        core, name, ttl, wait, owner = self._args
-        return Lock(core, "write", [name], ttl, wait, owner=owner)
+    def try_read(self) -> Optional[Guard]:
+        return self._read.try_acquire()
+
+    def write(self) -> Guard:
+        return self._write.acquire()
+
+    def try_write(self) -> Optional[Guard]:
+        return self._write.try_acquire()
 
 
 class Election:

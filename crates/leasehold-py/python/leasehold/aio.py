@@ -135,17 +135,43 @@ class Lock:
         await guard.__aexit__(*exc)
 
 
+class _Acquiring:
+    """What `RwLock.read()` / `.write()` return: awaitable (`guard = await
+    rw.read()`) and an async context manager (`async with rw.read() as
+    guard:`), as both are how one takes a hold."""
+
+    def __init__(self, lock: Lock) -> None:
+        self._lock = lock
+
+    def __await__(self):
+        return self._lock.acquire().__await__()
+
+    async def __aenter__(self) -> AsyncGuard:
+        return await self._lock.__aenter__()
+
+    async def __aexit__(self, *exc) -> None:
+        await self._lock.__aexit__(*exc)
+
+
 class RwLock:
+    """A read-write lock handle for asyncio: `await rw.read()` or `async
+    with rw.read() as guard:` (likewise `write`), `await rw.try_read()`."""
+
     def __init__(self, core, name, ttl, wait, owner):
-        self._args = (core, name, ttl, wait, owner)
+        self._read = Lock(core, "read", [name], ttl, wait, owner=owner)
+        self._write = Lock(core, "write", [name], ttl, wait, owner=owner)
 
-    def read(self) -> Lock:
-        core, name, ttl, wait, owner = self._args
-        return Lock(core, "read", [name], ttl, wait, owner=owner)
+    def read(self) -> _Acquiring:
+        return _Acquiring(self._read)
 
-    def write(self) -> Lock:
-        core, name, ttl, wait, owner = self._args
-        return Lock(core, "write", [name], ttl, wait, owner=owner)
+    async def try_read(self) -> Optional[AsyncGuard]:
+        return await self._read.try_acquire()
+
+    def write(self) -> _Acquiring:
+        return _Acquiring(self._write)
+
+    async def try_write(self) -> Optional[AsyncGuard]:
+        return await self._write.try_acquire()
 
 
 class Election:
