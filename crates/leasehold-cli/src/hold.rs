@@ -1,12 +1,11 @@
 //! What `run` holds while its command runs: the plain lock (one name, or
 //! several at once), a read or the write hold of a read-write lock, or a
-//! semaphore permit, or an election's leadership (`elect`). The library's
-//! guards share their methods but no trait, so one enum lets `run`
-//! supervise any of them the same way.
+//! semaphore permit, or an election's leadership (`elect`). Every guard of
+//! one lease is the library's one [`leasehold::Guard`] with its kind
+//! forgotten, so `run` supervises any of them the same way; several names
+//! at once are a [`MultiLockGuard`].
 
-use leasehold::{
-    Client, Leadership, Lock, LockGuard, LockKind, MultiLockGuard, Permit, ReadGuard, WriteGuard,
-};
+use leasehold::{Client, Guard, Lock, LockGuard, LockKind, MultiLockGuard};
 
 use crate::args::Mode;
 use crate::exit::Failure;
@@ -16,14 +15,14 @@ use crate::progress::Watch;
 /// A guard of any primitive `run` can hold.
 #[derive(Debug)]
 pub(crate) enum AnyGuard {
-    /// The plain lease lock.
-    Lock(LockGuard),
-    /// A read hold of a read-write lock.
-    Read(ReadGuard),
-    /// The write hold of a read-write lock.
-    Write(WriteGuard),
-    /// A semaphore permit.
-    Permit(Permit),
+    /// One lease: a plain lock, a read or write hold, a permit or a
+    /// leadership, as `hold` says.
+    One {
+        /// The lease.
+        guard: Guard,
+        /// What it holds.
+        hold: Hold,
+    },
     /// Several plain locks at once; `first` is the NAME given first, whose
     /// fence and token are LEASEHOLD_FENCE and LEASEHOLD_TOKEN.
     Multi {
@@ -32,94 +31,112 @@ pub(crate) enum AnyGuard {
         /// The first NAME on the command line.
         first: String,
     },
-    /// The leadership of an election (`elect`).
-    Leader(Leadership),
 }
 
-/// Evaluates `$body` with `$guard` bound to whichever guard `$held` is.
-macro_rules! each {
-    ($held:expr, $guard:ident => $body:expr) => {
-        match $held {
-            AnyGuard::Lock($guard) => $body,
-            AnyGuard::Read($guard) => $body,
-            AnyGuard::Write($guard) => $body,
-            AnyGuard::Permit($guard) => $body,
-            AnyGuard::Multi { guard: $guard, .. } => $body,
-            AnyGuard::Leader($guard) => $body,
-        }
-    };
+/// What one lease holds, for messages and `--json`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Hold {
+    /// The plain lease lock.
+    Lock,
+    /// A read hold of a read-write lock.
+    Read,
+    /// The write hold of a read-write lock.
+    Write,
+    /// A semaphore permit.
+    Permit,
+    /// The leadership of an election (`elect`).
+    Leader,
 }
 
 impl AnyGuard {
+    /// One lease, `guard` of any kind, holding `hold`.
+    fn one<K: leasehold::hold::Kind>(guard: Guard<K>, hold: Hold) -> AnyGuard {
+        AnyGuard::One {
+            guard: guard.into_any(),
+            hold,
+        }
+    }
+
     /// The fencing token (of the first NAME, when several are held).
     pub(crate) fn fence(&self) -> u64 {
         match self {
+            AnyGuard::One { guard, .. } => guard.fence(),
             AnyGuard::Multi { guard, first } => guard.fence(first).unwrap_or_default(),
-            single => single.fences()[0].1,
         }
     }
 
     /// Every name held with its fence, sorted by name.
     pub(crate) fn fences(&self) -> Vec<(String, u64)> {
         match self {
+            AnyGuard::One { guard, .. } => vec![(guard.name().to_owned(), guard.fence())],
             AnyGuard::Multi { guard, .. } => guard.fences().to_vec(),
-            AnyGuard::Lock(g) => vec![(g.name().to_owned(), g.fence())],
-            AnyGuard::Read(g) => vec![(g.name().to_owned(), g.fence())],
-            AnyGuard::Write(g) => vec![(g.name().to_owned(), g.fence())],
-            AnyGuard::Permit(g) => vec![(g.name().to_owned(), g.fence())],
-            AnyGuard::Leader(g) => vec![(g.name().to_owned(), g.fence())],
         }
     }
 
     /// The owner token (of the first NAME, when several are held).
     pub(crate) fn token(&self) -> &str {
         match self {
-            AnyGuard::Lock(g) => g.token(),
-            AnyGuard::Read(g) => g.token(),
-            AnyGuard::Write(g) => g.token(),
-            AnyGuard::Permit(g) => g.token(),
-            AnyGuard::Leader(g) => g.token(),
+            AnyGuard::One { guard, .. } => guard.token(),
             AnyGuard::Multi { guard, first } => guard.token(first).unwrap_or_default(),
         }
     }
 
     /// True once the lease may have expired or was taken.
     pub(crate) fn is_lost(&self) -> bool {
-        each!(self, g => g.is_lost())
+        match self {
+            AnyGuard::One { guard, .. } => guard.is_lost(),
+            AnyGuard::Multi { guard, .. } => guard.is_lost(),
+        }
     }
 
     /// Why the lease was lost, if it is.
     pub(crate) fn lost_reason(&self) -> Option<leasehold::LostReason> {
-        each!(self, g => g.lost_reason())
+        match self {
+            AnyGuard::One { guard, .. } => guard.lost_reason(),
+            AnyGuard::Multi { guard, .. } => guard.lost_reason(),
+        }
     }
 
     /// Resolves when the lease is lost.
     pub(crate) async fn lost(&self) {
-        each!(self, g => g.lost().await);
+        match self {
+            AnyGuard::One { guard, .. } => guard.lost().await,
+            AnyGuard::Multi { guard, .. } => guard.lost().await,
+        }
     }
 
     /// Gives the hold back, owner-checked.
     pub(crate) async fn release(self) -> leasehold::Result<()> {
-        each!(self, g => g.release().await)
+        match self {
+            AnyGuard::One { guard, .. } => guard.release().await,
+            AnyGuard::Multi { guard, .. } => guard.release().await,
+        }
     }
 
-    /// The kind, for `run --json`: `lock`, `rwlock` or `semaphore`.
+    /// The kind, for `run --json`: `lock`, `rwlock`, `semaphore` or `election`.
     pub(crate) fn kind(&self) -> &'static str {
         match self {
-            AnyGuard::Lock(_) | AnyGuard::Multi { .. } => "lock",
-            AnyGuard::Read(_) | AnyGuard::Write(_) => "rwlock",
-            AnyGuard::Permit(_) => "semaphore",
-            AnyGuard::Leader(_) => "election",
+            AnyGuard::One {
+                hold: Hold::Lock, ..
+            }
+            | AnyGuard::Multi { .. } => "lock",
+            AnyGuard::One {
+                hold: Hold::Read | Hold::Write,
+                ..
+            } => "rwlock",
+            AnyGuard::One {
+                hold: Hold::Permit, ..
+            } => "semaphore",
+            AnyGuard::One {
+                hold: Hold::Leader, ..
+            } => "election",
         }
     }
 
     /// What is held, for messages: `lock "x"`, `write lock "x"`, ...
     pub(crate) fn what(&self) -> String {
-        let kind = match self {
-            AnyGuard::Lock(_) => "lock",
-            AnyGuard::Read(_) => "read lock",
-            AnyGuard::Write(_) => "write lock",
-            AnyGuard::Permit(_) => "permit of semaphore",
+        let (guard, hold) = match self {
+            AnyGuard::One { guard, hold } => (guard, hold),
             AnyGuard::Multi { guard, .. } => {
                 let names: Vec<String> = guard
                     .names()
@@ -128,17 +145,15 @@ impl AnyGuard {
                     .collect();
                 return format!("locks {}", names.join(", "));
             }
-            AnyGuard::Leader(_) => "leadership of election",
         };
-        let name = match self {
-            AnyGuard::Lock(g) => g.name(),
-            AnyGuard::Read(g) => g.name(),
-            AnyGuard::Write(g) => g.name(),
-            AnyGuard::Permit(g) => g.name(),
-            AnyGuard::Leader(g) => g.name(),
-            AnyGuard::Multi { first, .. } => first,
+        let kind = match hold {
+            Hold::Lock => "lock",
+            Hold::Read => "read lock",
+            Hold::Write => "write lock",
+            Hold::Permit => "permit of semaphore",
+            Hold::Leader => "leadership of election",
         };
-        format!("{kind} {:?}", crate::output::printable(name))
+        format!("{kind} {:?}", crate::output::printable(guard.name()))
     }
 }
 
@@ -171,7 +186,7 @@ pub(crate) async fn take_leadership(
         Watch::lock(client, name),
         LockKind::Election,
     );
-    lead.await.map(AnyGuard::Leader)
+    lead.await.map(|g| AnyGuard::one(g, Hold::Leader))
 }
 
 /// Takes what `mode` names on `name`, per `lease`.
@@ -198,7 +213,9 @@ pub(crate) async fn take_hold(
         }
     };
     match mode {
-        Mode::Lock => take(client, name, lease).await.map(AnyGuard::Lock),
+        Mode::Lock => take(client, name, lease)
+            .await
+            .map(|g| AnyGuard::one(g, Hold::Lock)),
         Mode::Read => {
             let rw = rw();
             let busy = || format!("read-write lock {name:?} has a writer, or one waits");
@@ -210,7 +227,7 @@ pub(crate) async fn take_hold(
                 Watch::of(client, name, mode),
                 LockKind::RwLock,
             );
-            read.await.map(AnyGuard::Read)
+            read.await.map(|g| AnyGuard::one(g, Hold::Read))
         }
         Mode::Write => {
             let rw = rw();
@@ -224,7 +241,7 @@ pub(crate) async fn take_hold(
                 Watch::of(client, name, mode),
                 LockKind::RwLock,
             );
-            write.await.map(AnyGuard::Write)
+            write.await.map(|g| AnyGuard::one(g, Hold::Write))
         }
         Mode::Permits(permits) => {
             let mut sem = client
@@ -246,7 +263,7 @@ pub(crate) async fn take_hold(
                 Watch::of(client, name, mode),
                 LockKind::Semaphore,
             );
-            permit.await.map(AnyGuard::Permit)
+            permit.await.map(|g| AnyGuard::one(g, Hold::Permit))
         }
     }
 }

@@ -293,6 +293,7 @@ pub use error::{Error, Result};
 pub use kind::LockKind;
 pub use primitives::election::{Election, Leader, LeaderChanges, Leadership, MAX_VALUE_LEN};
 pub use primitives::fair::FairLock;
+pub use primitives::guard::{Guard, hold};
 pub use primitives::handle::{DEFAULT_TTL, DEFAULT_WAIT, HoldStatus};
 pub use primitives::lock::{Lock, LockGuard, LockStatus};
 pub use primitives::multi::{MultiLock, MultiLockGuard};

@@ -100,6 +100,17 @@ impl<G: AsyncGuard> Guard<G> {
     }
 }
 
+impl<K: crate::hold::Kind> Guard<crate::Guard<K>> {
+    /// The same guard with its kind forgotten; see [`crate::Guard::into_any`].
+    pub fn into_any(self) -> Guard<crate::Guard> {
+        let Guard { inner, rt } = self;
+        Guard {
+            inner: inner.into_any(),
+            rt,
+        }
+    }
+}
+
 impl<G: AsyncLease> Guard<G> {
     /// The fencing token; see [`crate::LockGuard::fence`].
     pub fn fence(&self) -> u64 {

@@ -31,8 +31,8 @@ pub trait AsyncLease: AsyncGuard {
     fn name(&self) -> &str;
 }
 
-impl_each!(AsyncGuard for crate::primitives::lock::LockGuard, crate::primitives::reentrant::ReentrantGuard, crate::primitives::rwlock::ReadGuard,
-    crate::primitives::rwlock::WriteGuard, crate::primitives::semaphore::Permit, crate::primitives::election::Leadership, crate::primitives::multi::MultiLockGuard => {
+/// Every single-lease guard: the one generic [`crate::Guard`].
+impl<K: crate::hold::Kind> AsyncGuard for crate::Guard<K> {
     fn is_lost(&self) -> bool {
         Self::is_lost(self)
     }
@@ -51,10 +51,9 @@ impl_each!(AsyncGuard for crate::primitives::lock::LockGuard, crate::primitives:
     fn release(self) -> impl Future<Output = Result<()>> {
         Self::release(self)
     }
-});
+}
 
-impl_each!(AsyncLease for crate::primitives::lock::LockGuard, crate::primitives::reentrant::ReentrantGuard, crate::primitives::rwlock::ReadGuard,
-    crate::primitives::rwlock::WriteGuard, crate::primitives::semaphore::Permit, crate::primitives::election::Leadership => {
+impl<K: crate::hold::Kind> AsyncLease for crate::Guard<K> {
     fn fence(&self) -> u64 {
         Self::fence(self)
     }
@@ -64,7 +63,29 @@ impl_each!(AsyncLease for crate::primitives::lock::LockGuard, crate::primitives:
     fn name(&self) -> &str {
         Self::name(self)
     }
-});
+}
+
+/// The guard of several names at once, one lease each.
+impl AsyncGuard for crate::primitives::multi::MultiLockGuard {
+    fn is_lost(&self) -> bool {
+        Self::is_lost(self)
+    }
+    fn lost_reason(&self) -> Option<crate::telemetry::LostReason> {
+        Self::lost_reason(self)
+    }
+    fn valid_for(&self) -> Duration {
+        Self::valid_for(self)
+    }
+    fn lost(&self) -> impl Future<Output = ()> {
+        Self::lost(self)
+    }
+    fn extend(&self, ttl: Duration) -> impl Future<Output = Result<()>> {
+        Self::extend(self, ttl)
+    }
+    fn release(self) -> impl Future<Output = Result<()>> {
+        Self::release(self)
+    }
+}
 
 /// Async handles with `ttl`, `wait`, `watchdog` and `describe`.
 pub trait Settings: Sized {

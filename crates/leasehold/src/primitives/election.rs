@@ -31,7 +31,7 @@ use crate::events::Subscription;
 use crate::inner::Inner;
 use crate::key::validate_name;
 use crate::kind::LockKind;
-use crate::primitives::guard::{Held, guard_api};
+use crate::primitives::guard::{Guard, Held, hold};
 use crate::primitives::handle::Handle;
 use crate::scripts::Leading;
 use crate::token::Token;
@@ -329,10 +329,12 @@ impl Election {
     /// lost in between (then it is let go, and the caller tries again).
     async fn announce(&self, held: Held, value: &str) -> Result<Option<Leadership>> {
         // Held from here: dropping this future releases the lease.
-        let leadership = Leadership {
+        let leadership = Guard::new(
             held,
-            value: value.to_owned(),
-        };
+            hold::Leader {
+                value: value.to_owned(),
+            },
+        );
         let servers = &self.h.inner.servers;
         let (token, term) = (leadership.held.token(), leadership.held.fence());
         if servers
@@ -497,17 +499,7 @@ impl Observer {
 /// blocking, never panicking). Call [`Leadership::resign`] to learn whether
 /// it still led. Its [`fence`](Leadership::fence) is its
 /// [`term`](Leadership::term).
-#[must_use = "dropping the leadership resigns at once"]
-pub struct Leadership {
-    held: Held,
-    value: String,
-}
-
-guard_api!(
-    Leadership,
-    "leadership",
-    "client.election(\"scheduler\").campaign(\"host-a\").await?"
-);
+pub type Leadership = Guard<hold::Leader>;
 
 impl Leadership {
     /// The term of this leadership: strictly greater than every earlier
@@ -521,7 +513,7 @@ impl Leadership {
 
     /// The value this leader campaigned with.
     pub fn value(&self) -> &str {
-        &self.value
+        &self.kind.value
     }
 
     /// Steps down: observers are told, and the first live standby leads at

@@ -1,10 +1,12 @@
 //! What every guard shares: the held lease, its renewal, owner-checked
 //! extend and release, and the background release when it is dropped.
 //!
-//! The public guards ([`LockGuard`](crate::LockGuard),
-//! [`ReentrantGuard`](crate::ReentrantGuard), [`ReadGuard`](crate::ReadGuard),
-//! [`WriteGuard`](crate::WriteGuard)) wrap a [`Held`] and get their common
-//! methods from [`guard_api!`].
+//! Every public guard of one lease is the one generic [`Guard`] around a
+//! [`Held`], told apart by its kind `K` ([`hold`]): the methods they share
+//! are written once, here; what one kind has alone (a write hold's
+//! `downgrade`, a leadership's `term`) is in its primitive's file, as an
+//! `impl` of its alias ([`LockGuard`](crate::LockGuard) is
+//! `Guard<hold::Exclusive>`, ...).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -239,154 +241,283 @@ impl Drop for Held {
     }
 }
 
-/// The methods every guard has, delegating to its `held: Held` field.
-/// `$what` names what the guard holds, `$acquire` is example code that
-/// yields one (given `client: leasehold::Client`).
-macro_rules! guard_api {
-    ($guard:ident, $what:literal, $acquire:literal) => {
-        impl std::fmt::Debug for $guard {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.debug_struct(stringify!($guard))
-                    .field("name", &self.held.name())
-                    .field("fence", &self.held.fence())
-                    .field(
-                        "token",
-                        &format_args!("{}…", crate::token::redact(self.held.token())),
-                    )
-                    .field("lost", &self.held.is_lost())
-                    .finish()
-            }
-        }
-
-        impl $guard {
-            /// The fencing token: strictly greater than that of every
-            /// earlier acquisition of this lock name on this Redis (see each
-            /// primitive for when re-entries share one). Send it with every
-            /// write to the protected resource and have the resource reject
-            /// lower ones.
-            pub fn fence(&self) -> u64 {
-                self.held.fence()
-            }
-
-            /// This holder's owner token. It is a capability (whoever has it
-            /// can release the lock), so do not log it whole.
-            pub fn token(&self) -> &str {
-                self.held.token()
-            }
-
-            /// The lock's name.
-            pub fn name(&self) -> &str {
-                self.held.name()
-            }
-
-            #[doc = concat!("True once the ", $what, " may have expired or was taken by another owner.")]
-            ///
-            /// Based on the monotonic clock and the last successful renewal,
-            /// so it turns true at the end of the validity even if the
-            /// watchdog could not run.
-            pub fn is_lost(&self) -> bool {
-                self.held.is_lost()
-            }
-
-            #[doc = concat!("Why the ", $what, " was lost, as far as this client knows; `None` while")]
-            /// it is not ([`is_lost`](Self::is_lost) is false).
-            /// [`LostReason::Unreachable`](crate::LostReason::Unreachable):
-            /// Redis did not answer the renewals sent in time;
-            /// [`Expired`](crate::LostReason::Expired): none was (this
-            /// process paused), or Redis no longer had it;
-            /// [`Broken`](crate::LostReason::Broken): an operator broke it
-            /// ([`Client::break_lease`](crate::Client::break_lease)), told at once.
-            pub fn lost_reason(&self) -> Option<crate::telemetry::LostReason> {
-                self.held.lost_reason()
-            }
-
-            #[doc = concat!("How long the ", $what, " is certain to last from now, by this client's")]
-            /// monotonic clock (the server keeps it at least that long);
-            /// zero once it is lost. The watchdog's renewals push it back;
-            /// without them it only shrinks.
-            ///
-            /// ```no_run
-            /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
-            /// # async fn step() {}
-            #[doc = concat!("let guard = ", $acquire, ";")]
-            /// if guard.valid_for() > std::time::Duration::from_secs(5) {
-            ///     step().await; // short enough to finish inside the lease
-            /// }
-            /// # Ok(()) }
-            /// ```
-            pub fn valid_for(&self) -> std::time::Duration {
-                self.held.valid_for()
-            }
-
-            #[doc = concat!("Resolves when the ", $what, " is lost: another owner took it, or it could")]
-            /// not be renewed before its validity ran out. Use it to abort work:
-            ///
-            /// ```no_run
-            /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
-            /// # async fn long_job() {}
-            #[doc = concat!("let guard = ", $acquire, ";")]
-            /// tokio::select! {
-            ///     () = long_job() => guard.release().await?,
-            ///     () = guard.lost() => eprintln!("lost the lock; stopping"),
-            /// }
-            /// # Ok(()) }
-            /// ```
-            ///
-            /// # Cancel safety
-            ///
-            /// Cancel-safe: dropping the future has no effect on the lease.
-            pub async fn lost(&self) {
-                self.held.lost().await;
-            }
-
-            #[doc = concat!("Sets the ", $what, " to end `ttl` from now, if this guard still holds it.")]
-            /// With the watchdog on, later renewals use the new TTL.
-            ///
-            /// ```no_run
-            /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
-            #[doc = concat!("let guard = ", $acquire, ";")]
-            /// guard.extend(std::time::Duration::from_secs(60)).await?;
-            /// # Ok(()) }
-            /// ```
-            ///
-            /// # Errors
-            ///
-            /// [`Error::Lost`](crate::Error::Lost) if it expired or another
-            /// owner holds the lock (the guard is then marked lost);
-            /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for
-            /// a TTL out of bounds; connection errors.
-            ///
-            /// # Cancel safety
-            ///
-            /// If dropped, the extension may or may not have happened.
-            pub async fn extend(&self, ttl: std::time::Duration) -> crate::error::Result<()> {
-                self.held.extend(ttl).await
-            }
-
-            #[doc = concat!("Gives back the ", $what, ", if this guard still holds it, and wakes waiters.")]
-            ///
-            /// ```no_run
-            /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
-            #[doc = concat!("let guard = ", $acquire, ";")]
-            /// guard.release().await?;
-            /// # Ok(()) }
-            /// ```
-            ///
-            /// # Errors
-            ///
-            /// [`Error::Lost`](crate::Error::Lost) if it had already expired
-            /// or another owner holds the lock (nothing is changed then);
-            /// connection errors (the release is then retried once in the
-            /// background, and the lease ends by its TTL at the latest).
-            ///
-            /// # Cancel safety
-            ///
-            /// If dropped, the release still happens in the background.
-            pub async fn release(self) -> crate::error::Result<()> {
-                self.held.release().await
-            }
-        }
-    };
+/// A held lease of any kind: the one guard type behind
+/// [`LockGuard`](crate::LockGuard), [`ReentrantGuard`](crate::ReentrantGuard),
+/// [`ReadGuard`](crate::ReadGuard), [`WriteGuard`](crate::WriteGuard),
+/// [`Permit`](crate::Permit) and [`Leadership`](crate::Leadership) (each an
+/// alias of `Guard<K>` with its kind `K` from [`hold`](crate::hold)). The
+/// methods every guard has are these, written once; a kind's own methods
+/// (`WriteGuard::downgrade`, `Leadership::term`, `LockGuard::detach`) are on
+/// its alias. [`Guard::into_any`] forgets the kind, for code that holds
+/// guards of several kinds in one place (`Guard<hold::Any>`, or plain
+/// `Guard`).
+///
+/// The lease is renewed while the guard lives. Dropping the guard stops
+/// renewal and releases the lease in the background (never blocking, never
+/// panicking): the client's watchdog task sends the release. Call
+/// [`release`](Guard::release) instead to learn whether the lease was still
+/// held.
+///
+/// When the runtime is shutting down (a guard dropped as `main` returns, or
+/// after the runtime was dropped), that task no longer runs: the release is
+/// not sent and the lock stays held until its TTL ends. Release the guard,
+/// or call [`Client::close`](crate::Client::close), before the program ends.
+#[must_use = "dropping the guard releases at once"]
+pub struct Guard<K: hold::Kind = hold::Any> {
+    pub(crate) held: Held,
+    pub(crate) kind: K,
 }
 
-pub(crate) use guard_api;
+/// The kinds of [`Guard`]: what its type parameter says it holds. Each kind
+/// adds its own methods to its guard (`Guard<hold::Write>::downgrade`, ...);
+/// [`Any`](hold::Any) is a guard whose kind was forgotten
+/// ([`Guard::into_any`]).
+pub mod hold {
+    /// What a [`Guard`](crate::Guard) can hold; implemented by the kinds of
+    /// this module only.
+    pub trait Kind: sealed::Sealed + Send + Sync + 'static {}
+
+    pub(crate) mod sealed {
+        /// The guard's type name, for its `Debug` output.
+        pub trait Sealed {
+            fn type_name(&self) -> &'static str;
+        }
+    }
+
+    macro_rules! kinds {
+        ($($(#[$doc:meta])* $kind:ident => $alias:literal;)+) => {$(
+            $(#[$doc])*
+            #[derive(Debug)]
+            #[non_exhaustive]
+            pub struct $kind;
+
+            impl Kind for $kind {}
+
+            impl sealed::Sealed for $kind {
+                fn type_name(&self) -> &'static str {
+                    $alias
+                }
+            }
+        )+};
+    }
+
+    kinds! {
+        /// A [`Lock`](crate::Lock)'s or a [`FairLock`](crate::FairLock)'s
+        /// lease: [`LockGuard`](crate::LockGuard).
+        Exclusive => "LockGuard";
+        /// A [`ReentrantLock`](crate::ReentrantLock)'s hold:
+        /// [`ReentrantGuard`](crate::ReentrantGuard).
+        Reentrant => "ReentrantGuard";
+        /// A read hold of an [`RwLock`](crate::RwLock):
+        /// [`ReadGuard`](crate::ReadGuard).
+        Read => "ReadGuard";
+        /// The write hold of an [`RwLock`](crate::RwLock):
+        /// [`WriteGuard`](crate::WriteGuard).
+        Write => "WriteGuard";
+        /// A [`Semaphore`](crate::Semaphore)'s permit:
+        /// [`Permit`](crate::Permit).
+        SemaphorePermit => "Permit";
+    }
+
+    /// An [`Election`](crate::Election)'s leadership, with the value it
+    /// campaigned with: [`Leadership`](crate::Leadership).
+    #[derive(Debug)]
+    pub struct Leader {
+        pub(crate) value: String,
+    }
+
+    impl Kind for Leader {}
+
+    impl sealed::Sealed for Leader {
+        fn type_name(&self) -> &'static str {
+            "Leadership"
+        }
+    }
+
+    /// A guard whose kind was forgotten ([`Guard::into_any`](crate::Guard::into_any)):
+    /// only the methods every guard has.
+    #[derive(Debug)]
+    pub struct Any {
+        pub(crate) type_name: &'static str,
+    }
+
+    impl Kind for Any {}
+
+    impl sealed::Sealed for Any {
+        fn type_name(&self) -> &'static str {
+            self.type_name
+        }
+    }
+}
+
+impl<K: hold::Kind> std::fmt::Debug for Guard<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(self.kind.type_name())
+            .field("name", &self.held.name())
+            .field("fence", &self.held.fence())
+            .field(
+                "token",
+                &format_args!("{}…", crate::token::redact(self.held.token())),
+            )
+            .field("lost", &self.held.is_lost())
+            .finish()
+    }
+}
+
+impl<K: hold::Kind> Guard<K> {
+    /// Wraps a held lease as a guard of kind `kind`.
+    pub(crate) fn new(held: Held, kind: K) -> Guard<K> {
+        Guard { held, kind }
+    }
+
+    /// The same guard with its kind forgotten: only the methods every guard
+    /// has, for code that keeps guards of several kinds in one place (one
+    /// variable, one collection, a binding to another language).
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client, shared: bool) -> Result<(), leasehold::Error> {
+    /// let guard: leasehold::Guard = if shared {
+    ///     client.rw_lock("catalog").read().await?.into_any()
+    /// } else {
+    ///     client.lock("catalog:rebuild").acquire().await?.into_any()
+    /// };
+    /// println!("fence {}", guard.fence());
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn into_any(self) -> Guard<hold::Any> {
+        let type_name = self.kind.type_name();
+        Guard {
+            held: self.held,
+            kind: hold::Any { type_name },
+        }
+    }
+
+    /// The fencing token: strictly greater than that of every earlier
+    /// acquisition of this lock name on this Redis (see each primitive for
+    /// when re-entries share one). Send it with every write to the protected
+    /// resource and have the resource reject lower ones.
+    pub fn fence(&self) -> u64 {
+        self.held.fence()
+    }
+
+    /// This holder's owner token. It is a capability (whoever has it can
+    /// release the lock), so do not log it whole.
+    pub fn token(&self) -> &str {
+        self.held.token()
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.held.name()
+    }
+
+    /// True once the lease (hold, permit, leadership) may have expired or
+    /// was taken by another owner.
+    ///
+    /// Based on the monotonic clock and the last successful renewal, so it
+    /// turns true at the end of the validity even if the watchdog could not
+    /// run.
+    pub fn is_lost(&self) -> bool {
+        self.held.is_lost()
+    }
+
+    /// Why the lease was lost, as far as this client knows; `None` while it
+    /// is not ([`is_lost`](Self::is_lost) is false).
+    /// [`LostReason::Unreachable`](crate::LostReason::Unreachable):
+    /// Redis did not answer the renewals sent in time;
+    /// [`Expired`](crate::LostReason::Expired): none was (this
+    /// process paused), or Redis no longer had it;
+    /// [`Broken`](crate::LostReason::Broken): an operator broke it
+    /// ([`Client::break_lease`](crate::Client::break_lease)), told at once.
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.held.lost_reason()
+    }
+
+    /// How long the lease is certain to last from now, by this client's
+    /// monotonic clock (the server keeps it at least that long); zero once
+    /// it is lost. The watchdog's renewals push it back; without them it
+    /// only shrinks.
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// # async fn step() {}
+    /// let guard = client.lock("migration").acquire().await?;
+    /// if guard.valid_for() > std::time::Duration::from_secs(5) {
+    ///     step().await; // short enough to finish inside the lease
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn valid_for(&self) -> Duration {
+        self.held.valid_for()
+    }
+
+    /// Resolves when the lease is lost: another owner took it, or it could
+    /// not be renewed before its validity ran out. Use it to abort work:
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// # async fn long_job() {}
+    /// let guard = client.lock("migration").acquire().await?;
+    /// tokio::select! {
+    ///     () = long_job() => guard.release().await?,
+    ///     () = guard.lost() => eprintln!("lost the lock; stopping"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future has no effect on the lease.
+    pub async fn lost(&self) {
+        self.held.lost().await;
+    }
+
+    /// Sets the lease to end `ttl` from now, if this guard still holds it.
+    /// With the watchdog on, later renewals use the new TTL.
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let guard = client.semaphore("exports", 4).acquire().await?;
+    /// guard.extend(std::time::Duration::from_secs(60)).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`](crate::Error::Lost) if it expired or another
+    /// owner holds the lock (the guard is then marked lost);
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for
+    /// a TTL out of bounds; connection errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped, the extension may or may not have happened.
+    pub async fn extend(&self, ttl: Duration) -> Result<()> {
+        self.held.extend(ttl).await
+    }
+
+    /// Gives back the lease, if this guard still holds it, and wakes
+    /// waiters.
+    ///
+    /// ```no_run
+    /// # async fn run(client: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let guard = client.rw_lock("catalog").write().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`](crate::Error::Lost) if it had already expired
+    /// or another owner holds the lock (nothing is changed then);
+    /// connection errors (the release is then retried once in the
+    /// background, and the lease ends by its TTL at the latest).
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped, the release still happens in the background.
+    pub async fn release(self) -> Result<()> {
+        self.held.release().await
+    }
+}

@@ -10,7 +10,7 @@ use crate::inner::Inner;
 use crate::key::validate_name;
 use crate::kind::LockKind;
 use crate::lease::server_ttl;
-use crate::primitives::guard::{Held, guard_api};
+use crate::primitives::guard::{Guard, Held, hold};
 use crate::primitives::handle::{Handle, at_least_api, handle_api, lock_delay_api};
 use crate::scripts::{Acquire, Extension, LeaseId, Owned, Queueing};
 use crate::token::{Token, redact};
@@ -332,7 +332,7 @@ impl Lock {
     async fn acquire_within(&self, wait: Option<Duration>) -> Result<Option<LockGuard>> {
         self.h.validate()?;
         let held = take_lease(&self.h, LockKind::Lock, self.fair, wait).await?;
-        Ok(held.map(|held| LockGuard { held }))
+        Ok(held.map(|held| Guard::new(held, hold::Exclusive)))
     }
 }
 
@@ -422,16 +422,7 @@ pub struct LockStatus {
 /// after the runtime was dropped), that task no longer runs: the release is
 /// not sent and the lock stays held until its TTL ends. Release the guard,
 /// or call [`Client::close`](crate::Client::close), before the program ends.
-#[must_use = "dropping the guard releases the lock at once"]
-pub struct LockGuard {
-    pub(crate) held: Held,
-}
-
-guard_api!(
-    LockGuard,
-    "lease",
-    "client.lock(\"migration\").acquire().await?"
-);
+pub type LockGuard = Guard<hold::Exclusive>;
 
 impl LockGuard {
     /// Stops renewal and hands back the owner token *without* releasing:

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::inner::Inner;
 use crate::key::{validate_name, validate_owner};
 use crate::kind::LockKind;
-use crate::primitives::guard::{Held, guard_api};
+use crate::primitives::guard::{Guard, hold};
 use crate::primitives::handle::{Handle, handle_api, owner_api};
 use crate::scripts::Owned;
 use crate::token::{Token, redact};
@@ -215,9 +215,7 @@ impl ReentrantLock {
                 owner_token.clone(),
                 hold.as_str().to_owned(),
             );
-            ReentrantGuard {
-                held: self.h.hold(id, won),
-            }
+            Guard::new(self.h.hold(id, won), hold::Reentrant)
         }))
     }
 }
@@ -254,13 +252,4 @@ pub struct ReentrantStatus {
 ///
 /// A release left to a runtime that is shutting down is never sent; see
 /// [`LockGuard`](crate::LockGuard) and [`Client::close`](crate::Client::close).
-#[must_use = "dropping the guard gives back its hold at once"]
-pub struct ReentrantGuard {
-    pub(crate) held: Held,
-}
-
-guard_api!(
-    ReentrantGuard,
-    "hold",
-    "client.reentrant_lock(\"migration\").owner(\"job-7\").acquire().await?"
-);
+pub type ReentrantGuard = Guard<hold::Reentrant>;

@@ -11,7 +11,7 @@ use crate::inner::Inner;
 use crate::key::{LockKeys, validate_name, validate_owner};
 use crate::kind::LockKind;
 use crate::lease::Lease;
-use crate::primitives::guard::{Held, describe_hold, guard_api};
+use crate::primitives::guard::{Guard, Held, describe_hold, hold};
 use crate::primitives::handle::{Handle, HoldStatus, at_least_api, handle_api, owner_api};
 use crate::scripts::{Acquire, Mode, Owned, OwnedLeaseId, RwAcquire, RwAttempt};
 use crate::token::{Token, redact};
@@ -117,7 +117,7 @@ impl RwLock {
     pub async fn read(&self) -> Result<ReadGuard> {
         let held = self.take(Mode::Read, Some(self.h.wait)).await?;
         let held = held.ok_or_else(|| self.h.timeout())?;
-        Ok(ReadGuard { held })
+        Ok(Guard::new(held, hold::Read))
     }
 
     crate::primitives::run::run_api!(run_read, read, "read hold", "client.rw_lock(\"catalog\")");
@@ -144,7 +144,7 @@ impl RwLock {
     /// ```
     pub async fn try_read(&self) -> Result<Option<ReadGuard>> {
         let held = self.take(Mode::Read, None).await?;
-        Ok(held.map(|held| ReadGuard { held }))
+        Ok(held.map(|held| Guard::new(held, hold::Read)))
     }
 
     /// Takes the write hold, waiting up to [`RwLock::wait`] for other
@@ -175,7 +175,7 @@ impl RwLock {
     pub async fn write(&self) -> Result<WriteGuard> {
         let held = self.take(Mode::Write, Some(self.h.wait)).await?;
         let held = held.ok_or_else(|| self.h.timeout())?;
-        Ok(WriteGuard { held })
+        Ok(Guard::new(held, hold::Write))
     }
 
     crate::primitives::run::run_api!(
@@ -208,7 +208,7 @@ impl RwLock {
     /// ```
     pub async fn try_write(&self) -> Result<Option<WriteGuard>> {
         let held = self.take(Mode::Write, None).await?;
-        Ok(held.map(|held| WriteGuard { held }))
+        Ok(held.map(|held| Guard::new(held, hold::Write)))
     }
 
     /// Reads who holds the lock: the writer, the readers (at most 100
@@ -426,16 +426,7 @@ impl Drop for WithdrawOnDrop<'_> {
 ///
 /// A release left to a runtime that is shutting down is never sent; see
 /// [`LockGuard`](crate::LockGuard) and [`Client::close`](crate::Client::close).
-#[must_use = "dropping the guard releases the read hold at once"]
-pub struct ReadGuard {
-    pub(crate) held: Held,
-}
-
-guard_api!(
-    ReadGuard,
-    "read hold",
-    "client.rw_lock(\"catalog\").read().await?"
-);
+pub type ReadGuard = Guard<hold::Read>;
 
 /// The write hold on an [`RwLock`]; renewed while it lives.
 ///
@@ -443,16 +434,7 @@ guard_api!(
 ///
 /// A release left to a runtime that is shutting down is never sent; see
 /// [`LockGuard`](crate::LockGuard) and [`Client::close`](crate::Client::close).
-#[must_use = "dropping the guard releases the write hold at once"]
-pub struct WriteGuard {
-    pub(crate) held: Held,
-}
-
-guard_api!(
-    WriteGuard,
-    "write hold",
-    "client.rw_lock(\"catalog\").write().await?"
-);
+pub type WriteGuard = Guard<hold::Write>;
 
 impl WriteGuard {
     /// Turns the write hold into a read hold in one step on the server:
@@ -527,7 +509,7 @@ impl WriteGuard {
                 next = next.described(lease.about.clone());
                 let held = Held::new(&inner, next, fence, watchdog);
                 describe_hold(&inner, &held.lease, lease.who());
-                Ok(ReadGuard { held })
+                Ok(Guard::new(held, hold::Read))
             }
             gone @ (Owned::Missing | Owned::OtherOwner) => {
                 lease.mark_lost(gone.lost_reason());

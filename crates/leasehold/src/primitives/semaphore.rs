@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::inner::Inner;
 use crate::key::validate_name;
 use crate::kind::LockKind;
-use crate::primitives::guard::{Held, guard_api};
+use crate::primitives::guard::{Guard, hold};
 use crate::primitives::handle::{Handle, HoldStatus, at_least_api, handle_api};
 use crate::scripts::{self, STATUS_MOST_ENTRIES, SemAcquire};
 use crate::token::{Token, redact};
@@ -219,10 +219,11 @@ impl Semaphore {
             }
         })
         .await?;
-        Ok(acquired.map(|won| Permit {
-            held: self
+        Ok(acquired.map(|won| {
+            let held = self
                 .h
-                .hold((LockKind::Semaphore, hold, member.clone()), won),
+                .hold((LockKind::Semaphore, hold, member.clone()), won);
+            Guard::new(held, hold::SemaphorePermit)
         }))
     }
 }
@@ -256,13 +257,4 @@ pub struct SemaphoreStatus {
 ///
 /// A release left to a runtime that is shutting down is never sent; see
 /// [`LockGuard`](crate::LockGuard) and [`Client::close`](crate::Client::close).
-#[must_use = "dropping the permit gives it back at once"]
-pub struct Permit {
-    pub(crate) held: Held,
-}
-
-guard_api!(
-    Permit,
-    "permit",
-    "client.semaphore(\"exports\", 4).acquire().await?"
-);
+pub type Permit = Guard<hold::SemaphorePermit>;
