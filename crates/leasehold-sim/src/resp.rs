@@ -3,9 +3,12 @@
 
 use redis::Value;
 
+/// A command's arguments, and the bytes it took.
+pub type Command = (Vec<Vec<u8>>, usize);
+
 /// One command (`*N` of `$len` bulk strings) at the start of `buf`: its
 /// arguments and the bytes it took, or None if it is not whole yet.
-pub fn parse_command(buf: &[u8]) -> Result<Option<(Vec<Vec<u8>>, usize)>, String> {
+pub fn parse_command(buf: &[u8]) -> Result<Option<Command>, String> {
     fn line(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
         let end = buf[at..].windows(2).position(|w| w == b"\r\n")?;
         Some((&buf[at..at + end], at + end + 2))

@@ -162,9 +162,12 @@ fn script_name(sha: &[u8]) -> Option<&'static str> {
         .copied()
 }
 
+/// A shipped script's call: its name, KEYS and ARGV.
+type ScriptCall<'a> = (&'static str, &'a [Vec<u8>], &'a [Vec<u8>]);
+
 /// The plain lock's scripts that set, renew or delete a lock key: the
 /// script's name, its KEYS and its ARGV (None for any other command).
-fn lock_script(args: &[Vec<u8>]) -> Option<(&'static str, &[Vec<u8>], &[Vec<u8>])> {
+fn lock_script(args: &[Vec<u8>]) -> Option<ScriptCall<'_>> {
     script_call(args).filter(|(name, _, _)| {
         matches!(
             *name,
@@ -175,7 +178,7 @@ fn lock_script(args: &[Vec<u8>]) -> Option<(&'static str, &[Vec<u8>], &[Vec<u8>]
 
 /// Any shipped script's call: its name, KEYS and ARGV (None for any other
 /// command).
-fn script_call(args: &[Vec<u8>]) -> Option<(&'static str, &[Vec<u8>], &[Vec<u8>])> {
+fn script_call(args: &[Vec<u8>]) -> Option<ScriptCall<'_>> {
     if !args.first()?.eq_ignore_ascii_case(b"EVALSHA") {
         return None;
     }
@@ -234,31 +237,29 @@ impl State {
     /// there, held for a TTL after its holder let it go.
     fn check_renewals(&mut self, node: &str, script: &str, argv: &[Vec<u8>], reply: &Value) {
         let now = Instant::now().duration_since(self.start).as_millis();
-        match script {
-            // Only a re-take can set a key back (SET NX); an extend that
-            // lands after the release finds the key gone or another's.
-            "lock_retake" => {
-                // One answer per lease: 1 if set back (a re-take that found
-                // the key taken, as a second delivery may, changed nothing).
-                let set_back = |i: usize| match reply {
-                    Value::Array(answers) => matches!(answers.get(i), Some(Value::Int(1))),
-                    _ => false,
-                };
-                for (i, token) in argv.iter().step_by(2).enumerate() {
-                    if !set_back(i) {
-                        continue;
-                    }
-                    let at = (node.to_owned(), token.clone());
-                    if let Some(released) = self.released.get(&at) {
-                        let line = format!(
-                            "at {now} ms, {node}: {script} of token {} after its guard's release ran there at {released} ms",
-                            String::from_utf8_lossy(&token[..token.len().min(8)])
-                        );
-                        self.retaken_after_release.push(line);
-                    }
-                }
+        // Only a re-take can set a key back (SET NX); an extend that lands
+        // after the release finds the key gone or another's.
+        if script != "lock_retake" {
+            return;
+        }
+        // One answer per lease: 1 if set back (a re-take that found the key
+        // taken, as a second delivery may, changed nothing).
+        let set_back = |i: usize| match reply {
+            Value::Array(answers) => matches!(answers.get(i), Some(Value::Int(1))),
+            _ => false,
+        };
+        for (i, token) in argv.iter().step_by(2).enumerate() {
+            if !set_back(i) {
+                continue;
             }
-            _ => {}
+            let at = (node.to_owned(), token.clone());
+            if let Some(released) = self.released.get(&at) {
+                let line = format!(
+                    "at {now} ms, {node}: {script} of token {} after its guard's release ran there at {released} ms",
+                    String::from_utf8_lossy(&token[..token.len().min(8)])
+                );
+                self.retaken_after_release.push(line);
+            }
         }
     }
 
