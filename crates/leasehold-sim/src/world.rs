@@ -1084,6 +1084,18 @@ impl World {
         }
         let shared = Arc::new(SocketShared::default());
         let pushed = Arc::clone(&shared);
+        // Connecting takes a handshake's delay; one connection in ten waits
+        // for a lost SYN to be sent again (1 s): a driver's request sent
+        // again after a reset may run long after its first delivery.
+        let connecting = {
+            let mut s = self.state();
+            let handshake = World::delay(&mut s);
+            if s.rng.chance(0.1) {
+                handshake + Duration::from_secs(1)
+            } else {
+                handshake
+            }
+        };
         let conn = self.connect_with(
             &node,
             process,
@@ -1091,6 +1103,7 @@ impl World {
             Arc::new(move |push| pushed.push(push)),
             Some(Arc::clone(&shared)),
         );
+        conn.lines().to_server = Instant::now() + connecting;
         Ok(SimSocket::new(
             shared,
             SimWire {
