@@ -79,11 +79,14 @@ where
     let not_read = |id: &str| {
         on_line.iter().any(|given| given == id) || (url_on_line && TOPOLOGY.contains(&id))
     };
-    let parsed = command_reading(|id| !not_read(id))
-        .try_get_matches_from(&args)
+    let mut command = command_reading(|id| !not_read(id));
+    let parsed = command
+        .try_get_matches_from_mut(&args)
         .and_then(|mut matches| {
-            // Before from_arg_matches_mut, which takes the values out.
-            let from_env = from_env(&matches);
+            // Before from_arg_matches_mut, which takes the values out; from
+            // the command that parsed them (building another one cost a
+            // tenth of a one-shot `run`'s instructions, issue 34).
+            let from_env = from_env(&command, &matches);
             let mut cli = Cli::from_arg_matches_mut(&mut matches)?;
             cli.global.from_env = from_env;
             cli.global.unused_env = unused;
@@ -186,9 +189,9 @@ fn unused_topology(on_line: &[String]) -> Vec<String> {
 }
 
 /// The ids of the global options whose value came from their variable,
-/// each with the variable's name.
-fn from_env(matches: &ArgMatches) -> Vec<(String, String)> {
-    Cli::command()
+/// each with the variable's name, as `command` parsed it into `matches`.
+fn from_env(command: &clap::Command, matches: &ArgMatches) -> Vec<(String, String)> {
+    command
         .get_arguments()
         .filter(|arg| matches.value_source(arg.get_id().as_str()) == Some(ValueSource::EnvVariable))
         .filter_map(|arg| {
