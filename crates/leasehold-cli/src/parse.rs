@@ -57,14 +57,17 @@ where
         // Kept for given_on_line: building clap's command again costs more
         // than the parse itself.
         let mut first = command_reading(|_| false);
-        match first.try_get_matches_from_mut(&args) {
+        let on_line = match first.try_get_matches_from_mut(&args) {
             Ok(matches) => given_on_line(&first, &matches),
             // Printed below, by the command that names the variables.
             Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
                 Vec::new()
             }
             Err(e) => return Err(Failure::usage(one_line(&e, &args, false))),
-        }
+        };
+        // Not freed, as `command` below.
+        std::mem::forget(first);
+        on_line
     } else {
         Vec::new()
     };
@@ -92,6 +95,11 @@ where
             cli.global.unused_env = unused;
             Ok(cli)
         });
+    // Not freed: the process is about to run one command and exit, which
+    // frees it all at once; freeing clap's whole definition one piece at a
+    // time cost 160,000 instructions, a twentieth of a one-shot `run`
+    // (issue 34).
+    std::mem::forget(command);
     match parsed {
         Ok(mut cli) => {
             cli.global.settle_conflicts()?;
