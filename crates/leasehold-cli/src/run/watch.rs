@@ -296,3 +296,49 @@ impl Orders {
         Some(lines)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Orders come as whole lines, however the pipe cuts them: a line
+    /// split over two reads is one order, two lines in one read are two,
+    /// and end-of-file is the end.
+    #[test]
+    fn orders_are_whole_lines_however_the_pipe_cuts_them() {
+        let (read, write) = nix::unistd::pipe().expect("pipe");
+        let mut write = std::fs::File::from(write);
+        let mut orders = Orders::default();
+        write.write_all(b"group 4").expect("write");
+        assert_eq!(orders.read(read.as_fd()), Some(Vec::new()));
+        write.write_all(b"2\ncont\ndo").expect("write");
+        assert_eq!(
+            orders.read(read.as_fd()),
+            Some(vec!["group 42".to_owned(), "cont".to_owned()])
+        );
+        write.write_all(b"ne\n").expect("write");
+        assert_eq!(orders.read(read.as_fd()), Some(vec!["done".to_owned()]));
+        drop(write);
+        assert_eq!(orders.read(read.as_fd()), None);
+    }
+
+    /// A child told to exit after the watch began is reaped by it: its
+    /// SIGCHLD wakes the wait, whenever it comes.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_child_told_to_exit_is_reaped_when_it_exits() {
+        let mut child = Command::new("cat")
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("cat");
+        let stdin = child.stdin.take();
+        let exits = Exits::watch();
+        assert!(exits.0.is_some(), "SIGCHLD is caught");
+        // Told to exit: end-of-file on its stdin.
+        drop(stdin);
+        reap(&mut child, exits).await;
+        assert!(
+            matches!(child.try_wait(), Ok(Some(status)) if status.success()),
+            "reaped, exit 0"
+        );
+    }
+}
