@@ -44,14 +44,15 @@ where
     T: Into<OsString> + Clone,
 {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
-    // With no LEASEHOLD_* variable set, no option can come from one: the
-    // pass that tells the command line's options from the variables' is not
-    // needed (building, running and dropping clap's command is a quarter of
-    // a one-shot `run`'s instructions, issue 34), and an error of the one
-    // pass left is the command line's.
-    let any_variable = std::env::vars_os().any(|(name, _)| {
-        name.to_str()
-            .is_some_and(|name| name.starts_with(VARIABLE_PREFIX))
+    // With no option's variable set (blank counts as unset), no option can
+    // come from one: the pass that tells the command line's options from
+    // the variables' is not needed (building, running and dropping clap's
+    // command is a quarter of a one-shot `run`'s instructions, issue 34),
+    // and an error of the one pass left is the command line's. Other
+    // LEASEHOLD_* variables do not count: LEASEHOLD_FENCE and the like,
+    // which a `leasehold run` inside another one inherits, are no option's.
+    let any_variable = OPTION_VARIABLES.iter().any(|name| {
+        std::env::var_os(name).is_some_and(|value| !value.to_string_lossy().trim().is_empty())
     });
     let on_line = if any_variable {
         // Kept for given_on_line: building clap's command again costs more
@@ -121,7 +122,25 @@ where
 
 /// What the name of every variable an option is read from starts with
 /// (`LEASEHOLD_URL`, ...; the unit test `every_variable_has_the_prefix`).
+#[cfg(test)]
 const VARIABLE_PREFIX: &str = "LEASEHOLD_";
+
+/// The variable of every option that has one (the unit test
+/// `option_variables_are_the_options_variables` keeps the list whole).
+const OPTION_VARIABLES: [&str; 12] = [
+    "LEASEHOLD_URL",
+    "LEASEHOLD_CLUSTER",
+    "LEASEHOLD_SENTINEL",
+    "LEASEHOLD_TLS_CA",
+    "LEASEHOLD_TLS_CERT",
+    "LEASEHOLD_TLS_KEY",
+    "LEASEHOLD_CONNECT_TIMEOUT",
+    "LEASEHOLD_NODE_TIMEOUT",
+    "LEASEHOLD_PREFIX",
+    "LEASEHOLD_JSON",
+    "LEASEHOLD_VERBOSE",
+    "LEASEHOLD_QUIET",
+];
 
 /// The ids of the options that set how the `--url`s are taken.
 const TOPOLOGY: [&str; 2] = ["cluster", "sentinel"];
@@ -814,6 +833,27 @@ mod tests {
         let mut seen = 0;
         check(&Cli::command(), &mut seen);
         assert!(seen >= 12, "{seen} variables");
+    }
+
+    /// The variables that make `parse` tell the command line's options
+    /// from the variables' are exactly the options' variables.
+    #[test]
+    fn option_variables_are_the_options_variables() {
+        fn collect(command: &clap::Command, names: &mut std::collections::BTreeSet<String>) {
+            for arg in command.get_arguments() {
+                if let Some(name) = arg.get_env() {
+                    names.insert(name.to_string_lossy().into_owned());
+                }
+            }
+            for sub in command.get_subcommands() {
+                collect(sub, names);
+            }
+        }
+        let mut names = std::collections::BTreeSet::new();
+        collect(&Cli::command(), &mut names);
+        let listed: std::collections::BTreeSet<String> =
+            OPTION_VARIABLES.iter().map(|n| (*n).to_owned()).collect();
+        assert_eq!(names, listed);
     }
 
     #[test]
