@@ -1,7 +1,8 @@
 //! Writes every shipped script as one constant, `SHIPPED` (name, text):
 //! its `.lua` file with the paragraphs of `prelude.lua` it uses put in at its
-//! top (`src/scripts/shake.rs`), so that neither Redis on each call nor the
-//! client at start-up pays for the rest of the prelude.
+//! top, without comment lines (`src/scripts/shake.rs`), so that neither Redis
+//! on each call nor the client at start-up pays for the rest of the prelude,
+//! nor the client for hashing the comments.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -26,7 +27,7 @@ fn main() {
     for name in &names {
         let body = std::fs::read_to_string(dir.join(format!("{name}.lua")))
             .unwrap_or_else(|e| panic!("reads {name}.lua: {e}"));
-        let text = format!("{}{body}", prelude_for(&prelude, &body));
+        let text = shipped(&prelude, &body);
         writeln!(out, "    ({name:?}, {text:?}),").expect("writes to a String");
     }
     out.push_str("];\n");

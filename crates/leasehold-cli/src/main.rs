@@ -61,7 +61,12 @@ fn main() -> ExitCode {
         if cli.global.quiet {
             exit::quiet();
         }
-        install_logging(&cli.global);
+        // -q without RUST_LOG shows no event at all: no subscriber, as
+        // building one that filters them all out cost a one-shot `run`
+        // about 100,000 instructions (issue 34).
+        if !cli.global.quiet || rust_log().is_some() {
+            install_logging(&cli.global);
+        }
         for warning in &cli.global.unused_env {
             exit::warning(warning.clone());
         }
@@ -132,13 +137,12 @@ fn install_logging(global: &args::Global) {
             _ => "trace",
         }
     };
-    let filter = match std::env::var("RUST_LOG") {
-        Ok(directives) if !directives.trim().is_empty() => EnvFilter::try_new(directives.trim())
-            .unwrap_or_else(|e| {
-                exit::warning(format!("RUST_LOG is not a filter ({e}); ignoring it"));
-                EnvFilter::new(level)
-            }),
-        _ => EnvFilter::new(level),
+    let filter = match rust_log() {
+        Some(directives) => EnvFilter::try_new(directives.trim()).unwrap_or_else(|e| {
+            exit::warning(format!("RUST_LOG is not a filter ({e}); ignoring it"));
+            EnvFilter::new(level)
+        }),
+        None => EnvFilter::new(level),
     };
     // -v: each acquisition's span (lock, kind, outcome, waited) when it closes.
     let spans = if global.verbose > 0 {
@@ -168,6 +172,13 @@ fn install_logging(global: &args::Global) {
             .event_format(Collapsing::new(format.without_time()))
             .try_init()
     };
+}
+
+/// RUST_LOG when it is set to something other than blanks.
+fn rust_log() -> Option<String> {
+    std::env::var("RUST_LOG")
+        .ok()
+        .filter(|directives| !directives.trim().is_empty())
 }
 
 /// Replaces the default multi-line panic report (and backtrace hint) with

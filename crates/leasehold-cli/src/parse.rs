@@ -44,27 +44,31 @@ where
     T: Into<OsString> + Clone,
 {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
-    // With no LEASEHOLD_* variable set, no option can come from one: the
-    // pass that tells the command line's options from the variables' is not
-    // needed (building, running and dropping clap's command is a quarter of
-    // a one-shot `run`'s instructions, issue 34), and an error of the one
-    // pass left is the command line's.
-    let any_variable = std::env::vars_os().any(|(name, _)| {
-        name.to_str()
-            .is_some_and(|name| name.starts_with(VARIABLE_PREFIX))
+    // With no option's variable set (blank counts as unset), no option can
+    // come from one: the pass that tells the command line's options from
+    // the variables' is not needed (building, running and dropping clap's
+    // command is a quarter of a one-shot `run`'s instructions, issue 34),
+    // and an error of the one pass left is the command line's. Other
+    // LEASEHOLD_* variables do not count: LEASEHOLD_FENCE and the like,
+    // which a `leasehold run` inside another one inherits, are no option's.
+    let any_variable = OPTION_VARIABLES.iter().any(|name| {
+        std::env::var_os(name).is_some_and(|value| !value.to_string_lossy().trim().is_empty())
     });
     let on_line = if any_variable {
         // Kept for given_on_line: building clap's command again costs more
         // than the parse itself.
         let mut first = command_reading(|_| false);
-        match first.try_get_matches_from_mut(&args) {
+        let on_line = match first.try_get_matches_from_mut(&args) {
             Ok(matches) => given_on_line(&first, &matches),
             // Printed below, by the command that names the variables.
             Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
                 Vec::new()
             }
             Err(e) => return Err(Failure::usage(one_line(&e, &args, false))),
-        }
+        };
+        // Not freed, as `command` below.
+        std::mem::forget(first);
+        on_line
     } else {
         Vec::new()
     };
@@ -79,16 +83,24 @@ where
     let not_read = |id: &str| {
         on_line.iter().any(|given| given == id) || (url_on_line && TOPOLOGY.contains(&id))
     };
-    let parsed = command_reading(|id| !not_read(id))
-        .try_get_matches_from(&args)
+    let mut command = command_reading(|id| !not_read(id));
+    let parsed = command
+        .try_get_matches_from_mut(&args)
         .and_then(|mut matches| {
-            // Before from_arg_matches_mut, which takes the values out.
-            let from_env = from_env(&matches);
+            // Before from_arg_matches_mut, which takes the values out; from
+            // the command that parsed them (building another one cost a
+            // tenth of a one-shot `run`'s instructions, issue 34).
+            let from_env = from_env(&command, &matches);
             let mut cli = Cli::from_arg_matches_mut(&mut matches)?;
             cli.global.from_env = from_env;
             cli.global.unused_env = unused;
             Ok(cli)
         });
+    // Not freed: the process is about to run one command and exit, which
+    // frees it all at once; freeing clap's whole definition one piece at a
+    // time cost 160,000 instructions, a twentieth of a one-shot `run`
+    // (issue 34).
+    std::mem::forget(command);
     match parsed {
         Ok(mut cli) => {
             cli.global.settle_conflicts()?;
@@ -110,7 +122,25 @@ where
 
 /// What the name of every variable an option is read from starts with
 /// (`LEASEHOLD_URL`, ...; the unit test `every_variable_has_the_prefix`).
+#[cfg(test)]
 const VARIABLE_PREFIX: &str = "LEASEHOLD_";
+
+/// The variable of every option that has one (the unit test
+/// `option_variables_are_the_options_variables` keeps the list whole).
+const OPTION_VARIABLES: [&str; 12] = [
+    "LEASEHOLD_URL",
+    "LEASEHOLD_CLUSTER",
+    "LEASEHOLD_SENTINEL",
+    "LEASEHOLD_TLS_CA",
+    "LEASEHOLD_TLS_CERT",
+    "LEASEHOLD_TLS_KEY",
+    "LEASEHOLD_CONNECT_TIMEOUT",
+    "LEASEHOLD_NODE_TIMEOUT",
+    "LEASEHOLD_PREFIX",
+    "LEASEHOLD_JSON",
+    "LEASEHOLD_VERBOSE",
+    "LEASEHOLD_QUIET",
+];
 
 /// The ids of the options that set how the `--url`s are taken.
 const TOPOLOGY: [&str; 2] = ["cluster", "sentinel"];
@@ -186,9 +216,9 @@ fn unused_topology(on_line: &[String]) -> Vec<String> {
 }
 
 /// The ids of the global options whose value came from their variable,
-/// each with the variable's name.
-fn from_env(matches: &ArgMatches) -> Vec<(String, String)> {
-    Cli::command()
+/// each with the variable's name, as `command` parsed it into `matches`.
+fn from_env(command: &clap::Command, matches: &ArgMatches) -> Vec<(String, String)> {
+    command
         .get_arguments()
         .filter(|arg| matches.value_source(arg.get_id().as_str()) == Some(ValueSource::EnvVariable))
         .filter_map(|arg| {
@@ -803,6 +833,27 @@ mod tests {
         let mut seen = 0;
         check(&Cli::command(), &mut seen);
         assert!(seen >= 12, "{seen} variables");
+    }
+
+    /// The variables that make `parse` tell the command line's options
+    /// from the variables' are exactly the options' variables.
+    #[test]
+    fn option_variables_are_the_options_variables() {
+        fn collect(command: &clap::Command, names: &mut std::collections::BTreeSet<String>) {
+            for arg in command.get_arguments() {
+                if let Some(name) = arg.get_env() {
+                    names.insert(name.to_string_lossy().into_owned());
+                }
+            }
+            for sub in command.get_subcommands() {
+                collect(sub, names);
+            }
+        }
+        let mut names = std::collections::BTreeSet::new();
+        collect(&Cli::command(), &mut names);
+        let listed: std::collections::BTreeSet<String> =
+            OPTION_VARIABLES.iter().map(|n| (*n).to_owned()).collect();
+        assert_eq!(names, listed);
     }
 
     #[test]

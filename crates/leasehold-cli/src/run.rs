@@ -133,6 +133,7 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
     // its parent exits comes to this process (see group::Leftovers).
     let adopting = group::adopt_orphans();
     let mut helpers = Helpers::start(&args.command, poll_period(args.ttl), adopting).await?;
+    timing::mark(me, "helpers");
     let mut lease = LeaseArgs {
         at_least: args.at_least,
         lock_delay: args.lock_delay.unwrap_or_default(),

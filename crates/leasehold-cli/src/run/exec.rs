@@ -111,8 +111,9 @@ impl Launcher {
     /// Sends it away without running anything: it reads end-of-file and
     /// exits. Reaps it (2 s at most).
     pub(crate) async fn dismiss(mut self) {
+        let exits = super::watch::Exits::watch();
         drop(self.go.take());
-        super::watch::reap(&mut self.child).await;
+        super::watch::reap(&mut self.child, exits).await;
     }
 }
 

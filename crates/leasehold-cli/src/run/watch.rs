@@ -26,13 +26,14 @@
 //! children alone, that nothing of the command is left
 //! ([`super::group::Leftovers`]).
 
-use std::io::{self, BufRead, Write};
-use std::os::fd::OwnedFd;
+use std::io::{self, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::{Pid, getpid};
 use tokio::io::AsyncReadExt;
@@ -150,6 +151,8 @@ impl Watcher {
     /// Tells the watcher the command's group is gone (or never was),
     /// closes its pipe and reaps it (it exits at once; waits 2 s at most).
     pub(crate) async fn done(&mut self) {
+        // Before it may exit: its SIGCHLD is not missed.
+        let mut exits = Exits::watch();
         if let Some(mut orders) = self.orders.take() {
             // A watcher already gone cannot be told, and needs not be.
             let _ = orders.write_all(b"done\n");
@@ -164,86 +167,94 @@ impl Watcher {
             })
             .await;
         }
-        reap_until(&mut self.child, deadline).await;
+        exits.reap(&mut self.child, deadline).await;
     }
 }
 
-/// How long [`reap`] waits for a helper told to exit.
+/// How long a helper told to exit is waited for.
 const REAP_WITHIN: Duration = Duration::from_secs(2);
 
-/// Waits for `child` to exit and reaps it: 2 s at most, looking every
-/// millisecond (it is told to exit just before).
-pub(crate) async fn reap(child: &mut Child) {
-    reap_until(child, tokio::time::Instant::now() + REAP_WITHIN).await;
-}
+/// This process's children's exits (SIGCHLD), seen from before a child is
+/// told to exit, so that its exit wakes the wait for it: a process becomes
+/// a zombie a moment after its descriptors close, and on a busy machine
+/// that moment was often past a few quick looks, and then each look more
+/// cost a millisecond's sleep (issue 34).
+pub(crate) struct Exits(Option<tokio::signal::unix::Signal>);
 
-/// [`reap`], until `deadline`. A process becomes a zombie a moment after
-/// its descriptors close: a few quick looks first, then every millisecond.
-async fn reap_until(child: &mut Child, deadline: tokio::time::Instant) {
-    for _ in 0..20 {
-        if !matches!(child.try_wait(), Ok(None)) {
-            return;
-        }
-        tokio::task::yield_now().await;
+impl Exits {
+    /// Watches from now on. Must run inside the Tokio runtime; if SIGCHLD
+    /// cannot be caught, [`Exits::reap`] looks every millisecond instead.
+    pub(crate) fn watch() -> Exits {
+        Exits(tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()).ok())
     }
-    while tokio::time::Instant::now() < deadline {
-        if !matches!(child.try_wait(), Ok(None)) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-}
 
-/// A line from `run`, or the end of the pipe.
-enum Order {
-    /// A line.
-    Line(String),
-    /// End of file: every writer is gone.
-    End,
-}
-
-/// `leasehold run-watch`: see the module docs.
-pub(crate) fn watch(args: &RunWatchArgs) -> u8 {
-    let run = Pid::from_raw(args.pid);
-    let poll = Duration::from_millis(args.poll_ms.max(1));
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in io::stdin().lock().lines() {
-            match line {
-                Ok(line) => {
-                    if tx.send(Order::Line(line)).is_err() {
-                        return;
-                    }
+    /// Waits for `child` to exit and reaps it, until `deadline` at most:
+    /// it looks again each time a child of this process exits.
+    pub(crate) async fn reap(&mut self, child: &mut Child, deadline: tokio::time::Instant) {
+        while matches!(child.try_wait(), Ok(None)) && tokio::time::Instant::now() < deadline {
+            match self.0.as_mut() {
+                Some(exits) => {
+                    let _ = tokio::time::timeout_at(deadline, exits.recv()).await;
                 }
-                Err(_) => break,
+                None => tokio::time::sleep(Duration::from_millis(1)).await,
             }
         }
-        let _ = tx.send(Order::End);
-    });
+    }
+}
+
+/// Waits for `child`, told to exit after `exits` began watching, and reaps
+/// it (2 s at most).
+pub(crate) async fn reap(child: &mut Child, mut exits: Exits) {
+    exits
+        .reap(child, tokio::time::Instant::now() + REAP_WITHIN)
+        .await;
+}
+
+/// `leasehold run-watch`: see the module docs. One thread: it waits for
+/// `run`'s orders on its stdin (`poll(2)`, up to `--poll-ms`), and looks
+/// at `run`'s state between them. (A thread of its own for stdin cost the
+/// watcher's start a thread, and its exit the wait for that thread.)
+pub(crate) fn watch(args: &RunWatchArgs) -> u8 {
+    let run = Pid::from_raw(args.pid);
+    let poll = PollTimeout::try_from(args.poll_ms.max(1)).unwrap_or(PollTimeout::MAX);
+    let stdin = io::stdin();
+    let mut orders = Orders::default();
     let mut command: Option<Pid> = None;
     let mut run_was_stopped = false;
     let mut notes = io::stdout();
     loop {
-        match rx.recv_timeout(poll) {
-            Ok(Order::Line(line)) => {
-                if line == "done" {
+        let mut ready = [PollFd::new(stdin.as_fd(), PollFlags::POLLIN)];
+        match nix::poll::poll(&mut ready, poll) {
+            Ok(0) | Err(Errno::EINTR) => {}
+            Ok(_) => match orders.read(stdin.as_fd()) {
+                Some(lines) => {
+                    for line in lines {
+                        if line == "done" {
+                            return 0;
+                        }
+                        if line == "cont" {
+                            run_was_stopped = false;
+                        }
+                        if let Some(group) = line.strip_prefix("group ") {
+                            command = group.trim().parse().ok().map(Pid::from_raw);
+                        }
+                    }
+                }
+                None => {
+                    // `run` is gone without saying `done`.
+                    if let Some(group) = command {
+                        let _ = killpg(group, Signal::SIGKILL);
+                    }
                     return 0;
                 }
-                if line == "cont" {
-                    run_was_stopped = false;
-                }
-                if let Some(group) = line.strip_prefix("group ") {
-                    command = group.trim().parse().ok().map(Pid::from_raw);
-                }
-            }
-            Ok(Order::End) | Err(mpsc::RecvTimeoutError::Disconnected) => {
-                // `run` is gone without saying `done`.
+            },
+            // Nothing to wait on any more: as if `run` were gone.
+            Err(_) => {
                 if let Some(group) = command {
                     let _ = killpg(group, Signal::SIGKILL);
                 }
                 return 0;
             }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
         let Some(group) = command else { continue };
         let run_is_stopped = group::state(run) == Some('T');
@@ -253,5 +264,81 @@ pub(crate) fn watch(args: &RunWatchArgs) -> u8 {
             let _ = notes.write_all(b"s").and_then(|()| notes.flush());
         }
         run_was_stopped = run_is_stopped;
+    }
+}
+
+/// What `run` wrote on the watcher's stdin and was not read as a whole
+/// line yet.
+#[derive(Default)]
+struct Orders {
+    /// The start of a line whose end has not come yet.
+    partial: Vec<u8>,
+}
+
+impl Orders {
+    /// Reads what is there (one `read(2)`): the whole lines it completes,
+    /// or `None` at end of file (every writer is gone) or on an error.
+    fn read(&mut self, stdin: BorrowedFd<'_>) -> Option<Vec<String>> {
+        let mut bytes = [0u8; 512];
+        let n = loop {
+            match nix::unistd::read(stdin, &mut bytes) {
+                Err(Errno::EINTR) => {}
+                Ok(0) | Err(_) => return None,
+                Ok(n) => break n,
+            }
+        };
+        self.partial.extend_from_slice(&bytes[..n]);
+        let mut lines = Vec::new();
+        while let Some(end) = self.partial.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=end).collect();
+            lines.push(String::from_utf8_lossy(&line[..end]).into_owned());
+        }
+        Some(lines)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Orders come as whole lines, however the pipe cuts them: a line
+    /// split over two reads is one order, two lines in one read are two,
+    /// and end-of-file is the end.
+    #[test]
+    fn orders_are_whole_lines_however_the_pipe_cuts_them() {
+        let (read, write) = nix::unistd::pipe().expect("pipe");
+        let mut write = std::fs::File::from(write);
+        let mut orders = Orders::default();
+        write.write_all(b"group 4").expect("write");
+        assert_eq!(orders.read(read.as_fd()), Some(Vec::new()));
+        write.write_all(b"2\ncont\ndo").expect("write");
+        assert_eq!(
+            orders.read(read.as_fd()),
+            Some(vec!["group 42".to_owned(), "cont".to_owned()])
+        );
+        write.write_all(b"ne\n").expect("write");
+        assert_eq!(orders.read(read.as_fd()), Some(vec!["done".to_owned()]));
+        drop(write);
+        assert_eq!(orders.read(read.as_fd()), None);
+    }
+
+    /// A child told to exit after the watch began is reaped by it: its
+    /// SIGCHLD wakes the wait, whenever it comes.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_child_told_to_exit_is_reaped_when_it_exits() {
+        let mut child = Command::new("cat")
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("cat");
+        let stdin = child.stdin.take();
+        let exits = Exits::watch();
+        assert!(exits.0.is_some(), "SIGCHLD is caught");
+        // Told to exit: end-of-file on its stdin.
+        drop(stdin);
+        reap(&mut child, exits).await;
+        assert!(
+            matches!(child.try_wait(), Ok(Some(status)) if status.success()),
+            "reaped, exit 0"
+        );
     }
 }

@@ -60,12 +60,13 @@ const BODIES: &[(&str, &str)] = &[
 ];
 
 // `SHIPPED`: every script's text as shipped, by name, written by build.rs:
-// its file with the part of prelude.lua it uses put in at its top
-// (shake.rs).
+// its file with the part of prelude.lua it uses put in at its top, without
+// comment lines, blank lines and indentation (shake.rs).
 include!(concat!(env!("OUT_DIR"), "/shipped_scripts.rs"));
 
 /// The script `name` as it is shipped: its file with the part of
-/// [`PRELUDE`] it uses put in at its top (`shake.rs`, at build time).
+/// [`PRELUDE`] it uses put in at its top, comment lines left out
+/// (`shake.rs`, at build time).
 /// `None` for an unknown name.
 ///
 /// No script has a `#!lua` line (script flags such as `no-writes`): Redis
@@ -833,7 +834,7 @@ pub(crate) fn millis(d: Duration) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::shake::{definitions, identifiers, prelude_for};
+    use super::shake::{definitions, identifiers, prelude_for, shipped};
     use super::{BODIES, PRELUDE, source};
 
     /// Each script gets every prelude definition it uses, directly or through
@@ -844,7 +845,7 @@ mod tests {
         assert!(all.len() > 10, "{all:?}");
         for (name, body) in BODIES {
             let prelude = prelude_for(PRELUDE, body);
-            let text = format!("{prelude}{body}");
+            let text = shipped(PRELUDE, body);
             // As build.rs wrote it.
             assert_eq!(source(name).as_deref(), Some(text.as_str()), "{name}");
             let present: Vec<&str> = prelude.split("\n\n").flat_map(definitions).collect();
@@ -861,6 +862,37 @@ mod tests {
             "{acquire}"
         );
         assert!(!acquire.contains("local function live_holds("), "{acquire}");
+    }
+
+    /// Shipped without comment lines, blank lines or indentation; a line
+    /// of code keeps all of it, a `--` in a string or after the code too.
+    #[test]
+    fn scripts_ship_without_comment_lines_and_keep_every_line_of_code() {
+        let prelude = "-- about\n\n-- what f does\nlocal function f(x)\n  return x -- why\nend\n";
+        let body = "-- header\n\nlocal s = '--x'\nif true then\n  -- inside\n  return f(s)\nend\n";
+        assert_eq!(
+            shipped(prelude, body),
+            "local function f(x)\nreturn x -- why\nend\nlocal s = '--x'\nif true then\nreturn f(s)\nend\n"
+        );
+        for (name, body) in BODIES {
+            let text = source(name).expect("shipped");
+            assert!(text.len() < body.len() + PRELUDE.len(), "{name}");
+            let code = |t: &str| -> Vec<String> {
+                t.lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with("--"))
+                    .map(str::to_owned)
+                    .collect()
+            };
+            // The body's code, every line of it, in order, at the end.
+            assert!(
+                text.lines()
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+                    .ends_with(&code(body)),
+                "{name}"
+            );
+        }
     }
 
     /// Redis 6.2 refuses a script that starts with `#!lua` (flags) as a
