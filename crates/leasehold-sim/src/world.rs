@@ -1602,14 +1602,16 @@ impl SimWire {
                 // A driver's socket: the reply is lost with the
                 // connection, and the driver itself sends it again.
                 Fate::Twice if socket => Fate::ResetAfter,
-                // An operator's break on a driver's socket, where a
-                // schedule draws re-sends at all: its reply is lost every
-                // other time (a break is rare, and a break run twice must
-                // break no holder that came after it).
+                // An operator's script on a driver's socket, where a
+                // schedule draws re-sends at all: its first delivery's
+                // reply is lost every other time (a break is rare, and a
+                // break run twice must break no holder that came after it).
                 Fate::Delivered
                     if socket
                         && s.operator == Some(conn.process)
                         && s.faults.twice > 0.0
+                        && script_call(&args).is_some()
+                        && !s.lost_replies.contains(&(conn.process, args.clone()))
                         && s.rng.chance(0.5) =>
                 {
                     Fate::ResetAfter
