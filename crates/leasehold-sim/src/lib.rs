@@ -10,12 +10,20 @@
 //!   `scripts/sim`): simulated networks, clocks and faults under the shipped
 //!   client, a workload of every primitive, and the verdict.
 
+pub mod cluster;
+// The one module with unsafe code: the C `getrandom` it defines (see there).
+#[cfg(all(leasehold_sim, target_os = "linux"))]
+#[allow(unsafe_code)]
+pub mod entropy;
 pub mod history;
 #[cfg(leasehold_sim)]
 pub mod libtrace;
+pub mod resp;
 pub mod rng;
 #[cfg(leasehold_sim)]
 pub mod schedule;
 pub mod server;
+#[cfg(leasehold_sim)]
+pub mod socket;
 #[cfg(leasehold_sim)]
 pub mod world;

@@ -26,6 +26,12 @@ pub enum Topology {
     Redlock(usize),
     /// One master with a replica; clients ask for `min_replicas(1, ..)`.
     Replicated,
+    /// A Redis Cluster of three masters (c0, c1, c2), each with a replica
+    /// (c0r, ..), reached through redis-rs's cluster driver as shipped.
+    Cluster,
+    /// A master (m0) with two replicas (m1, m2), watched by three sentinels
+    /// (s0, s1, s2), followed by the library's own Sentinel code.
+    Sentinel,
 }
 
 /// The primitive a schedule's names are used as.
@@ -74,6 +80,27 @@ pub enum Injected {
     Failover(String),
     /// Nothing this process sends or receives moves for a while.
     Stall(usize, Duration),
+    /// A cluster master dies and its replica takes over its slots: with
+    /// every write the master had (true), or missing those since the last
+    /// replication (UNSAFE, documented).
+    Promote(String, bool),
+    /// The slot of lock name `n<i>` migrates to another master (MIGRATING,
+    /// IMPORTING, ASK, then MOVED).
+    Migrate(usize, String),
+    /// A Sentinel failover to this replica: with every write of the master
+    /// (else UNSAFE, documented); the old master dead, or answering as a
+    /// master for this long (UNSAFE, documented: a split brain); one
+    /// sentinel missing it.
+    SentinelFailover {
+        /// The replica promoted.
+        to: String,
+        /// It had every write of the master.
+        caught_up: bool,
+        /// How long the old master answers as one (None: it died).
+        old_lives: Option<Duration>,
+        /// One sentinel never learns of the failover.
+        one_misses: bool,
+    },
     /// `Client::close()` of this process, whatever its tasks are doing.
     Close(usize),
 }
@@ -86,6 +113,13 @@ impl Injected {
             Injected::RestartEmpty(_) => Some("restart without persistence"),
             Injected::ClockStep(..) => Some("server clock step"),
             Injected::Failover(_) => Some("failover to a replica missing writes"),
+            Injected::Promote(_, false) => Some("failover to a replica missing writes"),
+            Injected::SentinelFailover {
+                caught_up: false, ..
+            } => Some("failover to a replica missing writes"),
+            Injected::SentinelFailover {
+                old_lives: Some(_), ..
+            } => Some("an old master answering after its failover"),
             _ => None,
         }
     }
@@ -138,6 +172,13 @@ pub struct Config {
 impl Config {
     /// The configuration `seed` draws.
     pub fn draw(seed: u64) -> Config {
+        Config::draw_with(seed, true)
+    }
+
+    /// The configuration `seed` draws; `clusters`: false keeps a schedule
+    /// drawn as one server on one server (as seeds were before Redis Cluster
+    /// was simulated: `--set cluster=0`).
+    pub fn draw_with(seed: u64, clusters: bool) -> Config {
         let mut r = Rng::new(seed);
         let topology = match r.below(11) {
             0..=5 => Topology::Single,
@@ -286,7 +327,97 @@ impl Config {
             };
             config.foreign = Some((at, suffix, kind));
         }
+        // Drawn last: a quarter of the one-server schedules run on a Redis
+        // Cluster instead, their faults moved to its masters.
+        if topology == Topology::Single && r.chance(0.25) && clusters {
+            config.clustered(&mut r);
+        } else if topology == Topology::Single && r.chance(0.25) && clusters {
+            config.sentineled(&mut r);
+        }
         config
+    }
+
+    /// This schedule on a Sentinel-watched master: the one server's faults
+    /// go to the master (m0), a failover becomes a Sentinel failover, and
+    /// more failovers are added, one of them perhaps as clients start.
+    fn sentineled(&mut self, r: &mut Rng) {
+        self.topology = Topology::Sentinel;
+        self.foreign = None;
+        let servers = node_names(Topology::Sentinel);
+        let failover = |r: &mut Rng| Injected::SentinelFailover {
+            to: r.pick(&servers[1..]).clone(),
+            caught_up: r.chance(0.7),
+            old_lives: r
+                .chance(0.3)
+                .then(|| Duration::from_millis(r.range(100, 3000))),
+            one_misses: r.chance(0.4),
+        };
+        for (_, fault) in &mut self.injected {
+            *fault = match std::mem::replace(fault, Injected::Close(0)) {
+                Injected::Pause(_, d) => Injected::Pause(servers[0].clone(), d),
+                Injected::FlushScripts(_) => Injected::FlushScripts(servers[0].clone()),
+                Injected::RestartAof(_) => Injected::RestartAof(servers[0].clone()),
+                Injected::RestartEmpty(_) => Injected::RestartEmpty(servers[0].clone()),
+                Injected::ClockStep(_, us) => Injected::ClockStep(servers[0].clone(), us),
+                Injected::Failover(_) => failover(r),
+                other => other,
+            };
+        }
+        if r.chance(0.5) {
+            let at = if r.chance(0.3) {
+                // The master dies as the clients start.
+                Duration::from_millis(r.below(20))
+            } else {
+                Duration::from_millis(r.below(self.length.as_millis() as u64))
+            };
+            let f = failover(r);
+            self.injected.push((at, f));
+        }
+        self.clocks = vec![(*r.pick(&[0, 0, 1_000, 15_625]), r.range(0, 100) as i64 - 50)];
+    }
+
+    /// This schedule on a Redis Cluster: each fault of the one server goes
+    /// to the master of `n0`'s slot or to another; a failover becomes a
+    /// master's death and its replica's promotion; slot migrations of the
+    /// names' slots are added.
+    fn clustered(&mut self, r: &mut Rng) {
+        self.topology = Topology::Cluster;
+        self.foreign = None;
+        let masters = node_names(Topology::Cluster);
+        let map = crate::cluster::ClusterMap::new(&masters, &[]);
+        let n0 = map.owner(crate::cluster::slot(b"n0")).to_owned();
+        for (_, fault) in &mut self.injected {
+            let node = if r.chance(0.6) {
+                n0.clone()
+            } else {
+                r.pick(&masters).clone()
+            };
+            *fault = match std::mem::replace(fault, Injected::Close(0)) {
+                Injected::Pause(_, d) => Injected::Pause(node, d),
+                Injected::FlushScripts(_) => Injected::FlushScripts(node),
+                Injected::RestartAof(_) => Injected::RestartAof(node),
+                Injected::RestartEmpty(_) => Injected::RestartEmpty(node),
+                Injected::ClockStep(_, us) => Injected::ClockStep(node, us),
+                Injected::Failover(_) => Injected::Promote(node, r.chance(0.5)),
+                other => other,
+            };
+        }
+        for _ in 0..r.below(3) {
+            let at = Duration::from_millis(r.below(self.length.as_millis() as u64));
+            let name = r.below(self.names as u64) as usize;
+            let to = r.pick(&masters).clone();
+            self.injected.push((at, Injected::Migrate(name, to)));
+        }
+        if r.chance(0.3) {
+            let at = Duration::from_millis(r.below(self.length.as_millis() as u64));
+            let node = r.pick(&masters).clone();
+            self.injected
+                .push((at, Injected::Promote(node, r.chance(0.7))));
+        }
+        self.clocks = masters
+            .iter()
+            .map(|_| (*r.pick(&[0, 0, 1_000, 15_625]), r.range(0, 100) as i64 - 50))
+            .collect();
     }
 
     /// The documented unsafety of this schedule's faults, if any. A Redlock
@@ -312,7 +443,33 @@ fn node_names(topology: Topology) -> Vec<String> {
     match topology {
         Topology::Single | Topology::Replicated => vec!["redis".to_owned()],
         Topology::Redlock(n) => (0..n).map(|i| format!("node{i}")).collect(),
+        Topology::Cluster => (0..3).map(|i| format!("c{i}")).collect(),
+        Topology::Sentinel => (0..3).map(|i| format!("m{i}")).collect(),
     }
+}
+
+/// The sentinels of [`Topology::Sentinel`].
+fn sentinel_names() -> Vec<String> {
+    (0..3).map(|i| format!("s{i}")).collect()
+}
+
+/// A cluster master's replica.
+fn replica(master: &str) -> String {
+    format!("{master}r")
+}
+
+/// The URLs process `p` is given for `topology`'s lock nodes.
+fn cluster_urls(p: usize, names: &[String]) -> Vec<String> {
+    names
+        .iter()
+        .map(|n| {
+            format!(
+                "redis://{}:{}",
+                crate::cluster::ClusterMap::host(p, n),
+                crate::cluster::PORT
+            )
+        })
+        .collect()
 }
 
 /// What one schedule did and found.
@@ -372,6 +529,26 @@ fn record(shared: &Shared) -> std::sync::MutexGuard<'_, Record> {
 /// Runs the schedule of `config` on a runtime of its own (current thread,
 /// paused clock, seeded).
 pub fn run(config: &Config, trace: bool) -> Outcome {
+    // A thread of its own: std's hasher keys and `rand`'s thread generator
+    // are drawn once per thread, here from the seed (see entropy.rs), so
+    // the drivers' iteration orders and random picks replay.
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name(format!("schedule {}", config.seed))
+            .stack_size(16 << 20)
+            .spawn_scoped(scope, || {
+                #[cfg(target_os = "linux")]
+                crate::entropy::seed(Some(config.seed ^ 0x5851_f42d_4c95_7f2d));
+                run_here(config, trace)
+            })
+            .expect("a thread for the schedule")
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
+/// Runs one schedule on this thread.
+fn run_here(config: &Config, trace: bool) -> Outcome {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -384,6 +561,7 @@ pub fn run(config: &Config, trace: bool) -> Outcome {
     let outcome = runtime.block_on(schedule(config.clone(), trace));
     crate::libtrace::stop();
     leasehold::sim::install(None);
+    leasehold::sim::install_sockets(None);
     leasehold::sim::seed_random(None);
     outcome
 }
@@ -391,12 +569,32 @@ pub fn run(config: &Config, trace: bool) -> Outcome {
 async fn schedule(config: Config, trace: bool) -> Outcome {
     let mut rng = Rng::new(config.seed ^ 0xa076_1d64_78bd_642f);
     let names = node_names(config.topology);
-    let mut nodes: Vec<(&str, Flavor)> =
-        names.iter().map(|n| (n.as_str(), Flavor::Redis7)).collect();
+    let replicas: Vec<(String, String)> = match config.topology {
+        Topology::Cluster => names.iter().map(|m| (replica(m), m.clone())).collect(),
+        _ => Vec::new(),
+    };
+    let sentinels = match config.topology {
+        Topology::Sentinel => sentinel_names(),
+        _ => Vec::new(),
+    };
+    let mut nodes: Vec<(&str, Flavor)> = names
+        .iter()
+        .chain(replicas.iter().map(|(r, _)| r))
+        .chain(&sentinels)
+        .map(|n| (n.as_str(), Flavor::Redis7))
+        .collect();
     nodes.push(("resource", Flavor::Redis7));
     let world = World::new(rng.fork(), config.faults.clone(), &nodes);
     if config.topology == Topology::Replicated {
         world.add_replica("redis");
+    }
+    if config.topology == Topology::Cluster {
+        world.make_cluster(&names, &replicas);
+        leasehold::sim::install_sockets(Some(world.dialer(usize::MAX)));
+    }
+    if config.topology == Topology::Sentinel {
+        world.make_sentinels("mymaster", &names, &sentinels);
+        leasehold::sim::install_sockets(Some(world.dialer(usize::MAX)));
     }
     for (node, &(tick, drift)) in names.iter().zip(&config.clocks) {
         world.set_clock(node, tick, drift);
@@ -425,6 +623,8 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
                 .url("sim://redis")
                 .min_replicas(1, Duration::from_millis(100)),
             Topology::Redlock(_) => builder.redlock(names.iter().map(|n| format!("sim://{n}"))),
+            Topology::Cluster => builder.cluster(cluster_urls(p, &names)),
+            Topology::Sentinel => builder.sentinel(cluster_urls(p, &sentinels), "mymaster"),
         };
         match builder.build().await {
             Ok(client) => clients.push((p, client)),
@@ -444,6 +644,8 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
         let builder = match config.topology {
             Topology::Single | Topology::Replicated => builder.url("sim://redis"),
             Topology::Redlock(_) => builder.redlock(names.iter().map(|n| format!("sim://{n}"))),
+            Topology::Cluster => builder.cluster(cluster_urls(p, &names)),
+            Topology::Sentinel => builder.sentinel(cluster_urls(p, &sentinels), "mymaster"),
         };
         match builder.build().await {
             Ok(client) => Some(client),
@@ -465,6 +667,21 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
             while Instant::now() < end {
                 tokio::time::sleep(Duration::from_millis(r.range(1, 200))).await;
                 world.replicate("redis");
+            }
+        });
+    }
+    // A cluster's replicas, and the Sentinel master's, catch up with their
+    // masters now and then.
+    if matches!(config.topology, Topology::Cluster | Topology::Sentinel) {
+        let world = world.clone();
+        let mut r = rng.fork();
+        let replicas = replicas.clone();
+        tasks.spawn(async move {
+            while Instant::now() < end {
+                tokio::time::sleep(Duration::from_millis(r.range(1, 200))).await;
+                for (replica, master) in replicas.iter().cloned().chain(world.sentinel_replicas()) {
+                    world.replicate_to(&replica, &master);
+                }
             }
         });
     }
@@ -535,9 +752,33 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
                 .map(|(_, client)| client.clone()),
             _ => None,
         };
+        let mut r = rng.fork();
         tasks.spawn(async move {
             tokio::time::sleep_until(start + at).await;
             inject(&world, &fault, delayed_restart);
+            match &fault {
+                Injected::Migrate(name, to) => {
+                    let slot = crate::cluster::slot(format!("n{name}").as_bytes());
+                    world.migrate_slot(slot, to, r.fork()).await;
+                }
+                Injected::SentinelFailover {
+                    to,
+                    caught_up,
+                    old_lives,
+                    one_misses,
+                } => {
+                    world
+                        .sentinel_failover(to, *caught_up, *old_lives, *one_misses, r.fork())
+                        .await;
+                }
+                Injected::Promote(master, caught_up) => {
+                    if *caught_up {
+                        world.replicate_to(&replica(master), master);
+                    }
+                    world.kill_and_promote(master, &replica(master));
+                }
+                _ => {}
+            }
             if let (Some(client), Injected::Close(p)) = (client, &fault) {
                 record(&shared).closing.entry(*p).or_insert(now_us(start));
                 let closed = client.close().await;
@@ -565,7 +806,7 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
         tasks.spawn(async move {
             while Instant::now() < end {
                 tokio::time::sleep(Duration::from_millis(200)).await;
-                for node in &names {
+                for node in &world.serving(&names) {
                     let now_ms = world.node_now_ms(node);
                     for key in world.dump(node) {
                         let size = match &key.value {
@@ -672,7 +913,7 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
             });
         }
     }
-    for node in &names {
+    for node in &world.serving(&names) {
         let mut left = world.dump(node);
         left.retain(|k| planted.as_ref().is_none_or(|(_, key, _)| &k.key != key));
         if !left.is_empty() {
@@ -812,13 +1053,19 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
 fn left_after_close(world: &World, shared: &Shared, p: usize, nodes: &[String]) {
     let kept = record(shared).kept.clone();
     let mut held: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    let redlock = nodes.iter().all(|n| n.starts_with("node"));
+    let nodes = &world.serving(nodes);
     for (node, key, hold) in world.holds_of(p, &format!("owner-p{p}"), nodes) {
         if !kept.iter().any(|k| hold.contains(k.as_str())) {
             held.entry((key, hold)).or_default().push(node);
         }
     }
     let majority = nodes.len() / 2 + 1;
-    let lock_nodes = if nodes.len() > 1 { majority } else { 1 };
+    let lock_nodes = if nodes.len() > 1 && redlock {
+        majority
+    } else {
+        1
+    };
     let left: Vec<String> = held
         .into_iter()
         .filter(|(_, on)| on.len() >= lock_nodes)
@@ -849,6 +1096,8 @@ fn inject(world: &World, fault: &Injected, delayed_restart: Option<Duration>) {
         Injected::Failover(node) => world.failover(node),
         Injected::Stall(p, length) => world.stall_process(*p, *length),
         Injected::Close(p) => world.log(|| format!("FAULT p{p} closes its client")),
+        // Carried out by the schedule (they take time, or the replica).
+        Injected::Promote(..) | Injected::Migrate(..) | Injected::SentinelFailover { .. } => {}
     }
 }
 

@@ -26,9 +26,11 @@ use redis::{Cmd, PushInfo, PushKind, RedisError, Value};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::cluster::ClusterMap;
 use crate::history::History;
 use crate::rng::Rng;
 use crate::server::{Flavor, Server};
+use crate::socket::{Shared as SocketShared, SimSocket};
 
 /// The server clock at the simulation's start: 2026-11-27, in µs.
 const EPOCH_US: u64 = 1_795_000_000_000_000;
@@ -77,6 +79,19 @@ struct Node {
     drift_ppm: i64,
 }
 
+/// Simulated sentinels and the servers they watch.
+#[derive(Debug, Clone)]
+struct Sentinels {
+    /// The master's name they monitor it under.
+    name: String,
+    /// What each sentinel names: a master and the config epoch of its word.
+    views: BTreeMap<String, (String, u64)>,
+    /// Each watched server: the master it replicates, None for a master.
+    replica_of: BTreeMap<String, Option<String>>,
+    /// The newest config epoch.
+    epoch: u64,
+}
+
 /// The world's state, behind one lock (one thread runs it all).
 struct State {
     start: Instant,
@@ -117,6 +132,18 @@ struct State {
     duplicates: u64,
     /// Owner tokens of requests delivered twice.
     resent_tokens: BTreeSet<Vec<u8>>,
+    /// A Redis Cluster's slot map, if the lock nodes are one.
+    cluster: Option<ClusterMap>,
+    /// Connections that sent ASKING (for their next command).
+    asking: BTreeSet<u64>,
+    /// Sentinels and the roles of the servers they watch, if the lock
+    /// server is a Sentinel-watched master.
+    sentinel: Option<Sentinels>,
+    /// Nodes that are down: their connections dropped, new ones refused.
+    down: BTreeSet<String>,
+    /// Requests whose reply a reset lost on a driver's socket, by process:
+    /// the driver may send them again (a second delivery).
+    lost_replies: BTreeSet<(usize, Vec<Vec<u8>>)>,
 }
 
 /// Every shipped script's name by its SHA1, as EVALSHA names it.
@@ -315,6 +342,11 @@ impl World {
             sent_by: BTreeMap::new(),
             duplicates: 0,
             resent_tokens: BTreeSet::new(),
+            cluster: None,
+            sentinel: None,
+            down: BTreeSet::new(),
+            asking: BTreeSet::new(),
+            lost_replies: BTreeSet::new(),
         })))
     }
 
@@ -522,6 +554,9 @@ impl World {
         args: &[Vec<u8>],
         again: bool,
     ) -> Value {
+        if let Some(reply) = self.serve_here(node, conn, process, args) {
+            return reply;
+        }
         let operator = self.state().operator == Some(process);
         let watched = (operator || again)
             .then(|| script_call(args))
@@ -574,6 +609,416 @@ impl World {
         reply
     }
 
+    /// The reply to a command a node answers without its keyspace: the
+    /// connection's own commands (HELLO, CLIENT, ASKING, READONLY) and a
+    /// cluster's (CLUSTER SLOTS, and the redirection of a command whose
+    /// slot this node does not serve). None: the command runs.
+    fn serve_here(&self, node: &str, conn: u64, process: usize, args: &[Vec<u8>]) -> Option<Value> {
+        let name = String::from_utf8_lossy(args.first()?).to_ascii_uppercase();
+        let mut s = self.state();
+        let asking = s.asking.remove(&conn);
+        let reply = match name.as_str() {
+            "HELLO" => Value::Map(vec![
+                (
+                    Value::SimpleString("server".into()),
+                    Value::BulkString(b"redis".to_vec()),
+                ),
+                (
+                    Value::SimpleString("version".into()),
+                    Value::BulkString(b"7.2.4".to_vec()),
+                ),
+                (Value::SimpleString("proto".into()), Value::Int(3)),
+                (Value::SimpleString("id".into()), Value::Int(conn as i64)),
+                (
+                    Value::SimpleString("mode".into()),
+                    Value::BulkString(
+                        if s.cluster.is_some() {
+                            "cluster"
+                        } else {
+                            "standalone"
+                        }
+                        .into(),
+                    ),
+                ),
+                (
+                    Value::SimpleString("role".into()),
+                    Value::BulkString(b"master".to_vec()),
+                ),
+                (Value::SimpleString("modules".into()), Value::Array(vec![])),
+            ]),
+            "CLIENT" | "READONLY" | "READWRITE" => Value::Okay,
+            "SENTINEL"
+                if s.sentinel
+                    .as_ref()
+                    .is_some_and(|t| t.views.contains_key(node)) =>
+            {
+                let t = s.sentinel.as_ref().expect("checked");
+                let (master, epoch) = t.views[node].clone();
+                let sub = args
+                    .get(1)
+                    .map(|a| a.to_ascii_uppercase())
+                    .unwrap_or_default();
+                let named = args
+                    .get(2)
+                    .is_some_and(|n| n.as_slice() == t.name.as_bytes());
+                match sub.as_slice() {
+                    _ if !named => Value::Nil,
+                    b"GET-MASTER-ADDR-BY-NAME" => Value::Array(vec![
+                        Value::BulkString(ClusterMap::host(process, &master).into_bytes()),
+                        Value::BulkString(crate::cluster::PORT.to_string().into_bytes()),
+                    ]),
+                    b"MASTER" => Value::Map(vec![
+                        (
+                            Value::BulkString(b"name".to_vec()),
+                            Value::BulkString(t.name.clone().into_bytes()),
+                        ),
+                        (
+                            Value::BulkString(b"config-epoch".to_vec()),
+                            Value::BulkString(epoch.to_string().into_bytes()),
+                        ),
+                    ]),
+                    _ => crate::server::error_value("ERR unknown sentinel subcommand"),
+                }
+            }
+            "ROLE"
+                if s.sentinel
+                    .as_ref()
+                    .is_some_and(|t| t.replica_of.contains_key(node)) =>
+            {
+                let t = s.sentinel.as_ref().expect("checked");
+                match &t.replica_of[node] {
+                    None => Value::Array(vec![
+                        Value::BulkString(b"master".to_vec()),
+                        Value::Int(0),
+                        Value::Array(vec![]),
+                    ]),
+                    Some(master) => Value::Array(vec![
+                        Value::BulkString(b"slave".to_vec()),
+                        Value::BulkString(ClusterMap::host(process, master).into_bytes()),
+                        Value::Int(i64::from(crate::cluster::PORT)),
+                        Value::BulkString(b"connected".to_vec()),
+                        Value::Int(0),
+                    ]),
+                }
+            }
+            "EVAL" | "EVALSHA" | "SET" | "DEL" | "ZADD" | "HSET" | "PEXPIRE"
+                if s.sentinel
+                    .as_ref()
+                    .is_some_and(|t| t.replica_of.get(node).is_some_and(Option::is_some)) =>
+            {
+                crate::server::error_value("READONLY You can't write against a read only replica.")
+            }
+            "ASKING" => {
+                s.asking.insert(conn);
+                Value::Okay
+            }
+            "CLUSTER" => match s.cluster.as_ref().filter(|m| m.has(node)) {
+                Some(map)
+                    if args
+                        .get(1)
+                        .is_some_and(|a| a.eq_ignore_ascii_case(b"SLOTS")) =>
+                {
+                    map.slots_reply(process)
+                }
+                _ => crate::server::error_value("ERR This instance has cluster support disabled"),
+            },
+            _ => {
+                let map = s.cluster.as_ref().filter(|m| m.has(node))?;
+                let keys = crate::cluster::keys_of(args);
+                let n = s.nodes.get(node)?;
+                let now_us = World::node_now_us(&s, n);
+                let routed = map.route(node, process, &keys, asking, |key| {
+                    n.server.dump_key(key, now_us).is_some()
+                });
+                match routed {
+                    Ok(()) => return None,
+                    Err(redirect) => redirect,
+                }
+            }
+        };
+        s.commands += 1;
+        let now_us = s
+            .nodes
+            .get(node)
+            .map(|n| World::node_now_us(&s, n))
+            .unwrap_or(0);
+        s.digest_command(node, now_us, conn, args);
+        drop(s);
+        if let Value::ServerError(e) = &reply {
+            let code = e.code().to_owned();
+            let what = match script_call(args) {
+                Some((script, keys, _)) => format!(
+                    "{script} {:?}",
+                    keys.first().map(|k| String::from_utf8_lossy(k))
+                ),
+                None => String::from_utf8_lossy(&args[0]).into_owned(),
+            };
+            self.log(|| format!("CLUSTER {node} answers {code} to p{process} conn {conn}: {what}"));
+        }
+        Some(reply)
+    }
+
+    /// Makes the lock nodes a Redis Cluster: `masters` own the slots in
+    /// equal ranges, `replicas` (replica, master) copy their masters.
+    pub fn make_cluster(&self, masters: &[String], replicas: &[(String, String)]) {
+        self.state().cluster = Some(ClusterMap::new(masters, replicas));
+    }
+
+    /// The nodes that hold lock keys now: a cluster's masters that own
+    /// slots (a dead master and a replica's copy are not), else `names`.
+    pub fn serving(&self, names: &[String]) -> Vec<String> {
+        let s = self.state();
+        match &s.cluster {
+            Some(map) => {
+                let mut owners: Vec<String> = (0..crate::cluster::SLOTS)
+                    .map(|slot| map.owner(slot).to_owned())
+                    .collect();
+                owners.sort();
+                owners.dedup();
+                owners
+            }
+            None => match &s.sentinel {
+                Some(t) => t
+                    .replica_of
+                    .iter()
+                    .filter(|(n, of)| of.is_none() && !s.down.contains(*n))
+                    .map(|(n, _)| n.clone())
+                    .collect(),
+                None => names.to_vec(),
+            },
+        }
+    }
+
+    /// Makes `servers[0]` a master watched by `sentinels` under `name`, the
+    /// other servers its replicas.
+    pub fn make_sentinels(&self, name: &str, servers: &[String], sentinels: &[String]) {
+        let master = servers[0].clone();
+        self.state().sentinel = Some(Sentinels {
+            name: name.to_owned(),
+            views: sentinels
+                .iter()
+                .map(|s| (s.clone(), (master.clone(), 1)))
+                .collect(),
+            replica_of: servers
+                .iter()
+                .map(|n| (n.clone(), (n != &master).then(|| master.clone())))
+                .collect(),
+            epoch: 1,
+        });
+    }
+
+    /// The master's replicas now: (replica, master).
+    pub fn sentinel_replicas(&self) -> Vec<(String, String)> {
+        let s = self.state();
+        s.sentinel
+            .iter()
+            .flat_map(|t| t.replica_of.iter())
+            .filter_map(|(n, of)| Some((n.clone(), of.clone()?)))
+            .collect()
+    }
+
+    /// Fault: a Sentinel failover. The replica `to` is promoted (with every
+    /// write of the master if `caught_up`), the other replicas follow it, and
+    /// each sentinel learns of it after its own delay (one of them, if
+    /// `one_misses`, never). The old master dies, or (`old_lives`) keeps
+    /// answering as a master for that long until it is turned into a replica
+    /// of the new one (its data then the new master's).
+    pub async fn sentinel_failover(
+        &self,
+        to: &str,
+        caught_up: bool,
+        old_lives: Option<Duration>,
+        one_misses: bool,
+        mut rng: Rng,
+    ) {
+        let Some(old) = self.serving(&[]).into_iter().find(|n| n != to) else {
+            return;
+        };
+        if caught_up {
+            self.replicate_to(to, &old);
+        }
+        let (epoch, sentinels, conns) = {
+            let mut s = self.state();
+            let conns = if old_lives.is_none() {
+                s.down.insert(old.clone());
+                s.conns_to(&old)
+            } else {
+                Vec::new()
+            };
+            let Some(t) = &mut s.sentinel else { return };
+            t.epoch += 1;
+            for (node, of) in t.replica_of.iter_mut() {
+                if node == to {
+                    *of = None;
+                } else if *node != old {
+                    *of = Some(to.to_owned());
+                }
+            }
+            (t.epoch, t.views.keys().cloned().collect::<Vec<_>>(), conns)
+        };
+        self.log(|| {
+            format!(
+                "FAULT sentinel failover from {old} to {to} ({}, the old master {})",
+                if caught_up {
+                    "caught up"
+                } else {
+                    "missing writes"
+                },
+                match old_lives {
+                    Some(d) => format!("answering for {d:?}"),
+                    None => "dead".to_owned(),
+                }
+            )
+        });
+        for conn in conns {
+            conn.reset();
+        }
+        let missing = one_misses.then(|| rng.below(sentinels.len() as u64) as usize);
+        for (i, sentinel) in sentinels.iter().enumerate() {
+            if Some(i) == missing {
+                self.log(|| format!("{sentinel} misses the failover"));
+                continue;
+            }
+            let (world, sentinel, to) = (self.clone(), sentinel.clone(), to.to_owned());
+            let after = Duration::from_millis(rng.below(1500));
+            tokio::spawn(async move {
+                tokio::time::sleep(after).await;
+                if let Some(t) = &mut world.state().sentinel {
+                    t.views.insert(sentinel.clone(), (to.clone(), epoch));
+                }
+                world.log(|| format!("{sentinel} names {to} (epoch {epoch})"));
+            });
+        }
+        if let Some(lives) = old_lives {
+            tokio::time::sleep(lives).await;
+            if let Some(t) = &mut self.state().sentinel {
+                t.replica_of.insert(old.clone(), Some(to.to_owned()));
+            }
+            self.replicate_to(&old, to);
+            self.log(|| format!("{old} is turned into a replica of {to}"));
+        }
+    }
+
+    /// The cluster's slot map now.
+    pub fn cluster_map(&self) -> Option<ClusterMap> {
+        self.state().cluster.clone()
+    }
+
+    /// The replica copies every write of its master so far (asynchronous
+    /// replication, caught up).
+    pub fn replicate_to(&self, replica: &str, master: &str) {
+        let mut s = self.state();
+        // Only while it is that master's replica (a promoted one is not).
+        if s.cluster
+            .as_ref()
+            .is_some_and(|m| m.replica_of.get(replica).is_none_or(|of| of != master))
+            || s.sentinel.as_ref().is_some_and(|t| {
+                t.replica_of
+                    .get(replica)
+                    .is_none_or(|of| of.as_deref() != Some(master))
+            })
+        {
+            return;
+        }
+        let Some(data) = s.nodes.get(master).map(|m| m.server.data_copy()) else {
+            return;
+        };
+        if let Some(r) = s.nodes.get_mut(replica) {
+            r.server.copy_data_from(&data);
+        }
+    }
+
+    /// Fault: a cluster master dies (its connections drop, new ones are
+    /// refused) and its replica takes over its slots, with the data it has.
+    pub fn kill_and_promote(&self, master: &str, replica: &str) {
+        let mut s = self.state();
+        let conns = s.conns_to(master);
+        if let Some(map) = &mut s.cluster {
+            map.down.insert(master.to_owned());
+            map.take_over(master, replica);
+        }
+        drop(s);
+        self.log(|| format!("FAULT {master} dies; its replica {replica} takes over its slots"));
+        for conn in conns {
+            conn.reset();
+        }
+    }
+
+    /// Fault, in steps: `slot` migrates from its owner to `to`. Each key
+    /// of the slot moves after its own delay (MIGRATE), meanwhile the
+    /// owner answers ASK for keys already gone and TRYAGAIN for a split
+    /// command; at the end the slot is `to`'s (MOVED from then on).
+    pub async fn migrate_slot(&self, slot: u16, to: &str, mut rng: Rng) {
+        let from = {
+            let mut s = self.state();
+            let Some(map) = &mut s.cluster else { return };
+            let from = map.owner(slot).to_owned();
+            if from == to || map.down.contains(to) || map.down.contains(&from) {
+                return;
+            }
+            map.migrating.insert(slot, to.to_owned());
+            from
+        };
+        self.log(|| format!("FAULT slot {slot} migrates from {from} to {to}"));
+        loop {
+            tokio::time::sleep(Duration::from_millis(rng.range(1, 50))).await;
+            let moved = {
+                let mut s = self.state();
+                if s.cluster
+                    .as_ref()
+                    .is_none_or(|m| m.migrating.get(&slot).is_none_or(|t| t != to))
+                {
+                    return; // a failover ended the migration
+                }
+                if !(s.nodes.contains_key(&from) && s.nodes.contains_key(to)) {
+                    return;
+                }
+                let mut a = s.nodes.remove(&from).expect("checked");
+                let mut b = s.nodes.remove(to).expect("checked");
+                // One key of the slot per step (MIGRATE moves one).
+                let first = a
+                    .server
+                    .key_names()
+                    .into_iter()
+                    .find(|k| crate::cluster::slot(k) == slot);
+                let n = match &first {
+                    Some(key) => a.server.move_keys(&mut b.server, |k| k == key),
+                    None => 0,
+                };
+                s.nodes.insert(from.clone(), a);
+                s.nodes.insert(to.to_owned(), b);
+                n > 0 && first.is_some()
+            };
+            if !moved {
+                break;
+            }
+        }
+        let pushes = {
+            let mut s = self.state();
+            if let Some(map) = &mut s.cluster {
+                map.assign(slot, to);
+            }
+            let Some(n) = s.nodes.get_mut(&from) else {
+                return;
+            };
+            n.server
+                .end_sharded(|channel| crate::cluster::slot(channel) == slot);
+            let deliveries = n.server.take_deliveries();
+            let mut pushes = Vec::new();
+            for d in deliveries {
+                if let Some(target) = s.conns.get(&d.conn).and_then(Weak::upgrade) {
+                    let delay = World::delay(&mut s);
+                    pushes.push((target, d.push, delay));
+                }
+            }
+            pushes
+        };
+        self.log(|| format!("slot {slot} is {to}'s now"));
+        for (target, push, delay) in pushes {
+            target.push_later(push, delay);
+        }
+    }
+
     /// A dialer for the library's `sim://<node>` URLs, for the process `process`.
     pub fn dialer(&self, process: usize) -> Arc<dyn Dialer> {
         Arc::new(ProcessDialer {
@@ -598,6 +1043,54 @@ impl World {
     }
 
     fn connect(&self, node: &str, process: usize, timeout: Duration, on_push: OnPush) -> Arc<Conn> {
+        self.connect_with(node, process, timeout, on_push, None)
+    }
+
+    /// A driver's socket to `node` for `process` (see [`ClusterMap::host`]);
+    /// refused while the node is down.
+    pub fn socket(&self, host: &str) -> Result<SimSocket, RedisError> {
+        let refused = || {
+            RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::ConnectionRefused,
+                format!("simulated node {host} refuses"),
+            ))
+        };
+        let (process, node) = ClusterMap::parse_host(host).ok_or_else(refused)?;
+        {
+            let s = self.state();
+            if !s.nodes.contains_key(&node)
+                || s.down.contains(&node)
+                || s.cluster.as_ref().is_some_and(|m| m.down.contains(&node))
+            {
+                return Err(refused());
+            }
+        }
+        let shared = Arc::new(SocketShared::default());
+        let pushed = Arc::clone(&shared);
+        let conn = self.connect_with(
+            &node,
+            process,
+            Duration::from_secs(3600),
+            Arc::new(move |push| pushed.push(push)),
+            Some(Arc::clone(&shared)),
+        );
+        Ok(SimSocket::new(
+            shared,
+            SimWire {
+                conn,
+                faultless: false,
+            },
+        ))
+    }
+
+    fn connect_with(
+        &self,
+        node: &str,
+        process: usize,
+        timeout: Duration,
+        on_push: OnPush,
+        socket: Option<Arc<SocketShared>>,
+    ) -> Arc<Conn> {
         let mut s = self.state();
         assert!(s.nodes.contains_key(node), "no simulated node {node:?}");
         let id = s.next_conn;
@@ -620,6 +1113,7 @@ impl World {
                 ran: 0,
             }),
             turn: tokio::sync::Notify::new(),
+            socket,
         });
         s.conns.insert(id, Arc::downgrade(&conn));
         conn
@@ -905,6 +1399,14 @@ impl Dialer for ProcessDialer {
             faultless: false,
         }))
     }
+
+    fn dial_socket(
+        &self,
+        host: &str,
+        _port: u16,
+    ) -> Result<Box<dyn leasehold::sim::Socket>, RedisError> {
+        Ok(Box::new(self.world.socket(host)?))
+    }
 }
 
 /// One simulated connection.
@@ -919,6 +1421,9 @@ struct Conn {
     /// Woken whenever a request of this connection is done at the server,
     /// so the next one may run ([`Lines::ran`]).
     turn: tokio::sync::Notify,
+    /// The driver's socket, for a connection a driver opened (a cluster
+    /// node's): a reset ends its stream and the driver reconnects itself.
+    socket: Option<Arc<SocketShared>>,
 }
 
 /// The connection's two directions (FIFO each) and its subscriptions.
@@ -1003,6 +1508,10 @@ impl Conn {
         let (id, process) = (self.id, self.process);
         self.world
             .log(|| format!("NET p{process} conn {id} to {node} reset"));
+        if let Some(socket) = &self.socket {
+            socket.close();
+            return;
+        }
         let conn = Arc::clone(self);
         tokio::spawn(async move {
             let delay = {
@@ -1051,15 +1560,39 @@ impl SimWire {
     /// future or times out.
     fn send(&self, args: Vec<Vec<u8>>) -> WireFuture<Result<Value, RedisError>> {
         let conn = Arc::clone(&self.conn);
-        let (out, fate) = {
+        let socket = conn.socket.is_some();
+        let (out, fate, again) = {
             let mut s = conn.world.state();
             let delay = World::delay(&mut s);
-            let fate = if self.faultless {
-                Fate::Delivered
-            } else {
-                World::fate(&mut s)
+            let fate = match self.faultless {
+                true => Fate::Delivered,
+                false => World::fate(&mut s),
             };
-            (delay, fate)
+            let fate = match fate {
+                // A driver's socket: the reply is lost with the
+                // connection, and the driver itself sends it again.
+                Fate::Twice if socket => Fate::ResetAfter,
+                // An operator's break on a driver's socket, where a
+                // schedule draws re-sends at all: its reply is lost every
+                // other time (a break is rare, and a break run twice must
+                // break no holder that came after it).
+                Fate::Delivered
+                    if socket
+                        && s.operator == Some(conn.process)
+                        && s.faults.twice > 0.0
+                        && s.rng.chance(0.5) =>
+                {
+                    Fate::ResetAfter
+                }
+                fate => fate,
+            };
+            // The same request again from the same process, after a reset
+            // lost its reply: a second delivery (the driver's re-send).
+            let again = socket && s.lost_replies.remove(&(conn.process, args.clone()));
+            if again {
+                s.duplicates += 1;
+            }
+            (delay, fate, again)
         };
         let arrive = conn.arrival(out, true);
         let (mut epoch, seq) = {
@@ -1120,7 +1653,7 @@ impl SimWire {
                 None => {
                     let mut reply =
                         conn.world
-                            .exec_request(&conn.node, conn.id, conn.process, &args, false);
+                            .exec_request(&conn.node, conn.id, conn.process, &args, again);
                     if fate == Fate::Twice {
                         // The reply is lost with the connection; the driver
                         // sends the request again once it has reconnected.
@@ -1172,6 +1705,13 @@ impl SimWire {
             // way back is its own.
             drop(turn.take());
             if fate == Fate::ResetAfter {
+                if socket {
+                    let mut s = conn.world.state();
+                    for arg in args.iter().filter(|a| is_token(a)) {
+                        s.resent_tokens.insert(arg.clone());
+                    }
+                    s.lost_replies.insert((conn.process, args.clone()));
+                }
                 conn.reset();
                 let _ = tx.send(reset());
                 return;
@@ -1204,6 +1744,23 @@ impl SimWire {
                 Err(_) => Err(io_error(std::io::ErrorKind::TimedOut, "timed out")),
             }
         })
+    }
+}
+
+impl SimWire {
+    /// Sends a command a driver wrote on its socket: its reply, or an error
+    /// once the connection dropped.
+    pub fn send_socket(&self, args: Vec<Vec<u8>>) -> WireFuture<Result<Value, RedisError>> {
+        self.send(args)
+    }
+
+    /// The driver dropped its socket: the server forgets its subscriptions.
+    pub fn hang_up(&self) {
+        let mut s = self.conn.world.state();
+        s.asking.remove(&self.conn.id);
+        if let Some(n) = s.nodes.get_mut(&self.conn.node) {
+            n.server.disconnect(self.conn.id);
+        }
     }
 }
 

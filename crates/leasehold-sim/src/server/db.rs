@@ -192,6 +192,25 @@ impl Db {
             .collect()
     }
 
+    /// Every key's name, expired or not.
+    pub(super) fn names(&self) -> Vec<Vec<u8>> {
+        self.keys.keys().cloned().collect()
+    }
+
+    /// Removes and gives every key `f` picks.
+    pub(super) fn take_where(&mut self, f: impl Fn(&[u8]) -> bool) -> Vec<(Vec<u8>, Entry)> {
+        let picked: Vec<Vec<u8>> = self.keys.keys().filter(|k| f(k)).cloned().collect();
+        picked
+            .into_iter()
+            .filter_map(|k| self.keys.remove(&k).map(|e| (k, e)))
+            .collect()
+    }
+
+    /// Sets `key` to `entry`, as RESTORE .. REPLACE does.
+    pub(super) fn put(&mut self, key: Vec<u8>, entry: Entry) {
+        self.keys.insert(key, entry);
+    }
+
     /// `key` as [`Db::dump`] shows it, if it is live at `now_ms`.
     pub(super) fn dump_key(&self, key: &[u8], now_ms: i64) -> Option<KeyDump> {
         let e = self.keys.get(key)?;

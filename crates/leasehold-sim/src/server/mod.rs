@@ -18,6 +18,7 @@ use redis::Value;
 
 use db::{Db, Resp};
 use pubsub::PubSub;
+pub use reply::error_value;
 use reply::{NOT_INTEGER, Reply, parse_i64};
 
 /// Which server the simulator plays: what scripts see of the version
@@ -386,6 +387,33 @@ impl Server {
     /// One key of [`Server::dump`], if it is live.
     pub fn dump_key(&self, key: &[u8], now_us: u64) -> Option<KeyDump> {
         self.core().db.dump_key(key, (now_us / 1000) as i64)
+    }
+
+    /// Moves every key `moved` picks (live or not, with its expiry) from
+    /// this server to `to`, replacing a key of that name there: a slot's
+    /// keys migrating between cluster nodes.
+    pub fn move_keys(&mut self, to: &mut Server, moved: impl Fn(&[u8]) -> bool) -> usize {
+        let taken = self.core().db.take_where(moved);
+        let n = taken.len();
+        let mut core = to.core();
+        for (key, entry) in taken {
+            core.db.put(key, entry);
+        }
+        n
+    }
+
+    /// The name of every key held (expired or not), in order.
+    pub fn key_names(&self) -> Vec<Vec<u8>> {
+        self.core().db.names()
+    }
+
+    /// A slot moved away: every sharded subscription to a channel `ended`
+    /// picks ends, each subscriber told by a `sunsubscribe` push (taken
+    /// with [`Server::take_deliveries`]).
+    pub fn end_sharded(&mut self, ended: impl Fn(&[u8]) -> bool) {
+        let mut core = self.core();
+        let core = &mut *core;
+        core.pubsub.end_sharded(ended, &mut core.deliveries);
     }
 
     /// Replaces this server's keyspace with a copy of `from`'s (a replica

@@ -151,6 +151,32 @@ impl PubSub {
             .collect()
     }
 
+    /// Ends every sharded subscription to a channel `ended` picks (its
+    /// slot moved away): a `sunsubscribe` push to each subscriber, as Redis
+    /// 7 sends when a slot leaves the node.
+    pub(super) fn end_sharded(&mut self, ended: impl Fn(&[u8]) -> bool, out: &mut Vec<Delivery>) {
+        let picked: Vec<(u64, Vec<u8>)> = self
+            .sharded
+            .by_conn
+            .iter()
+            .flat_map(|(conn, channels)| channels.iter().map(move |c| (*conn, c.clone())))
+            .filter(|(_, c)| ended(c))
+            .collect();
+        for (conn, channel) in picked {
+            self.sharded.remove(conn, &channel);
+            out.push(Delivery {
+                conn,
+                push: PushInfo {
+                    kind: PushKind::SUnsubscribe,
+                    data: vec![
+                        Value::BulkString(channel),
+                        Value::Int(self.sharded.count(conn)),
+                    ],
+                },
+            });
+        }
+    }
+
     /// Ends every subscription of `conn`.
     pub(super) fn disconnect(&mut self, conn: u64) {
         for table in [&mut self.broadcast, &mut self.sharded] {

@@ -79,7 +79,7 @@ impl Reply {
 
 /// `Value::ServerError` for an error text, built by redis-rs's own parser so
 /// that its kind and code are exactly what a real reply gives.
-pub(super) fn error_value(text: &str) -> Value {
+pub fn error_value(text: &str) -> Value {
     // A reply line cannot hold CR or LF; Redis replaces them by spaces.
     let line: String = text
         .chars()

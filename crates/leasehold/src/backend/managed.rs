@@ -27,7 +27,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use super::{ConnectionManager, ConnectionManagerConfig};
 use redis::{PushInfo, PushKind};
 use tokio::sync::{Notify, watch};
 

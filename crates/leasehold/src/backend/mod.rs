@@ -43,7 +43,13 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager};
+/// redis-rs's connection manager; in the simulator's build, its model over
+/// simulated sockets (see `sim::ConnectionManager`).
+#[cfg(leasehold_sim)]
+pub(crate) use crate::sim::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionLike;
+#[cfg(not(leasehold_sim))]
+pub(crate) use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 #[cfg(test)]
 use address::is_tls_url;
@@ -51,8 +57,12 @@ pub use address::redact_url;
 pub(crate) use address::{Credentials, Endpoint, RedactedUrls, TlsOptions};
 use address::{checked_info, open_client, parse_url};
 use managed::{Managed, Pushes};
-#[cfg(feature = "cluster")]
-use redis::cluster_async::ClusterConnection;
+/// The driver's cluster connection: over its own TCP connections, or (in
+/// the simulator's build) over simulated sockets, the driver as shipped.
+#[cfg(all(feature = "cluster", not(leasehold_sim)))]
+pub(crate) type ClusterConnection = redis::cluster_async::ClusterConnection;
+#[cfg(all(feature = "cluster", leasehold_sim))]
+pub(crate) type ClusterConnection = redis::cluster_async::ClusterConnection<crate::sim::NodeConn>;
 #[cfg(feature = "cluster")]
 use redis::cluster_routing::{
     MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
@@ -346,7 +356,7 @@ impl Backend {
         );
         // No push sender: the driver then tracks no subscriptions and never
         // resends them on this connection (see `subscriber`).
-        #[cfg_attr(not(feature = "tls"), allow(unused_mut))]
+        #[cfg_attr(not(any(feature = "tls", leasehold_sim)), allow(unused_mut))]
         let mut builder = redis::cluster::ClusterClientBuilder::new(infos.clone())
             .use_protocol(redis::ProtocolVersion::RESP3)
             .connection_timeout(options.command_timeout)
@@ -360,13 +370,23 @@ impl Backend {
         {
             builder = builder.certs(options.tls.certificates());
         }
+        // The simulator pins the back-off's jitter (drawn from the seed):
+        // the driver draws it from the thread's own random source.
+        #[cfg(leasehold_sim)]
+        {
+            let wait = crate::sim::retry_wait_ms();
+            builder = builder.min_retry_wait(wait).max_retry_wait(wait);
+        }
         let client = builder
             .build()
             .map_err(|e| Error::from_redis(e, &addr, ""))?;
+        #[cfg(not(leasehold_sim))]
+        let conn = client.get_async_connection().await;
+        #[cfg(leasehold_sim)]
         let conn = client
-            .get_async_connection()
-            .await
-            .map_err(|e| Error::from_redis(e, &addr, ""))?;
+            .get_async_generic_connection::<crate::sim::NodeConn>()
+            .await;
+        let conn = conn.map_err(|e| Error::from_redis(e, &addr, ""))?;
         let sharded = sharded_pubsub(&conn, &addr).await;
         let mode = if sharded {
             subscriber::Mode::Sharded

@@ -12,9 +12,9 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use super::ConnectionManager;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use redis::aio::ConnectionManager;
 use tokio::sync::Notify;
 
 use super::managed::{Managed, Pushes};
@@ -203,9 +203,13 @@ async fn ask_sentinel(
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(options.command_timeout))
             .set_response_timeout(Some(options.command_timeout));
+        #[cfg(not(leasehold_sim))]
         let mut conn = client
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
+        // The simulator's sentinel, over its socket.
+        #[cfg(leasehold_sim)]
+        let mut conn = crate::sim::connect_node(client.get_connection_info(), &config).await?;
         let named: Option<(String, u16)> = redis::cmd("SENTINEL")
             .arg("GET-MASTER-ADDR-BY-NAME")
             .arg(master_name)

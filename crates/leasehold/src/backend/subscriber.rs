@@ -37,8 +37,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use super::ClusterConnection;
 use redis::aio::MultiplexedConnection;
-use redis::cluster_async::ClusterConnection;
 use redis::{
     AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, ErrorKind, PushInfo, PushKind,
     RedisError, Value,
@@ -451,10 +451,15 @@ impl Subscriber {
                     Ok(())
                 },
             );
-        match client
+        #[cfg(not(leasehold_sim))]
+        let connected = client
             .get_multiplexed_async_connection_with_config(&config)
-            .await
-        {
+            .await;
+        // The simulator's node, over its socket (the client only checked
+        // the address).
+        #[cfg(leasehold_sim)]
+        let connected = crate::sim::connect_node(client.get_connection_info(), &config).await;
+        match connected {
             Ok(conn) => {
                 tracing::debug!(%addr, mode = ?self.mode, "cluster pub/sub connected");
                 state.nodes.insert(addr.clone(), Node { conn, pushed });
