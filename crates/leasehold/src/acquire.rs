@@ -429,6 +429,10 @@ impl<'a, 'b, C: Core> Waiter<'a, 'b, C> {
         Fut: Future<Output = Result<Acquire>>,
     {
         let sent = Instant::now();
+        // Armed still: an earlier attempt's outcome is unknown (no reply, or
+        // a Redlock node that did not answer), so it may hold the lease or
+        // a place in the queue until an answer settles it.
+        let earlier_unknown = self.pending.armed;
         self.pending.armed = true;
         match attempt().await {
             Ok(Acquire::Acquired { fence }) => self.granted(fence, sent).await,
@@ -454,7 +458,7 @@ impl<'a, 'b, C: Core> Waiter<'a, 'b, C> {
                 Ok(Next::Sleep(at.min(self.deadline.unwrap_or(at))))
             }
             Err(e) => {
-                self.pending.failed(&e);
+                self.pending.failed(&e, earlier_unknown);
                 Err(e)
             }
         }
@@ -584,10 +588,11 @@ impl<'a, 'b, C: Core> Waiter<'a, 'b, C> {
     {
         let ttl = self.pending.target.ttl;
         let sent = Instant::now();
+        let earlier_unknown = self.pending.armed;
         self.pending.armed = true;
         let reply = attempt().await;
         if let Err(e) = &reply {
-            self.pending.failed(e);
+            self.pending.failed(e, earlier_unknown);
         }
         let won = match reply? {
             Acquire::Acquired { fence } if validity(ttl, sent.elapsed()).is_some() => {
@@ -669,11 +674,15 @@ impl<C: Core> PendingAttempt<'_, '_, C> {
     /// The attempt failed with `e`. A key of another type is refused by the
     /// script before it writes anything (issue 36): nothing of this attempt
     /// is held, so there is nothing to give back (a background release would
-    /// only fail on the same key and warn of a lease that never was). A
-    /// place in the queue from an earlier attempt is still left.
-    fn failed(&mut self, e: &Error) {
+    /// only fail on the same key and warn of a lease that never was), unless
+    /// an earlier attempt's outcome is unknown (`earlier_unknown`): the
+    /// refusal says nothing of it, and it may hold the lease or a place in
+    /// the queue (seed 21548: it had queued the waiter, and a release later
+    /// handed the lock to the waiter gone). A place in the queue from an
+    /// earlier refused attempt is still left.
+    fn failed(&mut self, e: &Error, earlier_unknown: bool) {
         if matches!(e, Error::WrongType { .. }) {
-            self.armed = false;
+            self.armed = earlier_unknown;
         }
     }
 
@@ -1426,6 +1435,34 @@ mod tests {
             );
             tokio::time::sleep(LONG).await;
             assert_eq!(core.entries(), ["attempt"], "queues: {queues}");
+        }
+    }
+
+    /// Seed 21548 of the simulator: a waiter's attempt whose reply never
+    /// came (it ran, and queued the waiter), then an attempt refused for a
+    /// key of another type (a foreign key at the lock's heartbeats). The
+    /// refusal says nothing of the earlier attempt, which may hold the
+    /// lease or a place in the queue: both must be given back. Nothing
+    /// was, and a release later handed the lock to the waiter gone, held
+    /// after its client's `close()` returned Ok.
+    #[tokio::test(start_paused = true)]
+    async fn a_key_of_another_type_after_an_unanswered_attempt_still_gives_it_back() {
+        for queues in [false, true] {
+            let core = FakeCore::new();
+            let keys = keys();
+            let target = target(&core, &keys, queues);
+            let steps = [Step::Transient, Step::WrongType];
+            let refused = acquire(&target, WAIT, script(&core, &steps)).await;
+            assert!(
+                matches!(refused, Err(Error::WrongType { .. })),
+                "{refused:?}"
+            );
+            tokio::time::sleep(LONG).await;
+            assert_eq!(
+                core.entries(),
+                ["attempt", "attempt", "background release"],
+                "queues: {queues}"
+            );
         }
     }
 
