@@ -100,7 +100,8 @@ const USAGE: &str = "usage: leasehold-sim --seed N [--trace] [--set key=value ..
        --first: stop at the first violation in a SAFE schedule (prints its seed and the time taken)
 with --seed N --trace: LEASEHOLD_SIM_WIRE=1 adds every request a server ran and its reply (WIRE lines);
        LEASEHOLD_SIM_LOG=debug (any tracing filter) adds the library's own events (LIB lines)
-keys for --set: cluster=0 (a schedule drawn on a Redis Cluster stays on one server) processes tasks names ops ttl_ms length_ms delay_ms slow reset_before reset_after injected (count kept)";
+keys for --set: cluster=0 (a schedule drawn on a Redis Cluster stays on one server) processes tasks names ops ttl_ms length_ms delay_ms slow reset_before reset_after injected (count kept)
+       clocks=continuous (no tick, no drift) or clocks=<tick in us> (every node's clock ticks so)";
 
 /// The configuration of `seed` with the `--set` changes.
 fn config(seed: u64, sets: &[(String, String)]) -> Result<Config, String> {
@@ -133,6 +134,11 @@ fn config(seed: u64, sets: &[(String, String)]) -> Result<Config, String> {
             "cluster" if v == "0" => {}
             "foreign" if v.is_empty() => c.foreign = None,
             "clocks" if v == "continuous" => c.clocks.iter_mut().for_each(|c| *c = (0, 0)),
+            // Every node's clock ticks by this many µs (its drift kept).
+            "clocks" => {
+                let tick = n()?;
+                c.clocks.iter_mut().for_each(|c| c.0 = tick);
+            }
             // The schedule as drawn before issue 32 added duplicate
             // deliveries, breaks and ticking clocks (its seeds replay so).
             "new_ground" if v == "0" => {

@@ -24,12 +24,40 @@ pub(crate) fn drift(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(2)
 }
 
+/// The coarsest server clock tick the lease arithmetic covers. Redis reads
+/// its clock at ticks (1 ms on some hosts; a coarse clock source's 4 to
+/// 15.625 ms in VMs and on Windows hosts) and dates an expiry from the
+/// last tick, up to one tick before the command ran: a lease set for
+/// `ttl` can end up to a tick sooner than `ttl` after the command reached
+/// the server. The server is asked for a tick more than the holder counts
+/// ([`server_ttl`]), so the holder's view still ends first, also for the
+/// shortest TTL allowed (10 ms), which a validity shortened by a tick would
+/// leave with nothing. The cost: a lease whose holder stopped renewing it
+/// keeps the lock up to this much longer than its TTL.
+pub(crate) const SERVER_TICK: Duration = Duration::from_millis(16);
+
 /// What the server is asked to keep a lease for: its `ttl` as the holder
 /// counts it, plus `lock_delay`'s `delay` (Chubby's lock-delay: a lease
-/// that ends without a release keeps the lock that much longer). The one
-/// place the two are added.
+/// that ends without a release keeps the lock that much longer), plus a
+/// [`SERVER_TICK`]. The one place they are added; every acquisition,
+/// renewal and extend asks for this.
 pub(crate) fn server_ttl(ttl: Duration, delay: Duration) -> Duration {
-    ttl + delay
+    ttl + delay + SERVER_TICK
+}
+
+/// What the server's time of a waiter's attempt may have lost: read at
+/// its clock's last tick ([`SERVER_TICK`]), then rounded down to the
+/// millisecond. A grant's span is counted from it.
+const ARRIVAL_READ_EARLY: Duration = Duration::from_millis(1).saturating_add(SERVER_TICK);
+
+/// How long a lease handed to its waiter at release lasts by the waiter's
+/// count, from when it sent the attempt that set its queue deadline, for a
+/// grant whose `span` the release script reckoned from that deadline
+/// (`lock_release.lua`); `None` if nothing is left. The deadline is the
+/// attempt's arrival by the server's clock plus the window, and that clock
+/// may have read the arrival up to [`ARRIVAL_READ_EARLY`] early.
+pub(crate) fn handed_span(span: Duration) -> Option<Duration> {
+    span.checked_sub(ARRIVAL_READ_EARLY)
 }
 
 /// What is left of a lease of `ttl` whose acquisition took `elapsed`
@@ -503,6 +531,127 @@ mod tests {
         );
         assert_eq!(validity(ttl, Duration::from_millis(9898)), None);
         assert_eq!(validity(ttl, Duration::from_secs(11)), None);
+    }
+
+    /// A server's clock as a script reads it (`TIME`, µs) at the real
+    /// moment `t_us`: run `ppm` parts per million fast and read at its
+    /// ticks of `tick_us` (0: continuous), the last one at or before then.
+    fn server_us(t_us: u64, tick_us: u64, ppm: u64) -> u64 {
+        let t = t_us + t_us * ppm / 1_000_000;
+        match tick_us {
+            0 => t,
+            tick => t / tick * tick,
+        }
+    }
+
+    /// [`server_us`] in whole ms, as Redis dates and checks expiries.
+    fn server_ms(t_us: u64, tick_us: u64, ppm: u64) -> u64 {
+        server_us(t_us, tick_us, ppm) / 1000
+    }
+
+    fn us(d: Duration) -> u64 {
+        u64::try_from(d.as_micros()).unwrap()
+    }
+
+    /// The server clock ticks the lease arithmetic must hold under (issue
+    /// 32): continuous, 1 ms, a coarse clock source's 15.625 ms and 16 ms.
+    const TICKS_US: [u64; 4] = [0, 1_000, 15_625, 16_000];
+
+    /// TTLs from the shortest allowed up: the drift allowance is smallest
+    /// for the shortest.
+    const TTLS_MS: [u64; 9] = [10, 11, 37, 71, 100, 300, 1_000, 1_400, 30_000];
+
+    /// Every moment within two ticks (in steps of 125 µs, a divisor of
+    /// each tick and of the ms), past a real time that is a multiple of no
+    /// tick, and every clock run between on time and 50 ppm fast: each way
+    /// `f(sent_us, tick_us, ppm)` can meet the server's clock.
+    fn each_clock(mut f: impl FnMut(u64, u64, u64)) {
+        for tick_us in TICKS_US {
+            for ppm in [0, 50] {
+                for step in 0..256 {
+                    f(7_777_777_777 + step * 125, tick_us, ppm);
+                }
+            }
+        }
+    }
+
+    /// A lease set by a command sent at `sent` (PX of what [`server_ttl`]
+    /// asks, in whole ms as the scripts take it) and run by the server any
+    /// time later outlives the holder's validity ([`valid_until`]), on a
+    /// server whose clock ticks by up to 16 ms and runs up to 50 ppm fast:
+    /// Redis dates the expiry from its clock's last tick, up to a tick
+    /// before the command ran (seeds 12599 and 22841: a 15.625 ms tick
+    /// ended 100 ms leases 6 ms before their holders' validity).
+    #[test]
+    fn a_lease_outlives_its_validity_on_a_server_clock_that_ticks() {
+        each_clock(|sent_us, tick_us, ppm| {
+            for ttl in TTLS_MS.map(Duration::from_millis) {
+                for delay_us in [0, 1, 999, 15_624, 250_000] {
+                    let ran_us = sent_us + delay_us;
+                    let px = crate::scripts::millis(server_ttl(ttl, Duration::ZERO));
+                    let expiry_ms = server_ms(ran_us, tick_us, ppm) + px;
+                    // Redis drops a key once its clock is past the expiry;
+                    // the holder counts on its lease until `valid_until`.
+                    let last_us = sent_us + us(ttl.saturating_sub(drift(ttl))) - 1;
+                    let read = server_ms(last_us, tick_us, ppm);
+                    assert!(
+                        read <= expiry_ms,
+                        "a {ttl:?} lease sent at {sent_us} us ended {} ms before its \
+                         validity on a server ticking by {tick_us} us",
+                        read - expiry_ms
+                    );
+                }
+            }
+        });
+    }
+
+    /// A lease handed to its waiter at release (`lock_release.lua`)
+    /// outlives the waiter's view of it ([`handed_span`] of the span the
+    /// script announced, from when the waiter sent the attempt that set
+    /// its deadline) on a server whose clock ticks by up to 16 ms: the
+    /// attempt's arrival, which the deadline is reckoned from, is read up
+    /// to a tick early.
+    #[test]
+    fn a_handed_lease_outlives_its_validity_on_a_server_clock_that_ticks() {
+        let window = crate::scripts::millis(crate::scripts::QUEUE_WINDOW);
+        let grace = crate::scripts::millis(crate::scripts::HANDOFF_GRACE);
+        each_clock(|sent_us, tick_us, ppm| {
+            for ttl in TTLS_MS.map(Duration::from_millis) {
+                for (to_server_us, waited_us) in [
+                    (0, 0),
+                    (1, 999),
+                    (15_624, 1),
+                    (999, 15_624),
+                    (250_000, 1_000_000),
+                    (0, 2_600_000),
+                    (0, 2_990_000),
+                ] {
+                    // The waiter's attempt: its arrival (µs, TIME) sets its
+                    // deadline; a release hands it the lease before then.
+                    let arrived_us = sent_us + to_server_us;
+                    let deadline = server_us(arrived_us, tick_us, ppm) / 1000 + window;
+                    let now = server_ms(arrived_us + waited_us, tick_us, ppm);
+                    if deadline <= now {
+                        continue;
+                    }
+                    let queued = crate::scripts::millis(server_ttl(ttl, Duration::ZERO));
+                    let reserve = (deadline - now).max(grace).min(queued);
+                    let expiry_ms = now + reserve;
+                    let span = Duration::from_millis(now + reserve - (deadline - window));
+                    let Some(span) = handed_span(span) else {
+                        continue;
+                    };
+                    let last_us = sent_us + us(span.saturating_sub(drift(span))) - 1;
+                    let read = server_ms(last_us, tick_us, ppm);
+                    assert!(
+                        read <= expiry_ms,
+                        "a lease handed over for {span:?} ({ttl:?} TTL) ended {} ms before \
+                         its validity on a server ticking by {tick_us} us",
+                        read - expiry_ms
+                    );
+                }
+            }
+        });
     }
 
     fn lease(ttl: Duration) -> Arc<Lease> {

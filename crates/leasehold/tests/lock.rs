@@ -593,6 +593,94 @@ async fn a_dead_waiter_at_the_head_of_the_queue_delays_the_next_only_briefly() {
     guard.release().await.unwrap();
 }
 
+/// The server time in ms, and the connection to read it on.
+fn server_ms(conn: &mut redis::Connection) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
+    secs * 1000 + micros / 1000
+}
+
+/// Issue 32 (seed 23674, an election): waiters that died while queued
+/// leave the queue and the heartbeats at the next live waiter's heartbeat,
+/// although the holder keeps renewing and never releases (so no hand-off
+/// skips them) and that live waiter keeps both keys alive. Before, their
+/// entries stayed for as long as anyone else waited: every key of a lock
+/// is bounded by its live holders and waiters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_waiters_leave_the_queue_under_a_long_hold() {
+    const QUEUE: &str = "leasehold:{long}:queue";
+    const ALIVE: &str = "leasehold:{long}:alive";
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let holder = client
+        .lock("long")
+        .ttl(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap();
+    // What dead waiters leave (lock_acquire.lua): one that tried again (its
+    // arrival marked with half a µs, its deadline in the heartbeats) and
+    // one that never did, both past their deadlines (the queue window is
+    // 3 s), with more than any call's share of such entries behind them.
+    let mut conn = server.connection();
+    let now = server_ms(&mut conn);
+    let arrived = |ago_ms: i64| ((now - ago_ms) * 1000) as f64;
+    let ghosts: Vec<String> = (0..12).map(|i| format!("x:300:ghost{i}")).collect();
+    for (i, ghost) in ghosts.iter().enumerate() {
+        let i = i as i64;
+        if i % 2 == 0 {
+            let _: () = conn.zadd(QUEUE, ghost, arrived(9_000 - i) + 0.5).unwrap();
+            let _: () = conn.zadd(ALIVE, ghost, now - 1_000 - i).unwrap();
+        } else {
+            let _: () = conn.zadd(QUEUE, ghost, arrived(4_000 - i)).unwrap();
+        }
+    }
+    let waiter = {
+        let lock = client.lock("long").wait(Duration::from_secs(60));
+        tokio::spawn(async move { lock.acquire().await })
+    };
+    // The live waiter's heartbeats (it tries again at once after
+    // subscribing, then at least every second): each is a call to the
+    // acquire script that finds the lock held.
+    let live_beat = |conn: &mut redis::Connection| -> Option<i64> {
+        let beats: Vec<(String, i64)> = conn.zrange_withscores(ALIVE, 0, -1).unwrap();
+        beats
+            .into_iter()
+            .find(|(member, _)| !member.contains(":ghost"))
+            .map(|(_, deadline)| deadline)
+    };
+    let mut beats = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while beats.len() < 3 {
+        assert!(Instant::now() < deadline, "the live waiter stopped beating");
+        if let Some(beat) = live_beat(&mut conn)
+            && beats.last() != Some(&beat)
+        {
+            beats.push(beat);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let queued: Vec<String> = conn.zrange(QUEUE, 0, -1).unwrap();
+    let alive: Vec<String> = conn.zrange(ALIVE, 0, -1).unwrap();
+    let left: Vec<&String> = ghosts
+        .iter()
+        .filter(|g| queued.contains(g) || alive.contains(g))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "dead waiters still queued after the live waiter's heartbeats: {left:?} \
+         (queue {queued:?}, heartbeats {alive:?})"
+    );
+    assert_eq!(queued.len(), 1, "the live waiter stays queued: {queued:?}");
+    assert!(!holder.is_lost(), "the holder kept the lock throughout");
+    holder.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the live waiter is handed the lock")
+        .unwrap()
+        .expect("acquired");
+    guard.release().await.unwrap();
+}
+
 /// `wait(Duration::MAX)` means "until acquired" (the CLI's `--wait forever`):
 /// the deadline saturates instead of overflowing the clock, for every kind,
 /// on a free lock and on one that is released while the caller waits.

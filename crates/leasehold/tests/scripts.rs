@@ -606,6 +606,60 @@ fn a_waiter_handed_the_lease_early_leaves_no_heartbeat_entry() {
     }
 }
 
+/// Issue 32 (seed 23674): a heartbeat (mark '2') takes out waiters whose
+/// deadline passed, from the queue and the heartbeats, at most 4 of each
+/// kind per call (bounded work), and never a live one: neither a waiter
+/// within its first deadline nor one whose heartbeat keeps it live,
+/// however old its arrival.
+#[test]
+fn a_heartbeat_takes_out_dead_waiters_four_at_a_time() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    acquire(&mut conn, "a", 10_000);
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(&mut conn).unwrap();
+    let now = secs * 1000 + micros / 1000;
+    let member = |name: &str| format!("{CONN}:{WAITER_TTL}:{name}");
+    let arrival = |ago_ms: i64| ((now - ago_ms) * 1000) as f64;
+    // Six that tried again and died (deadline passed), six that never did
+    // (arrived more than a window ago), and live ones: an old waiter whose
+    // heartbeat is due later, and a newcomer.
+    for i in 0..6 {
+        let dead = member(&format!("beat{i}"));
+        let _: () = conn.zadd(QUEUE, &dead, arrival(9_000 - i) + 0.5).unwrap();
+        let _: () = conn.zadd(ALIVE, &dead, now - 100 - i).unwrap();
+        let _: () = conn
+            .zadd(QUEUE, member(&format!("first{i}")), arrival(3_100 + i))
+            .unwrap();
+    }
+    let _: () = conn
+        .zadd(QUEUE, member("old"), arrival(20_000) + 0.5)
+        .unwrap();
+    let _: () = conn.zadd(ALIVE, member("old"), now + 2_000).unwrap();
+    let _: () = conn.zadd(QUEUE, member("new"), arrival(10)).unwrap();
+    let queue_size = |conn: &mut Connection| -> usize { conn.zcard(QUEUE).unwrap() };
+    assert_eq!(queue_size(&mut conn), 14);
+
+    // b queues, then beats: each beat takes out at most 4 of the dead in
+    // the heartbeats and 4 of the oldest dead in the queue, each with its
+    // entry in the other key; three beats take out all twelve.
+    lock_acquire(&mut conn, "b", 10_000, WINDOW, false).unwrap();
+    let mut sizes = vec![queue_size(&mut conn)];
+    for _ in 0..3 {
+        lock_attempt(&mut conn, "b", 10_000, WINDOW, true, false).unwrap();
+        sizes.push(queue_size(&mut conn));
+    }
+    for pair in sizes.windows(2) {
+        assert!(
+            pair[0] - pair[1] <= 8,
+            "one beat took out more than 8: {sizes:?}"
+        );
+    }
+    assert_eq!(queued(&mut conn), ["old", "new", "b"], "{sizes:?}");
+    let mut beats: Vec<String> = conn.zrange(ALIVE, 0, -1).unwrap();
+    beats.sort();
+    assert_eq!(beats, [member("b"), member("old")]);
+}
+
 /// Issue 24, item 4: a first attempt (mark '1') the cluster driver sends
 /// again after its connection dropped runs twice: refused (so queued),
 /// then granted once the lease expired. The holder must not stay queued,

@@ -83,6 +83,12 @@ impl Handle {
         self.ttl.max(self.inner.fence_memory)
     }
 
+    /// What each attempt asks the server to keep the lease for (see
+    /// [`server_ttl`](crate::lease::server_ttl)).
+    pub(crate) fn server_ttl(&self) -> Duration {
+        crate::lease::server_ttl(self.ttl, self.delay)
+    }
+
     /// Checks the name and TTL before anything is sent.
     pub(crate) fn validate(&self) -> Result<()> {
         if self.inner.is_closed() {

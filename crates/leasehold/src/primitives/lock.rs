@@ -363,7 +363,7 @@ pub(crate) async fn take_lease(
             .lock_acquire(
                 &h.keys,
                 token.as_str(),
-                server_ttl(h.ttl, h.delay),
+                h.server_ttl(),
                 queueing,
                 fair,
                 h.fence_memory(),

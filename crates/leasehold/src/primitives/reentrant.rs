@@ -206,7 +206,8 @@ impl ReentrantLock {
         let target = self.h.target(LockKind::Reentrant, hold.as_str());
         let acquired = acquire(&target, wait, || {
             let memory = self.h.fence_memory();
-            servers.reentrant_acquire(&self.h.keys, owner, hold.as_str(), self.h.ttl, memory)
+            let ttl = self.h.server_ttl();
+            servers.reentrant_acquire(&self.h.keys, owner, hold.as_str(), ttl, memory)
         })
         .await?;
         Ok(acquired.map(|won| {

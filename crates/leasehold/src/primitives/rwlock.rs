@@ -320,7 +320,7 @@ impl RwLock {
             mode,
             owner: owner.as_str(),
             hold: hold.as_str(),
-            ttl: self.h.ttl,
+            ttl: self.h.server_ttl(),
             waits: wait.is_some(),
             fence_memory: self.h.fence_memory(),
         };
@@ -483,7 +483,7 @@ impl WriteGuard {
         // `self`, which release both holds in the background.
         let outcome = inner
             .servers
-            .rw_downgrade(&lease.keys, &lease.hold, &read, ttl)
+            .rw_downgrade(&lease.keys, &lease.hold, &read, lease.server_ttl(ttl))
             .await?;
         pending.member.clear();
         let (fence, watchdog) = (self.held.fence(), self.held.watchdog());

@@ -205,7 +205,7 @@ impl Semaphore {
                     &self.h.keys,
                     self.permits,
                     hold.as_str(),
-                    self.h.ttl,
+                    self.h.server_ttl(),
                     self.h.fence_memory(),
                 )
                 .await?

@@ -50,6 +50,41 @@ local function live(waiter, arrival, now)
   return beat ~= nil and beat > now
 end
 
+-- How many waiters that are gone one heartbeat takes out of each key at most (see prune).
+local PRUNE = 4
+
+-- Takes waiters that are gone (not live at now, ms) out of the queue and the heartbeats: at
+-- most PRUNE whose deadline in the heartbeats passed, and at most PRUNE of the oldest in the
+-- queue whose deadline passed with no heartbeat left (one that never tried again, or whose
+-- heartbeats expired). Run by every heartbeat, the only call that keeps the heartbeats
+-- alive (and the queue, with first attempts): a release takes out only the dead waiters
+-- ahead of the live one it hands the lease to, so under a long hold (a holder that renews,
+-- an election's leader) the dead stayed for as long as anyone else waited (seed 23674).
+-- A heartbeat adds at most one entry and takes out up to PRUNE dead ones, so each key holds
+-- few more than its live waiters; the work per call is bounded.
+local function prune(now)
+  local gone = redis.call('ZRANGE', KEYS[4], '-inf', now, 'BYSCORE', 'LIMIT', 0, PRUNE)
+  -- Arrivals (µs) whose deadline is past: floor(arrival / 1000) + window <= now.
+  local past = '(' .. string.format('%d', (now - window + 1) * 1000)
+  local old = redis.call('ZRANGE', KEYS[3], '-inf', past, 'BYSCORE', 'LIMIT', 0, PRUNE,
+    'WITHSCORES')
+  for i = 1, #old, 2 do
+    local arrival = tonumber(old[i + 1])
+    if arrival == math.floor(arrival) then
+      gone[#gone + 1] = old[i]
+    else
+      local beat = tonumber(redis.call('ZSCORE', KEYS[4], old[i]))
+      if not beat or beat <= now then
+        gone[#gone + 1] = old[i]
+      end
+    end
+  end
+  if #gone > 0 then
+    redis.call('ZREM', KEYS[3], unpack(gone))
+    redis.call('ZREM', KEYS[4], unpack(gone))
+  end
+end
+
 local function refuse()
   local pttl = redis.call('PTTL', KEYS[1])
   if ARGV[5] == '0' then
@@ -76,6 +111,7 @@ local function refuse()
     redis.call('PEXPIRE', KEYS[3], window)
     redis.call('ZADD', KEYS[4], string.format('%d', deadline), member)
     redis.call('PEXPIRE', KEYS[4], window)
+    prune(now)
   else
     -- Fails on a key of another type before writing anything.
     if type(redis.pcall('ZADD', KEYS[3], 'NX', string.format('%d', now_us), member)) == 'table' then

@@ -200,7 +200,7 @@ fn memory_ms(fence_memory: Duration) -> u64 {
 /// tries again before that, message or not), and at least this long.
 /// Normally the waiter takes it within a round trip; if it died since its
 /// last attempt, the lease is free again after its deadline.
-const HANDOFF_GRACE: Duration = Duration::from_millis(500);
+pub(crate) const HANDOFF_GRACE: Duration = Duration::from_millis(500);
 
 /// How long a waiter stays in a lock's queue without trying again. Waiters
 /// try at least every third of it ([`QUEUE_HEARTBEAT`]), so only a dead
