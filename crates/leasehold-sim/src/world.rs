@@ -1602,7 +1602,7 @@ impl SimWire {
                 // A driver's socket: the reply is lost with the
                 // connection, and the driver itself sends it again.
                 Fate::Twice if socket => Fate::ResetAfter,
-                // An operator's script on a driver's socket, where a
+                // An operator's break on a driver's socket, where a
                 // schedule draws re-sends at all: its first delivery's
                 // reply is lost every other time (a break is rare, and a
                 // break run twice must break no holder that came after it).
@@ -1610,7 +1610,7 @@ impl SimWire {
                     if socket
                         && s.operator == Some(conn.process)
                         && s.faults.twice > 0.0
-                        && script_call(&args).is_some()
+                        && script_call(&args).is_some_and(|(name, _, _)| name == "lease_break")
                         && !s.lost_replies.contains(&(conn.process, args.clone()))
                         && s.rng.chance(0.5) =>
                 {
@@ -1626,6 +1626,11 @@ impl SimWire {
             }
             (delay, fate, again)
         };
+        if again {
+            let (p, id) = (conn.process, conn.id);
+            conn.world
+                .log(|| format!("NET p{p} conn {id}: a request whose reply was lost, sent again"));
+        }
         let arrive = conn.arrival(out, true);
         let (mut epoch, seq) = {
             let mut lines = conn.lines();
