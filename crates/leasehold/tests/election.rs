@@ -105,9 +105,9 @@ async fn leader_shows_the_value_and_term_of_the_leader_and_none_without_one() {
     let election = client.election("db-primary");
     assert_eq!(election.leader().await.expect("leader"), None);
 
-    let leadership = election.campaign("10.0.0.7:5432").await.expect("campaign");
+    let leadership = election.campaign("127.0.0.7:5432").await.expect("campaign");
     let leader = election.leader().await.expect("leader").expect("a leader");
-    assert_eq!(leader.value, "10.0.0.7:5432");
+    assert_eq!(leader.value, "127.0.0.7:5432");
     assert_eq!(leader.term, leadership.term());
     assert_eq!(leadership.term(), leadership.fence());
 
@@ -116,7 +116,7 @@ async fn leader_shows_the_value_and_term_of_the_leader_and_none_without_one() {
 
     // The next leader's term is above the last one's, after a resignation
     // that freed the election.
-    let again = election.campaign("10.0.0.8:5432").await.expect("campaign");
+    let again = election.campaign("127.0.0.8:5432").await.expect("campaign");
     assert!(again.term() > leader.term);
     again.resign().await.expect("resign");
 }

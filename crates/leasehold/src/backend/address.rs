@@ -202,9 +202,9 @@ pub(super) fn open_client(info: ConnectionInfo, options: &ConnectOptions) -> Res
 ///
 /// ```
 /// use leasehold::redact_url;
-/// assert_eq!(redact_url("redis://app:hunter2@10.0.0.5:6379/0"), "redis://app:***@10.0.0.5:6379/0");
+/// assert_eq!(redact_url("redis://app:hunter2@127.0.0.5:6379/0"), "redis://app:***@127.0.0.5:6379/0");
 /// assert_eq!(redact_url("unix:///run/redis.sock?db=1&pass=hunter2"), "unix:///run/redis.sock?db=1&pass=***");
-/// assert_eq!(redact_url("redis://10.0.0.5:99999/?password=hunter2"), "redis://10.0.0.5:99999/?***");
+/// assert_eq!(redact_url("redis://127.0.0.5:99999/?password=hunter2"), "redis://127.0.0.5:99999/?***");
 /// ```
 pub fn redact_url(url: &str) -> String {
     let whole = url.into_connection_info().is_ok();
