@@ -1602,7 +1602,8 @@ impl SimWire {
                 // A driver's socket: the reply is lost with the
                 // connection, and the driver itself sends it again.
                 Fate::Twice if socket => Fate::ResetAfter,
-                // An operator's break on a driver's socket, where a
+                // An operator's break on a driver's socket (the scripts that
+                // remove holds), where a
                 // schedule draws re-sends at all: its first delivery's
                 // reply is lost every other time (a break is rare, and a
                 // break run twice must break no holder that came after it).
@@ -1610,7 +1611,11 @@ impl SimWire {
                     if socket
                         && s.operator == Some(conn.process)
                         && s.faults.twice > 0.0
-                        && script_call(&args).is_some_and(|(name, _, _)| name == "lease_break")
+                        && script_call(&args).is_some_and(|(name, _, _)| {
+                            // What a break runs: lease_break, or a plain
+                            // lock's release with its holder's token.
+                            name == "lease_break" || name.ends_with("_release")
+                        })
                         && !s.lost_replies.contains(&(conn.process, args.clone()))
                         && s.rng.chance(0.5) =>
                 {
