@@ -24,7 +24,7 @@ if queue then
 end
 local now = now_ms()
 local score = redis.call('ZSCORE', key, ARGV[1])
-redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+local expired = redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
 local released = 0
 if score and tonumber(score) > now then
   redis.call('ZREM', key, ARGV[1])
@@ -36,10 +36,15 @@ if queue and string.sub(ARGV[1], 1, 2) == 'i:' then
 end
 local top = redis.call('ZRANGE', key, 0, 0, 'REV', 'WITHSCORES')
 if top[1] then
-  local left = math.max(1, tonumber(top[2]) - now)
-  redis.call('PEXPIRE', key, left)
-  if queue then
-    redis.call('PEXPIRE', queue, left)
+  -- Only when this call removed a member: a call that changed nothing (run again after its
+  -- hold went, as a cluster driver's re-send is) leaves the expiry as it was, instead of
+  -- setting it again from a clock read a millisecond apart from PEXPIRE's.
+  if released == 1 or expired > 0 then
+    local left = math.max(1, tonumber(top[2]) - now)
+    redis.call('PEXPIRE', key, left)
+    if queue then
+      redis.call('PEXPIRE', queue, left)
+    end
   end
 else
   if queue then
