@@ -761,11 +761,14 @@ async fn a_release_is_not_held_up_by_a_renewal_waiting_on_a_silent_node() {
         took < node_timeout / 2,
         "the release waited {took:?} behind a renewal round (node timeout {node_timeout:?})"
     );
+    // release() returns once a quorum answered; the fourth answering node's
+    // release is still on its way then (under load it arrives after the
+    // return), and must arrive.
     for server in &servers[..4] {
-        assert!(
-            !lock_key_exists(server, "renewing"),
-            "released on every answering node"
-        );
+        common::wait_until("released on every answering node", || {
+            !lock_key_exists(server, "renewing")
+        })
+        .await;
     }
 }
 
