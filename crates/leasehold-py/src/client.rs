@@ -76,7 +76,7 @@ fn with_options(
 impl Core {
     fn check(&self) -> PyResult<()> {
         if std::process::id() != self.pid {
-            return Err(forked("client"));
+            return Err(forked("client", self.pid));
         }
         Ok(())
     }

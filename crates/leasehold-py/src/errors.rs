@@ -135,14 +135,14 @@ pub(crate) fn to_py(err: leasehold::Error) -> PyErr {
 }
 
 /// The error of a client or guard used in a process forked from the one
-/// that made it: its runtime's threads did not survive the fork, so any
-/// call would hang.
-pub(crate) fn forked(what: &str) -> PyErr {
+/// that made it (`made_in`): its runtime's threads did not survive the
+/// fork, so any call would hang.
+pub(crate) fn forked(what: &str, made_in: u32) -> PyErr {
     UsedAfterFork::new_err(format!(
         "this {what} was made in process {} and cannot be used in this child process (pid {}) \
          after fork(): its background threads did not survive the fork. Make a new \
          leasehold.Client in the child (the parent's locks stay the parent's)",
-        crate::run::owner_pid(),
+        made_in,
         std::process::id()
     ))
 }

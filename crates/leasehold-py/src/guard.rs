@@ -113,7 +113,7 @@ impl Guard {
 
     fn shared(&self) -> PyResult<&Arc<Shared>> {
         if std::process::id() != self.pid {
-            return Err(forked("guard"));
+            return Err(forked("guard", self.pid));
         }
         // Taken only by Drop.
         self.shared

@@ -52,12 +52,6 @@ pub(crate) fn runtime() -> PyResult<Arc<Runtime>> {
     }
 }
 
-/// The process that made the current runtime (for the fork error).
-pub(crate) fn owner_pid() -> u32 {
-    let slot = RUNTIME.lock().unwrap_or_else(|e| e.into_inner());
-    slot.as_ref().map_or(0, |(pid, _)| *pid)
-}
-
 /// `fut` waited for (`done` None) or handed to `done`.
 pub(crate) fn call<T, F>(
     py: Python<'_>,

@@ -14,9 +14,18 @@ use std::task::{Context, Poll, Waker};
 use redis::{PushInfo, Value};
 
 use crate::resp::{encode, parse_command};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::world::SimWire;
+/// What carries a socket's commands to its node: the world's connection.
+pub trait Carrier: Send + Sync {
+    /// Sends one command; its reply, or an error once the connection dropped.
+    fn send(
+        &self,
+        args: Vec<Vec<u8>>,
+    ) -> leasehold::sim::WireFuture<Result<Value, redis::RedisError>>;
+    /// The driver dropped its socket.
+    fn hang_up(&self);
+}
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// What the two directions of one socket share.
 #[derive(Default)]
@@ -109,17 +118,14 @@ impl Shared {
 /// The driver's end of a simulated connection.
 pub struct SimSocket {
     shared: Arc<Shared>,
-    wire: Arc<SimWire>,
+    wire: Arc<dyn Carrier>,
 }
 
 impl SimSocket {
     /// The driver's end of `wire`'s connection, whose replies and pushes
     /// `shared` collects.
-    pub fn new(shared: Arc<Shared>, wire: SimWire) -> SimSocket {
-        SimSocket {
-            shared,
-            wire: Arc::new(wire),
-        }
+    pub fn new(shared: Arc<Shared>, wire: Arc<dyn Carrier>) -> SimSocket {
+        SimSocket { shared, wire }
     }
 }
 
@@ -187,7 +193,7 @@ impl AsyncWrite for SimSocket {
             commands
         };
         for (seq, args) in commands {
-            let reply = self.wire.send_socket(args);
+            let reply = self.wire.send(args);
             let shared = Arc::clone(&self.shared);
             tokio::spawn(async move {
                 match reply.await {

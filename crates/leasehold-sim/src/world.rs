@@ -30,7 +30,7 @@ use crate::cluster::ClusterMap;
 use crate::history::History;
 use crate::rng::Rng;
 use crate::server::{Flavor, Server};
-use crate::socket::{Shared as SocketShared, SimSocket};
+use crate::socket::{Carrier, Shared as SocketShared, SimSocket};
 
 /// The server clock at the simulation's start: 2026-11-27, in µs.
 const EPOCH_US: u64 = 1_795_000_000_000_000;
@@ -1113,10 +1113,10 @@ impl World {
         conn.lines().to_server = Instant::now() + connecting;
         Ok(SimSocket::new(
             shared,
-            SimWire {
+            Arc::new(SimWire {
                 conn,
                 faultless: false,
-            },
+            }),
         ))
     }
 
@@ -1796,15 +1796,13 @@ impl SimWire {
     }
 }
 
-impl SimWire {
-    /// Sends a command a driver wrote on its socket: its reply, or an error
-    /// once the connection dropped.
-    pub fn send_socket(&self, args: Vec<Vec<u8>>) -> WireFuture<Result<Value, RedisError>> {
-        self.send(args)
+impl Carrier for SimWire {
+    fn send(&self, args: Vec<Vec<u8>>) -> WireFuture<Result<Value, RedisError>> {
+        SimWire::send(self, args)
     }
 
     /// The driver dropped its socket: the server forgets its subscriptions.
-    pub fn hang_up(&self) {
+    fn hang_up(&self) {
         let mut s = self.conn.world.state();
         s.asking.remove(&self.conn.id);
         if let Some(n) = s.nodes.get_mut(&self.conn.node) {
