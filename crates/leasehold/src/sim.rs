@@ -352,11 +352,9 @@ impl ConnectionManager {
 
     /// SUBSCRIBE `channels`, awaiting each one's confirmation.
     pub async fn subscribe(&mut self, channels: impl redis::ToRedisArgs) -> Result<(), RedisError> {
-        let (generation, conn) = self.0.connection();
-        let mut conn = self.0.usable(generation, conn.await)?;
-        let result = conn.subscribe(channels).await;
-        self.0.check(generation, &result);
-        result
+        self.0
+            .on_connection(|mut conn| async move { conn.subscribe(channels).await })
+            .await
     }
 
     /// UNSUBSCRIBE `channels`.
@@ -364,11 +362,9 @@ impl ConnectionManager {
         &mut self,
         channels: impl redis::ToRedisArgs,
     ) -> Result<(), RedisError> {
-        let (generation, conn) = self.0.connection();
-        let mut conn = self.0.usable(generation, conn.await)?;
-        let result = conn.unsubscribe(channels).await;
-        self.0.check(generation, &result);
-        result
+        self.0
+            .on_connection(|mut conn| async move { conn.unsubscribe(channels).await })
+            .await
     }
 }
 
@@ -438,6 +434,22 @@ impl Manager {
         }
     }
 
+    /// Runs `op` on the connection in use (waiting for it if it is being
+    /// made), and starts a new one when the outcome says it is gone.
+    async fn on_connection<T, Fut>(
+        self: &Arc<Self>,
+        op: impl FnOnce(redis::aio::MultiplexedConnection) -> Fut,
+    ) -> Result<T, RedisError>
+    where
+        Fut: Future<Output = Result<T, RedisError>>,
+    {
+        let (generation, conn) = self.connection();
+        let conn = self.usable(generation, conn.await)?;
+        let result = op(conn).await;
+        self.check(generation, &result);
+        result
+    }
+
     fn usable(
         self: &Arc<Self>,
         generation: u64,
@@ -464,11 +476,9 @@ impl redis::aio::ConnectionLike for ConnectionManager {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> redis::RedisFuture<'a, Value> {
         let manager = Arc::clone(&self.0);
         Box::pin(async move {
-            let (generation, conn) = manager.connection();
-            let mut conn = manager.usable(generation, conn.await)?;
-            let result = conn.send_packed_command(cmd).await;
-            manager.check(generation, &result);
-            result
+            manager
+                .on_connection(|mut conn| async move { conn.send_packed_command(cmd).await })
+                .await
         })
     }
 
@@ -480,11 +490,11 @@ impl redis::aio::ConnectionLike for ConnectionManager {
     ) -> redis::RedisFuture<'a, Vec<Value>> {
         let manager = Arc::clone(&self.0);
         Box::pin(async move {
-            let (generation, conn) = manager.connection();
-            let mut conn = manager.usable(generation, conn.await)?;
-            let result = conn.send_packed_commands(pipeline, offset, count).await;
-            manager.check(generation, &result);
-            result
+            manager
+                .on_connection(|mut conn| async move {
+                    conn.send_packed_commands(pipeline, offset, count).await
+                })
+                .await
         })
     }
 
