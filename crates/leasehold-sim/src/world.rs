@@ -1,17 +1,29 @@
 //! The simulated world under the shipped client: servers, the network
 //! between them and the client processes, clocks and faults.
 //!
-//! Every connection of a `sim://<node>` URL is a [`SimWire`]: a request is
-//! carried to its node after a delay drawn from the seed (a connection is
-//! FIFO both ways, as TCP is), run there by the simulated server at the
-//! node's own clock, and its reply carried back after another delay. A
-//! request outlives a caller that gave up on it: it still runs on the
-//! server, as on a real network. Faults come from the [`Faults`] of the
-//! schedule: a connection reset before or after the server ran the
-//! request (the connection then reconnects, subscribes its channels again
-//! and tells the client with a disconnection push, as the library's
-//! `backend/managed.rs` does over redis-rs), a node paused, restarted empty
-//! or from its AOF, its script cache flushed, its clock stepped.
+//! Every lock node is reached the way a deployment reaches it: the
+//! library's own connections (redis-rs's `MultiplexedConnection` under the
+//! connection manager for one server, Replicated, Redlock's nodes and the
+//! Sentinel master; redis-rs's cluster connection for a cluster) run over a
+//! [`SimSocket`] that the world opens for the address the driver dials
+//! (`p<process>-<node>:6379`, [`World::socket`]). Each command read off a
+//! socket is a request of a connection ([`SimWire`], the socket's
+//! [`Carrier`]): it is carried to its node after a delay drawn from the
+//! seed (a connection is FIFO both ways, as TCP is), run there by the
+//! simulated server at the node's own clock, and its reply carried back
+//! after another delay. A request outlives a caller that gave up on it: it
+//! still runs on the server, as on a real network. Faults come from the
+//! [`Faults`] of the schedule: a connection reset before or after the
+//! server ran the request (the socket's stream ends with an error; the
+//! driver above reconnects, and the library resubscribes, as shipped), a
+//! request run twice (see [`Faults::twice`]), a node paused, restarted
+//! empty or from its AOF, failed over, its script cache flushed, its clock
+//! stepped.
+//!
+//! `--set seam=wire` keeps the older seam for the seeds found on it: a
+//! `sim://<node>` URL's connection is a [`SimWire`] as the library's
+//! `leasehold::sim::Wire` (`ProcessDialer::dial`), which reconnects,
+//! resubscribes and tells the client of the disconnection itself.
 //!
 //! Everything runs on one current-thread runtime with the paused clock:
 //! time advances only when every task waits, and the order of events is a
@@ -53,11 +65,16 @@ pub struct Faults {
     /// lease) finds the node's script cache flushed as it arrives, so the
     /// give-back that follows meets NOSCRIPT and is sent again.
     pub flush_after_late_grant: f64,
-    /// Chance per request of a duplicate delivery: the server runs it, the
-    /// connection drops before the reply, and the request is sent again on
-    /// the new connection and runs a second time (what redis-rs's cluster
-    /// driver does with a request whose connection failed); the caller
-    /// gets the second reply. Never on the fenced resource (the
+    /// Chance per request of a duplicate delivery. On a cluster: the
+    /// server runs it, the connection drops before the reply, and
+    /// redis-rs's cluster driver sends it again on its new connection,
+    /// where it runs a second time. Elsewhere (one server, Replicated,
+    /// Sentinel): a retrying proxy in front of the server (Envoy,
+    /// twemproxy) lost its own connection to the server after it ran the
+    /// request and sends it again; the client's connection stays up and
+    /// gets the second reply (the client's connection manager itself
+    /// never re-sends). On the wire seam (`--set seam=wire`): the wire
+    /// resets and sends again. Never on the fenced resource (the
     /// application's own connection).
     pub twice: f64,
 }
@@ -1043,7 +1060,10 @@ impl World {
         }
     }
 
-    /// A dialer for the library's `sim://<node>` URLs, for the process `process`.
+    /// A dialer for the library: the sockets of every address a driver
+    /// dials (whose process the address names), and the library-level
+    /// wire of `sim://<node>` URLs for the process `process`
+    /// (`--set seam=wire`).
     pub fn dialer(&self, process: usize) -> Arc<dyn Dialer> {
         Arc::new(ProcessDialer {
             world: self.clone(),
@@ -1598,17 +1618,23 @@ impl SimWire {
     fn send(&self, args: Vec<Vec<u8>>) -> WireFuture<Result<Value, RedisError>> {
         let conn = Arc::clone(&self.conn);
         let socket = conn.socket.is_some();
-        let (out, fate, again) = {
+        let (out, fate, again, driver_resends) = {
             let mut s = conn.world.state();
             let delay = World::delay(&mut s);
             let fate = match self.faultless {
                 true => Fate::Delivered,
                 false => World::fate(&mut s),
             };
+            // Who sends a request twice: on a cluster, the driver itself
+            // (the reply is lost with the connection, and redis-rs's cluster
+            // connection sends the request again once it has reconnected);
+            // elsewhere the client's connection (a connection manager's)
+            // never re-sends, and a retrying proxy in front of the server
+            // (Envoy, twemproxy) does: the server runs the request twice and
+            // the client's connection stays up ([`Fate::Twice`]).
+            let driver_resends = socket && s.cluster.is_some();
             let fate = match fate {
-                // A driver's socket: the reply is lost with the
-                // connection, and the driver itself sends it again.
-                Fate::Twice if socket => Fate::ResetAfter,
+                Fate::Twice if driver_resends => Fate::ResetAfter,
                 // An operator's break on a driver's socket (the scripts that
                 // remove holds), where a
                 // schedule draws re-sends at all: its first delivery's
@@ -1626,17 +1652,21 @@ impl SimWire {
                         && !s.lost_replies.contains(&(conn.process, args.clone()))
                         && s.rng.chance(0.5) =>
                 {
-                    Fate::ResetAfter
+                    if driver_resends {
+                        Fate::ResetAfter
+                    } else {
+                        Fate::Twice
+                    }
                 }
                 fate => fate,
             };
             // The same request again from the same process, after a reset
             // lost its reply: a second delivery (the driver's re-send).
-            let again = socket && s.lost_replies.remove(&(conn.process, args.clone()));
+            let again = driver_resends && s.lost_replies.remove(&(conn.process, args.clone()));
             if again {
                 s.duplicates += 1;
             }
-            (delay, fate, again)
+            (delay, fate, again, driver_resends)
         };
         if again {
             let (p, id) = (conn.process, conn.id);
@@ -1704,12 +1734,19 @@ impl SimWire {
                         conn.world
                             .exec_request(&conn.node, conn.id, conn.process, &args, again);
                     if fate == Fate::Twice {
-                        // The reply is lost with the connection; the driver
-                        // sends the request again once it has reconnected.
-                        conn.reset();
-                        epoch = conn.lines().epoch;
-                        // Sent again on the new connection: it takes no
-                        // place in the order of the old one.
+                        if socket {
+                            // A proxy's connection to the server dropped
+                            // after the server ran it: the proxy sends it
+                            // again on a new one; the client's stays up.
+                        } else {
+                            // The reply is lost with the connection; the
+                            // library-level wire sends the request again
+                            // once it has reconnected.
+                            conn.reset();
+                            epoch = conn.lines().epoch;
+                        }
+                        // Sent again on another connection: it takes no
+                        // place in the order of the first one.
                         turn = None;
                         let again = {
                             let mut s = conn.world.state();
@@ -1720,8 +1757,13 @@ impl SimWire {
                             Duration::from_millis(s.rng.range(5, 60))
                         };
                         let process = conn.process;
-                        conn.world
-                            .log(|| format!("NET p{process} conn {} request sent again", conn.id));
+                        conn.world.log(|| {
+                            format!(
+                                "NET p{process} conn {} request sent again{}",
+                                conn.id,
+                                if socket { " by a proxy" } else { "" }
+                            )
+                        });
                         tokio::time::sleep(again).await;
                         while let Some(until) = conn.world.paused_until(&conn.node) {
                             tokio::time::sleep_until(until).await;
@@ -1754,7 +1796,7 @@ impl SimWire {
             // way back is its own.
             drop(turn.take());
             if fate == Fate::ResetAfter {
-                if socket {
+                if driver_resends {
                     let mut s = conn.world.state();
                     for arg in args.iter().filter(|a| is_token(a)) {
                         s.resent_tokens.insert(arg.clone());
