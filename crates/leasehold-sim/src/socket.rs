@@ -15,13 +15,15 @@ use redis::{PushInfo, Value};
 
 use crate::resp::{encode, parse_command};
 
+/// Where a command's reply goes when it arrives: the reply, or an error
+/// once the connection dropped.
+pub type Deliver = Box<dyn FnOnce(Result<Value, redis::RedisError>) + Send>;
+
 /// What carries a socket's commands to its node: the world's connection.
 pub trait Carrier: Send + Sync {
-    /// Sends one command; its reply, or an error once the connection dropped.
-    fn send(
-        &self,
-        args: Vec<Vec<u8>>,
-    ) -> leasehold::sim::WireFuture<Result<Value, redis::RedisError>>;
+    /// Sends one command; its reply (or the connection's drop) goes to
+    /// `deliver` when it arrives, with no task of its own waiting for it.
+    fn dispatch(&self, args: Vec<Vec<u8>>, deliver: Deliver);
     /// The driver dropped its socket.
     fn hang_up(&self);
 }
@@ -193,14 +195,14 @@ impl AsyncWrite for SimSocket {
             commands
         };
         for (seq, args) in commands {
-            let reply = self.wire.send(args);
             let shared = Arc::clone(&self.shared);
-            tokio::spawn(async move {
-                match reply.await {
+            self.wire.dispatch(
+                args,
+                Box::new(move |reply| match reply {
                     Ok(v) => shared.reply(seq, v),
                     Err(_) => shared.close(),
-                }
-            });
+                }),
+            );
         }
         Poll::Ready(Ok(bytes.len()))
     }
