@@ -299,8 +299,9 @@ impl Config {
         // library's own retries are new requests sent after the last one's
         // answer or failure (SAFETY.md; seeds 7132, 8058 and 15577 broke
         // Redlock only by a re-send run after later requests of its client).
-        // On one server it models a cluster shard's driver; on a cluster
-        // the driver as shipped sends again (world.rs).
+        // On one server, a Replicated master and Sentinel it is a retrying
+        // proxy in front of the server; on a cluster the driver as shipped
+        // sends again (world.rs, `Faults::twice`).
         if r.chance(0.3) && !matches!(topology, Topology::Redlock(_)) {
             config.faults.twice = *r.pick(&[0.01, 0.03]);
         }
