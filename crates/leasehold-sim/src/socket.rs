@@ -176,12 +176,21 @@ impl AsyncWrite for SimSocket {
                     "simulated connection reset",
                 )));
             }
-            s.inbuf.extend_from_slice(bytes);
+            // Whole commands straight from `bytes` when nothing is left
+            // over from an earlier write (the common case: no copy).
+            let mut pending = std::mem::take(&mut s.inbuf);
+            let buf: &[u8] = if pending.is_empty() {
+                bytes
+            } else {
+                pending.extend_from_slice(bytes);
+                &pending
+            };
             let mut commands = Vec::new();
+            let mut at = 0;
             loop {
-                match parse_command(&s.inbuf) {
+                match parse_command(&buf[at..]) {
                     Ok(Some((args, used))) => {
-                        s.inbuf.drain(..used);
+                        at += used;
                         let seq = s.next_seq;
                         s.next_seq += 1;
                         commands.push((seq, args));
@@ -192,6 +201,7 @@ impl AsyncWrite for SimSocket {
                     }
                 }
             }
+            s.inbuf = buf[at..].to_vec();
             commands
         };
         for (seq, args) in commands {

@@ -199,7 +199,13 @@ fn script_call(args: &[Vec<u8>]) -> Option<ScriptCall<'_>> {
     if !args.first()?.eq_ignore_ascii_case(b"EVALSHA") {
         return None;
     }
-    let name = script_name(&args.get(1)?.to_ascii_lowercase())?;
+    let sha = args.get(1)?;
+    // The library sends its SHA1s in lower case: no copy for those.
+    let name = if sha.iter().any(u8::is_ascii_uppercase) {
+        script_name(&sha.to_ascii_lowercase())
+    } else {
+        script_name(sha)
+    }?;
     let numkeys: usize = std::str::from_utf8(args.get(2)?).ok()?.parse().ok()?;
     let keys = args.get(3..3 + numkeys)?;
     Some((name, keys, &args[3 + numkeys..]))
