@@ -41,8 +41,6 @@ mod tls;
 use std::sync::Arc;
 use std::time::Duration;
 
-#[cfg(test)]
-use address::is_tls_url;
 pub use address::redact_url;
 pub(crate) use address::{Credentials, Endpoint, RedactedUrls, TlsOptions};
 use address::{checked_info, open_client, parse_url};
@@ -496,7 +494,8 @@ fn scan_command(cursor: u64, pattern: &str, kind: &str) -> redis::Cmd {
 
 #[cfg(test)]
 mod tests {
-    use super::{evicts_lock_keys, is_tls_url, redact_url, supported};
+    use super::address::is_tls_url;
+    use super::{evicts_lock_keys, redact_url, supported};
     use crate::error::Error;
 
     #[test]

@@ -11,7 +11,7 @@ use redis::{Cmd, RedisFuture, Value};
 use super::connection::{Commands, DeploymentConnection, Pending};
 use super::{Backend, ConnectOptions, OnPush};
 use crate::error::{Error, Result};
-use crate::sim::Wire;
+use crate::sim::{Wire, WireFuture};
 
 /// The backend of `url` if it is a `sim://` URL and this thread has a
 /// simulator's dialer (see `sim::install`); None otherwise.
@@ -51,21 +51,18 @@ impl DeploymentConnection for Simulated {
     }
 
     fn subscribe<'a>(&'a self, channel: &'a str) -> Pending<'a, Result<()>> {
-        Box::pin(async move {
-            self.wire
-                .subscribe(channel)
-                .await
-                .map_err(|e| Error::from_redis(e, &self.url, ""))
-        })
+        self.named(self.wire.subscribe(channel))
     }
 
     fn unsubscribe<'a>(&'a self, channel: &'a str) -> Pending<'a, Result<()>> {
-        Box::pin(async move {
-            self.wire
-                .unsubscribe(channel)
-                .await
-                .map_err(|e| Error::from_redis(e, &self.url, ""))
-        })
+        self.named(self.wire.unsubscribe(channel))
+    }
+}
+
+impl Simulated {
+    /// The wire's outcome, its error named by this connection's URL.
+    fn named(&self, sent: WireFuture<redis::RedisResult<()>>) -> Pending<'_, Result<()>> {
+        Box::pin(async move { sent.await.map_err(|e| Error::from_redis(e, &self.url, "")) })
     }
 }
 
