@@ -22,7 +22,8 @@ pub type Deliver = Box<dyn FnOnce(Result<Value, redis::RedisError>) + Send>;
 /// What carries a socket's commands to its node: the world's connection.
 pub trait Carrier: Send + Sync {
     /// Sends one command; its reply (or the connection's drop) goes to
-    /// `deliver` when it arrives, with no task of its own waiting for it.
+    /// `deliver` when it arrives (the world's connection says whether a
+    /// task of its own waits for it).
     fn dispatch(&self, args: Vec<Vec<u8>>, deliver: Deliver);
     /// The driver dropped its socket.
     fn hang_up(&self);

@@ -1097,6 +1097,7 @@ impl World {
         SimWire {
             conn,
             faultless: true,
+            waiter_task: false,
         }
     }
 
@@ -1145,11 +1146,13 @@ impl World {
             Some(Arc::clone(&shared)),
         );
         conn.lines().to_server = Instant::now() + connecting;
+        let waiter_task = self.state().cluster.is_some();
         Ok(SimSocket::new(
             shared,
             Arc::new(SimWire {
                 conn,
                 faultless: false,
+                waiter_task,
             }),
         ))
     }
@@ -1468,6 +1471,7 @@ impl Dialer for ProcessDialer {
         Ok(Arc::new(SimWire {
             conn,
             faultless: false,
+            waiter_task: false,
         }))
     }
 
@@ -1610,6 +1614,11 @@ impl Conn {
 pub struct SimWire {
     conn: Arc<Conn>,
     faultless: bool,
+    /// A cluster node's socket: each reply reaches the socket through a
+    /// task of its own that waits for it, as before the other topologies
+    /// moved to sockets, so the cluster seeds of regressions.txt replay the
+    /// schedules that found them (one task less per request elsewhere).
+    waiter_task: bool,
 }
 
 fn args_of(cmd: &Cmd) -> Vec<Vec<u8>> {
@@ -1866,7 +1875,12 @@ impl SimWire {
 
 impl Carrier for SimWire {
     fn dispatch(&self, args: Vec<Vec<u8>>, deliver: Deliver) {
-        SimWire::dispatch(self, args, deliver);
+        if self.waiter_task {
+            let reply = SimWire::send(self, args);
+            tokio::spawn(async move { deliver(reply.await) });
+        } else {
+            SimWire::dispatch(self, args, deliver);
+        }
     }
 
     /// The driver dropped its socket: the server forgets its subscriptions.
