@@ -151,6 +151,9 @@ struct State {
     duplicates: u64,
     /// Owner tokens of requests delivered twice.
     resent_tokens: BTreeSet<Vec<u8>>,
+    /// (key, argument) of every script call delivered twice: the reentrant
+    /// owner a second delivery may take a key for after `close()`.
+    resent_named: BTreeSet<(Vec<u8>, Vec<u8>)>,
     /// A Redis Cluster's slot map, if the lock nodes are one.
     cluster: Option<ClusterMap>,
     /// Connections that sent ASKING (for their next command).
@@ -255,6 +258,21 @@ pub fn holds_in(key: Option<&crate::server::KeyDump>, now_ms: i64) -> BTreeSet<S
 }
 
 impl State {
+    /// Notes a request that may be delivered twice: its owner tokens, and
+    /// the (key, argument) pairs of a script call (a reentrant owner).
+    fn note_resent(&mut self, args: &[Vec<u8>]) {
+        for arg in args.iter().filter(|a| is_token(a)) {
+            self.resent_tokens.insert(arg.clone());
+        }
+        if let Some((_, keys, argv)) = script_call(args) {
+            for key in keys {
+                for arg in argv {
+                    self.resent_named.insert((key.clone(), arg.clone()));
+                }
+            }
+        }
+    }
+
     /// Notes a Redlock re-take (`lock_retake`) that ran on a node after
     /// the guard's release ran there: it sets the released lease back
     /// there, held for a TTL after its holder let it go.
@@ -377,6 +395,7 @@ impl World {
             asked_ttl: BTreeMap::new(),
             duplicates: 0,
             resent_tokens: BTreeSet::new(),
+            resent_named: BTreeSet::new(),
             cluster: None,
             sentinel: None,
             down: BTreeSet::new(),
@@ -534,8 +553,9 @@ impl World {
     /// The holds on `nodes`' lock keys (`…:lock`, `…:leader`) that carry an
     /// owner token first sent by `process`, or its reentrant `owner`: what
     /// `close()` must have given back. Left out: tokens of requests
-    /// delivered twice (a second delivery can land after `close()` gave the
-    /// lease back; SAFETY.md says what it leaves). (node, key, hold) each.
+    /// delivered twice, and the owner on a key a script call naming it was
+    /// delivered twice for (a second delivery can land after `close()` gave
+    /// the lease back; SAFETY.md says what it leaves). (node, key, hold) each.
     pub fn holds_of(
         &self,
         process: usize,
@@ -558,7 +578,13 @@ impl World {
                 if !(key.key.ends_with(":lock") || key.key.ends_with(":leader")) {
                     continue;
                 }
+                let resent_owner = s
+                    .resent_named
+                    .contains(&(key.key.as_bytes().to_vec(), owner.as_bytes().to_vec()));
                 for hold in holds_in(Some(&key), (now_us / 1000) as i64) {
+                    if resent_owner && hold == owner {
+                        continue;
+                    }
                     if mine.iter().any(|m| hold.contains(m.as_str())) {
                         out.push((node.clone(), key.key.clone(), hold));
                     }
@@ -1794,9 +1820,7 @@ impl SimWire {
                         let again = {
                             let mut s = conn.world.state();
                             s.duplicates += 1;
-                            for arg in args.iter().filter(|a| is_token(a)) {
-                                s.resent_tokens.insert(arg.clone());
-                            }
+                            s.note_resent(&args);
                             Duration::from_millis(s.rng.range(5, 60))
                         };
                         let process = conn.process;
@@ -1841,9 +1865,7 @@ impl SimWire {
             if fate == Fate::ResetAfter {
                 if driver_resends {
                     let mut s = conn.world.state();
-                    for arg in args.iter().filter(|a| is_token(a)) {
-                        s.resent_tokens.insert(arg.clone());
-                    }
+                    s.note_resent(&args);
                     s.lost_replies.insert((conn.process, args.clone()));
                 }
                 conn.reset();
