@@ -555,7 +555,8 @@ impl World {
     /// `close()` must have given back. Left out: tokens of requests
     /// delivered twice, and the owner on a key a script call naming it was
     /// delivered twice for (a second delivery can land after `close()` gave
-    /// the lease back; SAFETY.md says what it leaves). (node, key, hold) each.
+    /// the lease back; SAFETY.md says what it leaves); a leader record whose
+    /// lease no longer holds its token. (node, key, hold) each.
     pub fn holds_of(
         &self,
         process: usize,
@@ -581,8 +582,28 @@ impl World {
                 let resent_owner = s
                     .resent_named
                     .contains(&(key.key.as_bytes().to_vec(), owner.as_bytes().to_vec()));
+                // An election's leader record ('<term> <token> <value>') is
+                // believed only while its token holds the lease
+                // (election_leader.lua): one whose lease is gone (broken, say)
+                // holds nothing, and lives out the lease's time.
+                let lease = key.key.strip_suffix(":leader").map(|prefix| {
+                    holds_in(
+                        n.server
+                            .dump_key(format!("{prefix}:lock").as_bytes(), now_us)
+                            .as_ref(),
+                        (now_us / 1000) as i64,
+                    )
+                });
                 for hold in holds_in(Some(&key), (now_us / 1000) as i64) {
                     if resent_owner && hold == owner {
+                        continue;
+                    }
+                    if let Some(lease) = &lease
+                        && hold
+                            .split(' ')
+                            .nth(1)
+                            .is_none_or(|token| !lease.contains(token))
+                    {
                         continue;
                     }
                     if mine.iter().any(|m| hold.contains(m.as_str())) {
