@@ -111,7 +111,10 @@ impl Cluster {
             // As long as the driver keeps a request: each of its tries (the
             // first and `RETRIES` more) may connect and then wait for the
             // reply, each bounded by the command timeout.
-            abandoned: (Arc::default(), options.command_timeout * 2 * (RETRIES + 1)),
+            abandoned: (
+                Arc::new(Abandoned::new()),
+                options.command_timeout * 2 * (RETRIES + 1),
+            ),
         };
         Ok((cluster, addr))
     }
