@@ -341,6 +341,45 @@ mod tests {
         assert_eq!(started.elapsed(), Duration::ZERO);
     }
 
+    /// The client's runtime shuts down with a caller waiting on a request:
+    /// nothing of it can run any more (the driver stopped with it), so
+    /// nothing is left counted, and the shutdown neither panics nor hangs.
+    #[test]
+    fn a_request_dropped_as_the_clients_runtime_shuts_down_is_not_counted() {
+        for multi_thread in [false, true] {
+            let runtime = if multi_thread {
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .enable_all()
+                    .build()
+            } else {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+            }
+            .unwrap();
+            let abandoned = runtime.block_on(async { Arc::new(Abandoned::new()) });
+            let journal = Log::default();
+            let (_open, gate) = tokio::sync::oneshot::channel();
+            let caller = abandoned.run("k", held(gate, &journal));
+            let (polled, waited) = tokio::sync::oneshot::channel();
+            runtime.spawn(async move {
+                let mut caller = caller;
+                std::future::poll_fn(|cx| {
+                    let _ = Pin::new(&mut caller).poll(cx);
+                    Poll::Ready(())
+                })
+                .await;
+                let _ = polled.send(());
+                caller.await
+            });
+            runtime.block_on(waited).unwrap();
+            drop(runtime);
+            assert!(abandoned.keys().is_empty(), "multi_thread: {multi_thread}");
+            assert_eq!(entries(&journal), Vec::<&str>::new());
+        }
+    }
+
     /// A request the driver never ends is waited for `BOUND`, no longer.
     #[tokio::test(start_paused = true)]
     async fn the_wait_for_a_request_that_never_ends_is_bounded() {
