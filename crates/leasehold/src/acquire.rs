@@ -1180,6 +1180,51 @@ mod tests {
         assert!(waited.is_err(), "the acquire ended before it was dropped");
     }
 
+    /// On a cluster a request is counted as its caller's future drops it
+    /// (backend/abandoned.rs, seed 10025), and the give-back waits for what
+    /// is counted: so a dropped acquisition must drop its attempt in flight
+    /// before it hands the give-back over, never after (on a multi-thread
+    /// runtime the watchdog could send the give-back in between, before the
+    /// attempt was counted). Also after a refusal, subscribed and queued.
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_acquisition_drops_its_attempt_before_it_hands_over_the_give_back() {
+        struct Dropped<'a>(&'a FakeCore);
+        impl Drop for Dropped<'_> {
+            fn drop(&mut self) {
+                self.0.log("attempt dropped");
+            }
+        }
+        for refused_first in [false, true] {
+            let core = FakeCore::new();
+            let keys = keys();
+            let target = target(&core, &keys, true);
+            let mut attempts = 0;
+            let attempt = || {
+                attempts += 1;
+                let core = &*core;
+                let refused = refused_first && attempts == 1;
+                Box::pin(async move {
+                    if refused {
+                        return Ok(Acquire::Held {
+                            remaining: Some(LONG),
+                            unsettled: false,
+                            queued_until: Some(1),
+                        });
+                    }
+                    let _in_flight = Dropped(core);
+                    std::future::pending().await
+                }) as Attempt<'_>
+            };
+            let waited = tokio::time::timeout(ms(5), acquire(&target, WAIT, attempt)).await;
+            assert!(waited.is_err(), "the acquire ended before it was dropped");
+            assert_eq!(
+                core.entries(),
+                ["attempt dropped", "background release"],
+                "refused first: {refused_first}"
+            );
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_wait_of_duration_max_ends_in_the_far_future_without_overflow() {
         let now = Instant::now();

@@ -14,8 +14,9 @@
 //!
 //! So a cluster request whose caller stops waiting goes on to its end in a
 //! task of its own (its caller polls it until then, so nothing changes while
-//! it waits), counted under its key until the driver is done with it (a
-//! reply, or an error after its retries). A release of a hold on that key first waits for
+//! it waits), on the client's runtime whatever thread or runtime the caller
+//! dropped it on, counted under its key until the driver is done with it (a
+//! reply, or an error after its retries) or its task ends without it. A release of a hold on that key first waits for
 //! those ([`Abandoned::settled`]), bounded: a request the network holds past
 //! the driver's own timeouts is not waited for (docs/SAFETY.md says so).
 
@@ -30,14 +31,45 @@ use std::time::Duration;
 /// not done with yet. (A `BTreeMap`: a std `HashMap` would draw hasher keys
 /// at each client's start, which moves those of the driver's own maps on
 /// and so changes a simulated schedule.)
-#[derive(Default)]
 pub(crate) struct Abandoned {
     keys: Mutex<BTreeMap<String, usize>>,
     /// Woken whenever one is done.
     done: tokio::sync::Notify,
+    /// The runtime the client connected on, where the driver runs: a
+    /// request whose caller stopped waiting goes on there, wherever the
+    /// caller dropped it (on a thread without a runtime, or on another
+    /// runtime that then stops, it would never run to its end).
+    runtime: tokio::runtime::Handle,
+}
+
+/// One request counted under its key until this is dropped: at its end, or
+/// with its task if that ends without it (a panic, its runtime stopping),
+/// so that no release waits for it for ever.
+struct Counted {
+    abandoned: Arc<Abandoned>,
+    key: String,
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.abandoned.remove(&self.key);
+    }
 }
 
 impl Abandoned {
+    /// For a client connecting on the current runtime.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime (a client is only built inside one).
+    pub(crate) fn new() -> Abandoned {
+        Abandoned {
+            keys: Mutex::default(),
+            done: tokio::sync::Notify::new(),
+            runtime: tokio::runtime::Handle::current(),
+        }
+    }
+
     fn keys(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, usize>> {
         self.keys.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -117,16 +149,17 @@ impl<T: 'static> Drop for Running<T> {
         let Some(request) = self.request.take() else {
             return;
         };
-        // Without a runtime (it is shutting down) nothing could run it.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         // Counted now, before the caller can send a release after it.
         self.abandoned.add(&self.key);
-        let (abandoned, key) = (Arc::clone(&self.abandoned), std::mem::take(&mut self.key));
-        drop(runtime.spawn(async move {
+        let counted = Counted {
+            abandoned: Arc::clone(&self.abandoned),
+            key: std::mem::take(&mut self.key),
+        };
+        // On the client's runtime, not the caller's: if that one has
+        // stopped, so has the driver, and nothing of the request can run.
+        drop(self.abandoned.runtime.spawn(async move {
+            let _counted = counted;
             let _ = request.await;
-            abandoned.remove(&key);
         }));
     }
 }
@@ -179,7 +212,7 @@ mod tests {
     /// flight; the release must come after the attempt, not before.
     #[tokio::test(start_paused = true)]
     async fn a_release_waits_for_a_request_whose_caller_stopped_waiting() {
-        let abandoned = Arc::new(Abandoned::default());
+        let abandoned = Arc::new(Abandoned::new());
         let journal = Log::default();
         let (open, gate) = tokio::sync::oneshot::channel();
         let mut caller = abandoned.run("k", held(gate, &journal));
@@ -199,7 +232,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_request_whose_caller_waits_holds_up_no_release() {
-        let abandoned = Arc::new(Abandoned::default());
+        let abandoned = Arc::new(Abandoned::new());
         let journal = Log::default();
         let (open, gate) = tokio::sync::oneshot::channel();
         let caller = tokio::spawn(abandoned.run("k", held(gate, &journal)));
@@ -212,7 +245,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_request_on_another_key_holds_up_no_release() {
-        let abandoned = Arc::new(Abandoned::default());
+        let abandoned = Arc::new(Abandoned::new());
         let journal = Log::default();
         let (_open, gate) = tokio::sync::oneshot::channel();
         let mut caller = abandoned.run("other", held(gate, &journal));
@@ -226,10 +259,131 @@ mod tests {
         assert_eq!(entries(&journal), ["release sent"]);
     }
 
+    /// The caller's future was polled on the runtime and dropped on a
+    /// thread without one (a future `Runtime::block_on` polled for a while,
+    /// dropped after it returned): the request, already with the driver,
+    /// still runs, and the release must still come after it.
+    #[tokio::test(start_paused = true)]
+    async fn a_release_waits_for_a_request_dropped_outside_the_runtime() {
+        let abandoned = Arc::new(Abandoned::new());
+        let journal = Log::default();
+        let (open, gate) = tokio::sync::oneshot::channel();
+        let mut caller = abandoned.run("k", held(gate, &journal));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(5), &mut caller)
+                .await
+                .is_err()
+        );
+        std::thread::spawn(move || drop(caller)).join().unwrap();
+        let release = release(&abandoned, "k", &journal);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(entries(&journal), Vec::<&str>::new());
+        open.send(()).unwrap();
+        assert!(release.await.unwrap());
+        assert_eq!(entries(&journal), ["attempt ran", "release sent"]);
+    }
+
+    /// The caller's future was dropped on another runtime, which then
+    /// stopped (a runtime of its own per job, a test's): the request still
+    /// runs to its end on the client's runtime, where the driver is, and
+    /// the release comes after it, at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_request_dropped_on_a_runtime_that_stops_still_runs_to_its_end() {
+        let abandoned = Arc::new(Abandoned::new());
+        let journal = Log::default();
+        let (open, gate) = tokio::sync::oneshot::channel();
+        let mut caller = abandoned.run("k", held(gate, &journal));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(5), &mut caller)
+                .await
+                .is_err()
+        );
+        std::thread::spawn(move || {
+            let other = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            other.block_on(async move { drop(caller) });
+        })
+        .join()
+        .unwrap();
+        let release = release(&abandoned, "k", &journal);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(entries(&journal), Vec::<&str>::new());
+        let started = tokio::time::Instant::now();
+        let _ = open.send(());
+        assert!(release.await.unwrap());
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        assert_eq!(entries(&journal), ["attempt ran", "release sent"]);
+    }
+
+    /// A request whose task ends without its end (it panicked) is no
+    /// longer counted: a release on its key does not wait `BOUND` for it,
+    /// nor does every release after.
+    #[tokio::test(start_paused = true)]
+    async fn a_request_that_panics_holds_up_no_release() {
+        let abandoned = Arc::new(Abandoned::new());
+        let journal = Log::default();
+        let (open, gate) = tokio::sync::oneshot::channel::<()>();
+        let mut caller = abandoned.run("k", async move {
+            let _ = gate.await;
+            panic!("the request panicked (a test's)");
+        });
+        assert!(
+            tokio::time::timeout(Duration::from_millis(5), &mut caller)
+                .await
+                .is_err()
+        );
+        drop(caller);
+        open.send(()).unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let started = tokio::time::Instant::now();
+        assert!(release(&abandoned, "k", &journal).await.unwrap());
+        assert_eq!(started.elapsed(), Duration::ZERO);
+    }
+
+    /// The client's runtime shuts down with a caller waiting on a request:
+    /// nothing of it can run any more (the driver stopped with it), so
+    /// nothing is left counted, and the shutdown neither panics nor hangs.
+    #[test]
+    fn a_request_dropped_as_the_clients_runtime_shuts_down_is_not_counted() {
+        for multi_thread in [false, true] {
+            let runtime = if multi_thread {
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .enable_all()
+                    .build()
+            } else {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+            }
+            .unwrap();
+            let abandoned = runtime.block_on(async { Arc::new(Abandoned::new()) });
+            let journal = Log::default();
+            let (_open, gate) = tokio::sync::oneshot::channel();
+            let caller = abandoned.run("k", held(gate, &journal));
+            let (polled, waited) = tokio::sync::oneshot::channel();
+            runtime.spawn(async move {
+                let mut caller = caller;
+                std::future::poll_fn(|cx| {
+                    let _ = Pin::new(&mut caller).poll(cx);
+                    Poll::Ready(())
+                })
+                .await;
+                let _ = polled.send(());
+                caller.await
+            });
+            runtime.block_on(waited).unwrap();
+            drop(runtime);
+            assert!(abandoned.keys().is_empty(), "multi_thread: {multi_thread}");
+            assert_eq!(entries(&journal), Vec::<&str>::new());
+        }
+    }
+
     /// A request the driver never ends is waited for `BOUND`, no longer.
     #[tokio::test(start_paused = true)]
     async fn the_wait_for_a_request_that_never_ends_is_bounded() {
-        let abandoned = Arc::new(Abandoned::default());
+        let abandoned = Arc::new(Abandoned::new());
         let journal = Log::default();
         let (_open, gate) = tokio::sync::oneshot::channel();
         let mut caller = abandoned.run("k", held(gate, &journal));
@@ -248,7 +402,7 @@ mod tests {
     /// A request that ended before its caller dropped it counts for nothing.
     #[tokio::test(start_paused = true)]
     async fn a_request_done_before_its_caller_left_is_not_counted() {
-        let abandoned = Arc::new(Abandoned::default());
+        let abandoned = Arc::new(Abandoned::new());
         let journal = Log::default();
         let (open, gate) = tokio::sync::oneshot::channel();
         let mut caller = abandoned.run("k", held(gate, &journal));

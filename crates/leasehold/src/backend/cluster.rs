@@ -108,10 +108,15 @@ impl Cluster {
             conn,
             subscriber,
             sharded,
-            // As long as the driver keeps a request: each of its tries (the
-            // first and `RETRIES` more) may connect and then wait for the
-            // reply, each bounded by the command timeout.
-            abandoned: (Arc::default(), options.command_timeout * 2 * (RETRIES + 1)),
+            // A bound only: the driver gives a request up one command
+            // timeout after it was first sent, its retries included (its
+            // overall response timeout is the response timeout), and the
+            // count ends with it. This would bound each of its tries (the
+            // first and `RETRIES` more), each a connect and a reply.
+            abandoned: (
+                Arc::new(Abandoned::new()),
+                options.command_timeout * 2 * (RETRIES + 1),
+            ),
         };
         Ok((cluster, addr))
     }
