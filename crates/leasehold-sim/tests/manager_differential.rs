@@ -182,13 +182,16 @@ enum Step {
     Swallowed,
     /// New connections are reset too for two requests' time, then let through.
     Down,
+    /// The connection drops, and the new one's handshake takes longer
+    /// than the connection timeout (every byte held up twice that long).
+    SlowConnect,
     /// SUBSCRIBE ch, then a PUBLISH from elsewhere.
     Subscribe,
     /// UNSUBSCRIBE ch, then a PUBLISH from elsewhere.
     Unsubscribe,
 }
 
-const STEPS: [Step; 9] = [
+const STEPS: [Step; 10] = [
     Step::Incr,
     Step::ServerErrors,
     Step::Pipeline,
@@ -196,6 +199,7 @@ const STEPS: [Step; 9] = [
     Step::ResetAfter,
     Step::Swallowed,
     Step::Down,
+    Step::SlowConnect,
     Step::Subscribe,
     Step::Unsubscribe,
 ];
@@ -300,6 +304,20 @@ async fn run(model: bool, steps: &[Step]) -> Vec<String> {
                 ));
                 proxy.set_mode(ProxyMode::Pass);
             }
+            Step::SlowConnect => {
+                proxy.set_mode(ProxyMode::Reset);
+                what.push(outcome(
+                    &m.query(&redis::cmd("INCR").arg("c").clone()).await,
+                ));
+                proxy.set_mode(ProxyMode::Delay(RESPONSE_TIMEOUT * 2));
+                what.push(outcome(
+                    &m.query(&redis::cmd("INCR").arg("c").clone()).await,
+                ));
+                proxy.set_mode(ProxyMode::Pass);
+                // Bytes already held up arrive late: let them land before
+                // the server's count is read.
+                tokio::time::sleep(RESPONSE_TIMEOUT * 5).await;
+            }
             Step::Down => {
                 proxy.set_mode(ProxyMode::Reset);
                 for _ in 0..2 {
@@ -401,6 +419,8 @@ async fn the_model_sees_what_redis_rs_connection_manager_sees() {
         Swallowed,
         Subscribe,
         Down,
+        Subscribe,
+        SlowConnect,
         Subscribe,
         Unsubscribe,
     ]];

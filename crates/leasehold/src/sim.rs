@@ -260,9 +260,9 @@ pub(crate) type HashSet<K> =
 /// [`Socket`]), gives a command's error to its caller and starts a new
 /// connection when the error says the old one is gone (an I/O error, a
 /// dropped connection, or its Disconnection push, which it passes on), with
-/// up to `number_of_retries` more attempts, `min_delay` doubling up to
-/// `max_delay` between them; commands sent meanwhile wait for that
-/// connection. It never sends a command again. Used where the library uses
+/// up to `number_of_retries` more attempts, each (connect and handshake)
+/// within `connection_timeout`, `min_delay` doubling up to `max_delay`
+/// between them; commands sent meanwhile wait for that connection. It never sends a command again. Used where the library uses
 /// the manager: one server, a Replicated master, each Redlock node
 /// (`backend::Backend::connect`, `connect_tolerant`) and the Sentinel
 /// master (`backend/managed.rs`, `backend/sentinel.rs`).
@@ -419,7 +419,23 @@ impl Manager {
             let mut delay = config.min_delay;
             let mut left = config.number_of_retries;
             loop {
-                match connect_node(&info, &conn_config).await {
+                // Each attempt, connect and handshake, within the connection
+                // timeout, as redis-rs's client bounds it.
+                let attempt = connect_node(&info, &conn_config);
+                let attempt = match config.connection_timeout {
+                    Some(limit) => {
+                        tokio::time::timeout(limit, attempt)
+                            .await
+                            .unwrap_or_else(|_| {
+                                Err(RedisError::from(std::io::Error::new(
+                                    std::io::ErrorKind::TimedOut,
+                                    "connection timed out",
+                                )))
+                            })
+                    }
+                    None => attempt.await,
+                };
+                match attempt {
                     Ok(conn) => return Ok(conn),
                     Err(e) if left == 0 => return Err(e),
                     Err(_) => {
