@@ -146,6 +146,12 @@ struct State {
     /// Requests whose reply a reset lost on a driver's socket, by process:
     /// the driver may send them again (a second delivery).
     lost_replies: BTreeSet<(usize, Vec<Vec<u8>>)>,
+    /// Break notices (a message on a `…:broken` channel) that reached a
+    /// client process on a live connection: (process, payload, when).
+    notices: Vec<(usize, Vec<u8>, Instant)>,
+    /// Holds a reentrant release of "any one hold" (`release_by_token`)
+    /// gave back at its first delivery: (node, hold id, when).
+    given_back: Vec<(String, String, Instant)>,
 }
 
 /// Every shipped script's name by its SHA1, as EVALSHA names it.
@@ -351,6 +357,8 @@ impl World {
             down: BTreeSet::new(),
             asking: BTreeSet::new(),
             lost_replies: BTreeSet::new(),
+            notices: Vec::new(),
+            given_back: Vec::new(),
         })))
     }
 
@@ -495,6 +503,18 @@ impl World {
         self.state().resent_removals.clone()
     }
 
+    /// Break notices that reached a client process: (process, payload,
+    /// when it arrived there).
+    pub fn notices(&self) -> Vec<(usize, Vec<u8>, Instant)> {
+        self.state().notices.clone()
+    }
+
+    /// Holds `release_by_token` gave back at a call's first delivery:
+    /// (node, hold id, when the server ran it).
+    pub fn given_back(&self) -> Vec<(String, String, Instant)> {
+        self.state().given_back.clone()
+    }
+
     /// Requests delivered twice so far.
     pub fn duplicates(&self) -> u64 {
         self.state().duplicates
@@ -575,13 +595,31 @@ impl World {
             return reply;
         }
         let operator = self.state().operator == Some(process);
-        let watched = (operator || again)
+        // `release_by_token` of a reentrant lock: "any one hold" of the
+        // owner (ARGV[2] empty); what its first delivery gives back is the
+        // call's, what a second one does is judged below.
+        let any_hold = script_call(args).is_some_and(|(name, _, argv)| {
+            name == "reentrant_release" && argv.get(1).is_some_and(Vec::is_empty)
+        });
+        let watched = (operator || again || any_hold)
             .then(|| script_call(args))
             .flatten()
             .and_then(|(name, keys, _)| Some((name, keys.first()?.clone())));
         let Some((script, key)) = watched else {
             return self.exec(node, conn, args);
         };
+        let fields = |w: &World| -> BTreeSet<Vec<u8>> {
+            let s = w.state();
+            let n = s.nodes.get(node).expect("a node of the world");
+            match n.server.dump_key(&key, World::node_now_us(&s, n)) {
+                Some(crate::server::KeyDump {
+                    value: crate::server::DumpValue::Hash(h),
+                    ..
+                }) => h.iter().map(|(f, _)| f.clone()).collect(),
+                _ => BTreeSet::new(),
+            }
+        };
+        let fields_before = any_hold.then(|| fields(self));
         let holds = |w: &World| {
             let s = w.state();
             let n = s.nodes.get(node).expect("a node of the world");
@@ -594,6 +632,16 @@ impl World {
         let before = holds(self);
         let reply = self.exec(node, conn, args);
         let after = holds(self);
+        if let (Some(fields_before), false) = (fields_before, again) {
+            let fields_after = fields(self);
+            let mut s = self.state();
+            for field in fields_before.difference(&fields_after) {
+                if let Some(id) = field.strip_prefix(b"h:") {
+                    let id = String::from_utf8_lossy(id).into_owned();
+                    s.given_back.push((node.to_owned(), id, Instant::now()));
+                }
+            }
+        }
         let removed: Vec<String> = before.difference(&after).cloned().collect();
         if removed.is_empty() {
             return reply;
@@ -1526,6 +1574,18 @@ impl Conn {
         let at = self.arrival(delay, false);
         tokio::spawn(async move {
             tokio::time::sleep_until(at).await;
+            // A break notice that reaches a live connection: its holder's
+            // guard is lost from now on (World::notices).
+            let live = self.socket.as_ref().is_none_or(|s| !s.is_closed());
+            if let (true, [channel, payload]) = (live, push.data.as_slice())
+                && matches!(push.kind, PushKind::Message | PushKind::SMessage)
+                && let (Value::BulkString(channel), Value::BulkString(payload)) = (channel, payload)
+                && channel.ends_with(b":broken")
+            {
+                let mut s = self.world.state();
+                s.notices
+                    .push((self.process, payload.clone(), Instant::now()));
+            }
             (self.on_push)(push);
         });
     }
