@@ -603,6 +603,7 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
         leasehold::sim::install_sockets(Some(world.dialer(usize::MAX)));
     }
     if config.topology == Topology::Sentinel {
+        world.set_command_timeout(config.command_timeout);
         world.make_sentinels("mymaster", &names, &sentinels);
         leasehold::sim::install_sockets(Some(world.dialer(usize::MAX)));
     }
@@ -1033,6 +1034,12 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
     for line in world.retaken_after_release() {
         violations.push(Violation {
             invariant: "a released lease set back by a re-take",
+            detail: line,
+        });
+    }
+    for line in world.sent_back() {
+        violations.push(Violation {
+            invariant: "a client sent back to a demoted master",
             detail: line,
         });
     }
@@ -1509,6 +1516,16 @@ impl Task {
                     &token[..8.min(token.len())]
                 )
             });
+            // ReentrantLock::release_by_token (issue 32 item 8, mutation 21):
+            // the owner enters again, gives back "one of its holds" by its
+            // owner id (any one: perhaps this guard's, or another task's),
+            // then lets the re-entry's guard go; this guard works on. A
+            // guard whose hold it gave back finds it lost at its next
+            // renewal (the docs), and believes only until then for the
+            // checker. Drawn apart, so the other draws stay what they were.
+            if kind == Kind::Reentrant && self.extra.chance(0.3) {
+                self.give_back_by_token(&name, ttl).await;
+            }
             let steps = self.rng.range(1, 3);
             for _ in 0..steps {
                 // Mostly short steps (a quarter TTL at most); one in five as
@@ -1592,20 +1609,6 @@ impl Task {
             }
             match self.rng.below(10) {
                 0..=6 => {
-                    // ReentrantLock::release_by_token: the owner gives back
-                    // "one of its holds" (any one: perhaps another task's),
-                    // then this guard's own (issue 32 item 8, mutation 21).
-                    // Drawn apart, so the other draws stay what they were.
-                    if kind == Kind::Reentrant && self.extra.chance(0.3) {
-                        let given = self
-                            .client
-                            .reentrant_lock(&name)
-                            .release_by_token(&self.owner)
-                            .await;
-                        record(&self.shared).operations += 1;
-                        self.world
-                            .log(|| format!("{who} release_by_token {name}: {given:?}"));
-                    }
                     for token in guard.lock_tokens() {
                         self.world.releasing(&token);
                     }
@@ -1632,6 +1635,38 @@ impl Task {
                 }
             }
         }
+    }
+
+    /// A re-entry of `name`, one hold of the owner given back by its owner
+    /// id (`ReentrantLock::release_by_token`), then the re-entry's guard
+    /// released.
+    async fn give_back_by_token(&mut self, name: &str, ttl: Duration) {
+        let who = self.who.clone();
+        let lock = self.client.reentrant_lock(name).owner(self.owner.clone());
+        let again = lock.ttl(ttl).try_acquire().await;
+        record(&self.shared).operations += 1;
+        let again = match again {
+            Ok(Some(g)) => g,
+            other => {
+                let other = other.map(|g| g.map(|g| g.fence()));
+                self.world
+                    .log(|| format!("{who} enters {name} again: {other:?}"));
+                return;
+            }
+        };
+        let given = self
+            .client
+            .reentrant_lock(name)
+            .release_by_token(&self.owner)
+            .await;
+        self.world
+            .log(|| format!("{who} release_by_token {name}: {given:?}"));
+        let released = again.release().await;
+        let mut r = record(&self.shared);
+        r.operations += 2;
+        drop(r);
+        self.world
+            .log(|| format!("{who} release {name}'s re-entry: {released:?}"));
     }
 
     /// Closes this task's client `wait` from now, give or take a few ms
