@@ -27,7 +27,12 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use super::{ConnectionManager, ConnectionManagerConfig};
+/// redis-rs's connection manager; in the simulator's build, its model over
+/// simulated sockets (see `sim::ConnectionManager`).
+#[cfg(leasehold_sim)]
+pub(crate) use crate::sim::{ConnectionManager, ConnectionManagerConfig};
+#[cfg(not(leasehold_sim))]
+pub(crate) use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{PushInfo, PushKind};
 use tokio::sync::{Notify, watch};
 

@@ -12,12 +12,12 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use super::ConnectionManager;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use tokio::sync::Notify;
 
-use super::managed::{Managed, Pushes};
+use super::connection::{Commands, DeploymentConnection, Pending};
+use super::managed::{ConnectionManager, Managed, Pushes};
 use super::{ConnectOptions, OnPush, open_client, parse_url, redact_url};
 use crate::error::{Error, Result};
 
@@ -80,24 +80,6 @@ impl Followed {
         Ok(followed)
     }
 
-    /// The connection to the master as last confirmed.
-    pub(crate) fn current(&self) -> ConnectionManager {
-        self.managed.current()
-    }
-
-    /// A command failed as if the master had moved: check now.
-    pub(crate) fn suspect(&self) {
-        self.check_now.notify_one();
-    }
-
-    pub(crate) async fn subscribe(&self, channel: &str) -> Result<()> {
-        self.managed.subscribe(channel).await
-    }
-
-    pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<()> {
-        self.managed.unsubscribe(channel).await
-    }
-
     /// Asks the sentinels for the master; moves to it if it changed.
     async fn check(&self) -> Result<()> {
         let named = master_addr(&self.target, &self.options).await?;
@@ -113,6 +95,30 @@ impl Followed {
         // subscribed on the new one.
         self.managed.replace(addr, manager).await;
         Ok(())
+    }
+}
+
+/// A Sentinel-watched master: commands on the connection to the master as
+/// last confirmed, subscriptions kept by its [`Managed`].
+impl DeploymentConnection for Followed {
+    fn commands(&self) -> Commands {
+        Commands::new(self.managed.current())
+    }
+
+    fn subscribe<'a>(&'a self, channel: &'a str) -> Pending<'a, Result<()>> {
+        Box::pin(self.managed.subscribe(channel))
+    }
+
+    fn unsubscribe<'a>(&'a self, channel: &'a str) -> Pending<'a, Result<()>> {
+        Box::pin(self.managed.unsubscribe(channel))
+    }
+
+    /// A command that could not reach the master: it may have moved, so
+    /// the sentinels are asked now.
+    fn note(&self, e: &Error) {
+        if let Error::Unreachable { .. } = e {
+            self.check_now.notify_one();
+        }
     }
 }
 

@@ -37,7 +37,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use super::ClusterConnection;
 use redis::aio::MultiplexedConnection;
 use redis::{
     AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, ErrorKind, PushInfo, PushKind,
@@ -47,6 +46,13 @@ use tokio::sync::{Mutex, Notify};
 
 use super::{ConnectOptions, OnPush, open_client};
 use crate::error::{Error, Result};
+
+/// The driver's cluster connection: over its own TCP connections, or (in
+/// the simulator's build) over simulated sockets, the driver as shipped.
+#[cfg(not(leasehold_sim))]
+pub(crate) type ClusterConnection = redis::cluster_async::ClusterConnection;
+#[cfg(leasehold_sim)]
+pub(crate) type ClusterConnection = redis::cluster_async::ClusterConnection<crate::sim::NodeConn>;
 
 /// First and longest wait between failed rounds of resubscription.
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
