@@ -775,6 +775,7 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
                                     who: format!("op{taken}"),
                                     process: config.processes,
                                     hold: hold.unwrap_or_default(),
+                                    hears_breaks: operator.sim_hears_breaks(),
                                     owner,
                                     read: false,
                                     fence,
@@ -1469,6 +1470,7 @@ impl Task {
                 }
             };
             let from_us = now_us(origin);
+            let hears_breaks = self.client.sim_hears_breaks();
             let closing = record(&self.shared).closing.get(&self.process).copied();
             if let Some(closing) = closing
                 && closing < from_us
@@ -1598,6 +1600,7 @@ impl Task {
                         who: who.clone(),
                         process: self.process,
                         hold,
+                        hears_breaks,
                         owner,
                         read: ask.read,
                         fence: *fence,
