@@ -19,13 +19,22 @@ pub fn start(world: &World, filter: &str) {
     *SINK.lock().unwrap_or_else(|e| e.into_inner()) = Some(world.clone());
     let filter = filter.to_owned();
     INSTALL.call_once(move || {
-        let subscriber = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-            .with_writer(|| Line(Vec::new()))
-            .with_ansi(false)
-            .without_time()
-            .finish();
-        let _ = tracing::subscriber::set_global_default(subscriber);
+        // Built on a thread of its own: the filter makes std `HashMap`s,
+        // whose `RandomState` draws this thread's hasher keys from the
+        // seeded `getrandom` (entropy.rs) and moves them on for every map
+        // the drivers make later, so logging changed the schedule
+        // (seed 10025 ran another one with `LEASEHOLD_SIM_LOG=debug`).
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let subscriber = tracing_subscriber::fmt()
+                    .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                    .with_writer(|| Line(Vec::new()))
+                    .with_ansi(false)
+                    .without_time()
+                    .finish();
+                let _ = tracing::subscriber::set_global_default(subscriber);
+            });
+        });
     });
 }
 

@@ -12,6 +12,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::cluster_routing::{
@@ -19,6 +20,7 @@ use redis::cluster_routing::{
 };
 use redis::{Cmd, RedisFuture, RedisResult, ScriptInvocation, Value};
 
+use super::abandoned::Abandoned;
 use super::connection::{Commands, DeploymentConnection, Pending, PerNode};
 use super::subscriber::{ClusterConnection, Mode, Subscriber};
 use super::{ConnectOptions, OnPush, parse_url, scan_command, scan_page};
@@ -32,7 +34,14 @@ pub(crate) struct Cluster {
     subscriber: Arc<Subscriber>,
     /// Every master has sharded pub/sub and lets this user run it.
     sharded: bool,
+    /// Script calls whose caller stopped waiting, which a release on their
+    /// key waits for ([`DeploymentConnection::settled`]), at most this long.
+    abandoned: (Arc<Abandoned>, Duration),
 }
+
+/// How many times the driver sends a request again (after a redirection, a
+/// dropped connection, a timeout) before it gives up.
+const RETRIES: u32 = 3;
 
 impl Cluster {
     /// Connects through any of its nodes (`urls`); the driver discovers the
@@ -62,7 +71,7 @@ impl Cluster {
             .use_protocol(redis::ProtocolVersion::RESP3)
             .connection_timeout(options.command_timeout)
             .response_timeout(options.command_timeout)
-            .retries(3);
+            .retries(RETRIES);
         // Without `tls`, `parse_url` refused every TLS URL.
         #[cfg(feature = "tls")]
         if infos
@@ -99,6 +108,10 @@ impl Cluster {
             conn,
             subscriber,
             sharded,
+            // As long as the driver keeps a request: each of its tries (the
+            // first and `RETRIES` more) may connect and then wait for the
+            // reply, each bounded by the command timeout.
+            abandoned: (Arc::default(), options.command_timeout * 2 * (RETRIES + 1)),
         };
         Ok((cluster, addr))
     }
@@ -145,6 +158,8 @@ impl DeploymentConnection for Cluster {
             let mut routed = KeyRouted {
                 conn: self.conn.clone(),
                 key,
+                abandoned: &self.abandoned.0,
+                load_everywhere: false,
             };
             match invocation.invoke_async(&mut routed).await {
                 // Loaded where the driver's slot map put the key, but run
@@ -155,7 +170,8 @@ impl DeploymentConnection for Cluster {
                 Err(e)
                     if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
                 {
-                    invocation.invoke_async(&mut self.conn.clone()).await
+                    routed.load_everywhere = true;
+                    invocation.invoke_async(&mut routed).await
                 }
                 other => other,
             }
@@ -223,6 +239,20 @@ impl DeploymentConnection for Cluster {
         true
     }
 
+    /// A script call whose caller stopped waiting may still be on a
+    /// connection the driver has since replaced (it replaces one whose PING
+    /// check fails while requests on it are in flight): a release sent now
+    /// on the new one would not queue behind it (seed 10025).
+    fn settled<'a>(&'a self, key: &'a str) -> Pending<'a, ()> {
+        Box::pin(async move {
+            let (abandoned, bound) = &self.abandoned;
+            if !abandoned.settled(key, *bound).await {
+                tracing::debug!(%key, ?bound, "a request whose caller stopped waiting is still \
+                    in flight; releasing anyway");
+            }
+        })
+    }
+
     fn sharded_pubsub(&self) -> bool {
         self.sharded
     }
@@ -237,6 +267,10 @@ impl DeploymentConnection for Cluster {
 struct KeyRouted<'k> {
     conn: ClusterConnection,
     key: &'k str,
+    /// A request whose caller stops waiting goes on to its end, counted.
+    abandoned: &'k Arc<Abandoned>,
+    /// A SCRIPT LOAD goes to every master, as the driver sends it.
+    load_everywhere: bool,
 }
 
 impl KeyRouted<'_> {
@@ -254,12 +288,15 @@ impl KeyRouted<'_> {
 
 impl ConnectionLike for KeyRouted<'_> {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        if self.key.is_empty() || !KeyRouted::is_script_load(cmd) {
-            return self.conn.req_packed_command(cmd);
+        let (mut conn, cmd) = (self.conn.clone(), cmd.clone());
+        if self.load_everywhere || self.key.is_empty() || !KeyRouted::is_script_load(&cmd) {
+            let request = async move { conn.req_packed_command(&cmd).await };
+            return Box::pin(self.abandoned.run(self.key, request));
         }
         let route = Route::with_key(self.key.as_bytes(), SlotAddr::Master);
         let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
-        Box::pin(self.conn.route_command(cmd.clone(), routing))
+        let request = async move { conn.route_command(cmd, routing).await };
+        Box::pin(self.abandoned.run(self.key, request))
     }
 
     fn req_packed_commands<'a>(

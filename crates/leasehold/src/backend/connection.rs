@@ -135,6 +135,15 @@ pub(crate) trait DeploymentConnection: Send + Sync {
         false
     }
 
+    /// Waits until every request on `key` whose caller stopped waiting is
+    /// done (a cluster, where one may run after a later request: see
+    /// `abandoned.rs`). One connection, in order, needs no wait: a request
+    /// sent later queues behind it.
+    fn settled<'a>(&'a self, key: &'a str) -> Pending<'a, ()> {
+        let _ = key;
+        Box::pin(std::future::ready(()))
+    }
+
     /// Whether release messages go by SPUBLISH and SSUBSCRIBE.
     fn sharded_pubsub(&self) -> bool {
         false

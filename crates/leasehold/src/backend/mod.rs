@@ -23,6 +23,8 @@
 //! compiled with the `cluster` feature, Sentinel support with `sentinel`,
 //! TLS with `tls`.
 
+#[cfg(feature = "cluster")]
+mod abandoned;
 mod address;
 #[cfg(feature = "cluster")]
 mod cluster;
@@ -420,6 +422,13 @@ impl Backend {
     /// (then one call may only touch keys of one slot).
     pub(crate) fn is_cluster(&self) -> bool {
         self.conn.is_cluster()
+    }
+
+    /// Waits until every request on `key` whose caller stopped waiting is
+    /// done, so that a release sent now runs after them (a cluster: see
+    /// `abandoned.rs`; elsewhere nothing to wait for).
+    pub(crate) async fn settled(&self, key: &str) {
+        self.conn.settled(key).await;
     }
 }
 

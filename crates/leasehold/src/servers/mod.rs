@@ -104,6 +104,9 @@ impl Servers {
     pub(crate) async fn release(&self, id: LeaseId<'_>) -> Result<Owned> {
         match self {
             Servers::One(backend) => {
+                // After any attempt of this hold still in flight on a cluster
+                // connection the driver replaced (backend/abandoned.rs).
+                backend.settled(id.keys.lock()).await;
                 scripts::release(backend, id, Spread::One { queued: id.queued }).await
             }
             Servers::Quorum(redlock) => redlock.release(id).await,
