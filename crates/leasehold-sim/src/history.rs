@@ -77,6 +77,14 @@ pub enum Sharing {
 pub struct Hold {
     /// Who: process and task.
     pub who: String,
+    /// The process (the client) whose guard it is.
+    pub process: usize,
+    /// What the scripts know the hold by (`Guard::sim_hold`): the id a
+    /// break notice and a `release_by_token` give-back name it by.
+    pub hold: String,
+    /// Its client heard break notices when the guard was handed out
+    /// (`Client::sim_hears_breaks`; a subscription is kept for good).
+    pub hears_breaks: bool,
     /// The owner (reentrant locks), else the token.
     pub owner: String,
     /// A reader (RwLock).
@@ -192,6 +200,68 @@ pub fn check_holds(name: &str, sharing: Sharing, holds: &[Hold]) -> Vec<Violatio
     out
 }
 
+/// The lock key and the hold ids of a break notice as the library
+/// publishes it (`watchdog.rs` `broken_notice`: each part as
+/// `<length in bytes>:<text>`); None for anything else.
+pub fn parse_notice(mut payload: &[u8]) -> Option<(String, Vec<String>)> {
+    let mut parts = Vec::new();
+    while !payload.is_empty() {
+        let colon = payload.iter().position(|&b| b == b':')?;
+        let len: usize = std::str::from_utf8(&payload[..colon]).ok()?.parse().ok()?;
+        let rest = &payload[colon + 1..];
+        parts.push(String::from_utf8_lossy(rest.get(..len)?).into_owned());
+        payload = &rest[len..];
+    }
+    let mut parts = parts.into_iter();
+    let key = parts.next()?;
+    Some((key, parts.collect()))
+}
+
+/// A break stops its holder (docs/SAFETY.md: "each holder's guard is lost
+/// at once (`LostReason::Broken`)" once the notice reaches its client; the
+/// documented limits, a notice that never arrives or arrives at a client
+/// stuck, leave no arrival here, and a client whose subscription was not
+/// made yet when the guard was handed out is not judged: seed 8239, its
+/// SUBSCRIBE ran but the answer came after the command timeout): no guard
+/// of `name` still believes it holds after a break notice naming its hold
+/// reached its process on a live connection. `notices`: (process, payload, when it
+/// arrived, µs from the start). A notice that arrived before the guard was
+/// handed out is not one the guard could act on (the hold was broken
+/// before its lease was on the watchdog's books, and the guard learns it
+/// at its first renewal, as a hold broken before it came back); the
+/// checker ends such a hold at the break.
+pub fn check_notices(
+    name: &str,
+    holds: &[Hold],
+    notices: &[(usize, Vec<u8>, u64)],
+) -> Vec<Violation> {
+    let tag = format!("{{{name}}}");
+    let mut out = Vec::new();
+    for h in holds.iter().filter(|h| h.hears_breaks) {
+        let heard = notices
+            .iter()
+            .filter(|(p, _, at)| *p == h.process && *at > h.from_us)
+            .filter(|(_, payload, _)| {
+                parse_notice(payload)
+                    .is_some_and(|(key, ids)| key.contains(&tag) && ids.contains(&h.hold))
+            })
+            .map(|(_, _, at)| *at)
+            .min();
+        if let Some(at) = heard
+            && h.last_us > at
+        {
+            out.push(Violation {
+                invariant: "a broken guard still held after its break notice arrived",
+                detail: format!(
+                    "{name}: {} (fence {}) heard the break at {at} us and still held at {} us",
+                    h.who, h.fence, h.last_us
+                ),
+            });
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,6 +269,9 @@ mod tests {
     fn hold(who: &str, fence: u64, from_us: u64, last_us: u64) -> Hold {
         Hold {
             who: who.into(),
+            process: 0,
+            hold: who.into(),
+            hears_breaks: true,
             owner: who.into(),
             read: false,
             fence,
@@ -226,6 +299,40 @@ mod tests {
             &[hold("a", 5, 0, 10), hold("b", 4, 11, 20)],
         );
         assert_eq!(v[0].invariant, "fence not above an earlier holder's");
+    }
+
+    #[test]
+    fn a_guard_held_after_its_break_notice_arrived_is_caught() {
+        let notice = |id: &str| {
+            let key = "leasehold:{n}:lock";
+            format!("{}:{key}{}:{id}", key.len(), id.len()).into_bytes()
+        };
+        let h = hold("a", 1, 0, 50);
+        // Heard at 40 us, held until 50: caught; heard at 50: not.
+        let v = check_notices("n", std::slice::from_ref(&h), &[(0, notice("a"), 40)]);
+        assert_eq!(v.len(), 1);
+        assert_eq!(
+            v[0].invariant,
+            "a broken guard still held after its break notice arrived"
+        );
+        assert!(check_notices("n", std::slice::from_ref(&h), &[(0, notice("a"), 50)]).is_empty());
+        // Another hold's notice, another process's, another name's, or one
+        // heard before the guard was handed out: nothing.
+        assert!(check_notices("n", std::slice::from_ref(&h), &[(0, notice("b"), 40)]).is_empty());
+        assert!(check_notices("n", std::slice::from_ref(&h), &[(1, notice("a"), 40)]).is_empty());
+        assert!(check_notices("m", std::slice::from_ref(&h), &[(0, notice("a"), 40)]).is_empty());
+        let late = hold("a", 1, 45, 50);
+        assert!(check_notices("n", &[late], &[(0, notice("a"), 40)]).is_empty());
+        let deaf = Hold {
+            hears_breaks: false,
+            ..h.clone()
+        };
+        assert!(check_notices("n", &[deaf], &[(0, notice("a"), 40)]).is_empty());
+        assert_eq!(
+            parse_notice(b"3:key2:ab1:c"),
+            Some(("key".into(), vec!["ab".into(), "c".into()]))
+        );
+        assert_eq!(parse_notice(b"9:short"), None);
     }
 
     #[test]

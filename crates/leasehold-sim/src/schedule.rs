@@ -8,7 +8,7 @@ use std::time::Duration;
 use leasehold::{Client, Error};
 use tokio::time::Instant;
 
-use crate::history::{Hold, Sharing, Violation, check_holds};
+use crate::history::{Hold, Sharing, Violation, check_holds, check_notices};
 use crate::rng::Rng;
 use crate::server::{DumpValue, Flavor};
 use crate::world::{Faults, World};
@@ -623,6 +623,7 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
         world.make_cluster(&names, &replicas);
     }
     if config.topology == Topology::Sentinel {
+        world.set_command_timeout(config.command_timeout);
         world.make_sentinels("mymaster", &names, &sentinels);
     }
     // Every topology's connections are the drivers' own, over simulated
@@ -730,6 +731,7 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
                 world: world.clone(),
                 shared: Arc::clone(&shared),
                 rng: rng.fork(),
+                extra: Rng::new(config.seed ^ 0x7465_6574_6800_0000 ^ ((p as u64) << 8 | t as u64)),
                 config: config.clone(),
                 end,
                 resource: world.plain("resource"),
@@ -740,14 +742,80 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
     if let Some(operator) = operator.clone() {
         let world = world.clone();
         let mut r = rng.fork();
+        // The take-overs' draws, apart from `r`: the breaks stay where they were.
+        let mut take = Rng::new(config.seed ^ 0x6f70_6572_6174_6f72);
         let (breaks, names) = (config.breaks.clone(), config.names);
+        let (shared, config) = (Arc::clone(&shared), config.clone());
         tasks.spawn(async move {
+            let mut taken = 0;
             for at in breaks {
                 tokio::time::sleep_until(start + at).await;
                 let name = format!("n{}", r.below(names as u64));
+                // As `leasehold release --force` users do: the lock broken,
+                // then taken at once by the operator's own client, and
+                // perhaps broken and taken again at once (issue 32 item 8,
+                // mutation 23: within one tick of a coarse server clock,
+                // the next fence comes from the kept fence key alone).
+                let mut guards = Vec::new();
+                let rounds = if take.chance(0.5) {
+                    1 + u64::from(take.chance(0.6))
+                } else {
+                    0
+                };
                 world.log(|| format!("FAULT the operator breaks {name}"));
                 let broken = operator.break_lease(&name).await;
                 world.log(|| format!("operator break {name}: {broken:?}"));
+                for round in 0..rounds {
+                    if round > 0 {
+                        world.log(|| format!("FAULT the operator breaks {name} again"));
+                        let broken = operator.break_lease(&name).await;
+                        world.log(|| format!("operator break {name}: {broken:?}"));
+                    }
+                    taken += 1;
+                    let owner = format!("owner-op{taken:04}");
+                    let asked_us = now_us(start);
+                    let got = take_over(&operator, &config, &name, &owner).await;
+                    world.log(|| match &got {
+                        Ok(Some(g)) => {
+                            format!("operator takes {name} as {owner}: {:?}", g.fences())
+                        }
+                        Ok(None) => format!("operator takes {name} as {owner}: not taken"),
+                        Err(e) => format!("operator takes {name} as {owner}: {e}"),
+                    });
+                    if let Ok(Some(guard)) = got {
+                        let from_us = now_us(start);
+                        let fence = guard.fences().first().map_or(0, |(_, f)| *f);
+                        let hold = guard.sim_holds().first().map(|(_, h)| h.clone());
+                        let owner = if config.kind == Kind::Reentrant {
+                            owner
+                        } else {
+                            guard.token()
+                        };
+                        if guard.believes() {
+                            record(&shared)
+                                .holds
+                                .entry(name.clone())
+                                .or_default()
+                                .push(Hold {
+                                    who: format!("op{taken}"),
+                                    process: config.processes,
+                                    hold: hold.unwrap_or_default(),
+                                    hears_breaks: operator.sim_hears_breaks(),
+                                    owner,
+                                    read: false,
+                                    fence,
+                                    asked_us,
+                                    from_us,
+                                    last_us: from_us,
+                                });
+                        }
+                        guards.push(guard);
+                    }
+                }
+                for guard in guards {
+                    let released = guard.release().await;
+                    world.log(|| format!("operator release {name}: {released:?}"));
+                }
             }
             let _ = operator.close().await;
         });
@@ -951,6 +1019,9 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
     for node in &world.serving(&names) {
         let mut left = world.dump(node);
         left.retain(|k| planted.as_ref().is_none_or(|(_, key, _)| &k.key != key));
+        // The record of a `release_by_token` call (KEYS.md: kept a minute,
+        // so that a call run twice gives back one hold).
+        left.retain(|k| !(k.key.contains("}:call:") && k.pttl_ms.is_some_and(|t| t <= 60_000)));
         if !left.is_empty() {
             let keys: Vec<String> = left
                 .iter()
@@ -992,6 +1063,12 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
             detail: line,
         });
     }
+    for line in world.sent_back() {
+        violations.push(Violation {
+            invariant: "a client sent back to a demoted master",
+            detail: line,
+        });
+    }
     for line in world.resent_removals() {
         violations.push(Violation {
             invariant: "a request delivered twice changed more than delivered once",
@@ -1015,7 +1092,24 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
             )
         })
         .collect();
+    let since_start = |at: Instant| at.saturating_duration_since(start).as_micros() as u64;
+    let notices: Vec<(usize, Vec<u8>, u64)> = world
+        .notices()
+        .into_iter()
+        .map(|(p, payload, at)| (p, payload, since_start(at)))
+        .collect();
+    // A hold `release_by_token` gave back (its first delivery: "any one
+    // hold" of the owner, perhaps a live guard's) is believed only until
+    // then: the docs say such a guard finds it lost at its next renewal.
+    let given_back: Vec<(String, u64)> = world
+        .given_back()
+        .into_iter()
+        .map(|(_, id, at)| (id, since_start(at)))
+        .collect();
     for (name, holds) in &mut rec.holds {
+        // Before a broken hold is ended at its break: a break stops its
+        // holder once the notice reaches it.
+        violations.extend(check_notices(name, holds, &notices));
         for hold in holds.iter_mut() {
             let ended = broken
                 .iter()
@@ -1026,6 +1120,15 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
                 .min();
             if let Some(at) = ended {
                 world.log(|| format!("{} {name} broken at {at} us", hold.who));
+                hold.last_us = at;
+            }
+            let given = given_back
+                .iter()
+                .filter(|(id, at)| *id == hold.hold && (hold.asked_us..=hold.last_us).contains(at))
+                .map(|(_, at)| *at)
+                .min();
+            if let Some(at) = given {
+                world.log(|| format!("{} {name} given back by token at {at} us", hold.who));
                 hold.last_us = at;
             }
         }
@@ -1078,6 +1181,35 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
         recent,
         full,
     }
+}
+
+/// The operator's acquisition of `name` right after its break: a writer,
+/// a permit, a hold of its own owner; within a TTL's wait.
+async fn take_over(
+    c: &Client,
+    config: &Config,
+    name: &str,
+    owner: &str,
+) -> leasehold::Result<Option<Guard>> {
+    let (ttl, wait) = (config.ttl, config.ttl);
+    Ok(Some(match config.kind {
+        Kind::Lock => Guard::Lock(c.lock(name).ttl(ttl).wait(wait).acquire().await?),
+        Kind::FairLock => Guard::Lock(c.fair_lock(name).ttl(ttl).wait(wait).acquire().await?),
+        Kind::Reentrant => Guard::Reentrant(
+            c.reentrant_lock(name)
+                .owner(owner.to_owned())
+                .ttl(ttl)
+                .wait(wait)
+                .acquire()
+                .await?,
+        ),
+        Kind::RwLock => Guard::Write(c.rw_lock(name).ttl(ttl).wait(wait).write().await?),
+        Kind::Semaphore(n) => {
+            Guard::Permit(c.semaphore(name, n).ttl(ttl).wait(wait).acquire().await?)
+        }
+        // An election is not taken over by hand.
+        Kind::Election => return Ok(None),
+    }))
 }
 
 /// After process `p`'s `close()` returned: nothing on any lock node may
@@ -1208,6 +1340,23 @@ impl Guard {
             _ => Vec::new(),
         }
     }
+    /// Each name held, with what the scripts know the hold by (a break
+    /// notice and a `release_by_token` give-back name it so).
+    fn sim_holds(&self) -> Vec<(String, String)> {
+        match self {
+            Guard::Multi(g) => g
+                .names()
+                .iter()
+                .filter_map(|n| Some(((*n).to_owned(), g.token(n)?.to_owned())))
+                .collect(),
+            Guard::Lock(g) => vec![(g.name().to_owned(), g.sim_hold().to_owned())],
+            Guard::Reentrant(g) => vec![(g.name().to_owned(), g.sim_hold().to_owned())],
+            Guard::Read(g) => vec![(g.name().to_owned(), g.sim_hold().to_owned())],
+            Guard::Write(g) => vec![(g.name().to_owned(), g.sim_hold().to_owned())],
+            Guard::Permit(g) => vec![(g.name().to_owned(), g.sim_hold().to_owned())],
+            Guard::Leader(g) => vec![(g.name().to_owned(), g.sim_hold().to_owned())],
+        }
+    }
     fn believes(&self) -> bool {
         each!(self, g => !g.is_lost() && !g.valid_for().is_zero())
     }
@@ -1243,6 +1392,9 @@ struct Task {
     world: World,
     shared: Shared,
     rng: Rng,
+    /// Draws of the steps added after the seeds' schedules were fixed
+    /// (`release_by_token`): apart from `rng`, so those stay the same.
+    extra: Rng,
     config: Config,
     end: Instant,
     resource: crate::world::SimWire,
@@ -1343,6 +1495,7 @@ impl Task {
                 }
             };
             let from_us = now_us(origin);
+            let hears_breaks = self.client.sim_hears_breaks();
             let closing = record(&self.shared).closing.get(&self.process).copied();
             if let Some(closing) = closing
                 && closing < from_us
@@ -1390,6 +1543,16 @@ impl Task {
                     &token[..8.min(token.len())]
                 )
             });
+            // ReentrantLock::release_by_token (issue 32 item 8, mutation 21):
+            // the owner enters again, gives back "one of its holds" by its
+            // owner id (any one: perhaps this guard's, or another task's),
+            // then lets the re-entry's guard go; this guard works on. A
+            // guard whose hold it gave back finds it lost at its next
+            // renewal (the docs), and believes only until then for the
+            // checker. Drawn apart, so the other draws stay what they were.
+            if kind == Kind::Reentrant && self.extra.chance(0.3) {
+                self.give_back_by_token(&name, ttl).await;
+            }
             let steps = self.rng.range(1, 3);
             for _ in 0..steps {
                 // Mostly short steps (a quarter TTL at most); one in five as
@@ -1445,6 +1608,7 @@ impl Task {
                 last_us = now_us(origin);
             }
             if believed {
+                let sim_holds = guard.sim_holds();
                 let mut r = record(&self.shared);
                 for (name, fence) in &fences {
                     // Each name of a MultiLock has a token of its own.
@@ -1452,8 +1616,16 @@ impl Task {
                         Guard::Multi(g) => g.token(name).unwrap_or(&owner).to_owned(),
                         _ => owner.clone(),
                     };
+                    let hold = sim_holds
+                        .iter()
+                        .find(|(n, _)| n == name)
+                        .map(|(_, h)| h.clone())
+                        .unwrap_or_default();
                     r.holds.entry(name.clone()).or_default().push(Hold {
                         who: who.clone(),
+                        process: self.process,
+                        hold,
+                        hears_breaks,
                         owner,
                         read: ask.read,
                         fence: *fence,
@@ -1491,6 +1663,38 @@ impl Task {
                 }
             }
         }
+    }
+
+    /// A re-entry of `name`, one hold of the owner given back by its owner
+    /// id (`ReentrantLock::release_by_token`), then the re-entry's guard
+    /// released.
+    async fn give_back_by_token(&mut self, name: &str, ttl: Duration) {
+        let who = self.who.clone();
+        let lock = self.client.reentrant_lock(name).owner(self.owner.clone());
+        let again = lock.ttl(ttl).try_acquire().await;
+        record(&self.shared).operations += 1;
+        let again = match again {
+            Ok(Some(g)) => g,
+            other => {
+                let other = other.map(|g| g.map(|g| g.fence()));
+                self.world
+                    .log(|| format!("{who} enters {name} again: {other:?}"));
+                return;
+            }
+        };
+        let given = self
+            .client
+            .reentrant_lock(name)
+            .release_by_token(&self.owner)
+            .await;
+        self.world
+            .log(|| format!("{who} release_by_token {name}: {given:?}"));
+        let released = again.release().await;
+        let mut r = record(&self.shared);
+        r.operations += 2;
+        drop(r);
+        self.world
+            .log(|| format!("{who} release {name}'s re-entry: {released:?}"));
     }
 
     /// Closes this task's client `wait` from now, give or take a few ms

@@ -66,6 +66,12 @@ impl Shared {
         }
     }
 
+    /// The connection dropped (or the driver shut it): nothing more
+    /// reaches the driver.
+    pub fn is_closed(&self) -> bool {
+        self.state().closed
+    }
+
     /// A push frame (a pub/sub message) reaches the driver.
     pub fn push(&self, push: PushInfo) {
         let mut s = self.state();

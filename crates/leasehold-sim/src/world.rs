@@ -166,6 +166,49 @@ struct State {
     /// Requests whose reply a reset lost on a driver's socket, by process:
     /// the driver may send them again (a second delivery).
     lost_replies: BTreeSet<(usize, Vec<Vec<u8>>)>,
+    /// Break notices (a message on a `…:broken` channel) that reached a
+    /// client process on a live connection: (process, payload, when).
+    notices: Vec<(usize, Vec<u8>, Instant)>,
+    /// Holds a reentrant release of "any one hold" (`release_by_token`)
+    /// gave back at its first delivery: (node, hold id, when).
+    given_back: Vec<(String, String, Instant)>,
+    /// Since when a majority of the sentinels name a master other than
+    /// this watched server (it is demoted in their word).
+    demoted_since: BTreeMap<String, Instant>,
+    /// Each process's latest round of questions to the sentinels.
+    rounds: BTreeMap<usize, Round>,
+    /// The clients' command timeout (a sentinel not answered within it
+    /// counts as failed for the client).
+    command_timeout: Duration,
+    /// Clients sent back to a demoted master (one line each).
+    sent_back: Vec<String>,
+}
+
+/// A client's round of questions to the sentinels: every sentinel is
+/// asked at once, each on a connection of its own.
+#[derive(Debug, Clone)]
+struct Round {
+    /// When the round began (its connections were opened).
+    start: Instant,
+    /// Its connections to the sentinels.
+    conns: Vec<u64>,
+    /// Those whose answer (the `SENTINEL MASTER` reply) reached the client.
+    answered: BTreeSet<u64>,
+    /// When the client hung up a connection of the round whose answer
+    /// could still come (not dropped, within the command timeout), and how
+    /// many answers it had then.
+    abandoned: Option<(Instant, usize)>,
+}
+
+impl Round {
+    fn new(start: Instant) -> Round {
+        Round {
+            start,
+            conns: Vec::new(),
+            answered: BTreeSet::new(),
+            abandoned: None,
+        }
+    }
 }
 
 /// Every shipped script's name by its SHA1, as EVALSHA names it.
@@ -270,6 +313,69 @@ impl State {
                     self.resent_named.insert((key.clone(), arg.clone()));
                 }
             }
+        }
+    }
+
+    /// Which watched servers a majority of the sentinels no longer name,
+    /// and since when.
+    fn note_views(&mut self) {
+        let Some(t) = &self.sentinel else { return };
+        let majority = t.views.len() / 2 + 1;
+        let now = Instant::now();
+        for server in t.replica_of.keys() {
+            let others = t.views.values().filter(|(m, _)| m != server).count();
+            if others >= majority {
+                self.demoted_since.entry(server.clone()).or_insert(now);
+            } else {
+                self.demoted_since.remove(server);
+            }
+        }
+    }
+
+    /// Process `process` opens a connection to `node` now: a round of
+    /// questions to the sentinels (every one asked at once, each on a
+    /// connection of its own), or a connection to a watched server. One
+    /// made as the client stops listening to its round (its last answer
+    /// just came), to a server a majority of the sentinels had demoted
+    /// before the round began, on fewer answers than a majority while the
+    /// others could still come (their connections not dropped, the command
+    /// timeout not reached) is the client sent back by a sentinel that
+    /// missed the failover. (With fewer than a majority answering, each
+    /// failed or timed out, the client goes by the answers it has; a
+    /// reconnect of a connection already on the old master is not asked
+    /// of the sentinels.)
+    fn note_connect(&mut self, process: usize, node: &str, conn: u64) {
+        let Some(t) = &self.sentinel else { return };
+        let now = Instant::now();
+        if t.views.contains_key(node) {
+            let round = self
+                .rounds
+                .entry(process)
+                .or_insert_with(|| Round::new(now));
+            if round.start != now {
+                *round = Round::new(now);
+            }
+            round.conns.push(conn);
+            return;
+        }
+        let majority = t.views.len() / 2 + 1;
+        let (Some(round), Some(&since)) = (self.rounds.get(&process), self.demoted_since.get(node))
+        else {
+            return;
+        };
+        if let Some((at, answers)) = round.abandoned
+            && at == now
+            && answers < majority
+            && round.start > since
+        {
+            let line = format!(
+                "at {} ms, p{process} connects to {node}, demoted by a majority of the sentinels \
+                 since {} ms, on {answers} answer(s) of a round begun at {} ms",
+                now.duration_since(self.start).as_millis(),
+                since.duration_since(self.start).as_millis(),
+                round.start.duration_since(self.start).as_millis()
+            );
+            self.sent_back.push(line);
         }
     }
 
@@ -401,6 +507,12 @@ impl World {
             down: BTreeSet::new(),
             asking: BTreeSet::new(),
             lost_replies: BTreeSet::new(),
+            notices: Vec::new(),
+            given_back: Vec::new(),
+            demoted_since: BTreeMap::new(),
+            rounds: BTreeMap::new(),
+            command_timeout: Duration::from_secs(3600),
+            sent_back: Vec::new(),
         })))
     }
 
@@ -545,6 +657,31 @@ impl World {
         self.state().resent_removals.clone()
     }
 
+    /// Break notices that reached a client process: (process, payload,
+    /// when it arrived there).
+    pub fn notices(&self) -> Vec<(usize, Vec<u8>, Instant)> {
+        self.state().notices.clone()
+    }
+
+    /// Holds `release_by_token` gave back at a call's first delivery:
+    /// (node, hold id, when the server ran it).
+    pub fn given_back(&self) -> Vec<(String, String, Instant)> {
+        self.state().given_back.clone()
+    }
+
+    /// The clients' command timeout, for the Sentinel invariant.
+    pub fn set_command_timeout(&self, timeout: Duration) {
+        self.state().command_timeout = timeout;
+    }
+
+    /// Clients sent back to a demoted master by a sentinel that missed its
+    /// failover (SAFETY.md: "among the answers of a majority the highest
+    /// config epoch wins, so a sentinel that missed a failover cannot send
+    /// the client back to the demoted master"). One line each.
+    pub fn sent_back(&self) -> Vec<String> {
+        self.state().sent_back.clone()
+    }
+
     /// Requests delivered twice so far.
     pub fn duplicates(&self) -> u64 {
         self.state().duplicates
@@ -653,13 +790,31 @@ impl World {
             return reply;
         }
         let operator = self.state().operator == Some(process);
-        let watched = (operator || again)
+        // `release_by_token` of a reentrant lock: "any one hold" of the
+        // owner (ARGV[2] empty); what its first delivery gives back is the
+        // call's, what a second one does is judged below.
+        let any_hold = script_call(args).is_some_and(|(name, _, argv)| {
+            name == "reentrant_release" && argv.get(1).is_some_and(Vec::is_empty)
+        });
+        let watched = (operator || again || any_hold)
             .then(|| script_call(args))
             .flatten()
             .and_then(|(name, keys, _)| Some((name, keys.first()?.clone())));
         let Some((script, key)) = watched else {
             return self.exec(node, conn, args);
         };
+        let fields = |w: &World| -> BTreeSet<Vec<u8>> {
+            let s = w.state();
+            let n = s.nodes.get(node).expect("a node of the world");
+            match n.server.dump_key(&key, World::node_now_us(&s, n)) {
+                Some(crate::server::KeyDump {
+                    value: crate::server::DumpValue::Hash(h),
+                    ..
+                }) => h.iter().map(|(f, _)| f.clone()).collect(),
+                _ => BTreeSet::new(),
+            }
+        };
+        let fields_before = any_hold.then(|| fields(self));
         let holds = |w: &World| {
             let s = w.state();
             let n = s.nodes.get(node).expect("a node of the world");
@@ -672,6 +827,16 @@ impl World {
         let before = holds(self);
         let reply = self.exec(node, conn, args);
         let after = holds(self);
+        if let (Some(fields_before), false) = (fields_before, again) {
+            let fields_after = fields(self);
+            let mut s = self.state();
+            for field in fields_before.difference(&fields_after) {
+                if let Some(id) = field.strip_prefix(b"h:") {
+                    let id = String::from_utf8_lossy(id).into_owned();
+                    s.given_back.push((node.to_owned(), id, Instant::now()));
+                }
+            }
+        }
         let removed: Vec<String> = before.difference(&after).cloned().collect();
         if removed.is_empty() {
             return reply;
@@ -978,8 +1143,12 @@ impl World {
             let after = Duration::from_millis(rng.below(1500));
             tokio::spawn(async move {
                 tokio::time::sleep(after).await;
-                if let Some(t) = &mut world.state().sentinel {
-                    t.views.insert(sentinel.clone(), (to.clone(), epoch));
+                {
+                    let mut s = world.state();
+                    if let Some(t) = &mut s.sentinel {
+                        t.views.insert(sentinel.clone(), (to.clone(), epoch));
+                    }
+                    s.note_views();
                 }
                 world.log(|| format!("{sentinel} names {to} (epoch {epoch})"));
             });
@@ -1163,7 +1332,9 @@ impl World {
         };
         let (process, node) = ClusterMap::parse_host(host).ok_or_else(refused)?;
         {
-            let s = self.state();
+            let mut s = self.state();
+            let id = s.next_conn;
+            s.note_connect(process, &node, id);
             if !s.nodes.contains_key(&node)
                 || s.down.contains(&node)
                 || s.cluster.as_ref().is_some_and(|m| m.down.contains(&node))
@@ -1611,6 +1782,18 @@ impl Conn {
         let at = self.arrival(delay, false);
         tokio::spawn(async move {
             tokio::time::sleep_until(at).await;
+            // A break notice that reaches a live connection: its holder's
+            // guard is lost from now on (World::notices).
+            let live = self.socket.as_ref().is_none_or(|s| !s.is_closed());
+            if let (true, [channel, payload]) = (live, push.data.as_slice())
+                && matches!(push.kind, PushKind::Message | PushKind::SMessage)
+                && let (Value::BulkString(channel), Value::BulkString(payload)) = (channel, payload)
+                && channel.ends_with(b":broken")
+            {
+                let mut s = self.world.state();
+                s.notices
+                    .push((self.process, payload.clone(), Instant::now()));
+            }
             (self.on_push)(push);
         });
     }
@@ -1918,6 +2101,29 @@ impl SimWire {
 
 impl Carrier for SimWire {
     fn dispatch(&self, args: Vec<Vec<u8>>, deliver: Deliver) {
+        // A sentinel's answer (its `SENTINEL MASTER` reply, the second of
+        // its two) that reaches the client counts for its round.
+        let answer = args.len() >= 2
+            && args[0].eq_ignore_ascii_case(b"SENTINEL")
+            && args[1].eq_ignore_ascii_case(b"MASTER");
+        let deliver: Deliver = if answer {
+            let conn = Arc::clone(&self.conn);
+            Box::new(move |reply| {
+                if reply.is_ok() {
+                    let mut s = conn.world.state();
+                    if let Some(round) = s
+                        .rounds
+                        .get_mut(&conn.process)
+                        .filter(|r| r.conns.contains(&conn.id))
+                    {
+                        round.answered.insert(conn.id);
+                    }
+                }
+                deliver(reply);
+            })
+        } else {
+            deliver
+        };
         if self.waiter_task {
             let reply = SimWire::send(self, args);
             tokio::spawn(async move { deliver(reply.await) });
@@ -1929,6 +2135,19 @@ impl Carrier for SimWire {
     /// The driver dropped its socket: the server forgets its subscriptions.
     fn hang_up(&self) {
         let mut s = self.conn.world.state();
+        // A sentinel's connection of a round, hung up before its answer
+        // came although it could still come.
+        let (now, timeout) = (Instant::now(), s.command_timeout);
+        let live = self.conn.lines().epoch == 0;
+        if let Some(round) = s.rounds.get_mut(&self.conn.process)
+            && round.conns.contains(&self.conn.id)
+            && !round.answered.contains(&self.conn.id)
+            && live
+            && now.duration_since(round.start) < timeout
+            && round.abandoned.is_none()
+        {
+            round.abandoned = Some((now, round.answered.len()));
+        }
         s.asking.remove(&self.conn.id);
         if let Some(n) = s.nodes.get_mut(&self.conn.node) {
             n.server.disconnect(self.conn.id);

@@ -63,6 +63,16 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
+    /// True once this client hears break notices (its subscription to the
+    /// break channel is made: a notice that reaches it from then on loses
+    /// the guards it names). Simulation builds only: the simulator judges
+    /// "a break stops its holder" for guards of such clients.
+    #[cfg(leasehold_sim)]
+    #[doc(hidden)]
+    pub fn sim_hears_breaks(&self) -> bool {
+        self.inner.breaks.0.initialized()
+    }
+
     /// Connects to one Redis server with default options.
     ///
     /// `url` is `redis://[user:password@]host:port[/db]`.

@@ -412,6 +412,16 @@ impl<K: hold::Kind> Guard<K> {
         self.held.name()
     }
 
+    /// What the kind's scripts know this hold by (a lock's token, a
+    /// reentrant hold id, an RwLock's or a semaphore's member): the
+    /// simulator matches break notices and `release_by_token`'s give-backs
+    /// to guards by it. Simulation builds only.
+    #[cfg(leasehold_sim)]
+    #[doc(hidden)]
+    pub fn sim_hold(&self) -> &str {
+        &self.held.lease.hold
+    }
+
     /// True once the lease (hold, permit, leadership) may have expired or
     /// was taken by another owner.
     ///
