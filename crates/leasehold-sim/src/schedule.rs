@@ -972,8 +972,14 @@ async fn schedule(config: Config, trace: bool) -> Outcome {
         if record(&shared).closed.contains_key(&p) {
             continue;
         }
+        // Client::close's documented bound: six command timeouts for the
+        // flights, three for its own releases, the replicas' WAIT (100 ms)
+        // with min_replicas; and a second of slack for the schedule's own
+        // tasks. (It was four command timeouts and a second, stricter than
+        // the docs: seed 406310's releases, through a reconnect's three
+        // connection attempts and a script reload, outlived it.)
         let closing = tokio::time::timeout(
-            config.command_timeout * 4 + Duration::from_secs(1),
+            config.command_timeout * 9 + Duration::from_millis(1100),
             client.close(),
         )
         .await;
