@@ -399,7 +399,23 @@ impl Manager {
             let mut delay = config.min_delay;
             let mut left = config.number_of_retries;
             loop {
-                match connect_node(&info, &conn_config).await {
+                // Each attempt, connect and handshake, within the connection
+                // timeout, as redis-rs's client bounds it.
+                let attempt = connect_node(&info, &conn_config);
+                let attempt = match config.connection_timeout {
+                    Some(limit) => {
+                        tokio::time::timeout(limit, attempt)
+                            .await
+                            .unwrap_or_else(|_| {
+                                Err(RedisError::from(std::io::Error::new(
+                                    std::io::ErrorKind::TimedOut,
+                                    "connection timed out",
+                                )))
+                            })
+                    }
+                    None => attempt.await,
+                };
+                match attempt {
                     Ok(conn) => return Ok(conn),
                     Err(e) if left == 0 => return Err(e),
                     Err(_) => {
