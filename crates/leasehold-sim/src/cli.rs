@@ -101,7 +101,8 @@ const USAGE: &str = "usage: leasehold-sim --seed N [--trace] [--set key=value ..
 with --seed N --trace: LEASEHOLD_SIM_WIRE=1 adds every request a server ran and its reply (WIRE lines);
        LEASEHOLD_SIM_LOG=debug (any tracing filter) adds the library's own events (LIB lines)
 keys for --set: cluster=0 (a schedule drawn on a Redis Cluster stays on one server) processes tasks names ops ttl_ms length_ms delay_ms slow reset_before reset_after injected (count kept)
-       clocks=continuous (no tick, no drift) or clocks=<tick in us> (every node's clock ticks so)";
+       clocks=continuous (no tick, no drift) or clocks=<tick in us> (every node's clock ticks so)
+       seam=wire (one server, Replicated and Redlock on the library-level seam, sim:// URLs, as seeds found before the seam moved to the socket) or seam=socket (the default)";
 
 /// The configuration of `seed` with the `--set` changes.
 fn config(seed: u64, sets: &[(String, String)]) -> Result<Config, String> {
@@ -133,6 +134,10 @@ fn config(seed: u64, sets: &[(String, String)]) -> Result<Config, String> {
             // Applied by the draw above.
             "cluster" if v == "0" => {}
             "foreign" if v.is_empty() => c.foreign = None,
+            // One server, Replicated and Redlock on the library-level seam,
+            // as before it moved to the socket (its seeds replay so).
+            "seam" if v == "wire" => c.wire_seam = true,
+            "seam" if v == "socket" => c.wire_seam = false,
             "clocks" if v == "continuous" => c.clocks.iter_mut().for_each(|c| *c = (0, 0)),
             // Every node's clock ticks by this many µs (its drift kept).
             "clocks" => {

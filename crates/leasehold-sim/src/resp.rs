@@ -10,8 +10,14 @@ pub type Command = (Vec<Vec<u8>>, usize);
 /// arguments and the bytes it took, or None if it is not whole yet.
 pub fn parse_command(buf: &[u8]) -> Result<Option<Command>, String> {
     fn line(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
-        let end = buf[at..].windows(2).position(|w| w == b"\r\n")?;
-        Some((&buf[at..at + end], at + end + 2))
+        // A length line has no '\r' but its end's.
+        let end = at + buf.get(at..)?.iter().position(|&b| b == b'\r')?;
+        match buf.get(end + 1) {
+            Some(b'\n') => Some((&buf[at..end], end + 2)),
+            // Not a length: `number` says so.
+            Some(_) => Some((&buf[at..=end], end + 1)),
+            None => None,
+        }
     }
     fn number(text: &[u8]) -> Result<usize, String> {
         std::str::from_utf8(text)

@@ -15,13 +15,16 @@ use redis::{PushInfo, Value};
 
 use crate::resp::{encode, parse_command};
 
+/// Where a command's reply goes when it arrives: the reply, or an error
+/// once the connection dropped.
+pub type Deliver = Box<dyn FnOnce(Result<Value, redis::RedisError>) + Send>;
+
 /// What carries a socket's commands to its node: the world's connection.
 pub trait Carrier: Send + Sync {
-    /// Sends one command; its reply, or an error once the connection dropped.
-    fn send(
-        &self,
-        args: Vec<Vec<u8>>,
-    ) -> leasehold::sim::WireFuture<Result<Value, redis::RedisError>>;
+    /// Sends one command; its reply (or the connection's drop) goes to
+    /// `deliver` when it arrives (the world's connection says whether a
+    /// task of its own waits for it).
+    fn dispatch(&self, args: Vec<Vec<u8>>, deliver: Deliver);
     /// The driver dropped its socket.
     fn hang_up(&self);
 }
@@ -180,12 +183,21 @@ impl AsyncWrite for SimSocket {
                     "simulated connection reset",
                 )));
             }
-            s.inbuf.extend_from_slice(bytes);
+            // Whole commands straight from `bytes` when nothing is left
+            // over from an earlier write (the common case: no copy).
+            let mut pending = std::mem::take(&mut s.inbuf);
+            let buf: &[u8] = if pending.is_empty() {
+                bytes
+            } else {
+                pending.extend_from_slice(bytes);
+                &pending
+            };
             let mut commands = Vec::new();
+            let mut at = 0;
             loop {
-                match parse_command(&s.inbuf) {
+                match parse_command(&buf[at..]) {
                     Ok(Some((args, used))) => {
-                        s.inbuf.drain(..used);
+                        at += used;
                         let seq = s.next_seq;
                         s.next_seq += 1;
                         commands.push((seq, args));
@@ -196,17 +208,18 @@ impl AsyncWrite for SimSocket {
                     }
                 }
             }
+            s.inbuf = buf[at..].to_vec();
             commands
         };
         for (seq, args) in commands {
-            let reply = self.wire.send(args);
             let shared = Arc::clone(&self.shared);
-            tokio::spawn(async move {
-                match reply.await {
+            self.wire.dispatch(
+                args,
+                Box::new(move |reply| match reply {
                     Ok(v) => shared.reply(seq, v),
                     Err(_) => shared.close(),
-                }
-            });
+                }),
+            );
         }
         Poll::Ready(Ok(bytes.len()))
     }

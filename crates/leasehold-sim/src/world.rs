@@ -1,17 +1,29 @@
 //! The simulated world under the shipped client: servers, the network
 //! between them and the client processes, clocks and faults.
 //!
-//! Every connection of a `sim://<node>` URL is a [`SimWire`]: a request is
-//! carried to its node after a delay drawn from the seed (a connection is
-//! FIFO both ways, as TCP is), run there by the simulated server at the
-//! node's own clock, and its reply carried back after another delay. A
-//! request outlives a caller that gave up on it: it still runs on the
-//! server, as on a real network. Faults come from the [`Faults`] of the
-//! schedule: a connection reset before or after the server ran the
-//! request (the connection then reconnects, subscribes its channels again
-//! and tells the client with a disconnection push, as the library's
-//! `backend/managed.rs` does over redis-rs), a node paused, restarted empty
-//! or from its AOF, its script cache flushed, its clock stepped.
+//! Every lock node is reached the way a deployment reaches it: the
+//! library's own connections (redis-rs's `MultiplexedConnection` under the
+//! connection manager for one server, Replicated, Redlock's nodes and the
+//! Sentinel master; redis-rs's cluster connection for a cluster) run over a
+//! [`SimSocket`] that the world opens for the address the driver dials
+//! (`p<process>-<node>:6379`, [`World::socket`]). Each command read off a
+//! socket is a request of a connection ([`SimWire`], the socket's
+//! [`Carrier`]): it is carried to its node after a delay drawn from the
+//! seed (a connection is FIFO both ways, as TCP is), run there by the
+//! simulated server at the node's own clock, and its reply carried back
+//! after another delay. A request outlives a caller that gave up on it: it
+//! still runs on the server, as on a real network. Faults come from the
+//! [`Faults`] of the schedule: a connection reset before or after the
+//! server ran the request (the socket's stream ends with an error; the
+//! driver above reconnects, and the library resubscribes, as shipped), a
+//! request run twice (see [`Faults::twice`]), a node paused, restarted
+//! empty or from its AOF, failed over, its script cache flushed, its clock
+//! stepped.
+//!
+//! `--set seam=wire` keeps the older seam for the seeds found on it: a
+//! `sim://<node>` URL's connection is a [`SimWire`] as the library's
+//! `leasehold::sim::Wire` (`ProcessDialer::dial`), which reconnects,
+//! resubscribes and tells the client of the disconnection itself.
 //!
 //! Everything runs on one current-thread runtime with the paused clock:
 //! time advances only when every task waits, and the order of events is a
@@ -30,7 +42,7 @@ use crate::cluster::ClusterMap;
 use crate::history::History;
 use crate::rng::Rng;
 use crate::server::{Flavor, Server};
-use crate::socket::{Carrier, Shared as SocketShared, SimSocket};
+use crate::socket::{Carrier, Deliver, Shared as SocketShared, SimSocket};
 
 /// The server clock at the simulation's start: 2026-11-27, in µs.
 const EPOCH_US: u64 = 1_795_000_000_000_000;
@@ -53,11 +65,16 @@ pub struct Faults {
     /// lease) finds the node's script cache flushed as it arrives, so the
     /// give-back that follows meets NOSCRIPT and is sent again.
     pub flush_after_late_grant: f64,
-    /// Chance per request of a duplicate delivery: the server runs it, the
-    /// connection drops before the reply, and the request is sent again on
-    /// the new connection and runs a second time (what redis-rs's cluster
-    /// driver does with a request whose connection failed); the caller
-    /// gets the second reply. Never on the fenced resource (the
+    /// Chance per request of a duplicate delivery. On a cluster: the
+    /// server runs it, the connection drops before the reply, and
+    /// redis-rs's cluster driver sends it again on its new connection,
+    /// where it runs a second time. Elsewhere (one server, Replicated,
+    /// Sentinel): a retrying proxy in front of the server (Envoy,
+    /// twemproxy) lost its own connection to the server after it ran the
+    /// request and sends it again; the client's connection stays up and
+    /// gets the second reply (the client's connection manager itself
+    /// never re-sends). On the wire seam (`--set seam=wire`): the wire
+    /// resets and sends again. Never on the fenced resource (the
     /// application's own connection).
     pub twice: f64,
 }
@@ -134,6 +151,9 @@ struct State {
     duplicates: u64,
     /// Owner tokens of requests delivered twice.
     resent_tokens: BTreeSet<Vec<u8>>,
+    /// (key, argument) of every script call delivered twice: the reentrant
+    /// owner a second delivery may take a key for after `close()`.
+    resent_named: BTreeSet<(Vec<u8>, Vec<u8>)>,
     /// A Redis Cluster's slot map, if the lock nodes are one.
     cluster: Option<ClusterMap>,
     /// Connections that sent ASKING (for their next command).
@@ -225,7 +245,13 @@ fn script_call(args: &[Vec<u8>]) -> Option<ScriptCall<'_>> {
     if !args.first()?.eq_ignore_ascii_case(b"EVALSHA") {
         return None;
     }
-    let name = script_name(&args.get(1)?.to_ascii_lowercase())?;
+    let sha = args.get(1)?;
+    // The library sends its SHA1s in lower case: no copy for those.
+    let name = if sha.iter().any(u8::is_ascii_uppercase) {
+        script_name(&sha.to_ascii_lowercase())
+    } else {
+        script_name(sha)
+    }?;
     let numkeys: usize = std::str::from_utf8(args.get(2)?).ok()?.parse().ok()?;
     let keys = args.get(3..3 + numkeys)?;
     Some((name, keys, &args[3 + numkeys..]))
@@ -275,6 +301,21 @@ pub fn holds_in(key: Option<&crate::server::KeyDump>, now_ms: i64) -> BTreeSet<S
 }
 
 impl State {
+    /// Notes a request that may be delivered twice: its owner tokens, and
+    /// the (key, argument) pairs of a script call (a reentrant owner).
+    fn note_resent(&mut self, args: &[Vec<u8>]) {
+        for arg in args.iter().filter(|a| is_token(a)) {
+            self.resent_tokens.insert(arg.clone());
+        }
+        if let Some((_, keys, argv)) = script_call(args) {
+            for key in keys {
+                for arg in argv {
+                    self.resent_named.insert((key.clone(), arg.clone()));
+                }
+            }
+        }
+    }
+
     /// Which watched servers a majority of the sentinels no longer name,
     /// and since when.
     fn note_views(&mut self) {
@@ -379,19 +420,27 @@ impl State {
     }
 
     /// Adds one command run (where, at what server time, for which
-    /// connection, what) to the wire digest (FNV-1a).
+    /// connection, what) to the wire digest (FNV-1a's multiply, eight bytes
+    /// at a time: every request of every schedule goes through it).
     fn digest_command(&mut self, node: &str, now_us: u64, conn: u64, args: &[Vec<u8>]) {
+        const PRIME: u64 = 0x0100_0000_01b3;
         let mut h = self.wire_digest;
         let (at, id) = (now_us.to_le_bytes(), conn.to_le_bytes());
         for part in [node.as_bytes(), &at, &id]
             .into_iter()
             .chain(args.iter().map(Vec::as_slice))
         {
-            for &b in part {
-                h ^= u64::from(b);
-                h = h.wrapping_mul(0x0100_0000_01b3);
+            let mut words = part.chunks_exact(8);
+            for word in &mut words {
+                let w = u64::from_le_bytes(word.try_into().expect("eight bytes"));
+                h = (h ^ w).wrapping_mul(PRIME);
+                h ^= h >> 29;
             }
-            h = (h ^ 0xff).wrapping_mul(0x0100_0000_01b3);
+            let mut last = [0u8; 8];
+            last[..words.remainder().len()].copy_from_slice(words.remainder());
+            h = (h ^ u64::from_le_bytes(last)).wrapping_mul(PRIME);
+            h = (h ^ part.len() as u64 ^ 0xff00).wrapping_mul(PRIME);
+            h ^= h >> 29;
         }
         self.wire_digest = h;
     }
@@ -452,6 +501,7 @@ impl World {
             asked_ttl: BTreeMap::new(),
             duplicates: 0,
             resent_tokens: BTreeSet::new(),
+            resent_named: BTreeSet::new(),
             cluster: None,
             sentinel: None,
             down: BTreeSet::new(),
@@ -640,8 +690,10 @@ impl World {
     /// The holds on `nodes`' lock keys (`…:lock`, `…:leader`) that carry an
     /// owner token first sent by `process`, or its reentrant `owner`: what
     /// `close()` must have given back. Left out: tokens of requests
-    /// delivered twice (a second delivery can land after `close()` gave the
-    /// lease back; SAFETY.md says what it leaves). (node, key, hold) each.
+    /// delivered twice, and the owner on a key a script call naming it was
+    /// delivered twice for (a second delivery can land after `close()` gave
+    /// the lease back; SAFETY.md says what it leaves); a leader record whose
+    /// lease no longer holds its token. (node, key, hold) each.
     pub fn holds_of(
         &self,
         process: usize,
@@ -664,7 +716,33 @@ impl World {
                 if !(key.key.ends_with(":lock") || key.key.ends_with(":leader")) {
                     continue;
                 }
+                let resent_owner = s
+                    .resent_named
+                    .contains(&(key.key.as_bytes().to_vec(), owner.as_bytes().to_vec()));
+                // An election's leader record ('<term> <token> <value>') is
+                // believed only while its token holds the lease
+                // (election_leader.lua): one whose lease is gone (broken, say)
+                // holds nothing, and lives out the lease's time.
+                let lease = key.key.strip_suffix(":leader").map(|prefix| {
+                    holds_in(
+                        n.server
+                            .dump_key(format!("{prefix}:lock").as_bytes(), now_us)
+                            .as_ref(),
+                        (now_us / 1000) as i64,
+                    )
+                });
                 for hold in holds_in(Some(&key), (now_us / 1000) as i64) {
+                    if resent_owner && hold == owner {
+                        continue;
+                    }
+                    if let Some(lease) = &lease
+                        && hold
+                            .split(' ')
+                            .nth(1)
+                            .is_none_or(|token| !lease.contains(token))
+                    {
+                        continue;
+                    }
                     if mine.iter().any(|m| hold.contains(m.as_str())) {
                         out.push((node.clone(), key.key.clone(), hold));
                     }
@@ -1212,7 +1290,10 @@ impl World {
         }
     }
 
-    /// A dialer for the library's `sim://<node>` URLs, for the process `process`.
+    /// A dialer for the library: the sockets of every address a driver
+    /// dials (whose process the address names), and the library-level
+    /// wire of `sim://<node>` URLs for the process `process`
+    /// (`--set seam=wire`).
     pub fn dialer(&self, process: usize) -> Arc<dyn Dialer> {
         Arc::new(ProcessDialer {
             world: self.clone(),
@@ -1232,6 +1313,7 @@ impl World {
         SimWire {
             conn,
             faultless: true,
+            waiter_task: false,
         }
     }
 
@@ -1282,11 +1364,13 @@ impl World {
             Some(Arc::clone(&shared)),
         );
         conn.lines().to_server = Instant::now() + connecting;
+        let waiter_task = self.state().cluster.is_some();
         Ok(SimSocket::new(
             shared,
             Arc::new(SimWire {
                 conn,
                 faultless: false,
+                waiter_task,
             }),
         ))
     }
@@ -1605,6 +1689,7 @@ impl Dialer for ProcessDialer {
         Ok(Arc::new(SimWire {
             conn,
             faultless: false,
+            waiter_task: false,
         }))
     }
 
@@ -1759,6 +1844,11 @@ impl Conn {
 pub struct SimWire {
     conn: Arc<Conn>,
     faultless: bool,
+    /// A cluster node's socket: each reply reaches the socket through a
+    /// task of its own that waits for it, as before the other topologies
+    /// moved to sockets, so the cluster seeds of regressions.txt replay the
+    /// schedules that found them (one task less per request elsewhere).
+    waiter_task: bool,
 }
 
 fn args_of(cmd: &Cmd) -> Vec<Vec<u8>> {
@@ -1779,19 +1869,46 @@ impl SimWire {
     /// faults; the request runs on the server even if the caller drops the
     /// future or times out.
     fn send(&self, args: Vec<Vec<u8>>) -> WireFuture<Result<Value, RedisError>> {
+        let (tx, rx) = oneshot::channel();
+        self.dispatch(
+            args,
+            Box::new(move |reply| {
+                let _ = tx.send(reply);
+            }),
+        );
+        let timeout = self.conn.timeout;
+        Box::pin(async move {
+            match tokio::time::timeout(timeout, rx).await {
+                Ok(Ok(reply)) => reply,
+                Ok(Err(_)) => Err(io_error(std::io::ErrorKind::ConnectionReset, "dropped")),
+                Err(_) => Err(io_error(std::io::ErrorKind::TimedOut, "timed out")),
+            }
+        })
+    }
+
+    /// Sends `args` with the network's delays and faults, and hands the
+    /// reply (or the connection's reset) to `deliver` when it arrives; the
+    /// request runs on the server whatever became of its caller.
+    fn dispatch(&self, args: Vec<Vec<u8>>, deliver: Deliver) {
         let conn = Arc::clone(&self.conn);
         let socket = conn.socket.is_some();
-        let (out, fate, again) = {
+        let (out, fate, again, driver_resends) = {
             let mut s = conn.world.state();
             let delay = World::delay(&mut s);
             let fate = match self.faultless {
                 true => Fate::Delivered,
                 false => World::fate(&mut s),
             };
+            // Who sends a request twice: on a cluster, the driver itself
+            // (the reply is lost with the connection, and redis-rs's cluster
+            // connection sends the request again once it has reconnected);
+            // elsewhere the client's connection (a connection manager's)
+            // never re-sends, and a retrying proxy in front of the server
+            // (Envoy, twemproxy) does: the server runs the request twice and
+            // the client's connection stays up ([`Fate::Twice`]).
+            let driver_resends = socket && s.cluster.is_some();
             let fate = match fate {
-                // A driver's socket: the reply is lost with the
-                // connection, and the driver itself sends it again.
-                Fate::Twice if socket => Fate::ResetAfter,
+                Fate::Twice if driver_resends => Fate::ResetAfter,
                 // An operator's break on a driver's socket (the scripts that
                 // remove holds), where a
                 // schedule draws re-sends at all: its first delivery's
@@ -1809,17 +1926,21 @@ impl SimWire {
                         && !s.lost_replies.contains(&(conn.process, args.clone()))
                         && s.rng.chance(0.5) =>
                 {
-                    Fate::ResetAfter
+                    if driver_resends {
+                        Fate::ResetAfter
+                    } else {
+                        Fate::Twice
+                    }
                 }
                 fate => fate,
             };
             // The same request again from the same process, after a reset
             // lost its reply: a second delivery (the driver's re-send).
-            let again = socket && s.lost_replies.remove(&(conn.process, args.clone()));
+            let again = driver_resends && s.lost_replies.remove(&(conn.process, args.clone()));
             if again {
                 s.duplicates += 1;
             }
-            (delay, fate, again)
+            (delay, fate, again, driver_resends)
         };
         if again {
             let (p, id) = (conn.process, conn.id);
@@ -1836,7 +1957,6 @@ impl SimWire {
             conn.world.note_tokens(conn.process, &args);
         }
         let guard_release = conn.world.guard_release(conn.process, &args);
-        let (tx, rx) = oneshot::channel();
         let server_side = Arc::clone(&conn);
         tokio::spawn(async move {
             let conn = server_side;
@@ -1862,12 +1982,12 @@ impl SimWire {
             }
             let mut turn = Some(Turn(Arc::clone(&conn)));
             if conn.lines().epoch != epoch {
-                let _ = tx.send(reset());
+                deliver(reset());
                 return;
             }
             if fate == Fate::ResetBefore {
                 conn.reset();
-                let _ = tx.send(reset());
+                deliver(reset());
                 return;
             }
             let reply = match World::wait_args(&args) {
@@ -1887,30 +2007,40 @@ impl SimWire {
                         conn.world
                             .exec_request(&conn.node, conn.id, conn.process, &args, again);
                     if fate == Fate::Twice {
-                        // The reply is lost with the connection; the driver
-                        // sends the request again once it has reconnected.
-                        conn.reset();
-                        epoch = conn.lines().epoch;
-                        // Sent again on the new connection: it takes no
-                        // place in the order of the old one.
+                        if socket {
+                            // A proxy's connection to the server dropped
+                            // after the server ran it: the proxy sends it
+                            // again on a new one; the client's stays up.
+                        } else {
+                            // The reply is lost with the connection; the
+                            // library-level wire sends the request again
+                            // once it has reconnected.
+                            conn.reset();
+                            epoch = conn.lines().epoch;
+                        }
+                        // Sent again on another connection: it takes no
+                        // place in the order of the first one.
                         turn = None;
                         let again = {
                             let mut s = conn.world.state();
                             s.duplicates += 1;
-                            for arg in args.iter().filter(|a| is_token(a)) {
-                                s.resent_tokens.insert(arg.clone());
-                            }
+                            s.note_resent(&args);
                             Duration::from_millis(s.rng.range(5, 60))
                         };
                         let process = conn.process;
-                        conn.world
-                            .log(|| format!("NET p{process} conn {} request sent again", conn.id));
+                        conn.world.log(|| {
+                            format!(
+                                "NET p{process} conn {} request sent again{}",
+                                conn.id,
+                                if socket { " by a proxy" } else { "" }
+                            )
+                        });
                         tokio::time::sleep(again).await;
                         while let Some(until) = conn.world.paused_until(&conn.node) {
                             tokio::time::sleep_until(until).await;
                         }
                         if conn.lines().epoch != epoch {
-                            let _ = tx.send(reset());
+                            deliver(reset());
                             return;
                         }
                         // A first delivery refused whole (NOSCRIPT, say) ran
@@ -1937,15 +2067,13 @@ impl SimWire {
             // way back is its own.
             drop(turn.take());
             if fate == Fate::ResetAfter {
-                if socket {
+                if driver_resends {
                     let mut s = conn.world.state();
-                    for arg in args.iter().filter(|a| is_token(a)) {
-                        s.resent_tokens.insert(arg.clone());
-                    }
+                    s.note_resent(&args);
                     s.lost_replies.insert((conn.process, args.clone()));
                 }
                 conn.reset();
-                let _ = tx.send(reset());
+                deliver(reset());
                 return;
             }
             let (back, flush) = {
@@ -1960,51 +2088,48 @@ impl SimWire {
             let at = conn.arrival(back, false);
             tokio::time::sleep_until(at).await;
             if conn.lines().epoch != epoch {
-                let _ = tx.send(reset());
+                deliver(reset());
                 return;
             }
             if flush {
                 conn.world.flush_scripts(&conn.node);
             }
-            let _ = tx.send(Ok(reply));
+            deliver(Ok(reply));
         });
-        let timeout = conn.timeout;
-        Box::pin(async move {
-            match tokio::time::timeout(timeout, rx).await {
-                Ok(Ok(reply)) => reply,
-                Ok(Err(_)) => Err(io_error(std::io::ErrorKind::ConnectionReset, "dropped")),
-                Err(_) => Err(io_error(std::io::ErrorKind::TimedOut, "timed out")),
-            }
-        })
     }
 }
 
 impl Carrier for SimWire {
-    fn send(&self, args: Vec<Vec<u8>>) -> WireFuture<Result<Value, RedisError>> {
+    fn dispatch(&self, args: Vec<Vec<u8>>, deliver: Deliver) {
         // A sentinel's answer (its `SENTINEL MASTER` reply, the second of
         // its two) that reaches the client counts for its round.
         let answer = args.len() >= 2
             && args[0].eq_ignore_ascii_case(b"SENTINEL")
             && args[1].eq_ignore_ascii_case(b"MASTER");
-        let sent = SimWire::send(self, args);
-        if !answer {
-            return sent;
-        }
-        let conn = Arc::clone(&self.conn);
-        Box::pin(async move {
-            let reply = sent.await;
-            if reply.is_ok() {
-                let mut s = conn.world.state();
-                if let Some(round) = s
-                    .rounds
-                    .get_mut(&conn.process)
-                    .filter(|r| r.conns.contains(&conn.id))
-                {
-                    round.answered.insert(conn.id);
+        let deliver: Deliver = if answer {
+            let conn = Arc::clone(&self.conn);
+            Box::new(move |reply| {
+                if reply.is_ok() {
+                    let mut s = conn.world.state();
+                    if let Some(round) = s
+                        .rounds
+                        .get_mut(&conn.process)
+                        .filter(|r| r.conns.contains(&conn.id))
+                    {
+                        round.answered.insert(conn.id);
+                    }
                 }
-            }
-            reply
-        })
+                deliver(reply);
+            })
+        } else {
+            deliver
+        };
+        if self.waiter_task {
+            let reply = SimWire::send(self, args);
+            tokio::spawn(async move { deliver(reply.await) });
+        } else {
+            SimWire::dispatch(self, args, deliver);
+        }
     }
 
     /// The driver dropped its socket: the server forgets its subscriptions.

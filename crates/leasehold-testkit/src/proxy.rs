@@ -40,6 +40,10 @@ pub enum ProxyMode {
     /// Abort all current connections (RST via `SO_LINGER` 0) and reset every
     /// new connection right after accepting it.
     Reset,
+    /// Forward what clients send to the server, and discard what the server
+    /// sends back: a request runs, its reply is lost (a reset then drops
+    /// the connection after the server ran it).
+    DropReplies,
 }
 
 /// A TCP proxy on a free loopback port forwarding to `127.0.0.1:target_port`,
@@ -257,19 +261,19 @@ fn serve(client: TcpStream, shared: &Arc<Shared>) {
         let (shared, conn) = (Arc::clone(shared), Arc::clone(&conn));
         std::thread::Builder::new()
             .name("testkit-proxy-pump".to_owned())
-            .spawn(move || pump(upstream2, client2, &shared, &conn))
+            .spawn(move || pump(upstream2, client2, false, &shared, &conn))
     };
-    pump(client, upstream, shared, &conn);
+    pump(client, upstream, true, shared, &conn);
     conn.done.store(true, Ordering::SeqCst);
     if let Ok(back) = back {
         let _ = back.join();
     }
 }
 
-/// Copies `from` -> `to` according to the mode until either side closes,
-/// the connection is reset (both sockets then close with RST), or the proxy
-/// stops.
-fn pump(from: TcpStream, to: TcpStream, shared: &Shared, conn: &Conn) {
+/// Copies `from` -> `to` (`to_server`: a client's bytes to the server)
+/// according to the mode until either side closes, the connection is reset
+/// (both sockets then close with RST), or the proxy stops.
+fn pump(from: TcpStream, to: TcpStream, to_server: bool, shared: &Shared, conn: &Conn) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         match check(shared, conn) {
@@ -290,6 +294,8 @@ fn pump(from: TcpStream, to: TcpStream, shared: &Shared, conn: &Conn) {
         let ok = match shared.mode() {
             ProxyMode::Pass => write_all(&to, &buf[..n], shared, conn),
             ProxyMode::Blackhole => true,
+            ProxyMode::DropReplies if to_server => write_all(&to, &buf[..n], shared, conn),
+            ProxyMode::DropReplies => true,
             ProxyMode::Delay(d) => {
                 sleep_unless_stopped(d, shared, conn) && write_all(&to, &buf[..n], shared, conn)
             }

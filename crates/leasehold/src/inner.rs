@@ -57,6 +57,13 @@ impl Inner {
         self.command_timeout * 6 + self.min_replicas.map_or(Duration::ZERO, |(_, t)| t)
     }
 
+    /// How long [`Client::close`](crate::Client::close) waits for its own
+    /// releases once the flights landed: a reply, or a NOSCRIPT's script
+    /// load and the call again, each within the command timeout.
+    pub(crate) fn close_release_bound(&self) -> Duration {
+        self.command_timeout * 3
+    }
+
     /// Whether [`Client::close`](crate::Client::close) was called.
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(std::sync::atomic::Ordering::Acquire)

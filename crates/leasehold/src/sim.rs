@@ -1,23 +1,40 @@
 //! The simulation seam: built only with `--cfg leasehold_sim` (`scripts/sim`),
 //! never in a build a user links, and not part of the public API.
 //!
-//! A simulator installs a [`Dialer`] on its thread; a URL `sim://<name>` then
-//! connects through it instead of the driver, and every command, pipeline,
-//! subscription and push frame of that connection crosses a [`Wire`]. What
-//! is above the wire (primitives, the wait loop, watchdog, events, Redlock,
-//! `close()`) is the shipped code. Tokens and jitter are drawn from the
-//! simulator's seed ([`seed_random`]) so a schedule replays bit for bit.
+//! The seam is the socket. A simulator installs a [`Dialer`] on its thread
+//! ([`install_sockets`]); every connection the library makes to a Redis
+//! node then opens a byte stream ([`Socket`]) through
+//! [`Dialer::dial_socket`] for the address it dials, instead of a TCP
+//! connection, and speaks RESP to the simulated node over it (RESP in,
+//! RESP3 out). Everything above the socket is the shipped code: for one
+//! server, a Replicated master and each Redlock node, the backend's own
+//! connect path (`parse_url`, the connection manager, `Managed`'s
+//! resubscriptions) over redis-rs's `MultiplexedConnection`; for a Sentinel
+//! master, the library's Sentinel code over the same; for a Redis Cluster,
+//! redis-rs's own async cluster connection over [`NodeConn`]s. Above them,
+//! the primitives, the wait loop, watchdog, events, Redlock and `close()`.
+//! Tokens and jitter are drawn from the simulator's seed ([`seed_random`])
+//! so a schedule replays bit for bit.
 //!
-//! A Redis Cluster is simulated below the driver instead: the library's
-//! cluster connection is redis-rs's own async cluster connection, as
-//! shipped, over [`NodeConn`]s, each a redis-rs `MultiplexedConnection`
-//! over a byte stream ([`Socket`]) that the simulator's [`Dialer`] opens to
-//! a simulated node and that speaks RESP3 to it. The driver's slot map,
-//! redirections (MOVED, ASK), reconnects and re-sends all run above the
-//! seam. Its randomness: the retry back-off's jitter is pinned (its lower
-//! and upper bound drawn from the seed, see `backend::connect_cluster`),
-//! and a random node for a keyless command is not used (every command the
-//! library sends a cluster names a key or its nodes).
+//! The connection manager is the one driver part modelled rather than run
+//! as shipped: redis-rs's `ConnectionManager` dials TCP itself and cannot
+//! be handed a socket, so the simulation build's is [`ConnectionManager`],
+//! a model of redis-rs 1.8's over the same multiplexed connection; a
+//! differential test (`crates/leasehold-sim/tests/manager_differential.rs`)
+//! holds it equal to redis-rs's against a real server through a proxy that
+//! drops connections.
+//!
+//! A cluster's driver randomness: the retry back-off's jitter is pinned
+//! (its lower and upper bound drawn from the seed, see
+//! `backend::connect_cluster`), and a random node for a keyless command is
+//! not used (every command the library sends a cluster names a key or its
+//! nodes).
+//!
+//! The older, library-level seam is kept for the regression seeds found on
+//! it (the simulator's `--set seam=wire`): with a [`Dialer`] installed by
+//! [`install`], a URL `sim://<name>` connects through [`Dialer::dial`]
+//! instead of the driver, and every command, pipeline, subscription and
+//! push frame of that connection crosses a [`Wire`].
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -47,7 +64,8 @@ pub trait Wire: Send + Sync {
 /// Where pushes of a connection go (release messages, disconnections).
 pub type OnPush = Arc<dyn Fn(PushInfo) + Send + Sync>;
 
-/// Makes the simulated connections of `sim://` URLs.
+/// Makes the simulated sockets of every address, and the wire connections
+/// of `sim://` URLs (the older seam).
 pub trait Dialer {
     /// Connects to the server `name` with each reply bounded by
     /// `command_timeout`; pushes go to `on_push`.
@@ -58,9 +76,9 @@ pub trait Dialer {
         on_push: OnPush,
     ) -> Result<Arc<dyn Wire>, RedisError>;
 
-    /// Opens a byte stream to the node at `host:port` (a simulated cluster
-    /// node's address, as CLUSTER SLOTS names it), or refuses as a closed
-    /// port does.
+    /// Opens a byte stream to the node at `host:port` (a simulated node's
+    /// address: as the simulator's URLs and CLUSTER SLOTS name it), or
+    /// refuses as a closed port does.
     fn dial_socket(&self, host: &str, port: u16) -> Result<Box<dyn Socket>, RedisError> {
         let _ = port;
         Err(RedisError::from(std::io::Error::new(
@@ -242,10 +260,12 @@ pub(crate) type HashSet<K> =
 /// [`Socket`]), gives a command's error to its caller and starts a new
 /// connection when the error says the old one is gone (an I/O error, a
 /// dropped connection, or its Disconnection push, which it passes on), with
-/// up to `number_of_retries` more attempts, `min_delay` doubling up to
-/// `max_delay` between them; commands sent meanwhile wait for that
-/// connection. Used where the library uses the manager: the Sentinel
-/// master's connection (`backend/managed.rs`, `backend/sentinel.rs`).
+/// up to `number_of_retries` more attempts, each (connect and handshake)
+/// within `connection_timeout`, `min_delay` doubling up to `max_delay`
+/// between them; commands sent meanwhile wait for that connection. It never sends a command again. Used where the library uses
+/// the manager: one server, a Replicated master, each Redlock node
+/// (`backend::Backend::connect`, `connect_tolerant`) and the Sentinel
+/// master (`backend/managed.rs`, `backend/sentinel.rs`).
 #[derive(Clone)]
 pub struct ConnectionManager(Arc<Manager>);
 

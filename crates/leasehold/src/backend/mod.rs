@@ -16,7 +16,8 @@
 //!   connections of their own ([`subscriber`]);
 //! - [`sentinel`]: a [`ConnectionManager`] to the master the sentinels
 //!   name, resubscribed as for one server, replaced when they name another;
-//! - `simulated`: the simulator's wire (`--cfg leasehold_sim` only).
+//! - `simulated`: the simulator's older wire (`--cfg leasehold_sim` only,
+//!   and only for its `--set seam=wire`).
 //!
 //! TLS (`rediss://`) uses rustls with certificate verification always on;
 //! [`tls`] says which crypto provider it runs on. Cluster support is

@@ -1,7 +1,10 @@
 //! A connection on the simulator's wire (`--cfg leasehold_sim` only): a
 //! `sim://` URL's commands and subscriptions cross a [`Wire`] the simulator
 //! installed, instead of the driver. Registered by one line in
-//! [`Backend::connect`] and one in [`Backend::connect_tolerant`].
+//! [`Backend::connect`] and one in [`Backend::connect_tolerant`]. The older
+//! seam, kept for the regression seeds found on it (the simulator's `--set
+//! seam=wire`): every other simulated connection is the backend's own, over
+//! a simulated socket (see `crate::sim`).
 
 use std::sync::Arc;
 

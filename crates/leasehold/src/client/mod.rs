@@ -464,8 +464,13 @@ impl Client {
     /// The guards still alive report [`is_lost`](crate::LockGuard::is_lost).
     /// Calling it again is harmless.
     ///
-    /// Against a server that does not answer, each release waits out the
-    /// command timeout, 64 at a time.
+    /// It returns within nine command timeouts (plus the replicas' timeout
+    /// with `min_replicas`): six for the acquisitions and releases in
+    /// flight, then three for its own releases (a reply, or a script
+    /// reloaded and run again). Against a server that does not answer by
+    /// then (paused, or its connection being made again), the releases not
+    /// answered are reported in [`Error::CloseIncomplete`] and go on in the
+    /// background.
     ///
     /// ```no_run
     /// # async fn run() -> Result<(), leasehold::Error> {
@@ -480,8 +485,8 @@ impl Client {
     /// # Errors
     ///
     /// [`Error::CloseIncomplete`] when some release got no answer (the
-    /// server is unreachable), or some acquisition or release was still in
-    /// flight after that bound, or more than 4096 releases in the
+    /// server is unreachable, or did not answer within close's bound), or
+    /// some acquisition or release was still in flight after that bound, or more than 4096 releases in the
     /// background failed before it (the oldest are not sent again): those
     /// leases end by their TTL. Calling `close` again sends again the
     /// releases that failed.
@@ -501,7 +506,11 @@ impl Client {
         // before it lands too, so the watchdog's close below covers them.
         let bound = self.inner.flights_bound();
         let landed = tokio::time::timeout(bound, self.inner.flights.landed()).await;
-        let closed = self.inner.watchdog.close().await;
+        let closed = self
+            .inner
+            .watchdog
+            .close(crate::clock::Instant::now() + self.inner.close_release_bound())
+            .await;
         if landed.is_err() {
             let in_flight = self.inner.flights.count();
             if in_flight > 0 {
