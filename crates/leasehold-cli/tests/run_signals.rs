@@ -367,7 +367,7 @@ fn a_second_stop_of_leasehold_before_the_watcher_looks_again_stops_the_command_t
     let dir = temp_dir();
     let first = start_first(dir.path(), &url, "stop-twice", FIRST_TTL);
     let second = start_run(dir.path(), &url, "stop-twice", "30s", SECOND);
-    let watcher = Grandchild(watcher_of(first.proc.pid()));
+    let watcher = Grandchild::of(watcher_of(first.proc.pid()));
 
     first.proc.signal(Signal::SIGSTOP);
     wait_all_stopped(&first);
@@ -502,7 +502,7 @@ fn a_command_that_exits_leaves_no_helper_process_behind() {
     let helpers: Vec<Pid> = proc
         .children
         .iter()
-        .copied()
+        .map(|&(p, _)| p)
         .filter(|&p| p != command)
         .collect();
     assert!(

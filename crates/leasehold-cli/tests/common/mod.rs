@@ -138,8 +138,9 @@ impl Outcome {
 pub struct Proc {
     /// The process.
     pub child: Child,
-    /// Its direct children, as last seen ([`Proc::note_children`]).
-    pub children: Vec<Pid>,
+    /// Its direct children, as last seen ([`Proc::note_children`]), each
+    /// with its start time (see [`started_at`]).
+    pub children: Vec<(Pid, Option<u64>)>,
     /// When it was spawned.
     pub started: Instant,
 }
@@ -185,8 +186,8 @@ impl Proc {
     /// Remembers its current children, for the cleanup on drop.
     pub fn note_children(&mut self) {
         for pid in children_of(self.pid()) {
-            if !self.children.contains(&pid) {
-                self.children.push(pid);
+            if !self.children.iter().any(|(p, _)| *p == pid) {
+                self.children.push((pid, started_at(pid)));
             }
         }
     }
@@ -237,20 +238,30 @@ impl Drop for Proc {
             let _ = kill(self.pid(), Signal::SIGKILL);
             let _ = self.child.wait();
         }
-        for &pid in &self.children {
-            reap_by_pid(pid);
+        for &(pid, started) in &self.children {
+            reap_by_pid(pid, started);
         }
     }
 }
 
 /// A process started by a command we ran (its PID read from a file);
-/// SIGCONT and SIGKILL on drop if it still runs.
-pub struct Grandchild(pub Pid);
+/// SIGCONT and SIGKILL on drop if it still runs, and is still that
+/// process: its start time, read when it was named, tells it from a later
+/// process given the same PID (the machine's PIDs wrap at 32,768, and the
+/// stubborn loops here start a hundred processes a second each: a
+/// grandchild of one test killed by PID on another test's drop was seen
+/// once under the full suite).
+pub struct Grandchild(pub Pid, Option<u64>);
 
 impl Grandchild {
     /// The process whose PID the command writes to `path`, once written.
     pub fn from_pid_file(path: &Path) -> Grandchild {
-        Grandchild(pid_in(path))
+        Grandchild::of(pid_in(path))
+    }
+
+    /// The process `pid` is now.
+    pub fn of(pid: Pid) -> Grandchild {
+        Grandchild(pid, started_at(pid))
     }
 
     /// Whether a process with this PID still exists, a zombie included.
@@ -261,7 +272,7 @@ impl Grandchild {
 
 impl Drop for Grandchild {
     fn drop(&mut self) {
-        reap_by_pid(self.0);
+        reap_by_pid(self.0, self.1);
     }
 }
 
@@ -286,11 +297,24 @@ pub fn children_of(pid: Pid) -> Vec<Pid> {
 
 /// SIGCONT and SIGKILL to `pid` if it still runs (a process one of our
 /// commands started; its PID came from a file it wrote, or from `/proc`).
-pub fn reap_by_pid(pid: Pid) {
-    if alive(pid) {
+pub fn reap_by_pid(pid: Pid, started: Option<u64>) {
+    if alive(pid) && started.is_some() && started_at(pid) == started {
         let _ = kill(pid, Signal::SIGCONT);
         let _ = kill(pid, Signal::SIGKILL);
     }
+}
+
+/// When `pid` started (clock ticks since boot, `/proc/PID/stat` field 22),
+/// or `None` once it is gone: with its PID, it names one process.
+pub fn started_at(pid: Pid) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold ')'): state is field 3,
+    // the start time field 22.
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
 }
 
 /// The scheduler state of `pid` (`R`, `S`, `T`, `Z`, ...), or `None` once
