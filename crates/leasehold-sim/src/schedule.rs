@@ -1470,7 +1470,10 @@ impl Task {
                 self.close_near(ask.wait);
             }
             if let (true, Some(delay)) = (ask.multi, ask.delay) {
-                let asked = (ask.ttl + delay).as_millis() as u64;
+                // What its attempts ask the server for (lease.rs
+                // server_ttl): without the tick, as before the clocks
+                // session added it, no lease matched (seed 34262).
+                let asked = (ask.ttl + delay + leasehold::sim::SERVER_TICK).as_millis() as u64;
                 record(&self.shared).delayed_ttls.insert(asked);
             }
             let asked_us = now_us(origin);
