@@ -13,6 +13,7 @@ use crate::kind::LockKind;
 
 use tokio::sync::Notify;
 
+use crate::clock::SERVER_TICK;
 use crate::error::Result;
 use crate::key::LockKeys;
 use crate::scripts::{LeaseId, Owned};
@@ -23,18 +24,6 @@ use crate::token::Token;
 pub(crate) fn drift(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(2)
 }
-
-/// The coarsest server clock tick the lease arithmetic covers. Redis reads
-/// its clock at ticks (1 ms on some hosts; a coarse clock source's 4 to
-/// 15.625 ms in VMs and on Windows hosts) and dates an expiry from the
-/// last tick, up to one tick before the command ran: a lease set for
-/// `ttl` can end up to a tick sooner than `ttl` after the command reached
-/// the server. The server is asked for a tick more than the holder counts
-/// ([`server_ttl`]), so the holder's view still ends first, also for the
-/// shortest TTL allowed (10 ms), which a validity shortened by a tick would
-/// leave with nothing. The cost: a lease whose holder stopped renewing it
-/// keeps the lock up to this much longer than its TTL.
-pub(crate) const SERVER_TICK: Duration = Duration::from_millis(16);
 
 /// What the server is asked to keep a lease for: its `ttl` as the holder
 /// counts it, plus `lock_delay`'s `delay` (Chubby's lock-delay: a lease
